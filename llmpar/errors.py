@@ -1,0 +1,65 @@
+"""Errors that llmpar raises on purpose.
+
+A `SpecError` gathers every problem of one spec, each with the key path where it
+was found, so a user fixes them all in one pass instead of one per run.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+import attrs
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a spec: where (`$.parallel.data.degree`) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class SpecError(ValueError):
+    """A spec that cannot be planned: every problem found, with file and key path."""
+
+    def __init__(self, problems: Iterable[Problem], source: str | None = None):
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = self.source or "<spec>"
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        lines = [f"{where}: {count} {noun}:"]
+        lines += [f"  {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+    def with_source(self, source: str | None) -> SpecError:
+        """The same problems, attributed to `source` when none was known."""
+        if self.source is not None or source is None:
+            return self
+        return SpecError(self.problems, source)
+
+
+class PluginError(RuntimeError):
+    """A plugin that could not be loaded or applied; the message names it."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A " (did you mean 'x'?)" suffix naming up to three close names, or ''."""
+    close = difflib.get_close_matches(word, sorted(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(name) for name in close)}?)"
+
+
+def join_path(base: str, key: str | int) -> str:
+    """Extend a `$.a.b` key path with a key or a list index."""
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    return f"{base}.{key}"

@@ -1,0 +1,1 @@
+"""Composing the baseline footprint and the strategies' transforms into a Plan."""

@@ -1,0 +1,161 @@
+"""Activation models: how many bytes each layer keeps for backward.
+
+Each model builds an `ActivationInventory` for one micro-batch of one unsplit
+replica; strategies and recomputation then transform it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from llmpar.dtypes import bytes_per_element
+from llmpar.footprint.inventory import (
+    SPLIT_CONTEXT,
+    SPLIT_SEQUENCE,
+    SPLIT_TENSOR,
+    ActivationInventory,
+    SavedTensor,
+)
+
+if TYPE_CHECKING:
+    from llmpar.spec import Spec
+
+MASK_BYTES = 1.0
+"""A dropout mask keeps one byte per element (Korthikanti et al. 2022, Sec. 4.1)."""
+TOKEN_ID_BYTES = 8.0
+"""Input token ids are int64, as Megatron-LM and PyTorch embeddings take them."""
+LOSS_BYTES = bytes_per_element("fp32")
+"""Logits are upcast to fp32 for the cross-entropy loss (Megatron-LM)."""
+
+
+class ActivationUnavailable(Exception):
+    """The model lacks what this activation model needs; the message says what."""
+
+
+ActivationModel = Callable[["Spec"], ActivationInventory]
+
+_OUTSIDE_TP = frozenset({SPLIT_SEQUENCE, SPLIT_CONTEXT})
+_INSIDE_TP = frozenset({SPLIT_TENSOR, SPLIT_CONTEXT})
+
+
+def _require(spec: Spec, fields: tuple[str, ...], model_name: str) -> None:
+    missing = [name for name in fields if getattr(spec.model, name) is None]
+    if not missing:
+        return
+    hint = ""
+    if spec.model.parameters is not None and model_name != "coefficient":
+        hint = ("; a model given by its size can use activation_model = 'coefficient' "
+                "with num_layers and hidden_size")
+    raise ActivationUnavailable(
+        f"activation model {model_name!r} needs model fields {', '.join(missing)}{hint}")
+
+
+def coefficient(spec: Spec) -> ActivationInventory:
+    """The founding document's estimate M = k * b * s * L * h * d.
+
+    k is `[training] activation_coefficient` (the document measured about 30);
+    d is the activations' bytes per element. Needs only L and h.
+    """
+    _require(spec, ("num_layers", "hidden_size"), "coefficient")
+    model, training = spec.model, spec.training
+    assert model.num_layers is not None and model.hidden_size is not None
+    k = training.activation_coefficient
+    d = bytes_per_element(spec.precision.activations)
+    tensor = SavedTensor(
+        name=f"all activations (k = {k:g})",
+        reason="k * b * s * h * d per layer, the founding document's rule of thumb",
+        shape=(("b", training.micro_batch_size), ("s", training.sequence_length),
+               ("h", model.hidden_size)),
+        bytes_per_element=k * d,
+        splits=frozenset({SPLIT_TENSOR, SPLIT_CONTEXT}),
+    )
+    return ActivationInventory(
+        model="coefficient",
+        per_layer=(tensor,),
+        num_layers=model.num_layers,
+    )
+
+
+def korthikanti(spec: Spec) -> ActivationInventory:
+    """Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 4.1 and 4.3.
+
+    Per layer s*b*h*(34 + 5*a*s/h) bytes for a GPT block in 16-bit with dropout;
+    here each term is a tensor whose width follows the model (query and key/value
+    widths for GQA, three MLP tensors for gated MLPs), so a GPT block gives the
+    paper's number exactly. Outside the layers: token ids and the embedding
+    dropout mask; the final norm's input, the output layer's input and fp32
+    logits for the loss (Megatron-LM `theoretical_memory_usage.py`).
+    """
+    _require(spec, ("num_layers", "hidden_size", "num_attention_heads", "vocab_size",
+                    "ffn_hidden_size"), "korthikanti")
+    model, training = spec.model, spec.training
+    assert model.num_layers is not None and model.hidden_size is not None
+    assert model.num_attention_heads is not None and model.ffn_hidden_size is not None
+    assert model.vocab_size is not None
+    d = bytes_per_element(spec.precision.activations)
+    b, s = ("b", training.micro_batch_size), ("s", training.sequence_length)
+    h = ("h", model.hidden_size)
+    a = ("a", model.num_attention_heads)
+    q, kv = ("a*d_head", model.query_width), ("kv*d_head", model.kv_width)
+    f = ("ffn", model.ffn_hidden_size)
+    score = (b, a, s, ("s", training.sequence_length))
+
+    def saved(name: str, reason: str, shape: tuple, size: float, splits: frozenset,
+              attention_score: bool = False) -> SavedTensor:
+        return SavedTensor(name=name, reason=reason, shape=shape, bytes_per_element=size,
+                           splits=splits, attention_score=attention_score)
+
+    layer = [
+        saved("attention norm input", "input of the first norm", (b, s, h), d, _OUTSIDE_TP),
+        saved("qkv input", "input of the Q/K/V projections", (b, s, h), d, _OUTSIDE_TP),
+        saved("query", "operand of Q.K^T", (b, s, q), d, _INSIDE_TP),
+        saved("key", "operand of Q.K^T", (b, s, kv), d, _INSIDE_TP),
+        saved("softmax output", "needed by the softmax backward", score, d, _INSIDE_TP, True),
+        saved("attention dropout mask", "dropout on the scores", score, MASK_BYTES,
+              _INSIDE_TP, True),
+        saved("attention dropout output", "operand of scores.V", score, d, _INSIDE_TP, True),
+        saved("value", "operand of scores.V", (b, s, kv), d, _INSIDE_TP),
+        saved("output projection input", "input of the attention output projection",
+              (b, s, q), d, _INSIDE_TP),
+        saved("attention residual dropout mask", "dropout after attention", (b, s, h),
+              MASK_BYTES, _OUTSIDE_TP),
+        saved("mlp norm input", "input of the second norm", (b, s, h), d, _OUTSIDE_TP),
+        saved("mlp input", "input of the first MLP projection", (b, s, h), d, _OUTSIDE_TP),
+    ]
+    if model.gated:
+        layer += [
+            saved("gate output", "input of the activation function", (b, s, f), d, _INSIDE_TP),
+            saved("up output", "operand of the gating product", (b, s, f), d, _INSIDE_TP),
+        ]
+    else:
+        layer.append(
+            saved("activation input", "input of the activation function", (b, s, f), d,
+                  _INSIDE_TP))
+    layer += [
+        saved("down projection input", "input of the last MLP projection", (b, s, f), d,
+              _INSIDE_TP),
+        saved("mlp residual dropout mask", "dropout after the MLP", (b, s, h), MASK_BYTES,
+              _OUTSIDE_TP),
+    ]
+    vocab = ("V", model.vocab_size)
+    fixed = (
+        saved("token ids", "input of the embedding lookup", (b, s), TOKEN_ID_BYTES,
+              frozenset({SPLIT_CONTEXT})),
+        saved("embedding dropout mask", "dropout after the embedding", (b, s, h),
+              MASK_BYTES, _OUTSIDE_TP),
+        saved("final norm input", "input of the last norm", (b, s, h), d, _OUTSIDE_TP),
+        saved("output layer input", "input of the output projection", (b, s, h), d,
+              _OUTSIDE_TP),
+        saved("logits (fp32)", "softmax cross-entropy in fp32", (b, s, vocab), LOSS_BYTES,
+              _INSIDE_TP),
+    )
+    return ActivationInventory(model="korthikanti", per_layer=tuple(layer), fixed=fixed,
+                               num_layers=model.num_layers)
+
+
+ACTIVATION_MODELS: Mapping[str, ActivationModel] = MappingProxyType(
+    {"coefficient": coefficient, "korthikanti": korthikanti}
+)
+"""Built-in activation models by `[training] activation_model` name."""

@@ -1,0 +1,49 @@
+"""The baseline footprint of one unsplit replica, before any strategy applies."""
+
+from __future__ import annotations
+
+import attrs
+
+from llmpar.footprint.activation_models import ACTIVATION_MODELS, ActivationUnavailable
+from llmpar.footprint.flops import BACKWARD_TO_FORWARD, ForwardFlops, forward_flops_per_sequence
+from llmpar.footprint.inventory import ActivationInventory
+from llmpar.footprint.parameters import ParameterCount, count_parameters
+from llmpar.spec import Spec
+
+
+@attrs.frozen(kw_only=True)
+class Footprint:
+    """Parameters, FLOPs and saved activations of one replica and one micro-batch."""
+
+    parameters: ParameterCount
+    forward_flops_per_sequence: ForwardFlops | None
+    """None for a model given only by its size (then 6ND is all there is)."""
+    activations: ActivationInventory | None
+    activations_unavailable: str | None = None
+    """Why there is no activation estimate, when there is none."""
+
+    def train_flops_per_sequence(self) -> float | None:
+        """Forward plus backward model FLOPs of one sequence."""
+        if self.forward_flops_per_sequence is None:
+            return None
+        return (1.0 + BACKWARD_TO_FORWARD) * self.forward_flops_per_sequence.total
+
+
+def baseline_footprint(spec: Spec) -> Footprint:
+    """Count parameters, FLOPs and activations of `spec`'s model and workload."""
+    model, training = spec.model, spec.training
+    flops = None
+    if model.has_architecture:
+        causal = training.attention_flops == "causal"
+        flops = forward_flops_per_sequence(model, training.sequence_length, causal)
+    activations, unavailable = None, None
+    try:
+        activations = ACTIVATION_MODELS[training.activation_model](spec)
+    except ActivationUnavailable as exc:
+        unavailable = str(exc)
+    return Footprint(
+        parameters=count_parameters(model),
+        forward_flops_per_sequence=flops,
+        activations=activations,
+        activations_unavailable=unavailable,
+    )

@@ -1,0 +1,62 @@
+"""Model FLOPs of a training step, per operation, from the architecture.
+
+Convention: a multiply-accumulate is 2 FLOPs; only matrix products count
+(projections, attention scores and values, output logits), as in Narayanan et
+al. 2021 (arXiv:2104.04473, Sec. 5.1) and in `torch.utils.flop_counter`;
+norms, activations and softmax are left out. Backward is twice the forward
+(gradients with respect to inputs and to weights), so a training pass is 3x.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from llmpar.spec import Model
+
+BACKWARD_TO_FORWARD = 2.0
+"""Backward costs two forward matmuls per forward matmul (Narayanan et al. 2021, Sec. 5.1)."""
+
+
+@attrs.frozen(kw_only=True)
+class ForwardFlops:
+    """Forward FLOPs of one sequence of `sequence_length` tokens, by operation."""
+
+    projections: float
+    """Q, K, V, output and MLP matrix products, all layers."""
+    attention: float
+    """Q.K^T scores and scores.V, all layers."""
+    logits: float
+    """The output layer."""
+
+    @property
+    def total(self) -> float:
+        return self.projections + self.attention + self.logits
+
+
+def forward_flops_per_sequence(
+    model: Model, sequence_length: int, causal: bool = False
+) -> ForwardFlops:
+    """Forward FLOPs for one sequence.
+
+    Per layer and token: 2 x (weights of every matrix) for projections and
+    2 x 2 x s x (heads x head_dim) for scores and values; the causal
+    convention counts half the s x s square.
+    """
+    assert model.has_architecture
+    assert model.num_layers is not None and model.hidden_size is not None
+    assert model.vocab_size is not None and model.ffn_hidden_size is not None
+    h, s, layers = model.hidden_size, sequence_length, model.num_layers
+    qw, kvw = model.query_width, model.kv_width
+    matrices = 3 if model.gated else 2
+    matmul_weights = h * qw + 2 * h * kvw + qw * h + matrices * h * model.ffn_hidden_size
+    projections = 2.0 * matmul_weights * s * layers
+    attention = 2.0 * 2.0 * s * s * qw * layers
+    if causal:
+        attention /= 2
+    logits = 2.0 * h * model.vocab_size * s
+    return ForwardFlops(projections=projections, attention=attention, logits=logits)
+
+
+def six_nd_flops(parameters: float, tokens: float) -> float:
+    """C = 6 N D (Kaplan et al. 2020, arXiv:2001.08361, Sec. 2.1)."""
+    return 6.0 * parameters * tokens

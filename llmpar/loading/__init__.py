@@ -1,0 +1,1 @@
+"""From TOML (or a mapping) to a validated `Spec`, and back."""

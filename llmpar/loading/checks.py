@@ -1,0 +1,103 @@
+"""Checks that compare fields: within a model, across the spec, and of the layout.
+
+Field validators check one value; these check how values fit together, and
+quote every operand so the user sees why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from llmpar.errors import Problem
+from llmpar.spec import Spec
+from llmpar.spec.model import ARCHITECTURE_FIELDS, Model
+from llmpar.strategy import Layout
+
+if TYPE_CHECKING:
+    from llmpar.strategy import Strategy
+
+
+def model_problems(model: Model) -> list[Problem]:
+    """A model is an architecture or a size, and its head counts divide."""
+    problems = []
+    given = [name for name in ARCHITECTURE_FIELDS if getattr(model, name) is not None]
+    if model.parameters is None and not model.has_architecture:
+        missing = [name for name in ARCHITECTURE_FIELDS if name not in given]
+        problems.append(Problem("$.model", "give the architecture or `parameters`; "
+                                f"missing: {', '.join(missing)}"))
+    if model.parameters is not None and model.has_architecture:
+        problems.append(Problem("$.model.parameters", "the architecture fields already "
+                                "determine the parameter count; give one or the other"))
+    heads, kv = model.num_attention_heads, model.num_kv_heads
+    if heads is not None and kv is not None and heads % kv != 0:
+        problems.append(Problem("$.model.num_kv_heads", f"num_attention_heads ({heads}) must "
+                                f"be divisible by num_kv_heads ({kv})"))
+    if model.position_embedding == "learned" and model.max_position_embeddings is None:
+        problems.append(Problem("$.model.max_position_embeddings",
+                                "required with position_embedding = 'learned'"))
+    return problems
+
+
+def training_problems(spec: Spec) -> list[Problem]:
+    """Run length given once, and a sequence that fits the position table."""
+    training, model = spec.training, spec.model
+    problems = []
+    if training.tokens is not None and training.tokens_per_parameter is not None:
+        problems.append(Problem("$.training.tokens_per_parameter",
+                                "give tokens or tokens_per_parameter, not both"))
+    limit = model.max_position_embeddings
+    learned = model.position_embedding == "learned"
+    if learned and limit is not None and training.sequence_length > limit:
+        problems.append(Problem("$.training.sequence_length",
+                                f"sequence_length ({training.sequence_length}) exceeds the "
+                                f"learned position table (max_position_embeddings = {limit})"))
+    return problems
+
+
+def resolve_layout(
+    spec: Spec, strategies: Mapping[str, Strategy]
+) -> tuple[Layout | None, list[Problem]]:
+    """Every strategy's degree, with the one degree of -1 filled; they must multiply
+    to `hardware.num_gpus`."""
+    fixed: dict[str, int] = {}
+    fill: list[str] = []
+    for name, config in spec.parallel.items():
+        degree = strategies[name].degree(config)
+        if degree == -1:
+            fill.append(name)
+        else:
+            fixed[name] = degree
+    num_gpus = spec.hardware.num_gpus
+    product = math.prod(fixed.values())
+    operands = " x ".join(f"{name} {degree}" for name, degree in sorted(fixed.items())) or "1"
+    if len(fill) > 1:
+        names = ", ".join(fill)
+        return None, [Problem("$.parallel", f"only one degree may be -1; these are: {names}")]
+    if fill:
+        if num_gpus % product:
+            return None, [Problem(f"$.parallel.{fill[0]}.degree",
+                                  f"hardware.num_gpus ({num_gpus}) is not divisible by the "
+                                  f"other degrees ({operands} = {product})")]
+        fixed[fill[0]] = num_gpus // product
+    elif product != num_gpus:
+        return None, [Problem("$.parallel", f"degrees multiply to {product} ({operands}) but "
+                              f"hardware.num_gpus is {num_gpus}")]
+    return Layout(degrees=fixed, num_gpus=num_gpus), []
+
+
+def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:
+    """Every cross-field problem of `spec`, the layout's and each strategy's included."""
+    problems = model_problems(spec.model) + training_problems(spec)
+    unknown = [name for name in spec.parallel if name not in strategies]
+    problems += [Problem(f"$.parallel.{name}", "no loaded plugin provides this strategy")
+                 for name in unknown]
+    if problems:
+        return problems
+    layout, found = resolve_layout(spec, strategies)
+    if layout is None:
+        return found
+    for name in sorted(spec.parallel, key=lambda n: (strategies[n].phase, n)):
+        problems += strategies[name].check(spec.parallel[name], spec, layout)
+    return problems

@@ -1,0 +1,174 @@
+"""The cattrs converter that structures spec tables, and its error paths.
+
+Scalars are strict: TOML's `true` is not an integer, "12" is not a number and
+12.5 is not an integer, so nothing is silently coerced. Sizes and rates also
+accept strings with units (`llmpar.units`).
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from llmpar import units
+from llmpar.errors import Problem, did_you_mean, join_path
+from llmpar.spec.quantities import ByteRate, Bytes, Count, FlopRate, Seconds
+from llmpar.spec.validators import FieldError
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, _type: Any = int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _string(value: Any, _type: Any = str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _boolean(value: Any, _type: Any = bool) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _with_units(parse: Callable[[str], float], integral: bool = False):
+    """A hook taking a number in base units or a string that `parse` reads."""
+
+    def structure(value: Any, _type: Any) -> float | int:
+        number = parse(value) if isinstance(value, str) else _number(value)
+        return round(number) if integral else number
+
+    return structure
+
+
+def make_converter() -> cattrs.Converter:
+    """A converter for spec tables: strict scalars, units, unknown keys refused."""
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(int, _integer)
+    converter.register_structure_hook(float, lambda v, _t: _number(v))
+    converter.register_structure_hook(str, _string)
+    converter.register_structure_hook(bool, _boolean)
+    converter.register_structure_hook(Bytes, _with_units(units.parse_bytes, integral=True))
+    converter.register_structure_hook(FlopRate, _with_units(units.parse_flop_rate))
+    converter.register_structure_hook(ByteRate, _with_units(units.parse_byte_rate))
+    converter.register_structure_hook(Seconds, _with_units(units.parse_seconds))
+    converter.register_structure_hook(Count, lambda v, _t: _number(v))
+    return converter
+
+
+def _unknown_keys(exc: ForbiddenExtraKeysError, path: str) -> list[Problem]:
+    known = [f.name for f in getattr(exc.cl, "__attrs_attrs__", ())]
+    return [Problem(join_path(path, key), f"unknown key{did_you_mean(key, known)}")
+            for key in sorted(exc.extra_fields)]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    if isinstance(exc, TypeError) and ("iterable" in str(exc) or "mapping" in str(exc)):
+        return "expected a table"
+    if isinstance(exc, (ValueError, TypeError)) and str(exc):
+        return str(exc)
+    if isinstance(exc, AttributeError):
+        return "expected a table"
+    return f"invalid value ({type(exc).__name__}: {exc})"
+
+
+def problems_from(exc: BaseException, path: str = "$") -> list[Problem]:
+    """Every problem inside a cattrs structuring error, each with its key path."""
+    problems: list[Problem] = []
+    if isinstance(exc, IterableValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub, note in with_notes:
+            problems += problems_from(sub, join_path(path, note.index))
+        problems += [Problem(path, _describe(sub)) for sub in without]
+    elif isinstance(exc, ClassValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub, note in with_notes:
+            problems += problems_from(sub, join_path(path, note.name))
+        for sub in without:
+            if isinstance(sub, ForbiddenExtraKeysError):
+                problems += _unknown_keys(sub, path)
+                continue
+            where = join_path(path, sub.field) if isinstance(sub, FieldError) else path
+            problems.append(Problem(where, _describe(sub)))
+    else:
+        where = join_path(path, exc.field) if isinstance(exc, FieldError) else path
+        problems.append(Problem(where, _describe(exc)))
+    return problems
+
+
+def _nested_attrs_class(field_type: Any) -> tuple[type | None, bool]:
+    """(the attrs class inside `field_type`, whether it is a tuple of them)."""
+    if attrs.has(field_type):
+        return field_type, False
+    args = [a for a in typing.get_args(field_type) if a is not Ellipsis]
+    if typing.get_origin(field_type) is tuple and len(args) == 1 and attrs.has(args[0]):
+        return args[0], True
+    return None, False
+
+
+def validator_problems(converter: cattrs.Converter, raw: Any, cls: type,
+                       path: str) -> list[Problem]:
+    """Run every field validator of `cls` (and nested classes) on `raw`'s values.
+
+    attrs stops at the first failing validator of a class; running each one
+    alone reports them all. Values that do not even structure are left to cattrs.
+    """
+    if not isinstance(raw, dict) or not attrs.has(cls):
+        return []
+    attrs.resolve_types(cls)
+    problems: list[Problem] = []
+    for field in attrs.fields(cls):
+        if field.name not in raw:
+            continue
+        value, where = raw[field.name], join_path(path, field.name)
+        nested, many = _nested_attrs_class(field.type)
+        if nested is not None:
+            items = enumerate(value) if many and isinstance(value, list) else [(None, value)]
+            for index, item in items:
+                item_path = where if index is None else join_path(where, index)
+                problems += validator_problems(converter, item, nested, item_path)
+            continue
+        if field.validator is None:
+            continue
+        try:
+            structured = converter.structure(value, field.type)
+            field.validator(None, field, structured)
+        except FieldError as exc:
+            problems.append(Problem(where, str(exc)))
+        except Exception:  # a type error: cattrs reports it with its path
+            continue
+    return problems
+
+
+def structure(
+    converter: cattrs.Converter, raw: Any, cls: type, path: str
+) -> tuple[Any, list[Problem]]:
+    """Structure `raw` as `cls`; on failure return None and the problems found."""
+    if not isinstance(raw, dict):
+        return None, [Problem(path, f"expected a table, got {raw!r}")]
+    try:
+        return converter.structure(raw, cls), []
+    except (ClassValidationError, IterableValidationError, ValueError, TypeError, KeyError) as exc:
+        problems = validator_problems(converter, raw, cls, path) + problems_from(exc, path)
+        return None, list(dict.fromkeys(problems))

@@ -1,0 +1,44 @@
+"""From a Spec (or a Plan) back to plain data and TOML."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cattrs
+import toml
+
+from llmpar.spec import Spec
+
+
+def plain_converter() -> cattrs.Converter:
+    """Unstructures attrs objects into dicts, lists and scalars."""
+    return cattrs.Converter()
+
+
+def _plain(value: Any, drop_none: bool) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: _plain(item, drop_none)
+            for key, item in value.items()
+            if not (drop_none and item is None)
+        }
+    if isinstance(value, (list, tuple)):
+        return [_plain(item, drop_none) for item in value]
+    return value
+
+
+def spec_to_dict(spec: Spec) -> dict[str, Any]:
+    """The spec as a fully resolved table (no preset references, no None)."""
+    converter = plain_converter()
+    table = converter.unstructure(spec)
+    table.pop("source", None)
+    table["parallel"] = {
+        name: converter.unstructure(config, unstructure_as=type(config))
+        for name, config in spec.parallel.items()
+    }
+    return _plain(table, drop_none=True)
+
+
+def dump_spec(spec: Spec) -> str:
+    """The spec as TOML that `llmpar.load_spec` reads back to an equal Spec."""
+    return toml.dumps(spec_to_dict(spec))

@@ -1,0 +1,171 @@
+"""Structuring a spec table into a `Spec`: presets, sections, every problem at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import cattrs
+
+from llmpar.errors import Problem, SpecError, did_you_mean
+from llmpar.loading.converter import structure
+from llmpar.loading.presets import PresetCatalog, PresetNotFound
+from llmpar.loading.reader import SpecSource, apply_overrides, merge, read_source
+from llmpar.spec import SCHEMA_VERSION, Hardware, Model, Optimizer, Precision, Spec, Training
+
+if TYPE_CHECKING:
+    from llmpar.strategy import Strategy
+
+SECTIONS = ("version", "model", "hardware", "optimizer", "precision", "training", "parallel")
+DEFAULT_OPTIMIZER = "adam"
+"""Mixed-precision Adam, the founding document's optimizer, when a spec names none."""
+
+
+def resolve_preset(
+    value: Any, kind: str, path: str, catalog: PresetCatalog, problems: list[Problem]
+) -> dict[str, Any] | None:
+    """A preset name or a table (optionally `preset = "..."` plus overrides) as a table."""
+    if isinstance(value, str):
+        return _read_preset(kind, value, path, catalog, problems)
+    if not isinstance(value, Mapping):
+        problems.append(Problem(path, f"expected a preset name or a table, got {value!r}"))
+        return None
+    table = dict(value)
+    if "preset" not in table:
+        return table
+    name = table.pop("preset")
+    if not isinstance(name, str):
+        problems.append(Problem(f"{path}.preset", f"expected a preset name, got {name!r}"))
+        return None
+    base = _read_preset(kind, name, f"{path}.preset", catalog, problems)
+    return None if base is None else merge(base, table)
+
+
+def _read_preset(
+    kind: str, name: str, path: str, catalog: PresetCatalog, problems: list[Problem]
+) -> dict[str, Any] | None:
+    try:
+        return catalog.read(kind, name)
+    except PresetNotFound as missing:
+        hint = did_you_mean(name, missing.known)
+        problems.append(Problem(path, f"no {kind[:-1]} preset named {name!r}{hint}"))
+    except (OSError, ValueError) as exc:
+        problems.append(Problem(path, f"preset {name!r} cannot be read: {exc}"))
+    return None
+
+
+def _section(raw: dict[str, Any], key: str, problems: list[Problem]) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if isinstance(value, Mapping):
+        return dict(value)
+    problems.append(Problem(f"$.{key}", f"expected a table, got {value!r}"))
+    return {}
+
+
+def _structure_parallel(
+    raw: Any,
+    strategies: Mapping[str, Strategy],
+    converter: cattrs.Converter,
+    problems: list[Problem],
+) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        problems.append(Problem("$.parallel", f"expected a table of strategies, got {raw!r}"))
+        return {}
+    configs: dict[str, Any] = {}
+    for name, table in raw.items():
+        strategy = strategies.get(name)
+        if strategy is None:
+            known = ", ".join(sorted(strategies))
+            hint = did_you_mean(name, strategies)
+            problems.append(
+                Problem(f"$.parallel.{name}", f"unknown strategy{hint}; known: {known}")
+            )
+            continue
+        config, found = structure(converter, table, strategy.config_type, f"$.parallel.{name}")
+        problems += found
+        if config is not None:
+            configs[name] = config
+    for name, strategy in strategies.items():
+        if strategy.always_active and name not in raw:
+            configs[name] = strategy.config_type()
+    return configs
+
+
+def structure_spec(
+    raw: dict[str, Any],
+    catalog: PresetCatalog,
+    strategies: Mapping[str, Strategy],
+    converter: cattrs.Converter,
+    label: str | None,
+) -> tuple[Spec | None, list[Problem]]:
+    """Build a Spec from a table; on failure None and every problem found."""
+    problems: list[Problem] = []
+    for key in raw:
+        if key not in SECTIONS:
+            problems.append(Problem(f"$.{key}", f"unknown table{did_you_mean(key, SECTIONS)}"))
+    version = raw.get("version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        problems.append(Problem("$.version", f"expected {SCHEMA_VERSION}, got {version!r}"))
+
+    model = None
+    if "model" not in raw:
+        problems.append(Problem("$.model", "required: a preset name or a model table"))
+    else:
+        table = resolve_preset(raw["model"], "models", "$.model", catalog, problems)
+        if table is not None:
+            model, found = structure(converter, table, Model, "$.model")
+            problems += found
+
+    hardware = None
+    if "hardware" not in raw:
+        problems.append(Problem("$.hardware", "required: a table with at least gpu"))
+    else:
+        table = _section(raw, "hardware", problems)
+        if not isinstance(raw["hardware"], Mapping):
+            pass
+        elif "gpu" not in table:
+            problems.append(Problem("$.hardware.gpu", "required: a GPU preset name or table"))
+        else:
+            gpu = resolve_preset(table["gpu"], "gpus", "$.hardware.gpu", catalog, problems)
+            if gpu is not None:
+                hardware, found = structure(converter, {**table, "gpu": gpu}, Hardware,
+                                            "$.hardware")
+                problems += found
+
+    optimizer = None
+    table = resolve_preset(raw.get("optimizer", DEFAULT_OPTIMIZER), "optimizers",
+                           "$.optimizer", catalog, problems)
+    if table is not None:
+        optimizer, found = structure(converter, table, Optimizer, "$.optimizer")
+        problems += found
+
+    precision, found = structure(converter, _section(raw, "precision", problems), Precision,
+                                 "$.precision")
+    problems += found
+    training, found = structure(converter, _section(raw, "training", problems), Training,
+                                "$.training")
+    problems += found
+    parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
+
+    if problems:
+        return None, problems
+    spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
+                training=training, parallel=parallel, source=label)
+    return spec, []
+
+
+def load(
+    source: SpecSource,
+    catalog: PresetCatalog,
+    strategies: Mapping[str, Strategy],
+    converter: cattrs.Converter,
+    overrides: Mapping[str, Any] | None = None,
+) -> Spec:
+    """Read `source`, set `overrides` (dotted keys), structure; raise SpecError
+    naming every problem."""
+    raw, label = read_source(source)
+    raw = apply_overrides(raw, overrides or {})
+    spec, problems = structure_spec(raw, catalog, strategies, converter, label)
+    if spec is None:
+        raise SpecError(problems, label)
+    return spec

@@ -1,0 +1,77 @@
+"""Named presets: TOML files under `specs/<kind>/<name>.toml`, from llmpar and plugins."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+PRESET_KINDS = ("models", "gpus", "optimizers", "examples")
+
+
+def builtin_specs_dir() -> Path:
+    """llmpar's own presets: inside the installed package, or the source tree's `specs/`."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "_specs"
+    return installed if installed.is_dir() else package.parent / "specs"
+
+
+@attrs.frozen
+class PresetNotFound(Exception):
+    """No preset of `kind` is called `name`; `known` lists those that exist."""
+
+    kind: str
+    name: str
+    known: tuple[str, ...]
+
+
+@attrs.frozen
+class PresetCatalog:
+    """Preset folders in order; the first folder that has a name wins."""
+
+    folders: tuple[Path, ...]
+
+    def names(self, kind: str) -> list[str]:
+        """Every preset name of `kind` ("models", "gpus", ...), sorted."""
+        found = {path.stem for folder in self.folders for path in (folder / kind).glob("*.toml")}
+        return sorted(found)
+
+    def path(self, kind: str, name: str) -> Path:
+        """The file of preset `name`; raises PresetNotFound."""
+        for folder in self.folders:
+            candidate = folder / kind / f"{name}.toml"
+            if candidate.is_file():
+                return candidate
+        raise PresetNotFound(kind, name, tuple(self.names(kind)))
+
+    def read(self, kind: str, name: str) -> dict[str, Any]:
+        """The preset's table, with its `name` filled in from the file name."""
+        path = self.path(kind, name)
+        with path.open("rb") as handle:
+            table = tomllib.load(handle)
+        if kind != "examples":
+            table.setdefault("name", name)
+        return table
+
+    def find(self, name: str) -> list[tuple[str, Path]]:
+        """Every (kind, path) of presets called `name`, across kinds."""
+        hits = []
+        for kind in PRESET_KINDS:
+            try:
+                hits.append((kind, self.path(kind, name)))
+            except PresetNotFound:
+                continue
+        return hits
+
+
+def catalog_of(folders: Iterable[Path]) -> PresetCatalog:
+    """A catalogue of existing folders, duplicates removed, order kept."""
+    seen: list[Path] = []
+    for folder in folders:
+        folder = Path(folder)
+        if folder.is_dir() and folder not in seen:
+            seen.append(folder)
+    return PresetCatalog(tuple(seen))

@@ -1,0 +1,140 @@
+"""The result of evaluating a spec: a Plan, plain data that serializes as is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from llmpar.units import format_bytes
+
+PLAN_SCHEMA_VERSION = 1
+"""Version of the Plan's field names and meanings (`to_dict()` carries it)."""
+
+
+@attrs.frozen(kw_only=True)
+class Derivation:
+    """How one number of a plan was produced."""
+
+    quantity: str
+    """The Plan field (or intermediate) this explains."""
+    value: float | int | bool | None
+    unit: str
+    rule: str
+    """The formula, in the symbols of `inputs`."""
+    source: str
+    """Paper and equation, datasheet, or spec key the rule comes from."""
+    inputs: dict[str, float | int | str] = attrs.field(factory=dict, hash=False)
+
+    def render(self) -> str:
+        """A few lines: quantity = value, rule, inputs and source."""
+        value = self.value
+        if self.unit == "bytes" and isinstance(value, (int, float)):
+            shown = format_bytes(value)
+        elif isinstance(value, float):
+            shown = f"{value:.6g} {self.unit}".rstrip()
+        else:
+            shown = f"{value} {self.unit}".rstrip()
+        lines = [f"{self.quantity} = {shown}", f"  rule:   {self.rule}"]
+        if self.inputs:
+            listed = ", ".join(f"{k} = {_short(v)}" for k, v in self.inputs.items())
+            lines.append(f"  inputs: {listed}")
+        lines.append(f"  source: {self.source}")
+        return "\n".join(lines)
+
+
+def _short(value: float | int | str) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+@attrs.frozen(kw_only=True)
+class SavedTensorRow:
+    """One activation tensor as it lands on a GPU, after splits."""
+
+    name: str
+    reason: str
+    shape: str
+    bytes_per_element: float
+    bytes: float
+    """Bytes of one instance (one layer's, or the single one outside layers)."""
+    per_layer: bool
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """Per-GPU memory, compute and time of one spec under its layout.
+
+    Memory fields are bytes on the busiest GPU; FLOPs are summed over all GPUs;
+    `None` means the spec does not determine the number (the warnings say why).
+    """
+
+    schema_version: int = PLAN_SCHEMA_VERSION
+    model: str
+    gpu: str
+    num_gpus: int
+    layout: dict[str, int] = attrs.field(hash=False)
+    """Degree of every active strategy."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int | None
+    buffers_bytes: int = 0
+    """Communication and other buffers the strategies ask for."""
+    total_bytes: int
+    capacity_bytes: int
+    fits: bool
+
+    parameters: int
+    parameters_by_group: dict[str, int] = attrs.field(hash=False)
+
+    sequence_length: int
+    micro_batch_size: int
+    global_batch_size: int
+    micro_batches_per_step: int
+    tokens_per_step: int
+    flops_per_step: float
+    """Model FLOPs of one step, all GPUs (exact per-operation count, or 6ND for a
+    model given only by its size: see `flops_method`)."""
+    flops_per_step_6nd: float
+    flops_method: str
+    hardware_flops_per_step: float
+    """Model FLOPs plus recomputation."""
+
+    step_seconds: float | None
+    tokens_per_second: float | None
+    mfu: float | None
+    hfu: float | None
+    train_tokens: float | None
+    train_steps: float | None
+    train_flops: float | None
+    train_seconds: float | None
+    gpu_hours: float | None
+
+    activation_model: str
+    activation_k: float | None
+    """The founding document's k: activations / (b * s * L * h * d), no recompute."""
+    activation_tensors: tuple[SavedTensorRow, ...] = ()
+
+    warnings: tuple[str, ...] = ()
+    derivations: tuple[Derivation, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (dicts, lists, numbers, strings, None)."""
+        from llmpar.loading.dump import plain_converter
+
+        return plain_converter().unstructure(self)
+
+    def derivation(self, quantity: str) -> Derivation:
+        """How `quantity` was derived; KeyError if the plan has no record of it."""
+        for item in self.derivations:
+            if item.quantity == quantity:
+                return item
+        raise KeyError(quantity)
+
+    def explain(self, quantity: str | None = None) -> str:
+        """Each number with the rule and source that produced it (or just one)."""
+        items = [self.derivation(quantity)] if quantity else list(self.derivations)
+        return "\n\n".join(item.render() for item in items)

@@ -1,0 +1,19 @@
+"""Spec types: frozen attrs classes for everything a user varies."""
+
+from llmpar.spec.hardware import Gpu, Hardware
+from llmpar.spec.model import Model
+from llmpar.spec.optimizer import Optimizer, OptimizerState
+from llmpar.spec.spec import SCHEMA_VERSION, Spec
+from llmpar.spec.workload import Precision, Training
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Gpu",
+    "Hardware",
+    "Model",
+    "Optimizer",
+    "OptimizerState",
+    "Precision",
+    "Spec",
+    "Training",
+]

@@ -1,0 +1,34 @@
+"""A whole run spec: model, hardware, optimizer, formats, workload and layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from llmpar.spec.hardware import Hardware
+from llmpar.spec.model import Model
+from llmpar.spec.optimizer import Optimizer
+from llmpar.spec.workload import Precision, Training
+
+SCHEMA_VERSION = 1
+
+
+@attrs.frozen(kw_only=True)
+class Spec:
+    """Everything `llmpar.evaluate` needs; load one with `llmpar.load_spec`.
+
+    `parallel` maps each strategy's name to its table, an instance of the attrs
+    class that strategy's plugin declares (`[parallel.data]` -> data's config).
+    """
+
+    model: Model
+    hardware: Hardware
+    optimizer: Optimizer
+    precision: Precision = attrs.field(factory=Precision)
+    training: Training = attrs.field(factory=Training)
+    parallel: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    version: int = SCHEMA_VERSION
+    """Spec schema version."""
+    source: str | None = attrs.field(default=None, eq=False)
+    """The file this spec was read from, for error messages; not part of the spec."""

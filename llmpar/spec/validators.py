@@ -1,0 +1,68 @@
+"""Field validators for spec classes.
+
+Each raises ValueError with the bad value quoted; the loader adds the key path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmpar.dtypes import BYTES_PER_ELEMENT
+from llmpar.errors import did_you_mean
+
+
+class FieldError(ValueError):
+    """A bad value of one field; `field` extends the key path in error messages."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+def positive(_instance: Any, attribute: Any, value: float | None) -> None:
+    """A finite number above zero (None passes: the field is optional)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0:
+        raise FieldError(attribute.name, f"must be a finite number > 0, got {value!r}")
+
+
+def non_negative(_instance: Any, attribute: Any, value: float | None) -> None:
+    """A finite number at or above zero (None passes)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0:
+        raise FieldError(attribute.name, f"must be a finite number >= 0, got {value!r}")
+
+
+def fraction(_instance: Any, attribute: Any, value: float | None) -> None:
+    """A number in (0, 1], such as a utilization (None passes)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise FieldError(attribute.name, f"must be in (0, 1], got {value!r}")
+
+
+def one_of(*choices: str):
+    """A validator that accepts only `choices`."""
+
+    def check(_instance: Any, attribute: Any, value: str) -> None:
+        if value not in choices:
+            listed = ", ".join(repr(c) for c in choices)
+            raise FieldError(
+                attribute.name,
+                f"must be one of {listed}, got {value!r}{did_you_mean(str(value), choices)}",
+            )
+
+    return check
+
+
+def dtype(_instance: Any, attribute: Any, value: str) -> None:
+    """A numeric format llmpar knows the size of."""
+    if value not in BYTES_PER_ELEMENT:
+        listed = ", ".join(repr(c) for c in BYTES_PER_ELEMENT)
+        raise FieldError(
+            attribute.name,
+            f"must be one of {listed}, got {value!r}{did_you_mean(str(value), BYTES_PER_ELEMENT)}",
+        )

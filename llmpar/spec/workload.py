@@ -1,0 +1,62 @@
+"""What is run: number formats and the training workload."""
+
+from __future__ import annotations
+
+import attrs
+
+from llmpar.spec import validators as v
+from llmpar.spec.quantities import Count
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+def _known_activation_model(instance: object, attribute: object, value: str) -> None:
+    # Imported here: the activation models themselves import the spec types.
+    from llmpar.footprint.activation_models import ACTIVATION_MODELS
+
+    v.one_of(*ACTIVATION_MODELS)(instance, attribute, value)
+ATTENTION_FLOP_CONVENTIONS = ("full", "causal")
+
+
+@attrs.frozen(kw_only=True)
+class Precision:
+    """Storage formats; `compute` picks which peak rate of the GPU applies."""
+
+    weights: str = attrs.field(default="bf16", validator=v.dtype)
+    gradients: str = attrs.field(default="bf16", validator=v.dtype)
+    """"fp32" gives Megatron-style fp32 main gradients."""
+    activations: str = attrs.field(default="bf16", validator=v.dtype)
+    compute: str = attrs.field(
+        default=attrs.Factory(lambda self: self.activations, takes_self=True),
+        validator=v.dtype,
+    )
+    """Format of the matrix math. Default: the activations' format."""
+
+
+@attrs.frozen(kw_only=True)
+class Training:
+    """One training run: shape of a step and length of the run."""
+
+    sequence_length: int = attrs.field(default=2048, validator=v.positive)
+    """Tokens per sequence (s)."""
+    micro_batch_size: int = attrs.field(default=1, validator=v.positive)
+    """Sequences per GPU per forward/backward pass (b)."""
+    global_batch_size: int | None = attrs.field(default=None, validator=v.positive)
+    """Sequences per optimizer step. Default: one micro-batch per data-parallel replica."""
+    tokens: Count | None = attrs.field(default=None, validator=v.positive)
+    """Tokens of the whole run."""
+    tokens_per_parameter: float | None = attrs.field(default=None, validator=v.positive)
+    """Run length as tokens per parameter (Chinchilla: 20)."""
+    mfu: float | None = attrs.field(default=None, validator=v.fraction)
+    """Assume this model FLOPs utilization instead of modelling it."""
+    recompute: str = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
+    """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
+    activation_model: str = attrs.field(default="korthikanti", validator=_known_activation_model)
+    """How activations are counted: "korthikanti" or "coefficient" (k*b*s*L*h*d)."""
+    activation_coefficient: float = attrs.field(default=30.0, validator=v.positive)
+    """The founding document's k (measured there at about 30)."""
+    attention_flops: str = attrs.field(
+        default="full", validator=v.one_of(*ATTENTION_FLOP_CONVENTIONS)
+    )
+    """Count attention score FLOPs over the full s x s square (Megatron's convention)
+    or only the causal half."""

@@ -1,0 +1,12 @@
+"""llmpar's own parallel strategies, one plugin module each.
+
+They are registered exactly as third-party plugins are: each module is named
+in the `llmpar` entry-point group of llmpar's own package metadata, and
+implements `llmpar_register_strategies`.
+"""
+
+BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("data", "llmpar.strategies.data"),
+    ("presets", "llmpar.loading.builtin_presets"),
+)
+"""(entry-point name, module) of llmpar's own plugins, as in pyproject.toml."""

@@ -1,0 +1,174 @@
+"""The plugin contract: built-ins and third parties go through the same door."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import attrs
+import pytest
+
+import llmpar
+from llmpar import PluginError, Shard, Strategy, Transform
+from llmpar.strategies import BUILTIN_PLUGINS
+
+SPEC = {"model": "llama-2-7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+        "training": {"sequence_length": 1024}}
+
+
+@attrs.frozen(kw_only=True)
+class HalvesConfig:
+    degree: int = 2
+
+
+class HalvesWeights(Strategy):
+    """A toy strategy: splits the weights over `degree` GPUs."""
+
+    name = "halves"
+    config_type = HalvesConfig
+    phase = 50
+
+    def transform(self, config, ctx):
+        return Transform(strategy=self.name,
+                         shards=(Shard(component="weights", divisor=config.degree,
+                                       reason="toy"),))
+
+
+class HalvesPlugin:
+    @llmpar.hookimpl
+    def llmpar_register_strategies(self, register):
+        register(HalvesWeights())
+
+
+class ExtraBuffer(Strategy):
+    name = "buffer"
+    config_type = HalvesConfig
+    phase = 50
+
+    def degree(self, config):
+        return 1
+
+    def transform(self, config, ctx):
+        return Transform(strategy=self.name, buffer_bytes=1000 * config.degree)
+
+
+class BufferPlugin:
+    @llmpar.hookimpl
+    def llmpar_register_strategies(self, register):
+        register(ExtraBuffer())
+
+
+def test_builtins_are_declared_in_the_entry_point_group():
+    declared = {(ep.name, ep.value) for ep in importlib.metadata.entry_points(group="llmpar")}
+    assert set(BUILTIN_PLUGINS) <= declared
+
+
+def test_hermetic_session_has_builtins_but_no_entry_points():
+    session = llmpar.Session(load_entry_points=False)
+    assert "data" in session.strategies
+    assert {info.name for info in session.plugins()} == {name for name, _ in BUILTIN_PLUGINS}
+
+
+def test_third_party_strategy_owns_its_table_and_transforms_memory():
+    session = llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin()])
+    base = session.evaluate(SPEC)
+    split = session.evaluate({**SPEC, "parallel": {"halves": {"degree": 2}}})
+    assert split.layout == {"data": 4, "halves": 2}
+    assert split.weights_bytes * 2 == base.weights_bytes
+    assert split.gradients_bytes == base.gradients_bytes
+
+
+def test_third_party_table_errors_carry_its_path():
+    session = llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin()])
+    with pytest.raises(llmpar.SpecError) as caught:
+        session.load_spec({**SPEC, "parallel": {"halves": {"degre": 2}}})
+    assert caught.value.problems[0].path == "$.parallel.halves.degre"
+
+
+def test_default_session_does_not_know_a_plugin_registered_elsewhere():
+    llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin()])
+    with pytest.raises(llmpar.SpecError, match="unknown strategy"):
+        llmpar.load_spec({**SPEC, "parallel": {"halves": {"degree": 2}}})
+
+
+def test_plan_does_not_depend_on_registration_order():
+    spec = {**SPEC, "parallel": {"halves": {"degree": 2}, "buffer": {"degree": 3}}}
+    one = llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin(), BufferPlugin()])
+    two = llmpar.Session(load_entry_points=False, plugins=[BufferPlugin(), HalvesPlugin()])
+    assert one.evaluate(spec) == two.evaluate(spec)
+    assert list(one.strategies) == list(two.strategies)
+
+
+def test_duplicate_strategy_names_name_both_plugins():
+    class Again:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            register(HalvesWeights())
+
+    with pytest.raises(PluginError, match="registered by both"):
+        llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin(), Again()])
+
+
+def test_a_failing_plugin_is_named():
+    class Broken:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            raise RuntimeError("boom")
+
+    with pytest.raises(PluginError, match="boom") as caught:
+        llmpar.Session(load_entry_points=False, plugins=[Broken()])
+    assert "failed to register strategies" in str(caught.value)
+
+
+def test_unknown_hook_is_refused():
+    class Typo:
+        @llmpar.hookimpl
+        def llmpar_register_strategy(self, register):
+            pass
+
+    with pytest.raises(PluginError, match="unknown hook"):
+        llmpar.Session(load_entry_points=False, plugins=[Typo()])
+
+
+def test_strategy_config_must_be_attrs():
+    class Bad(Strategy):
+        name = "bad"
+        config_type = dict
+
+    class BadPlugin:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            register(Bad())
+
+    with pytest.raises(PluginError, match="attrs class"):
+        llmpar.Session(load_entry_points=False, plugins=[BadPlugin()])
+
+
+def test_plugin_presets_are_found(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny.toml").write_text(
+        'source = "test"\nnum_layers = 2\nhidden_size = 64\nnum_attention_heads = 4\n'
+        "ffn_hidden_size = 256\nvocab_size = 1000\n")
+
+    class Presets:
+        @llmpar.hookimpl
+        def llmpar_register_presets(self, register):
+            register(tmp_path)
+
+    session = llmpar.Session(load_entry_points=False, plugins=[Presets()])
+    assert "tiny" in session.presets.names("models")
+    assert session.evaluate({**SPEC, "model": "tiny"}).parameters > 0
+
+
+def test_a_strategy_that_crashes_is_named_at_evaluation():
+    class Crashes(HalvesWeights):
+        def transform(self, config, ctx):
+            raise ZeroDivisionError("oops")
+
+    class CrashPlugin:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            register(Crashes())
+
+    session = llmpar.Session(load_entry_points=False, plugins=[CrashPlugin()])
+    with pytest.raises(PluginError, match="strategy 'halves' failed"):
+        session.evaluate({**SPEC, "parallel": {"halves": {"degree": 2}}})
