@@ -19,6 +19,7 @@ import pluggy
 from llmpar import hookspecs
 from llmpar.errors import PluginError, SpecError
 from llmpar.evaluation.evaluate import build_plan
+from llmpar.loading.checks import resolve_layout, spec_problems
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
 from llmpar.loading.loader import load
@@ -28,7 +29,6 @@ from llmpar.plan import Plan
 from llmpar.spec import Spec
 from llmpar.strategies import BUILTIN_PLUGINS
 from llmpar.strategy import Strategy
-from llmpar.loading.checks import resolve_layout, spec_problems
 
 ENTRY_POINT_GROUP = "llmpar"
 
