@@ -6,10 +6,10 @@ import math
 
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import training_specs
 
 import llmpar
 from llmpar import SpecError
-from tests.strategies import training_specs
 
 MEMORY_FIELDS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
                  "buffers_bytes", "total_bytes")
