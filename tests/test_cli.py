@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import llmpar
-from llmpar.cli import main
+from llmpar.cli.main import main
 
 
 def example(name: str) -> str:

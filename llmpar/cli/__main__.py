@@ -1,0 +1,5 @@
+import sys
+
+from llmpar.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""Entry point of the `llmpar` command. Spec errors exit with status 2, plugin errors
+with 3, both without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from llmpar.errors import PluginError, SpecError
+from llmpar.session import Session
+
+EXIT_SPEC_ERROR = 2
+EXIT_PLUGIN_ERROR = 3
+
+COMMAND_MODULES = ("evaluate", "explain", "presets", "plugins")
+"""Subcommands, each a module of this package with `add_parser(commands)`."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmpar",
+        description="Plan parallelism for large language models: memory per GPU, FLOPs, "
+                    "step and run time, from a TOML spec.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"llmpar.cli.{name}").add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(Session(), args)
+    except SpecError as error:
+        print(error, file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except PluginError as error:
+        print(f"llmpar: plugin error: {error}", file=sys.stderr)
+        return EXIT_PLUGIN_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
