@@ -59,7 +59,14 @@ class SavedTensorRow:
     bytes_per_element: float
     bytes: float
     """Bytes of one instance (one layer's, or the single one outside layers)."""
-    per_layer: bool
+    layer_kind: str
+    """The kind of layer that keeps it ("dense", "moe", ...), or "" outside the layers."""
+    layers: int
+    """How many layers keep one each (1 outside the layers)."""
+
+    @property
+    def per_layer(self) -> bool:
+        return bool(self.layer_kind)
 
 
 @attrs.frozen(kw_only=True)
@@ -88,6 +95,8 @@ class Plan:
     fits: bool
 
     parameters: int
+    active_parameters: int
+    """Parameters one token passes through (MoE: only its routed experts)."""
     parameters_by_group: dict[str, int] = attrs.field(hash=False)
 
     sequence_length: int

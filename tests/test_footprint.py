@@ -20,6 +20,7 @@ def plan_for(model, **training):
         ("llama-2-7b", 6_738_415_616),
         ("llama-2-70b", 68_976_648_192),
         ("qwen3-4b", 4_022_468_096),
+        ("mixtral-8x7b", 46_702_792_704),
     ],
 )
 def test_parameter_counts_match_published_checkpoints(preset, parameters):
@@ -113,3 +114,10 @@ def test_selective_recompute_reruns_only_the_attention_matmuls():
     selective = plan_for("gpt-3-175b", sequence_length=2048, mfu=0.5, recompute="selective")
     overhead = selective.hardware_flops_per_step / none.hardware_flops_per_step - 1
     assert overhead == pytest.approx(0.027, abs=0.002)
+
+
+def test_moe_active_parameters_count_only_routed_experts():
+    plan = plan_for("mixtral-8x7b", sequence_length=4096)
+    expert = 3 * 4096 * 14336
+    assert plan.parameters - plan.active_parameters == 32 * (8 - 2) * expert
+    assert plan.flops_per_step_6nd == 6 * plan.active_parameters * 4096

@@ -80,6 +80,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
         buffers_bytes=memory.buffers_bytes, total_bytes=total, capacity_bytes=capacity,
         fits=total <= capacity,
         parameters=round(footprint.parameters.total),
+        active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,

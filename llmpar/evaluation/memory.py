@@ -11,6 +11,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import (
     ActivationInventory,
+    SavedTensor,
     drop_attention_scores,
     keep_layer_inputs,
 )
@@ -104,10 +105,10 @@ def per_gpu_memory(spec: Spec, footprint: Footprint, transforms: list[Transform]
         rows = _rows(inventory)
         derivations.append(Derivation(
             quantity="activations_bytes", value=activations, unit="bytes",
-            rule=("(L * per_layer + outside_layers) * micro_batches_in_flight / shards, "
+            rule=("(layers + outside_layers) * micro_batches_in_flight / shards, "
                   f"recompute = {spec.training.recompute}"),
             source=_activation_source(inventory),
-            inputs={"L": inventory.num_layers, "per_layer_bytes": inventory.layer_bytes,
+            inputs={"L": inventory.num_layers, "layers_bytes": inventory.layers_bytes,
                     "outside_layers_bytes": inventory.fixed_bytes,
                     "micro_batches_in_flight": in_flight, "shards": shards}))
     buffers = sum(t.buffer_bytes for t in transforms)
@@ -123,10 +124,10 @@ def _activation_source(inventory: ActivationInventory) -> str:
 
 
 def _rows(inventory: ActivationInventory) -> tuple[SavedTensorRow, ...]:
-    def row(tensor, per_layer: bool) -> SavedTensorRow:
+    def row(tensor: SavedTensor, kind: str, layers: int) -> SavedTensorRow:
         return SavedTensorRow(name=tensor.name, reason=tensor.reason, shape=tensor.shape_text,
                               bytes_per_element=tensor.bytes_per_element, bytes=tensor.bytes,
-                              per_layer=per_layer)
+                              layer_kind=kind, layers=layers)
 
-    return tuple(row(t, True) for t in inventory.per_layer) + tuple(
-        row(t, False) for t in inventory.fixed)
+    rows = [row(t, group.kind, group.count) for group in inventory.groups for t in group.tensors]
+    return tuple(rows) + tuple(row(t, "", 1) for t in inventory.fixed)

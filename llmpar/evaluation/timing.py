@@ -62,14 +62,16 @@ def step_compute(spec: Spec, footprint: Footprint, layout_data_degree: int,
     n_params = footprint.parameters.total
     global_batch = training.global_batch_size or training.micro_batch_size * layout_data_degree
     tokens_per_step = global_batch * training.sequence_length
-    flops_6nd = six_nd_flops(n_params, tokens_per_step)
+    active = footprint.parameters.active
+    flops_6nd = six_nd_flops(active, tokens_per_step)
     per_sequence = footprint.train_flops_per_sequence()
     derivations, warnings = [], []
     if per_sequence is None:
         flops, method = flops_6nd, "6nd"
         derivations.append(Derivation(
-            quantity="flops_per_step", value=flops, unit="FLOP", rule="6 * N * tokens_per_step",
-            source=SIX_ND_SOURCE, inputs={"N": n_params, "tokens_per_step": tokens_per_step}))
+            quantity="flops_per_step", value=flops, unit="FLOP",
+            rule="6 * N_active * tokens_per_step",
+            source=SIX_ND_SOURCE, inputs={"N_active": active, "tokens_per_step": tokens_per_step}))
     else:
         flops, method = per_sequence * global_batch, "exact"
         fwd = footprint.forward_flops_per_sequence

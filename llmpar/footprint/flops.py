@@ -44,17 +44,39 @@ def forward_flops_per_sequence(
     """
     assert model.has_architecture
     assert model.num_layers is not None and model.hidden_size is not None
-    assert model.vocab_size is not None and model.ffn_hidden_size is not None
+    assert model.vocab_size is not None
     h, s, layers = model.hidden_size, sequence_length, model.num_layers
-    qw, kvw = model.query_width, model.kv_width
-    matrices = 3 if model.gated else 2
-    matmul_weights = h * qw + 2 * h * kvw + qw * h + matrices * h * model.ffn_hidden_size
-    projections = 2.0 * matmul_weights * s * layers
+    qw = model.query_width
+    projections = 2.0 * s * active_matmul_weights(model)
     attention = 2.0 * 2.0 * s * s * qw * layers
     if causal:
         attention /= 2
     logits = 2.0 * h * model.vocab_size * s
     return ForwardFlops(projections=projections, attention=attention, logits=logits)
+
+
+def mlp_matmul_weights(model: Model, width: int) -> int:
+    """Weights of one MLP's matrices (2 or 3 of hidden x width)."""
+    assert model.hidden_size is not None
+    return (3 if model.gated else 2) * model.hidden_size * width
+
+
+def active_matmul_weights(model: Model) -> int:
+    """Matrix weights one token multiplies through in all layers (MoE: its experts
+    and the router only)."""
+    assert model.hidden_size is not None and model.ffn_hidden_size is not None
+    h, qw, kvw = model.hidden_size, model.query_width, model.kv_width
+    attention = h * qw + 2 * h * kvw + qw * h
+    total = (model.num_layers or 0) * attention
+    total += model.num_dense_layers * mlp_matmul_weights(model, model.ffn_hidden_size)
+    moe = model.moe
+    if moe is not None:
+        shared_width = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+        per_layer = (moe.experts_per_token * mlp_matmul_weights(model, moe.expert_ffn_hidden_size)
+                     + moe.num_shared_experts * mlp_matmul_weights(model, shared_width)
+                     + h * moe.num_experts)
+        total += model.num_moe_layers * per_layer
+    return total
 
 
 def six_nd_flops(parameters: float, tokens: float) -> float:

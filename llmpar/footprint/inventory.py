@@ -8,6 +8,7 @@ drop it, and a report can show which tensors dominate.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import attrs
 
@@ -48,23 +49,43 @@ class SavedTensor:
 
 
 @attrs.frozen(kw_only=True)
-class ActivationInventory:
-    """Saved tensors of one micro-batch: those of one layer, and the rest."""
+class LayerGroup:
+    """`count` identical layers (dense blocks, MoE blocks) and what each one saves."""
 
-    model: str
-    """The activation model that produced it."""
-    per_layer: tuple[SavedTensor, ...]
-    fixed: tuple[SavedTensor, ...] = ()
-    """Embedding, final norm, output layer and loss: counted once."""
-    num_layers: int
-
-    @property
-    def has_attention_scores(self) -> bool:
-        return any(t.attention_score for t in self.per_layer)
+    kind: str
+    count: int
+    tensors: tuple[SavedTensor, ...]
 
     @property
     def layer_bytes(self) -> float:
-        return sum(t.bytes for t in self.per_layer)
+        return sum(t.bytes for t in self.tensors)
+
+    def replace(self, tensors: tuple[SavedTensor, ...]) -> LayerGroup:
+        return attrs.evolve(self, tensors=tensors)
+
+
+@attrs.frozen(kw_only=True)
+class ActivationInventory:
+    """Saved tensors of one micro-batch: those of each kind of layer, and the rest."""
+
+    model: str
+    """The activation model that produced it."""
+    groups: tuple[LayerGroup, ...]
+    fixed: tuple[SavedTensor, ...] = ()
+    """Embedding, final norm, output layer and loss: counted once."""
+
+    @property
+    def num_layers(self) -> int:
+        return sum(group.count for group in self.groups)
+
+    @property
+    def has_attention_scores(self) -> bool:
+        return any(t.attention_score for g in self.groups for t in g.tensors)
+
+    @property
+    def layers_bytes(self) -> float:
+        """All layers together."""
+        return sum(group.count * group.layer_bytes for group in self.groups)
 
     @property
     def fixed_bytes(self) -> float:
@@ -72,7 +93,10 @@ class ActivationInventory:
 
     @property
     def total_bytes(self) -> float:
-        return self.num_layers * self.layer_bytes + self.fixed_bytes
+        return self.layers_bytes + self.fixed_bytes
+
+    def map_layers(self, change: Callable[[LayerGroup], LayerGroup]) -> ActivationInventory:
+        return attrs.evolve(self, groups=tuple(change(group) for group in self.groups))
 
     def split(self, tag: str, divisor: int) -> ActivationInventory:
         """Divide every tensor tagged `tag` by `divisor`."""
@@ -83,7 +107,8 @@ class ActivationInventory:
                 for t in tensors
             )
 
-        return attrs.evolve(self, per_layer=apply(self.per_layer), fixed=apply(self.fixed))
+        split = self.map_layers(lambda group: group.replace(apply(group.tensors)))
+        return attrs.evolve(split, fixed=apply(self.fixed))
 
 
 def drop_attention_scores(inventory: ActivationInventory) -> ActivationInventory:
@@ -91,8 +116,8 @@ def drop_attention_scores(inventory: ActivationInventory) -> ActivationInventory
 
     Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 5: drops the 5as/h term.
     """
-    kept = tuple(t for t in inventory.per_layer if not t.attention_score)
-    return attrs.evolve(inventory, per_layer=kept)
+    return inventory.map_layers(
+        lambda group: group.replace(tuple(t for t in group.tensors if not t.attention_score)))
 
 
 def keep_layer_inputs(
@@ -110,4 +135,4 @@ def keep_layer_inputs(
         bytes_per_element=dtype_bytes,
         splits=frozenset({SPLIT_SEQUENCE, SPLIT_CONTEXT}),
     )
-    return attrs.evolve(inventory, per_layer=(checkpoint,))
+    return inventory.map_layers(lambda group: group.replace((checkpoint,)))

@@ -1,7 +1,7 @@
 """Spec types: frozen attrs classes for everything a user varies."""
 
 from llmpar.spec.hardware import Gpu, Hardware
-from llmpar.spec.model import Model
+from llmpar.spec.model import Model, MoE
 from llmpar.spec.optimizer import Optimizer, OptimizerState
 from llmpar.spec.spec import SCHEMA_VERSION, Spec
 from llmpar.spec.workload import Precision, Training
@@ -11,6 +11,7 @@ __all__ = [
     "Gpu",
     "Hardware",
     "Model",
+    "MoE",
     "Optimizer",
     "OptimizerState",
     "Precision",

@@ -22,6 +22,39 @@ ARCHITECTURE_FIELDS = (
 """The fields without which a model is only a size."""
 
 
+@attrs.frozen(kw_only=True)
+class MoE:
+    """`[model.moe]`: a mixture of experts in place of some layers' MLP.
+
+    Layer i (from 0) is an MoE layer when i >= dense_layers and (i + 1) is a
+    multiple of layer_frequency (Hugging Face's `decoder_sparse_step` convention;
+    DeepSeek's `first_k_dense_replace` is `dense_layers`).
+    """
+
+    num_experts: int = attrs.field(validator=v.positive)
+    """Routed experts per MoE layer."""
+    experts_per_token: int = attrs.field(validator=v.positive)
+    """Routed experts each token goes to (top-k)."""
+    expert_ffn_hidden_size: int = attrs.field(validator=v.positive)
+    """Inner width of one expert's MLP."""
+    num_shared_experts: int = attrs.field(default=0, validator=v.non_negative)
+    """Experts every token goes to (DeepSeek, Qwen2-MoE)."""
+    shared_expert_ffn_hidden_size: int | None = attrs.field(
+        default=attrs.Factory(lambda self: self.expert_ffn_hidden_size, takes_self=True),
+        validator=v.positive)
+    """Inner width of one shared expert. Default: expert_ffn_hidden_size."""
+    dense_layers: int = attrs.field(default=0, validator=v.non_negative)
+    """The first layers keep a dense MLP of ffn_hidden_size."""
+    layer_frequency: int = attrs.field(default=1, validator=v.positive)
+    """Every layer_frequency-th layer (after dense_layers) is an MoE layer."""
+    capacity_factor: float | None = attrs.field(default=None, validator=v.positive)
+    """Token capacity per expert, as a multiple of the balanced share; None: no dropping."""
+    router_bias: bool = False
+    """A per-expert bias in the router (parameters: num_experts per MoE layer)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate on the shared expert's output (Qwen2-MoE: hidden_size weights)."""
+
+
 def _default_kv_heads(model: Model) -> int | None:
     return model.num_attention_heads
 
@@ -89,6 +122,25 @@ class Model:
     """A norm right after the embeddings, as in BERT."""
     final_norm: bool = True
     """A norm after the last block (pre-norm models); BERT's post-norm blocks have none."""
+    moe: MoE | None = None
+    """Mixture of experts; None for a dense model."""
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` (from 0) has experts instead of a dense MLP."""
+        moe = self.moe
+        if moe is None:
+            return False
+        return index >= moe.dense_layers and (index + 1) % moe.layer_frequency == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with experts."""
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers or 0))
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with a dense MLP."""
+        return (self.num_layers or 0) - self.num_moe_layers
 
     @property
     def has_architecture(self) -> bool:
