@@ -70,6 +70,41 @@ class SavedTensorRow:
 
 
 @attrs.frozen(kw_only=True)
+class CollectiveCost:
+    """One kind of communication in a step, costed on the links its group spans."""
+
+    strategy: str
+    operation: str
+    """all-reduce, all-gather, reduce-scatter, all-to-all or send-recv."""
+    buffer_bytes: int
+    """Bytes each GPU contributes to one call."""
+    group_size: int
+    tier: str
+    """The slowest link the group spans: "intra-node" or "inter-node"."""
+    calls_per_step: float
+    seconds: float
+    """All calls of one step together, on one GPU."""
+    exposed_seconds: float
+    """The part not hidden behind compute."""
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class StageMemory:
+    """Memory of one pipeline stage's GPUs (one stage when there is no pipeline)."""
+
+    stage: int
+    layers: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int | None
+    buffers_bytes: int
+    total_bytes: int
+    micro_batches_in_flight: float
+
+
+@attrs.frozen(kw_only=True)
 class Plan:
     """Per-GPU memory, compute and time of one spec under its layout.
 
@@ -126,6 +161,23 @@ class Plan:
     activation_k: float | None
     """The founding document's k: activations / (b * s * L * h * d), no recompute."""
     activation_tensors: tuple[SavedTensorRow, ...] = ()
+
+    time_model: str = "assumed-mfu"
+    """"assumed-mfu" (step time from a stated utilization) or "modelled" (compute at
+    a shape-dependent efficiency, plus exposed communication, bubble and optimizer)."""
+    compute_seconds: float | None = None
+    """Per-GPU compute of one step, without waiting or communication."""
+    communication_seconds: float = 0.0
+    """All communication of one step on one GPU, hidden or not."""
+    exposed_communication_seconds: float = 0.0
+    bubble_fraction: float = 0.0
+    """Pipeline idle time as a share of compute time."""
+    bubble_seconds: float = 0.0
+    optimizer_seconds: float = 0.0
+    collectives: tuple[CollectiveCost, ...] = ()
+    peak_stage: int = 0
+    """The pipeline stage whose GPUs need the most memory; memory fields are its."""
+    stages: tuple[StageMemory, ...] = ()
 
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
