@@ -7,6 +7,7 @@ degree), and returns a `Transform`. The evaluator composes the transforms.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -18,19 +19,33 @@ if TYPE_CHECKING:
     from llmpar.footprint.baseline import Footprint
     from llmpar.spec import Spec
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations")
-"""Per-GPU memory components a strategy can shard."""
+COMPONENTS = ("weights", "gradients", "optimizer")
+"""Per-GPU model-state components a strategy can shard (activations split by tag)."""
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
+
+RANK_ORDER = ("tensor", "context", "expert", "data", "pipeline")
+"""Default placement of ranks, innermost first (Megatron-Core's tp-cp-ep-dp-pp): the
+tensor group is contiguous, so it stays inside a node when its degree allows."""
 
 
 @attrs.frozen(kw_only=True)
 class Shard:
-    """Divide one memory component by `divisor` on every GPU."""
+    """Divide one model-state component by `divisor` on every GPU.
+
+    `groups` names the parameter groups it applies to ("attention", "experts"...);
+    None applies to every group. A model given only by its size has one group.
+    """
 
     component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
-    divisor: int = attrs.field(validator=attrs.validators.ge(1))
+    divisor: float = attrs.field(validator=attrs.validators.gt(0))
     reason: str
+    groups: frozenset[str] | None = None
+    excluded: frozenset[str] = frozenset()
+    """Groups it leaves alone even when `groups` is None."""
+
+    def applies_to(self, group: str) -> bool:
+        return (self.groups is None or group in self.groups) and group not in self.excluded
 
 
 @attrs.frozen(kw_only=True)
@@ -44,17 +59,40 @@ class ActivationSplit:
 
 @attrs.frozen(kw_only=True)
 class Collective:
-    """One communication a step performs, as the strategy that needs it states it."""
+    """One communication a step performs, as the strategy that needs it states it.
+
+    `buffer_bytes` is the logical buffer: the tensor all-reduced, the whole tensor
+    an all-gather produces or a reduce-scatter consumes, what one GPU exchanges in
+    an all-to-all, or what one send carries.
+    """
 
     strategy: str
+    name: str
+    """Identifies it, so another strategy can replace it (sequence parallelism
+    replaces tensor parallelism's all-reduces)."""
     operation: str = attrs.field(validator=attrs.validators.in_(COLLECTIVES))
-    buffer_bytes: int
-    """Size of the buffer each GPU contributes to one call."""
+    buffer_bytes: float
     group_size: int
+    group_stride: int = 1
+    """Rank distance between members; with group_size it decides whether the group
+    stays inside a node."""
     calls_per_step: float = 1.0
-    overlapped: bool = False
-    """Whether it can run behind compute."""
+    overlap: float = 0.0
+    """Share of its time that can run behind compute (0: on the critical path)."""
     reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Stage:
+    """One pipeline stage: which layers its GPUs hold, and what else."""
+
+    index: int
+    first_layer: int
+    num_layers: int
+    has_embedding: bool
+    has_head: bool
+    micro_batches_in_flight: float
+    """Micro-batches whose activations the stage holds at its peak."""
 
 
 @attrs.frozen(kw_only=True)
@@ -68,17 +106,19 @@ class Transform:
     strategy: str
     shards: tuple[Shard, ...] = ()
     activation_splits: tuple[ActivationSplit, ...] = ()
-    micro_batches_in_flight: float = 1.0
-    """Micro-batches whose activations one GPU holds at its peak (pipelining)."""
+    stages: tuple[Stage, ...] = ()
+    """Pipeline stages; empty means one stage holding everything."""
     micro_batches_per_step: int | None = None
     """Micro-batches each replica runs per optimizer step (gradient accumulation)."""
     collectives: tuple[Collective, ...] = ()
+    replaces: tuple[str, ...] = ()
+    """Names of other strategies' collectives this one's replace."""
     extra_flops_per_step: float = 0.0
     """Hardware FLOPs beyond the model's (recomputation), all GPUs together."""
-    idle_fraction: float = 0.0
-    """Share of a step a GPU waits (pipeline bubble)."""
-    buffer_bytes: int = 0
-    """Extra per-GPU memory the strategy needs (communication buffers)."""
+    bubble_fraction: float = 0.0
+    """Idle time as a share of compute time (pipeline bubble)."""
+    buffer_bytes: float = 0.0
+    """Extra per-GPU memory the strategy needs (gathered weights, communication)."""
     notes: tuple[str, ...] = ()
     """What the strategy did, for reports."""
     warnings: tuple[str, ...] = ()
@@ -95,6 +135,15 @@ class Layout:
     def degree(self, strategy: str) -> int:
         """Degree of `strategy`; 1 when it is not in the layout."""
         return self.degrees.get(strategy, 1)
+
+    def stride(self, strategy: str) -> int:
+        """Rank distance between members of `strategy`'s group under RANK_ORDER:
+        the product of the degrees placed inside it. The expert group is carved
+        out of the data x context ranks, so it sits right after tensor."""
+        if strategy == "expert":
+            return self.degree("tensor")
+        inner = RANK_ORDER[: RANK_ORDER.index(strategy)] if strategy in RANK_ORDER else RANK_ORDER
+        return math.prod(self.degree(name) for name in inner if name != "expert")
 
 
 @attrs.frozen(kw_only=True)
@@ -120,9 +169,12 @@ class Strategy:
     phase: ClassVar[int] = 100
     always_active: ClassVar[bool] = False
     """Active even when the spec has no table for it (data parallelism)."""
+    multiplies_gpus: ClassVar[bool] = True
+    """Whether its degree multiplies the GPU count (expert parallelism instead
+    splits ranks the other strategies already count)."""
 
     def degree(self, config: Any) -> int:
-        """GPUs this strategy multiplies the layout by; -1 takes what is left."""
+        """This strategy's degree; -1 takes every GPU the others leave."""
         return int(getattr(config, "degree", 1))
 
     def check(self, config: Any, spec: Spec, layout: Layout) -> list[Problem]:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import PluginError
 from llmpar.evaluation.memory import per_gpu_memory
-from llmpar.evaluation.timing import step_compute
+from llmpar.evaluation.step_time import StepTime, step_time
+from llmpar.evaluation.timing import StepFlops, run_length, step_flops
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import Derivation, Plan
 from llmpar.spec import Spec
@@ -45,15 +46,23 @@ def activation_k(spec: Spec, footprint: Footprint) -> float | None:
     return footprint.activations.total_bytes / denominator
 
 
-def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -> Plan:
-    """Compose the plan of a validated spec under a resolved layout."""
-    footprint = baseline_footprint(spec)
-    transforms = transforms_of(spec, footprint, layout, strategies)
-    memory = per_gpu_memory(spec, footprint, transforms)
-    compute = step_compute(spec, footprint, layout.degree("data"), transforms)
-    capacity = spec.hardware.gpu.memory_bytes
-    total = memory.total_bytes
-    warnings = list(compute.warnings)
+def _micro_batches(transforms: list[Transform]) -> int:
+    counts = [t.micro_batches_per_step for t in transforms if t.micro_batches_per_step]
+    return counts[0] if counts else 1
+
+
+def _utilization(flops: StepFlops, time: StepTime, spec: Spec) -> tuple[float | None,
+                                                                        float | None]:
+    peak = spec.hardware.gpu.peak_flops_per_s(spec.precision.compute)
+    if time.step_seconds is None or peak is None:
+        return None, None
+    capacity = spec.hardware.num_gpus * peak * time.step_seconds
+    return flops.flops_per_step / capacity, flops.hardware_flops_per_step / capacity
+
+
+def _warnings(spec: Spec, footprint: Footprint, transforms: list[Transform], total: int,
+              capacity: int, time: StepTime) -> list[str]:
+    warnings = list(time.warnings)
     if footprint.activations_unavailable:
         warnings.append(f"no activation estimate: {footprint.activations_unavailable}; "
                         "total_bytes and fits count model states only")
@@ -61,41 +70,64 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
     selective = spec.training.recompute == "selective"
     if selective and inventory is not None and not inventory.has_attention_scores:
         warnings.append(f"selective recomputation changes nothing: the {inventory.model!r} "
-                            "activation model keeps no attention scores")
+                        "activation model keeps no attention scores")
     if total > capacity:
         warnings.append(f"does not fit: needs {total / 2**30:,.2f} GiB per GPU, "
                         f"has {capacity / 2**30:,.2f} GiB")
     for transform in transforms:
         warnings += [f"{transform.strategy}: {text}" for text in transform.warnings]
-    fits_rule = Derivation(
-        quantity="total_bytes", value=total, unit="bytes",
-        rule="weights + gradients + optimizer + activations + buffers",
+    return warnings
+
+
+def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -> Plan:
+    """Compose the plan of a validated spec under a resolved layout."""
+    footprint = baseline_footprint(spec)
+    transforms = transforms_of(spec, footprint, layout, strategies)
+    memory = per_gpu_memory(spec, footprint, transforms)
+    extra = sum(t.extra_flops_per_step for t in transforms)
+    flops = step_flops(spec, footprint, layout.degree("data"), extra)
+    micro_batches = _micro_batches(transforms)
+    time = step_time(spec, footprint, layout, flops, transforms, memory, micro_batches)
+    source = time.derivations[0].source if time.derivations else ""
+    run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
+    peak, capacity = memory.peak, spec.hardware.gpu.memory_bytes
+    mfu, hfu = _utilization(flops, time, spec)
+    total_rule = Derivation(
+        quantity="total_bytes", value=peak.total_bytes, unit="bytes",
+        rule="weights + gradients + optimizer + activations + buffers of the peak stage",
         source="sum of the per-GPU components above",
-        inputs={"capacity_bytes": capacity})
+        inputs={"capacity_bytes": capacity, "peak_stage": peak.stage})
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
-        weights_bytes=memory.weights_bytes, gradients_bytes=memory.gradients_bytes,
-        optimizer_bytes=memory.optimizer_bytes, activations_bytes=memory.activations_bytes,
-        buffers_bytes=memory.buffers_bytes, total_bytes=total, capacity_bytes=capacity,
-        fits=total <= capacity,
+        weights_bytes=peak.weights_bytes, gradients_bytes=peak.gradients_bytes,
+        optimizer_bytes=peak.optimizer_bytes, activations_bytes=peak.activations_bytes,
+        buffers_bytes=peak.buffers_bytes, total_bytes=peak.total_bytes, capacity_bytes=capacity,
+        fits=peak.total_bytes <= capacity,
         parameters=round(footprint.parameters.total),
         active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
-        global_batch_size=compute.global_batch_size,
-        micro_batches_per_step=compute.micro_batches_per_step,
-        tokens_per_step=compute.tokens_per_step, flops_per_step=compute.flops_per_step,
-        flops_per_step_6nd=compute.flops_per_step_6nd, flops_method=compute.flops_method,
-        hardware_flops_per_step=compute.hardware_flops_per_step,
-        step_seconds=compute.step_seconds, tokens_per_second=compute.tokens_per_second,
-        mfu=compute.mfu, hfu=compute.hfu, train_tokens=compute.train_tokens,
-        train_steps=compute.train_steps, train_flops=compute.train_flops,
-        train_seconds=compute.train_seconds, gpu_hours=compute.gpu_hours,
+        global_batch_size=flops.global_batch_size, micro_batches_per_step=micro_batches,
+        tokens_per_step=flops.tokens_per_step, flops_per_step=flops.flops_per_step,
+        flops_per_step_6nd=flops.flops_per_step_6nd, flops_method=flops.flops_method,
+        hardware_flops_per_step=flops.hardware_flops_per_step,
+        step_seconds=time.step_seconds,
+        tokens_per_second=(None if time.step_seconds is None
+                           else flops.tokens_per_step / time.step_seconds),
+        mfu=mfu, hfu=hfu, train_tokens=run.train_tokens, train_steps=run.train_steps,
+        train_flops=run.train_flops, train_seconds=run.train_seconds, gpu_hours=run.gpu_hours,
         activation_model=spec.training.activation_model,
         activation_k=activation_k(spec, footprint),
         activation_tensors=memory.activation_tensors,
-        warnings=tuple(warnings),
-        derivations=memory.derivations + (fits_rule,) + compute.derivations,
+        time_model=time.time_model, compute_seconds=time.compute_seconds,
+        communication_seconds=time.communication_seconds,
+        exposed_communication_seconds=time.exposed_communication_seconds,
+        bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
+        optimizer_seconds=time.optimizer_seconds, collectives=time.collectives,
+        peak_stage=peak.stage, stages=memory.stages,
+        warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)),
+        derivations=(memory.derivations + (total_rule,) + flops.derivations + time.derivations
+                     + run.derivations),
     )

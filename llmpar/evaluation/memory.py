@@ -1,9 +1,10 @@
-"""Per-GPU memory: model states and activations under the strategies' transforms."""
+"""Per-GPU memory of each pipeline stage: model states and activations under the
+strategies' transforms."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -15,37 +16,72 @@ from llmpar.footprint.inventory import (
     drop_attention_scores,
     keep_layer_inputs,
 )
-from llmpar.plan import Derivation, SavedTensorRow
+from llmpar.plan import Derivation, SavedTensorRow, StageMemory
 from llmpar.spec import Spec
-from llmpar.strategy import Transform
+from llmpar.strategy import Stage, Transform
 
 MODEL_STATE_SOURCE = (
     "ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054, Sec. 3.1): weights and gradients in "
     "their formats, plus the optimizer's states per parameter"
 )
+PER_LAYER_GROUPS = ("attention", "norms", "all")
+DENSE_GROUPS = ("mlp",)
+MOE_GROUPS = ("experts", "shared_experts", "router")
 
 
 @attrs.frozen(kw_only=True)
 class Memory:
-    """Bytes on one GPU, with their derivations."""
+    """The peak stage's bytes on one GPU, every stage's, and their derivations."""
 
-    weights_bytes: int
-    gradients_bytes: int
-    optimizer_bytes: int
-    activations_bytes: int | None
-    buffers_bytes: int
+    peak: StageMemory
+    stages: tuple[StageMemory, ...]
     activation_tensors: tuple[SavedTensorRow, ...]
     derivations: tuple[Derivation, ...]
 
-    @property
-    def total_bytes(self) -> int:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + (self.activations_bytes or 0) + self.buffers_bytes)
+
+def whole_model_stage(spec: Spec) -> Stage:
+    """One stage holding everything: the layout without pipeline parallelism."""
+    return Stage(index=0, first_layer=0, num_layers=spec.model.num_layers or 0,
+                 has_embedding=True, has_head=True, micro_batches_in_flight=1.0)
 
 
-def divisor(transforms: Iterable[Transform], component: str) -> int:
-    """Product of every strategy's shard divisor for `component`."""
-    return math.prod(s.divisor for t in transforms for s in t.shards if s.component == component)
+def stages_of(spec: Spec, transforms: Iterable[Transform]) -> tuple[Stage, ...]:
+    for transform in transforms:
+        if transform.stages:
+            return transform.stages
+    return (whole_model_stage(spec),)
+
+
+def _layer_kinds(spec: Spec, stage: Stage) -> tuple[int, int]:
+    """(dense layers, MoE layers) of a stage."""
+    indices = range(stage.first_layer, stage.first_layer + stage.num_layers)
+    moe = sum(spec.model.is_moe_layer(i) for i in indices)
+    return stage.num_layers - moe, moe
+
+
+def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str, float]:
+    """Parameters by group that one stage holds, before any sharding."""
+    model = spec.model
+    by_group = footprint.parameters.by_group or {"all": footprint.parameters.total}
+    if not model.num_layers:  # a model given by its size: one stage holds it all
+        return dict(by_group)
+    layers = model.num_layers
+    dense, moe = _layer_kinds(spec, stage)
+    share = {"embedding": float(stage.has_embedding), "head": float(stage.has_head)}
+    share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
+    share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
+    share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
+    return {group: count * share.get(group, stage.num_layers / layers)
+            for group, count in by_group.items()}
+
+
+def component_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
+                    component: str, transforms: Iterable[Transform]) -> float:
+    """Bytes of one model-state component on one GPU, each group under its shards."""
+    shards = [s for t in transforms for s in t.shards if s.component == component]
+    return sum(count * bytes_per_parameter
+               / math.prod(s.divisor for s in shards if s.applies_to(group))
+               for group, count in parameters.items())
 
 
 def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
@@ -70,51 +106,72 @@ def split_inventory(inventory: ActivationInventory,
     return inventory
 
 
-def _state(name: str, parameters: float, per_parameter: float, shards: int,
-           rule: str) -> tuple[int, Derivation]:
-    value = round(parameters * per_parameter / shards)
-    return value, Derivation(
-        quantity=name, value=value, unit="bytes", rule=rule, source=MODEL_STATE_SOURCE,
-        inputs={"N": parameters, "bytes_per_parameter": per_parameter, "shards": shards})
+def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
+                  transforms: list[Transform]) -> tuple[StageMemory, ActivationInventory | None]:
+    precision = spec.precision
+    parameters = stage_parameters(spec, footprint, stage)
+    per_parameter = {
+        "weights": bytes_per_element(precision.weights),
+        "gradients": bytes_per_element(precision.gradients),
+        "optimizer": spec.optimizer.bytes_per_parameter(precision.weights),
+    }
+    states = {c: round(component_bytes(parameters, size, c, transforms))
+              for c, size in per_parameter.items()}
+    inventory, activations = None, None
+    if footprint.activations is not None:
+        dense, moe = _layer_kinds(spec, stage)
+        staged = footprint.activations.for_stage(dense, moe, stage.has_embedding, stage.has_head)
+        inventory = split_inventory(recomputed(staged, spec), transforms)
+        activations = round(inventory.total_bytes * stage.micro_batches_in_flight)
+    buffers = round(sum(t.buffer_bytes for t in transforms))
+    total = sum(states.values()) + (activations or 0) + buffers
+    memory = StageMemory(stage=stage.index, layers=stage.num_layers,
+                         weights_bytes=states["weights"], gradients_bytes=states["gradients"],
+                         optimizer_bytes=states["optimizer"], activations_bytes=activations,
+                         buffers_bytes=buffers, total_bytes=total,
+                         micro_batches_in_flight=stage.micro_batches_in_flight)
+    return memory, inventory
 
 
 def per_gpu_memory(spec: Spec, footprint: Footprint, transforms: list[Transform]) -> Memory:
-    """Weights, gradients, optimizer states and activations on one GPU."""
-    n = footprint.parameters.total
-    precision = spec.precision
-    weights, d_weights = _state("weights_bytes", n, bytes_per_element(precision.weights),
-                                divisor(transforms, "weights"),
-                                f"N * bytes({precision.weights}) / shards")
-    gradients, d_gradients = _state("gradients_bytes", n,
-                                    bytes_per_element(precision.gradients),
-                                    divisor(transforms, "gradients"),
-                                    f"N * bytes({precision.gradients}) / shards")
+    """Every stage's memory; the peak stage's components with their derivations."""
+    results = [_stage_memory(spec, footprint, stage, transforms)
+               for stage in stages_of(spec, transforms)]
+    peak_index = max(range(len(results)), key=lambda i: results[i][0].total_bytes)
+    peak, inventory = results[peak_index]
+    return Memory(peak=peak, stages=tuple(r[0] for r in results),
+                  activation_tensors=_rows(inventory) if inventory else (),
+                  derivations=_derivations(spec, footprint, peak, inventory))
+
+
+def _derivations(spec: Spec, footprint: Footprint, peak: StageMemory,
+                 inventory: ActivationInventory | None) -> tuple[Derivation, ...]:
+    precision, n = spec.precision, footprint.parameters.total
     states = spec.optimizer.kept_states(precision.weights)
     listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
-    optimizer, d_optimizer = _state("optimizer_bytes", n,
-                                    spec.optimizer.bytes_per_parameter(precision.weights),
-                                    divisor(transforms, "optimizer"),
-                                    f"N * ({listed}) / shards")
-    derivations = [d_weights, d_gradients, d_optimizer]
-    activations, rows = None, ()
-    if footprint.activations is not None:
-        inventory = split_inventory(recomputed(footprint.activations, spec), transforms)
-        in_flight = max((t.micro_batches_in_flight for t in transforms), default=1.0)
-        shards = divisor(transforms, "activations")
-        activations = round(inventory.total_bytes * in_flight / shards)
-        rows = _rows(inventory)
-        derivations.append(Derivation(
-            quantity="activations_bytes", value=activations, unit="bytes",
-            rule=("(layers + outside_layers) * micro_batches_in_flight / shards, "
-                  f"recompute = {spec.training.recompute}"),
+    rule = "sum over parameter groups held by the stage of N_g * {} / (shards applying to g)"
+    found = [
+        Derivation(quantity="weights_bytes", value=peak.weights_bytes, unit="bytes",
+                   rule=rule.format(f"bytes({precision.weights})"), source=MODEL_STATE_SOURCE,
+                   inputs={"N": n, "stage": peak.stage}),
+        Derivation(quantity="gradients_bytes", value=peak.gradients_bytes, unit="bytes",
+                   rule=rule.format(f"bytes({precision.gradients})"), source=MODEL_STATE_SOURCE,
+                   inputs={"N": n, "stage": peak.stage}),
+        Derivation(quantity="optimizer_bytes", value=peak.optimizer_bytes, unit="bytes",
+                   rule=rule.format(f"({listed})"), source=MODEL_STATE_SOURCE,
+                   inputs={"N": n, "bytes_per_parameter":
+                           spec.optimizer.bytes_per_parameter(precision.weights)}),
+    ]
+    if inventory is not None:
+        found.append(Derivation(
+            quantity="activations_bytes", value=peak.activations_bytes, unit="bytes",
+            rule=("(stage layers' saved tensors + embedding/output tensors it holds) * "
+                  f"micro_batches_in_flight, after splits; recompute = {spec.training.recompute}"),
             source=_activation_source(inventory),
-            inputs={"L": inventory.num_layers, "layers_bytes": inventory.layers_bytes,
+            inputs={"layers": inventory.num_layers, "layers_bytes": inventory.layers_bytes,
                     "outside_layers_bytes": inventory.fixed_bytes,
-                    "micro_batches_in_flight": in_flight, "shards": shards}))
-    buffers = sum(t.buffer_bytes for t in transforms)
-    return Memory(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
-                  activations_bytes=activations, buffers_bytes=buffers,
-                  activation_tensors=rows, derivations=tuple(derivations))
+                    "micro_batches_in_flight": peak.micro_batches_in_flight}))
+    return tuple(found)
 
 
 def _activation_source(inventory: ActivationInventory) -> str:
@@ -129,5 +186,6 @@ def _rows(inventory: ActivationInventory) -> tuple[SavedTensorRow, ...]:
                               bytes_per_element=tensor.bytes_per_element, bytes=tensor.bytes,
                               layer_kind=kind, layers=layers)
 
-    rows = [row(t, group.kind, group.count) for group in inventory.groups for t in group.tensors]
+    rows = [row(t, group.kind, group.count) for group in inventory.groups
+            if group.count for t in group.tensors]
     return tuple(rows) + tuple(row(t, "", 1) for t in inventory.fixed)

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+import attrs
+
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.inventory import (
     SPLIT_CONTEXT,
@@ -179,17 +181,21 @@ def korthikanti(spec: Spec) -> ActivationInventory:
         groups.append(LayerGroup(kind="moe", count=model.num_moe_layers,
                                  tensors=(*attention, *_moe_tensors(spec, d), residual_mask)))
     vocab = ("V", model.vocab_size)
-    fixed = (
+    embedding = (
         _saved("token ids", "input of the embedding lookup", (b, s), TOKEN_ID_BYTES,
                frozenset({SPLIT_CONTEXT})),
         _saved("embedding dropout mask", "dropout after the embedding", (b, s, h),
                MASK_BYTES, _OUTSIDE_TP),
+    )
+    head = (
         _saved("final norm input", "input of the last norm", (b, s, h), d, _OUTSIDE_TP),
         _saved("output layer input", "input of the output projection", (b, s, h), d,
                _OUTSIDE_TP),
         _saved("logits (fp32)", "softmax cross-entropy in fp32", (b, s, vocab), LOSS_BYTES,
                _INSIDE_TP),
     )
+    fixed = tuple(attrs.evolve(t, placement="embedding") for t in embedding) + tuple(
+        attrs.evolve(t, placement="head") for t in head)
     return ActivationInventory(model="korthikanti", groups=tuple(groups), fixed=fixed)
 
 

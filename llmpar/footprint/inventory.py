@@ -34,6 +34,8 @@ class SavedTensor:
     """Grows with s^2; selective recomputation drops it (Korthikanti et al. 2022, Sec. 5)."""
     divisor: int = 1
     """How many ways parallel strategies have split it."""
+    placement: str = ""
+    """Outside the layers: "embedding" or "head", the pipeline stage that keeps it."""
 
     @property
     def elements(self) -> float:
@@ -97,6 +99,16 @@ class ActivationInventory:
 
     def map_layers(self, change: Callable[[LayerGroup], LayerGroup]) -> ActivationInventory:
         return attrs.evolve(self, groups=tuple(change(group) for group in self.groups))
+
+    def for_stage(self, dense_layers: int, moe_layers: int, has_embedding: bool,
+                  has_head: bool) -> ActivationInventory:
+        """The part one pipeline stage keeps: its layers, and the embedding's or the
+        output layer's tensors when it holds them."""
+        counts = {"dense": dense_layers, "moe": moe_layers, "layer": dense_layers + moe_layers}
+        groups = tuple(attrs.evolve(g, count=counts.get(g.kind, g.count)) for g in self.groups)
+        places = {"embedding": has_embedding, "head": has_head, "": True}
+        fixed = tuple(t for t in self.fixed if places.get(t.placement, True))
+        return attrs.evolve(self, groups=groups, fixed=fixed)
 
     def split(self, tag: str, divisor: int) -> ActivationInventory:
         """Divide every tensor tagged `tag` by `divisor`."""

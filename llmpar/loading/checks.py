@@ -62,13 +62,16 @@ def resolve_layout(
     """Every strategy's degree, with the one degree of -1 filled; they must multiply
     to `hardware.num_gpus`."""
     fixed: dict[str, int] = {}
+    side: dict[str, int] = {}  # degrees that split ranks counted elsewhere (expert)
     fill: list[str] = []
     for name, config in spec.parallel.items():
         degree = strategies[name].degree(config)
         if degree == -1:
             fill.append(name)
-        else:
+        elif strategies[name].multiplies_gpus:
             fixed[name] = degree
+        else:
+            side[name] = degree
     num_gpus = spec.hardware.num_gpus
     product = math.prod(fixed.values())
     operands = " x ".join(f"{name} {degree}" for name, degree in sorted(fixed.items())) or "1"
@@ -84,7 +87,7 @@ def resolve_layout(
     elif product != num_gpus:
         return None, [Problem("$.parallel", f"degrees multiply to {product} ({operands}) but "
                               f"hardware.num_gpus is {num_gpus}")]
-    return Layout(degrees=fixed, num_gpus=num_gpus), []
+    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus), []
 
 
 def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import cattrs
 
 from llmpar.errors import Problem, SpecError, did_you_mean
+from llmpar.hf.importer import model_table_from_hf
 from llmpar.loading.converter import structure
 from llmpar.loading.presets import PresetCatalog, PresetNotFound
 from llmpar.loading.reader import SpecSource, apply_overrides, merge, read_source
@@ -52,6 +54,43 @@ def _read_preset(
     except (OSError, ValueError) as exc:
         problems.append(Problem(path, f"preset {name!r} cannot be read: {exc}"))
     return None
+
+
+def _with_cluster(table: dict[str, Any], catalog: PresetCatalog,
+                  problems: list[Problem]) -> dict[str, Any] | None:
+    """`[hardware] cluster = "dgx-h100"` fills the hardware table; its own keys win."""
+    name = table.get("cluster")
+    if name is None:
+        return table
+    if not isinstance(name, str):
+        problems.append(Problem("$.hardware.cluster", f"expected a preset name, got {name!r}"))
+        return None
+    preset = _read_preset("clusters", name, "$.hardware.cluster", catalog, problems)
+    if preset is None:
+        return None
+    preset.pop("name", None)
+    return merge(preset, table)
+
+
+def _with_hf_config(table: dict[str, Any], label: str | None,
+                    problems: list[Problem]) -> dict[str, Any] | None:
+    """`[model] hf_config = "config.json"` (relative to the spec's folder) fills the model
+    table through `llmpar.model_from_hf`'s reader; the table's own keys win."""
+    if "hf_config" not in table:
+        return table
+    name = table.pop("hf_config")
+    if not isinstance(name, str):
+        problems.append(Problem("$.model.hf_config",
+                                f"expected the path of a config.json, got {name!r}"))
+        return None
+    folder = Path(label).parent if label is not None else Path.cwd()
+    try:
+        base = model_table_from_hf(folder / name)
+    except SpecError as error:
+        problems += [Problem("$.model.hf_config", f"{error.source or name}: {problem}")
+                     for problem in error.problems]
+        return None
+    return merge(base, table)
 
 
 def _section(raw: dict[str, Any], key: str, problems: list[Problem]) -> dict[str, Any]:
@@ -113,6 +152,8 @@ def structure_spec(
     else:
         table = resolve_preset(raw["model"], "models", "$.model", catalog, problems)
         if table is not None:
+            table = _with_hf_config(table, label, problems)
+        if table is not None:
             model, found = structure(converter, table, Model, "$.model")
             problems += found
 
@@ -120,8 +161,8 @@ def structure_spec(
     if "hardware" not in raw:
         problems.append(Problem("$.hardware", "required: a table with at least gpu"))
     else:
-        table = _section(raw, "hardware", problems)
-        if not isinstance(raw["hardware"], Mapping):
+        table = _with_cluster(_section(raw, "hardware", problems), catalog, problems)
+        if not isinstance(raw["hardware"], Mapping) or table is None:
             pass
         elif "gpu" not in table:
             problems.append(Problem("$.hardware.gpu", "required: a GPU preset name or table"))

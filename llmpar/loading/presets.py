@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-PRESET_KINDS = ("models", "gpus", "optimizers", "examples")
+PRESET_KINDS = ("models", "gpus", "clusters", "optimizers", "examples")
 
 
 def builtin_specs_dir() -> Path:

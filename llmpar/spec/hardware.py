@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from llmpar.spec import validators as v
-from llmpar.spec.quantities import ByteRate, Bytes, FlopRate
+from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, Seconds
 
 
 @attrs.frozen(kw_only=True)
@@ -29,6 +29,14 @@ class Gpu:
         default=None, validator=v.positive
     )
     """Total intra-node link bandwidth per GPU (both directions, as datasheets state)."""
+    matmul_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
+    """Share of the dense peak that a training step's matrix products reach; with
+    `memory_efficiency` it lets llmpar model step time instead of assuming an MFU."""
+    memory_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
+    """Share of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
+    the optimizer step) reach."""
+    efficiency_source: str = ""
+    """Where the two efficiencies come from."""
     achievable_mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Model FLOPs utilization that large training runs reach on this GPU."""
     achievable_mfu_source: str = ""
@@ -42,11 +50,39 @@ class Gpu:
 
 @attrs.frozen(kw_only=True)
 class Hardware:
-    """How many GPUs, and how they are grouped into nodes."""
+    """How many GPUs, how they are grouped into nodes, and the links between them.
+
+    Bandwidths are per GPU and per direction, as a collective uses them. A
+    `cluster` preset fills these; keys given beside it override it.
+    """
 
     gpu: Gpu
     num_gpus: int = attrs.field(default=1, validator=v.positive)
     gpus_per_node: int = attrs.field(default=8, validator=v.positive)
+    cluster: str | None = None
+    """The cluster preset these values came from, if any."""
+    intra_node_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
+        default=None, validator=v.positive)
+    """GPU-to-GPU inside a node, one direction. Default: half the GPU's NVLink figure
+    (datasheets state both directions together)."""
+    intra_node_latency_seconds: Seconds = attrs.field(default=2e-6, validator=v.non_negative)
+    """Per step of a ring inside a node."""
+    inter_node_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
+        default=None, validator=v.positive)
+    """Network bandwidth per GPU, one direction (e.g. "400 Gb/s" for one NDR NIC per GPU)."""
+    inter_node_latency_seconds: Seconds = attrs.field(default=5e-6, validator=v.non_negative)
+    """Per step of a ring across nodes."""
+    collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
+    """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's)."""
+    source: str = ""
+
+    @property
+    def intra_node_bandwidth(self) -> float | None:
+        """Bytes/s inside a node, from the field or from the GPU's NVLink figure."""
+        if self.intra_node_bandwidth_bytes_per_s is not None:
+            return self.intra_node_bandwidth_bytes_per_s
+        nvlink = self.gpu.nvlink_bandwidth_bytes_per_s
+        return None if nvlink is None else nvlink / 2
 
     @property
     def num_nodes(self) -> int:

@@ -7,6 +7,11 @@ implements `llmpar_register_strategies`.
 
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("data", "llmpar.strategies.data"),
+    ("tensor", "llmpar.strategies.tensor"),
+    ("sequence", "llmpar.strategies.sequence"),
+    ("context", "llmpar.strategies.context"),
+    ("expert", "llmpar.strategies.expert"),
+    ("pipeline", "llmpar.strategies.pipeline"),
     ("presets", "llmpar.loading.builtin_presets"),
 )
 """(entry-point name, module) of llmpar's own plugins, as in pyproject.toml."""

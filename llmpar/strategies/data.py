@@ -1,8 +1,13 @@
-"""Data parallelism: replicas of the whole model, each on its share of the batch.
+"""Data parallelism with ZeRO / FSDP sharding.
 
-Every replica holds all weights, gradients and optimizer states (ZeRO sharding
-is not modelled yet) and runs global_batch / (micro_batch x degree)
-micro-batches per optimizer step, accumulating gradients between them.
+Replicas of the model each run their share of the batch. ZeRO (Rajbhandari et
+al. 2020, arXiv:1910.02054, Sec. 5) shards the optimizer states (stage 1), the
+gradients too (stage 2) and the weights too (stage 3, FSDP) across the data
+ranks. The gradient all-reduce becomes a reduce-scatter from stage 2 on, and
+updated weights are all-gathered; stage 3 gathers the weights in every forward
+and backward pass, 1.5x the traffic of an all-reduce (ZeRO paper, Sec. 7.2.2).
+Megatron-Core shards across data x context ranks; expert weights across the
+expert-data ranks (data x context / expert).
 """
 
 from __future__ import annotations
@@ -12,16 +17,27 @@ from typing import Any
 
 import attrs
 
+from llmpar.dtypes import bytes_per_element
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
 from llmpar.spec import Spec
 from llmpar.spec.validators import FieldError
-from llmpar.strategy import Layout, Strategy, StrategyContext, Transform
+from llmpar.strategies.common import EXPERT_GROUPS, TENSOR_SPLIT_GROUPS, micro_batches_per_step
+from llmpar.strategy import Collective, Layout, Shard, Strategy, StrategyContext, Transform
+
+FSDP_PREFETCH_LAYERS = 2
+"""FSDP keeps the gathered weights of the running layer and the prefetched next one
+(PyTorch FSDP `forward_prefetch` / `backward_prefetch`; Zhao et al. 2023, arXiv:2304.11277)."""
 
 
 def _degree_or_fill(_instance: Any, attribute: Any, value: int) -> None:
     if value != -1 and value < 1:
         raise FieldError(attribute.name, f"must be >= 1, or -1 for all GPUs left, got {value!r}")
+
+
+def _zero_stage(_instance: Any, attribute: Any, value: int) -> None:
+    if value not in (0, 1, 2, 3):
+        raise FieldError(attribute.name, f"must be 0, 1, 2 or 3, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -30,14 +46,43 @@ class DataConfig:
 
     degree: int = attrs.field(default=-1, validator=_degree_or_fill)
     """Replicas; -1 (the default) takes every GPU the other strategies leave."""
+    zero: int = attrs.field(default=0, validator=_zero_stage)
+    """ZeRO stage: 1 shards optimizer states, 2 adds gradients, 3 adds weights."""
+    fsdp: bool = False
+    """PyTorch FSDP: ZeRO-3 with prefetch buffers for the gathered weights."""
+    overlap_grad_reduce: bool = True
+    """Reduce gradients while the last micro-batch's backward pass runs."""
+    overlap_param_gather: bool = True
+    """Gather weights while compute runs (next forward, or prefetch under ZeRO-3)."""
+
+    @property
+    def stage(self) -> int:
+        return 3 if self.fsdp else self.zero
 
 
-def micro_batches_per_step(spec: Spec, degree: int) -> int:
-    """Gradient-accumulation steps: global batch / (micro-batch x replicas)."""
-    training = spec.training
-    if training.global_batch_size is None:
-        return 1
-    return training.global_batch_size // (training.micro_batch_size * degree)
+def shard_degrees(ctx: StrategyContext) -> tuple[int, int]:
+    """(ranks sharding dense weights, ranks sharding expert weights)."""
+    layout = ctx.layout
+    dense = layout.degree("data") * layout.degree("context")
+    return dense, max(1, dense // layout.degree("expert"))
+
+
+def parameters_per_gpu(ctx: StrategyContext, experts: bool) -> float:
+    """Expert (or all other) parameters one GPU holds before ZeRO: split by tensor
+    (in the groups it splits), expert (experts) and pipeline ranks, on average."""
+    by_group = ctx.footprint.parameters.by_group or {"all": ctx.footprint.parameters.total}
+    layout = ctx.layout
+    total = 0.0
+    for group, count in by_group.items():
+        if (group in EXPERT_GROUPS) != experts:
+            continue
+        divisor = layout.degree("pipeline")
+        if group in TENSOR_SPLIT_GROUPS or group == "all":
+            divisor *= layout.degree("tensor")
+        if group in EXPERT_GROUPS:
+            divisor *= layout.degree("expert")
+        total += count / divisor
+    return total
 
 
 class DataParallel(Strategy):
@@ -59,12 +104,78 @@ class DataParallel(Strategy):
         return []
 
     def transform(self, config: DataConfig, ctx: StrategyContext) -> Transform:
-        degree = ctx.layout.degree(self.name)
+        dense, expert = shard_degrees(ctx)
         return Transform(
             strategy=self.name,
-            micro_batches_per_step=micro_batches_per_step(ctx.spec, degree),
-            notes=(f"{degree} replicas, each with the whole model",),
+            micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
+            shards=_shards(config.stage, dense, expert),
+            collectives=_collectives(config, ctx, dense, expert),
+            buffer_bytes=_fsdp_buffer_bytes(config, ctx),
+            notes=(f"{ctx.layout.degree(self.name)} replicas, ZeRO stage {config.stage}",),
         )
+
+
+def _shards(stage: int, dense: int, expert: int) -> tuple[Shard, ...]:
+    components = ("optimizer", "gradients", "weights")[:stage]
+    shards = []
+    for component in components:
+        reason = f"ZeRO-{stage} shards {component} across data ranks"
+        shards.append(Shard(component=component, divisor=dense, reason=reason,
+                            excluded=EXPERT_GROUPS))
+        shards.append(Shard(component=component, divisor=expert, reason=reason,
+                            groups=EXPERT_GROUPS))
+    return tuple(shards)
+
+
+def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
+                 expert: int) -> tuple[Collective, ...]:
+    spec, layout = ctx.spec, ctx.layout
+    grad_size = bytes_per_element(spec.precision.gradients)
+    weight_size = bytes_per_element(spec.precision.weights)
+    m = micro_batches_per_step(spec, layout)
+    stride = layout.stride("data") // layout.degree("context")  # data x context group
+    found = []
+    for label, experts, size in (("dense", False, dense), ("expert", True, expert)):
+        params = parameters_per_gpu(ctx, experts)
+        if size <= 1 or params <= 0:
+            continue
+        found += _group_collectives(config, label, params * grad_size, params * weight_size,
+                                    size, stride, m)
+    return tuple(found)
+
+
+def _group_collectives(config: DataConfig, label: str, grad_bytes: float, weight_bytes: float,
+                       size: int, stride: int, m: int) -> list[Collective]:
+    stage = config.stage
+    grad_overlap = 1.0 if config.overlap_grad_reduce else 0.0
+    gather_overlap = 1.0 if config.overlap_param_gather else 0.0
+    common = dict(strategy="data", group_size=size, group_stride=stride)
+    if stage == 0:
+        found = [Collective(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
+                            buffer_bytes=grad_bytes, overlap=grad_overlap,
+                            reason="sum gradients across replicas", **common)]
+    else:
+        calls = m if stage == 3 else 1
+        found = [Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
+                            buffer_bytes=grad_bytes, calls_per_step=calls, overlap=grad_overlap,
+                            reason="sum gradient shards across replicas", **common)]
+    gathers = 2 * m if stage == 3 else (1 if stage >= 1 else 0)
+    if gathers:
+        found.append(Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
+                                buffer_bytes=weight_bytes, calls_per_step=gathers,
+                                overlap=gather_overlap,
+                                reason=("gather weights for forward and backward" if stage == 3
+                                        else "gather updated weight shards"), **common))
+    return found
+
+
+def _fsdp_buffer_bytes(config: DataConfig, ctx: StrategyContext) -> float:
+    if config.stage != 3:
+        return 0.0
+    layers = ctx.spec.model.num_layers or 1
+    held = parameters_per_gpu(ctx, False) + parameters_per_gpu(ctx, True)
+    per_layer = held * ctx.layout.degree("pipeline") / layers
+    return FSDP_PREFETCH_LAYERS * per_layer * bytes_per_element(ctx.spec.precision.weights)
 
 
 @hookimpl

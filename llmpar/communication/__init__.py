@@ -1,0 +1,1 @@
+"""Cost of collectives on the links their groups span."""

@@ -1,0 +1,169 @@
+"""Step time: an assumed utilization, or a model of compute, communication, bubble
+and optimizer step.
+
+Modelled (when the spec gives no `[training] mfu` and the GPU states its
+efficiencies):
+    compute   = hardware FLOPs per GPU / (peak * matmul_efficiency)
+              + elementwise bytes / (HBM bandwidth * memory_efficiency)
+    exposed   = communication not hidden behind compute (each collective states
+                the share of it that can overlap; hiding is capped by compute)
+    bubble    = bubble_fraction * compute (pipeline schedules)
+    optimizer = optimizer-step bytes / (HBM bandwidth * memory_efficiency)
+    step      = compute + exposed + bubble + optimizer
+Elementwise bytes: every saved activation is written and read in the forward
+pass and read with its gradient written and read in the backward pass, 4 passes
+over the inventory (6 with full recomputation, which runs the forward twice).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from llmpar.communication.collectives import call_seconds
+from llmpar.evaluation.memory import Memory, split_inventory
+from llmpar.evaluation.timing import StepFlops
+from llmpar.footprint.baseline import Footprint
+from llmpar.plan import CollectiveCost, Derivation
+from llmpar.spec import Spec
+from llmpar.strategy import Layout, Transform
+
+ASSUMED_SOURCE = ("T = C / (n * F_peak * MFU), the founding document's training-time rule; "
+                  "Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1")
+MODELLED_SOURCE = ("llmpar.evaluation.step_time: compute + exposed communication + bubble + "
+                   "optimizer")
+ELEMENTWISE_PASSES = 4
+ADAM_STEP_PASSES = 2
+"""The optimizer reads and writes its states and the weights once each, and reads the
+gradients (a fused Adam kernel, e.g. apex FusedAdam / torch `fused=True`)."""
+
+
+@attrs.frozen(kw_only=True)
+class StepTime:
+    time_model: str
+    step_seconds: float | None
+    compute_seconds: float | None = None
+    communication_seconds: float = 0.0
+    exposed_communication_seconds: float = 0.0
+    bubble_fraction: float = 0.0
+    bubble_seconds: float = 0.0
+    optimizer_seconds: float = 0.0
+    collectives: tuple[CollectiveCost, ...] = ()
+    warnings: tuple[str, ...] = ()
+    derivations: tuple[Derivation, ...] = ()
+
+
+def cost_collectives(spec: Spec, transforms: list[Transform]) -> tuple[list[CollectiveCost],
+                                                                        list[str]]:
+    """Every collective still in force, costed on its link, for one step on one GPU."""
+    replaced = {name for t in transforms for name in t.replaces}
+    costs, warnings = [], []
+    for transform in transforms:
+        for collective in transform.collectives:
+            if collective.name in replaced or collective.group_size <= 1:
+                continue
+            per_call, tier = call_seconds(collective, spec.hardware)
+            if per_call is None:
+                warnings.append(f"{collective.name}: no {tier} bandwidth in [hardware]; "
+                                "not costed")
+                per_call = 0.0
+            seconds = per_call * collective.calls_per_step
+            costs.append(CollectiveCost(
+                strategy=collective.strategy, operation=collective.operation,
+                buffer_bytes=round(collective.buffer_bytes), group_size=collective.group_size,
+                tier=tier, calls_per_step=collective.calls_per_step, seconds=seconds,
+                exposed_seconds=seconds * (1 - collective.overlap), reason=collective.reason))
+    return costs, warnings
+
+
+def _hide(costs: list[CollectiveCost], compute: float) -> list[CollectiveCost]:
+    """Cap the hidden share of communication at the compute it hides behind."""
+    hideable = sum(c.seconds - c.exposed_seconds for c in costs)
+    if hideable <= compute or hideable == 0:
+        return costs
+    scale = compute / hideable
+    return [attrs.evolve(c, exposed_seconds=c.seconds - (c.seconds - c.exposed_seconds) * scale)
+            for c in costs]
+
+
+def _elementwise_bytes(spec: Spec, footprint: Footprint, layout: Layout,
+                       transforms: list[Transform], micro_batches: int) -> float:
+    if footprint.activations is None:
+        return 0.0
+    per_gpu = split_inventory(footprint.activations, transforms).total_bytes
+    passes = ELEMENTWISE_PASSES + (2 if spec.training.recompute == "full" else 0)
+    return passes * per_gpu / layout.degree("pipeline") * micro_batches
+
+
+def step_time(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops,
+              transforms: list[Transform], memory: Memory, micro_batches: int) -> StepTime:
+    """How long one optimizer step takes, and why."""
+    gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
+    peak = gpu.peak_flops_per_s(spec.precision.compute)
+    costs, warnings = cost_collectives(spec, transforms)
+    bubble = sum(t.bubble_fraction for t in transforms)
+    communication = sum(c.seconds for c in costs)
+    if peak is None:
+        warnings.append(f"GPU {gpu.name!r} states no {spec.precision.compute} peak; no step time")
+        return StepTime(time_model="none", step_seconds=None, collectives=tuple(costs),
+                        communication_seconds=communication, warnings=tuple(warnings))
+    mfu, mfu_source = spec.training.mfu, "[training] mfu"
+    modelled = (mfu is None and gpu.matmul_efficiency is not None
+                and gpu.memory_efficiency is not None and gpu.hbm_bandwidth_bytes_per_s)
+    if not modelled:
+        if mfu is None and gpu.achievable_mfu is not None:
+            mfu, mfu_source = gpu.achievable_mfu, f"GPU preset: {gpu.achievable_mfu_source}"
+        if mfu is None:
+            warnings.append("no utilization known: set [training] mfu, or use a GPU preset "
+                            "with achievable_mfu or efficiencies; no step time")
+            return StepTime(time_model="none", step_seconds=None, collectives=tuple(costs),
+                            communication_seconds=communication, warnings=tuple(warnings))
+        step = flops.flops_per_step / (n * peak * mfu)
+        return StepTime(
+            time_model="assumed-mfu", step_seconds=step, collectives=tuple(costs),
+            communication_seconds=communication, bubble_fraction=bubble,
+            warnings=tuple(warnings),
+            derivations=(Derivation(
+                quantity="step_seconds", value=step, unit="s",
+                rule="flops_per_step / (num_gpus * peak * mfu)",
+                source=f"{ASSUMED_SOURCE}; mfu from {mfu_source}",
+                inputs={"flops_per_step": flops.flops_per_step, "num_gpus": n,
+                        f"peak_{spec.precision.compute}_flops_per_s": peak, "mfu": mfu}),))
+    return _modelled(spec, footprint, layout, flops, transforms, memory, micro_batches, peak,
+                     costs, bubble, warnings)
+
+
+def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops,
+              transforms: list[Transform], memory: Memory, micro_batches: int, peak: float,
+              costs: list[CollectiveCost], bubble: float, warnings: list[str]) -> StepTime:
+    gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
+    assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
+    matmul = flops.hardware_flops_per_step / n / (peak * gpu.matmul_efficiency)
+    elementwise = _elementwise_bytes(spec, footprint, layout, transforms, micro_batches)
+    compute = matmul + elementwise / bandwidth
+    costs = _hide(costs, compute)
+    exposed = sum(c.exposed_seconds for c in costs)
+    peak_stage = memory.peak
+    optimizer_traffic = (ADAM_STEP_PASSES * (peak_stage.optimizer_bytes + peak_stage.weights_bytes)
+                         + peak_stage.gradients_bytes)
+    optimizer = optimizer_traffic / bandwidth
+    bubble_seconds = bubble * compute
+    step = compute + exposed + bubble_seconds + optimizer
+    if exposed > compute:
+        warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
+                        f"({compute:.3g} s)")
+    derivation = Derivation(
+        quantity="step_seconds", value=step, unit="s",
+        rule="compute + exposed communication + bubble * compute + optimizer step",
+        source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
+        inputs={"matmul_seconds": matmul, "elementwise_bytes": elementwise,
+                "compute_seconds": compute, "exposed_communication_seconds": exposed,
+                "bubble_fraction": bubble, "optimizer_seconds": optimizer,
+                "matmul_efficiency": gpu.matmul_efficiency,
+                "memory_efficiency": gpu.memory_efficiency})
+    return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
+                    communication_seconds=sum(c.seconds for c in costs),
+                    exposed_communication_seconds=exposed, bubble_fraction=bubble,
+                    bubble_seconds=bubble_seconds, optimizer_seconds=optimizer,
+                    collectives=tuple(costs), warnings=tuple(warnings),
+                    derivations=(derivation,))

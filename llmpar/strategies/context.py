@@ -1,0 +1,108 @@
+"""Context parallelism: the sequence split over ranks for the whole network.
+
+Every activation with a sequence dimension splits by the degree c. Attention
+needs all keys and values:
+- "ring" (ring attention, Liu et al. 2023, arXiv:2310.01889; Megatron-Core CP):
+  K and V chunks travel around the ring in c-1 steps, overlapped with the
+  attention of the chunk at hand; the backward pass sends K, V and their
+  gradients. Causal load balancing needs the sequence in 2c chunks.
+- "all-to-all" (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv:2309.14509):
+  all-to-alls swap the sequence split for a head split around attention: Q, K,
+  V in and the output back, in each direction of the pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from llmpar.dtypes import bytes_per_element
+from llmpar.errors import Problem
+from llmpar.footprint.inventory import SPLIT_CONTEXT
+from llmpar.hookspecs import hookimpl
+from llmpar.spec import Spec
+from llmpar.spec.validators import one_of, positive
+from llmpar.strategies.common import layers_per_stage, micro_batches_per_step
+from llmpar.strategy import (
+    ActivationSplit,
+    Collective,
+    Layout,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
+
+KINDS = ("ring", "all-to-all")
+
+
+@attrs.frozen(kw_only=True)
+class ContextConfig:
+    """`[parallel.context]`."""
+
+    degree: int = attrs.field(default=1, validator=positive)
+    kind: str = attrs.field(default="ring", validator=one_of(*KINDS))
+
+
+class ContextParallel(Strategy):
+    name = "context"
+    config_type = ContextConfig
+    phase = 30
+
+    def check(self, config: ContextConfig, spec: Spec, layout: Layout) -> list[Problem]:
+        c, s = config.degree, spec.training.sequence_length
+        problems = []
+        if c > 1 and s % (2 * c):
+            problems.append(Problem("$.parallel.context.degree",
+                                    f"training.sequence_length ({s}) must be divisible by 2 x "
+                                    f"context degree ({2 * c}) for load-balanced causal "
+                                    "attention"))
+        heads, t = spec.model.num_attention_heads, layout.degree("tensor")
+        if config.kind == "all-to-all" and heads is not None and heads % (c * t):
+            problems.append(Problem("$.parallel.context.kind",
+                                    f"all-to-all needs num_attention_heads ({heads}) divisible by "
+                                    f"context x tensor degree ({c} x {t} = {c * t})"))
+        return problems
+
+    def transform(self, config: ContextConfig, ctx: StrategyContext) -> Transform:
+        c = config.degree
+        if c == 1:
+            return Transform(strategy=self.name)
+        collective = self._ring(ctx, c) if config.kind == "ring" else self._all_to_all(ctx, c)
+        return Transform(strategy=self.name,
+                         activation_splits=(ActivationSplit(tag=SPLIT_CONTEXT, divisor=c,
+                                                            reason="sequence split"),),
+                         collectives=(collective,))
+
+    def _chunk_elements(self, ctx: StrategyContext, c: int) -> float:
+        training = ctx.spec.training
+        return training.micro_batch_size * training.sequence_length / c
+
+    def _ring(self, ctx: StrategyContext, c: int) -> Collective:
+        spec, layout = ctx.spec, ctx.layout
+        model = spec.model
+        kv_bytes = (self._chunk_elements(ctx, c) * 2 * model.kv_width / layout.degree("tensor")
+                    * bytes_per_element(spec.precision.activations))
+        # c-1 sends of K,V forward; backward sends K,V and dK,dV: 3 x (c-1) per layer.
+        calls = 3 * (c - 1) * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+        return Collective(strategy=self.name, name="context.kv-ring", operation="send-recv",
+                          buffer_bytes=kv_bytes, group_size=c,
+                          group_stride=layout.stride(self.name), calls_per_step=calls,
+                          overlap=1.0, reason="K/V chunks around the ring, behind attention")
+
+    def _all_to_all(self, ctx: StrategyContext, c: int) -> Collective:
+        spec, layout = ctx.spec, ctx.layout
+        model = spec.model
+        width = (2 * model.query_width + 2 * model.kv_width) / layout.degree("tensor")
+        exchanged = (self._chunk_elements(ctx, c) * width
+                     * bytes_per_element(spec.precision.activations))
+        calls = 2 * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+        return Collective(strategy=self.name, name="context.all-to-all", operation="all-to-all",
+                          buffer_bytes=exchanged, group_size=c,
+                          group_stride=layout.stride(self.name), calls_per_step=calls,
+                          reason="Q, K, V in and the output back, forward and backward")
+
+
+@hookimpl
+def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+    register(ContextParallel())

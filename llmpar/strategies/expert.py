@@ -1,0 +1,88 @@
+"""Expert parallelism for mixture-of-experts models.
+
+The routed experts of each MoE layer are split over the expert ranks, which are
+carved out of the data x context ranks (Megatron-Core: EP x expert-DP = DP x CP,
+with the expert tensor degree equal to the tensor degree), so the degree does
+not multiply the GPU count. Each MoE layer sends every token's hidden state to
+its k experts and back (dispatch and combine all-to-alls) in the forward pass,
+and the gradients the same way in the backward pass (Lepikhin et al. 2020,
+GShard, arXiv:2006.16668; Fedus et al. 2021, Switch Transformer, arXiv:2101.03961).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from llmpar.errors import Problem
+from llmpar.hookspecs import hookimpl
+from llmpar.spec import Spec
+from llmpar.spec.validators import positive
+from llmpar.strategies.common import (
+    EXPERT_GROUPS,
+    forward_passes_per_micro_batch,
+    hidden_state_bytes,
+    micro_batches_per_step,
+)
+from llmpar.strategy import Collective, Layout, Shard, Strategy, StrategyContext, Transform
+
+
+@attrs.frozen(kw_only=True)
+class ExpertConfig:
+    """`[parallel.expert]`."""
+
+    degree: int = attrs.field(default=1, validator=positive)
+    """Ranks the routed experts are split over."""
+
+
+class ExpertParallel(Strategy):
+    name = "expert"
+    config_type = ExpertConfig
+    phase = 35
+    multiplies_gpus = False
+
+    def check(self, config: ExpertConfig, spec: Spec, layout: Layout) -> list[Problem]:
+        e, moe = config.degree, spec.model.moe
+        path = "$.parallel.expert.degree"
+        if moe is None:
+            return [] if e == 1 else [Problem(path, "expert parallelism needs [model.moe]")]
+        problems = []
+        if moe.num_experts % e:
+            problems.append(Problem(path, f"expert degree ({e}) must divide "
+                                          f"model.moe.num_experts ({moe.num_experts})"))
+        ranks = layout.degree("data") * layout.degree("context")
+        if ranks % e:
+            problems.append(Problem(path, f"expert degree ({e}) must divide data x context "
+                                          f"degree ({layout.degree('data')} x "
+                                          f"{layout.degree('context')} = {ranks})"))
+        return problems
+
+    def transform(self, config: ExpertConfig, ctx: StrategyContext) -> Transform:
+        e = config.degree
+        if ctx.spec.model.moe is None or e == 1:
+            return Transform(strategy=self.name)
+        shards = tuple(Shard(component=component, divisor=e, groups=EXPERT_GROUPS,
+                             reason="experts split over expert ranks")
+                       for component in ("weights", "gradients", "optimizer"))
+        return Transform(strategy=self.name, shards=shards, collectives=(self._a2a(ctx, e),))
+
+    def _a2a(self, ctx: StrategyContext, e: int) -> Collective:
+        spec, layout = ctx.spec, ctx.layout
+        moe = spec.model.moe
+        assert moe is not None
+        tokens_bytes = hidden_state_bytes(spec, layout) * moe.experts_per_token
+        if "sequence" in spec.parallel:
+            tokens_bytes /= layout.degree("tensor")  # each tensor rank routes its slice
+        moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
+        per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)  # dispatch + combine
+        calls = per_micro_batch * moe_layers * micro_batches_per_step(spec, layout)
+        return Collective(strategy=self.name, name="expert.all-to-all", operation="all-to-all",
+                          buffer_bytes=tokens_bytes, group_size=e,
+                          group_stride=layout.stride(self.name), calls_per_step=calls,
+                          reason="token dispatch and combine, forward and backward")
+
+
+@hookimpl
+def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+    register(ExpertParallel())

@@ -1,0 +1,146 @@
+"""Pipeline parallelism: consecutive layers on consecutive stages.
+
+Schedules and their idle time (bubble) as a share of compute, with p stages, m
+micro-batches per step and v virtual stages per GPU:
+- "gpipe" (Huang et al. 2019, arXiv:1811.06965): bubble (p-1)/m; every stage holds
+  all m micro-batches' activations.
+- "1f1b" (PipeDream-Flush; Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1):
+  bubble (p-1)/m; stage i holds min(m, p-i) micro-batches.
+- "interleaved" (same paper, Sec. 2.2.2): bubble (p-1)/(v*m); the first stage
+  holds 1 + (p-1)/(p*v) times the activations of 1F1B's (Korthikanti et al. 2022,
+  Sec. 4.2.3), the others scaled alike.
+- "zero-bubble" (ZB-H1, Qi et al. 2023, arXiv:2401.10241, Sec. 3): splitting the
+  weight-gradient pass fills a third of 1F1B's bubble: (p-1)/(3m), at 1F1B's memory.
+The first stage holds the embedding, the last the output layer (and the embedding
+too when they are tied, to keep the tied gradient in sync, as Megatron-LM does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from llmpar.errors import Problem
+from llmpar.hookspecs import hookimpl
+from llmpar.spec import Spec
+from llmpar.spec.validators import one_of, positive
+from llmpar.strategies.common import hidden_state_bytes, micro_batches_per_step
+from llmpar.strategy import Collective, Layout, Stage, Strategy, StrategyContext, Transform
+
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zero-bubble")
+
+
+@attrs.frozen(kw_only=True)
+class PipelineConfig:
+    """`[parallel.pipeline]`."""
+
+    degree: int = attrs.field(default=1, validator=positive)
+    """Stages."""
+    schedule: str = attrs.field(default="1f1b", validator=one_of(*SCHEDULES))
+    virtual_stages: int = attrs.field(default=1, validator=positive)
+    """Model chunks per GPU for the interleaved schedule (v)."""
+    layers_per_stage: tuple[int, ...] | None = None
+    """Uneven split, one count per stage; default: equal."""
+
+
+def bubble_fraction(config: PipelineConfig, m: int) -> float:
+    """Idle time over compute time, per schedule (see the module docstring)."""
+    p = config.degree
+    if p == 1:
+        return 0.0
+    if config.schedule == "interleaved":
+        return (p - 1) / (config.virtual_stages * m)
+    if config.schedule == "zero-bubble":
+        return (p - 1) / (3 * m)
+    return (p - 1) / m
+
+
+def in_flight(config: PipelineConfig, stage: int, m: int) -> float:
+    """Micro-batches whose activations stage `stage` holds at its peak."""
+    p, v = config.degree, config.virtual_stages
+    if config.schedule == "gpipe":
+        return float(m)
+    held = float(min(m, p - stage))
+    if config.schedule == "interleaved":
+        held *= 1 + (p - 1) / (p * v)
+    return held
+
+
+def stage_layer_counts(config: PipelineConfig, num_layers: int) -> tuple[int, ...]:
+    if config.layers_per_stage is not None:
+        return config.layers_per_stage
+    return (num_layers // config.degree,) * config.degree
+
+
+class PipelineParallel(Strategy):
+    name = "pipeline"
+    config_type = PipelineConfig
+    phase = 40
+
+    def check(self, config: PipelineConfig, spec: Spec, layout: Layout) -> list[Problem]:
+        p, v, layers = config.degree, config.virtual_stages, spec.model.num_layers
+        path = "$.parallel.pipeline"
+        problems = []
+        if p > 1 and layers is None:
+            return [Problem(f"{path}.degree", "pipeline stages need model.num_layers")]
+        if config.layers_per_stage is not None:
+            counts = config.layers_per_stage
+            if len(counts) != p or layers is not None and sum(counts) != layers:
+                problems.append(Problem(f"{path}.layers_per_stage",
+                                        f"needs {p} counts summing to model.num_layers "
+                                        f"({layers}); got {list(counts)} (sum {sum(counts)})"))
+            if any(count < 1 for count in counts):
+                problems.append(Problem(f"{path}.layers_per_stage",
+                                        f"every stage needs a layer; got {list(counts)}"))
+        elif layers is not None and layers % (p * v):
+            problems.append(Problem(f"{path}.degree",
+                                    f"model.num_layers ({layers}) must be divisible by degree "
+                                    f"({p}) x virtual_stages ({v}) = {p * v}, or give "
+                                    "layers_per_stage"))
+        if config.schedule != "interleaved" and v != 1:
+            problems.append(Problem(f"{path}.virtual_stages",
+                                    f"virtual_stages ({v}) needs schedule = 'interleaved'"))
+        m = micro_batches_per_step(spec, layout)
+        if config.schedule == "interleaved" and p > 1 and m % p:
+            problems.append(Problem(f"{path}.schedule",
+                                    f"the interleaved schedule needs micro-batches per step "
+                                    f"({m}) to be a multiple of the pipeline degree ({p})"))
+        return problems
+
+    def transform(self, config: PipelineConfig, ctx: StrategyContext) -> Transform:
+        p = config.degree
+        if p == 1:
+            return Transform(strategy=self.name)
+        spec, layout = ctx.spec, ctx.layout
+        m = micro_batches_per_step(spec, layout)
+        stages, first = [], 0
+        for index, count in enumerate(stage_layer_counts(config, spec.model.num_layers or p)):
+            last = index == p - 1
+            stages.append(Stage(index=index, first_layer=first, num_layers=count,
+                                has_embedding=index == 0 or (last and spec.model.tie_embeddings),
+                                has_head=last, micro_batches_in_flight=in_flight(config, index, m)))
+            first += count
+        bubble = bubble_fraction(config, m)
+        warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
+                    ] if bubble > 0.2 else []
+        sends = Collective(strategy=self.name, name="pipeline.send-recv", operation="send-recv",
+                           buffer_bytes=self._boundary_bytes(ctx), group_size=2,
+                           group_stride=layout.stride(self.name),
+                           calls_per_step=2 * m * config.virtual_stages,
+                           reason="activations forward and their gradients backward, per "
+                                  "micro-batch and stage boundary")
+        return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
+                         collectives=(sends,), warnings=tuple(warnings))
+
+    def _boundary_bytes(self, ctx: StrategyContext) -> float:
+        # With sequence parallelism Megatron sends the 1/t sequence slice.
+        size = hidden_state_bytes(ctx.spec, ctx.layout)
+        if "sequence" in ctx.spec.parallel:
+            size /= ctx.layout.degree("tensor")
+        return size
+
+
+@hookimpl
+def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+    register(PipelineParallel())

@@ -1,0 +1,68 @@
+"""Sequence parallelism over the tensor group (Korthikanti et al. 2022,
+arXiv:2205.05198, Sec. 4.2.2).
+
+The norms and dropouts outside the tensor-parallel regions work on a 1/t slice of
+the sequence, so their activations split too: sbh(34 + 5as/h)/t per layer (Eq. 4).
+Each all-reduce of tensor parallelism becomes a reduce-scatter plus an all-gather
+of the same total traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from llmpar.footprint.inventory import SPLIT_SEQUENCE
+from llmpar.hookspecs import hookimpl
+from llmpar.strategies.common import hidden_state_bytes, layer_collective_calls
+from llmpar.strategies.tensor import LAYER_OUTPUT
+from llmpar.strategy import (
+    ActivationSplit,
+    Collective,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
+
+
+@attrs.frozen(kw_only=True)
+class SequenceConfig:
+    """`[parallel.sequence]`: present and enabled turns it on."""
+
+    enabled: bool = True
+
+
+class SequenceParallel(Strategy):
+    name = "sequence"
+    config_type = SequenceConfig
+    phase = 25
+
+    def degree(self, config: SequenceConfig) -> int:
+        return 1  # it reuses the tensor group
+
+    def transform(self, config: SequenceConfig, ctx: StrategyContext) -> Transform:
+        t = ctx.layout.degree("tensor")
+        if not config.enabled or t == 1:
+            return Transform(strategy=self.name)
+        spec, layout = ctx.spec, ctx.layout
+        calls = layer_collective_calls(spec, layout)
+        common = dict(strategy=self.name, buffer_bytes=hidden_state_bytes(spec, layout),
+                      group_size=t, group_stride=layout.stride("tensor"), calls_per_step=calls)
+        return Transform(
+            strategy=self.name,
+            activation_splits=(ActivationSplit(tag=SPLIT_SEQUENCE, divisor=t,
+                                               reason="norm and dropout regions split by "
+                                                      "sequence"),),
+            collectives=(
+                Collective(name="sequence.all-gather", operation="all-gather",
+                           reason="gather the sequence before each split block", **common),
+                Collective(name="sequence.reduce-scatter", operation="reduce-scatter",
+                           reason="scatter each split block's output by sequence", **common),
+            ),
+            replaces=(LAYER_OUTPUT,))
+
+
+@hookimpl
+def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+    register(SequenceParallel())

@@ -1,0 +1,118 @@
+"""Tensor parallelism (Megatron-LM: Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3).
+
+Splits each attention block by heads and each MLP by its inner width over the
+tensor group, and the vocabulary of the embedding and output layer. Activations
+inside the block split with them (Korthikanti et al. 2022, Eq. 2:
+sbh(10 + 24/t + 5as/(ht))). Each layer all-reduces its attention and MLP outputs
+in the forward pass and their input gradients in the backward pass. When the
+degree exceeds the key/value heads, each rank keeps a copy of one KV head
+(grouped-query attention as Megatron-Core and vLLM implement it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from llmpar.errors import Problem
+from llmpar.footprint.inventory import SPLIT_TENSOR
+from llmpar.hookspecs import hookimpl
+from llmpar.spec import Spec
+from llmpar.spec.validators import positive
+from llmpar.strategies.common import (
+    TENSOR_SPLIT_GROUPS,
+    hidden_state_bytes,
+    layer_collective_calls,
+)
+from llmpar.strategy import (
+    ActivationSplit,
+    Collective,
+    Layout,
+    Shard,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
+
+LAYER_OUTPUT = "tensor.layer-output"
+COMPONENTS = ("weights", "gradients", "optimizer")
+
+
+@attrs.frozen(kw_only=True)
+class TensorConfig:
+    """`[parallel.tensor]`."""
+
+    degree: int = attrs.field(default=1, validator=positive)
+    """GPUs each layer is split over."""
+
+
+def attention_divisor(spec: Spec, t: int) -> float:
+    """How many ways the attention weights split, with KV heads copied past t > kv."""
+    model = spec.model
+    if model.num_kv_heads is None or model.hidden_size is None or model.head_dim is None:
+        return float(t)
+    h, qw, kvw = model.hidden_size, model.query_width, model.kv_width
+    kv_heads_per_rank = max(1.0, model.num_kv_heads / t)
+    per_rank = 2 * h * qw / t + 2 * h * model.head_dim * kv_heads_per_rank
+    return (2 * h * qw + 2 * h * kvw) / per_rank
+
+
+class TensorParallel(Strategy):
+    name = "tensor"
+    config_type = TensorConfig
+    phase = 20
+
+    def check(self, config: TensorConfig, spec: Spec, layout: Layout) -> list[Problem]:
+        t, model = config.degree, spec.model
+        problems = []
+        checks = [("num_attention_heads", model.num_attention_heads),
+                  ("ffn_hidden_size", model.ffn_hidden_size)]
+        for field, value in checks:
+            if value is not None and value % t:
+                problems.append(Problem("$.parallel.tensor.degree",
+                                        f"tensor degree ({t}) must divide model.{field} ({value})"))
+        kv = model.num_kv_heads
+        if kv is not None and t > 1 and kv % t and t % kv:
+            problems.append(Problem("$.parallel.tensor.degree",
+                                    f"tensor degree ({t}) and model.num_kv_heads ({kv}) must "
+                                    "divide one another"))
+        return problems
+
+    def transform(self, config: TensorConfig, ctx: StrategyContext) -> Transform:
+        t = config.degree
+        if t == 1:
+            return Transform(strategy=self.name)
+        attention = attention_divisor(ctx.spec, t)
+        shards = []
+        for component in COMPONENTS:
+            shards.append(Shard(component=component, divisor=t, reason="split over tensor ranks",
+                                groups=TENSOR_SPLIT_GROUPS - {"attention"}))
+            shards.append(Shard(component=component, divisor=attention,
+                                reason="heads split over tensor ranks", groups=frozenset(
+                                    {"attention"})))
+        warnings = []
+        kv = ctx.spec.model.num_kv_heads
+        if kv is not None and t > kv:
+            warnings.append(f"tensor degree ({t}) exceeds num_kv_heads ({kv}): key/value "
+                            "weights are copied on every rank")
+        return Transform(
+            strategy=self.name, shards=tuple(shards),
+            activation_splits=(ActivationSplit(tag=SPLIT_TENSOR, divisor=t,
+                                               reason="tensors inside the split block"),),
+            collectives=(self._layer_outputs(ctx, t),),
+            warnings=tuple(warnings))
+
+    def _layer_outputs(self, ctx: StrategyContext, t: int) -> Collective:
+        spec, layout = ctx.spec, ctx.layout
+        calls = layer_collective_calls(spec, layout)
+        return Collective(strategy=self.name, name=LAYER_OUTPUT, operation="all-reduce",
+                          buffer_bytes=hidden_state_bytes(spec, layout), group_size=t,
+                          group_stride=layout.stride(self.name), calls_per_step=calls,
+                          reason="attention and MLP outputs (forward), their input gradients "
+                                 "(backward)")
+
+
+@hookimpl
+def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+    register(TensorParallel())
