@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmpar.errors import PluginError, Problem, SpecError
+from llmpar.hf import model_from_hf
 from llmpar.hookspecs import hookimpl
 from llmpar.loading.dump import dump_spec, spec_to_dict
 from llmpar.loading.reader import SpecSource
@@ -49,6 +50,7 @@ __all__ = [
     "evaluate",
     "hookimpl",
     "load_spec",
+    "model_from_hf",
     "spec_to_dict",
 ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.spec import Model
 
 BACKWARD_TO_FORWARD = 2.0
@@ -22,7 +23,8 @@ class ForwardFlops:
     """Forward FLOPs of one sequence of `sequence_length` tokens, by operation."""
 
     projections: float
-    """Q, K, V, output and MLP matrix products, all layers."""
+    """Q, K, V (or MLA's), output and MLP matrix products, all layers; BERT's MLM
+    transform and pooler."""
     attention: float
     """Q.K^T scores and scores.V, all layers."""
     logits: float
@@ -38,17 +40,23 @@ def forward_flops_per_sequence(
 ) -> ForwardFlops:
     """Forward FLOPs for one sequence.
 
-    Per layer and token: 2 x (weights of every matrix) for projections and
-    2 x 2 x s x (heads x head_dim) for scores and values; the causal
-    convention counts half the s x s square.
+    Per layer and token: 2 x (weights of every matrix) for projections; per
+    layer 2 x s x s x (heads x qk_head_dim) for Q.K^T and 2 x s x s x (heads x
+    value_head_dim) for scores.V, which is 2 x 2 x s x s x (heads x head_dim)
+    outside MLA (DeepSeek-V2's MLA: qk_head_dim = qk_nope + qk_rope, values
+    v_head_dim). The causal convention counts half the s x s square; sliding
+    windows keep the full square, as eager attention computes it. BERT's pooler
+    runs once per sequence.
     """
     assert model.has_architecture
     assert model.num_layers is not None and model.hidden_size is not None
-    assert model.vocab_size is not None
+    assert model.vocab_size is not None and model.num_attention_heads is not None
     h, s, layers = model.hidden_size, sequence_length, model.num_layers
-    qw = model.query_width
+    score_width = model.query_width + model.attention_output_width
     projections = 2.0 * s * active_matmul_weights(model)
-    attention = 2.0 * 2.0 * s * s * qw * layers
+    if model.pooler:
+        projections += 2.0 * h * h
+    attention = 2.0 * s * s * score_width * layers
     if causal:
         attention /= 2
     logits = 2.0 * h * model.vocab_size * s
@@ -61,21 +69,28 @@ def mlp_matmul_weights(model: Model, width: int) -> int:
     return (3 if model.gated else 2) * model.hidden_size * width
 
 
+def moe_matmul_weights(model: Model) -> int:
+    """Matrix weights one token multiplies through in one MoE layer: its top-k routed
+    experts, the shared experts, the router and the shared expert's gate."""
+    moe = model.moe
+    assert moe is not None and model.hidden_size is not None
+    h = model.hidden_size
+    shared_width = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+    return (moe.experts_per_token * mlp_matmul_weights(model, moe.expert_ffn_hidden_size)
+            + moe.num_shared_experts * mlp_matmul_weights(model, shared_width)
+            + h * moe.num_experts + (h if moe.shared_expert_gate else 0))
+
+
 def active_matmul_weights(model: Model) -> int:
     """Matrix weights one token multiplies through in all layers (MoE: its experts
-    and the router only)."""
+    and the router only), and in BERT's MLM transform; not the output layer."""
     assert model.hidden_size is not None and model.ffn_hidden_size is not None
-    h, qw, kvw = model.hidden_size, model.query_width, model.kv_width
-    attention = h * qw + 2 * h * kvw + qw * h
-    total = (model.num_layers or 0) * attention
+    total = (model.num_layers or 0) * attention_matmul_weights(model)
     total += model.num_dense_layers * mlp_matmul_weights(model, model.ffn_hidden_size)
-    moe = model.moe
-    if moe is not None:
-        shared_width = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
-        per_layer = (moe.experts_per_token * mlp_matmul_weights(model, moe.expert_ffn_hidden_size)
-                     + moe.num_shared_experts * mlp_matmul_weights(model, shared_width)
-                     + h * moe.num_experts)
-        total += model.num_moe_layers * per_layer
+    if model.moe is not None:
+        total += model.num_moe_layers * moe_matmul_weights(model)
+    if model.mlm_head:
+        total += model.hidden_size * model.hidden_size
     return total
 
 

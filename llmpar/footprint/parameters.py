@@ -1,8 +1,12 @@
 """Parameter counts by group, from the architecture.
 
-Each count is the number of elements of the weight tensors a standard
-implementation allocates (Hugging Face `transformers` layouts); biases and norm
-weights are counted in their groups.
+Each count is the number of elements of the parameter tensors Hugging Face
+`transformers` allocates for the architecture (tied weights once; buffers such
+as DeepSeek-V3's e_score_correction_bias are not parameters). A tensor belongs
+to the group of the module that owns it, as `validation/measure_hf.py` groups
+the measured counts: norms inside the attention module (per-head or whole-width
+q/k norms, MLA's latent norms) count as attention; `norms` holds the blocks'
+norms, the final norm, the embedding norm and the norm of BERT's MLM head.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import attrs
 from llmpar.spec import Model
 
 GROUPS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms",
-          "head")
+          "head", "pooler")
+MOE_GROUPS = ("experts", "shared_experts", "router")
+BLOCK_NORMS = {"pre": 2, "post": 2, "sandwich": 4}
+"""Norms per block by `Model.norm_placement`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -30,17 +37,61 @@ def norm_parameters(model: Model, width: int) -> int:
     return 2 * width if model.norm == "layernorm" else width
 
 
-def attention_parameters(model: Model) -> int:
-    """Q, K, V and output projections of one layer, with their biases."""
+def attention_matmul_weights(model: Model) -> int:
+    """Weights of one layer's attention matrices: Q, K, V and output, or MLA's."""
     assert model.hidden_size is not None
+    if model.mla is not None:
+        return mla_matmul_weights(model)
     h, qw, kvw = model.hidden_size, model.query_width, model.kv_width
-    weights = h * qw + 2 * h * kvw + qw * h
-    biases = 0
-    if model.qkv_bias or model.linear_bias:
-        biases += qw + 2 * kvw
-    if model.linear_bias:
-        biases += h
-    return weights + biases
+    return h * qw + 2 * h * kvw + qw * h
+
+
+def mla_matmul_weights(model: Model) -> int:
+    """MLA's matrices (DeepSeek-V2, arXiv:2405.04434, Eqs. 9-13 and 37-38): query down and
+    up (or one query projection), the joint key/value-and-rope-key down projection, the
+    key/value up projection and the output projection."""
+    mla = model.mla
+    assert mla is not None and model.hidden_size is not None
+    assert model.num_attention_heads is not None
+    h, a = model.hidden_size, model.num_attention_heads
+    rank = mla.q_lora_rank
+    query = h * a * mla.qk_head_dim if rank is None else h * rank + rank * a * mla.qk_head_dim
+    key_value = (h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+                 + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim))
+    return query + key_value + a * mla.v_head_dim * h
+
+
+def attention_bias_parameters(model: Model) -> int:
+    """Biases of the attention projections (MLA: of its down projections and output)."""
+    assert model.hidden_size is not None
+    qkv = model.qkv_bias or model.linear_bias
+    output = model.hidden_size if model.attention_output_bias or model.linear_bias else 0
+    if not qkv:
+        return output
+    mla = model.mla
+    if mla is None:
+        return output + model.query_width + 2 * model.kv_width
+    return output + (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
+
+
+def attention_norm_parameters(model: Model) -> int:
+    """Norms inside the attention module: q/k norms and MLA's latent norms."""
+    total = 0
+    if model.qk_norm and model.qk_norm_scope == "projection":
+        total += norm_parameters(model, model.query_width) + norm_parameters(model,
+                                                                             model.kv_width)
+    elif model.qk_norm:
+        total += 2 * norm_parameters(model, model.qk_head_dim)
+    if model.mla is not None:
+        total += norm_parameters(model, model.mla.kv_lora_rank)
+        total += norm_parameters(model, model.mla.q_lora_rank or 0)
+    return total
+
+
+def attention_parameters(model: Model) -> int:
+    """One layer's attention module: projections, biases and the norms inside it."""
+    return (attention_matmul_weights(model) + attention_bias_parameters(model)
+            + attention_norm_parameters(model))
 
 
 def mlp_parameters(model: Model, width: int) -> int:
@@ -48,15 +99,15 @@ def mlp_parameters(model: Model, width: int) -> int:
     assert model.hidden_size is not None
     h = model.hidden_size
     matrices = 3 if model.gated else 2
-    biases = (matrices - 1) * width + h if model.linear_bias else 0
+    biased = model.linear_bias or model.mlp_bias
+    biases = (matrices - 1) * width + h if biased else 0
     return matrices * h * width + biases
 
 
 def layer_norm_parameters(model: Model) -> int:
-    """The two norms of a block, plus per-head query/key norms where present."""
-    assert model.hidden_size is not None and model.head_dim is not None
-    qk = 2 * norm_parameters(model, model.head_dim) if model.qk_norm else 0
-    return 2 * norm_parameters(model, model.hidden_size) + qk
+    """The norms of a block outside attention: 2 (pre or post) or 4 (sandwich)."""
+    assert model.hidden_size is not None
+    return BLOCK_NORMS[model.norm_placement] * norm_parameters(model, model.hidden_size)
 
 
 def embedding_parameters(model: Model) -> int:
@@ -70,9 +121,21 @@ def embedding_parameters(model: Model) -> int:
 
 
 def head_parameters(model: Model) -> int:
-    """The untied output projection: vocab_size x hidden_size, no bias."""
+    """The untied output projection (vocab_size x hidden_size, no bias), and BERT's MLM
+    head: a dense transform with bias and an output bias of vocab_size."""
     assert model.hidden_size is not None and model.vocab_size is not None
-    return 0 if model.tie_embeddings else model.vocab_size * model.hidden_size
+    h, vocab = model.hidden_size, model.vocab_size
+    total = 0 if model.tie_embeddings else vocab * h
+    if model.mlm_head:
+        total += h * h + h + vocab
+    return total
+
+
+def outer_norm_parameters(model: Model) -> int:
+    """Norms outside the blocks: final, embedding and MLM-head norms."""
+    assert model.hidden_size is not None
+    count = int(model.final_norm) + int(model.embedding_norm) + int(model.mlm_head)
+    return count * norm_parameters(model, model.hidden_size)
 
 
 def moe_layer_groups(model: Model) -> dict[str, int]:
@@ -88,31 +151,41 @@ def moe_layer_groups(model: Model) -> dict[str, int]:
             "shared_experts": shared, "router": router}
 
 
+def idle_expert_parameters(model: Model) -> int:
+    """Parameters of the routed experts a token does not go to, all MoE layers."""
+    moe = model.moe
+    if moe is None:
+        return 0
+    idle = moe.num_experts - moe.experts_per_token
+    return model.num_moe_layers * idle * mlp_parameters(model, moe.expert_ffn_hidden_size)
+
+
+def parameter_groups(model: Model) -> dict[str, int]:
+    """Every group of an architecture (MoE groups only with experts, pooler only with one)."""
+    assert model.hidden_size is not None and model.ffn_hidden_size is not None
+    layers = model.num_layers or 0
+    groups = dict.fromkeys(GROUPS, 0)
+    groups["embedding"] = embedding_parameters(model)
+    groups["attention"] = layers * attention_parameters(model)
+    groups["mlp"] = model.num_dense_layers * mlp_parameters(model, model.ffn_hidden_size)
+    groups["norms"] = layers * layer_norm_parameters(model) + outer_norm_parameters(model)
+    groups["head"] = head_parameters(model)
+    groups["pooler"] = model.hidden_size * model.hidden_size + model.hidden_size
+    if model.moe is not None:
+        for name, count in moe_layer_groups(model).items():
+            groups[name] = model.num_moe_layers * count
+    dropped = set() if model.moe is not None else set(MOE_GROUPS)
+    if not model.pooler:
+        dropped.add("pooler")
+    return {name: count for name, count in groups.items() if name not in dropped}
+
+
 def count_parameters(model: Model) -> ParameterCount:
     """Parameters of `model`, exact for an architecture, as given for a size."""
     if not model.has_architecture:
         assert model.parameters is not None
         return ParameterCount(total=float(model.parameters), active=float(model.parameters))
-    assert model.hidden_size is not None and model.ffn_hidden_size is not None
-    final_norms = norm_parameters(model, model.hidden_size) if model.final_norm else 0
-    if model.embedding_norm:
-        final_norms += norm_parameters(model, model.hidden_size)
-    layers, moe_layers = model.num_layers or 0, model.num_moe_layers
-    groups = dict.fromkeys(GROUPS, 0)
-    groups["embedding"] = embedding_parameters(model)
-    groups["attention"] = layers * attention_parameters(model)
-    groups["mlp"] = model.num_dense_layers * mlp_parameters(model, model.ffn_hidden_size)
-    groups["norms"] = layers * layer_norm_parameters(model) + final_norms
-    groups["head"] = head_parameters(model)
-    inactive = 0
-    if model.moe is not None:
-        for name, count in moe_layer_groups(model).items():
-            groups[name] = moe_layers * count
-        idle_experts = model.moe.num_experts - model.moe.experts_per_token
-        inactive = moe_layers * idle_experts * mlp_parameters(model,
-                                                              model.moe.expert_ffn_hidden_size)
-    else:
-        groups = {name: count for name, count in groups.items()
-                  if name not in ("experts", "shared_experts", "router")}
+    groups = parameter_groups(model)
     total = float(sum(groups.values()))
-    return ParameterCount(total=total, active=total - inactive, by_group=groups)
+    return ParameterCount(total=total, active=total - idle_expert_parameters(model),
+                          by_group=groups)

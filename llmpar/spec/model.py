@@ -11,6 +11,8 @@ FFN_ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+QK_NORM_SCOPES = ("head", "projection")
 
 ARCHITECTURE_FIELDS = (
     "num_layers",
@@ -55,11 +57,42 @@ class MoE:
     """A sigmoid gate on the shared expert's output (Qwen2-MoE: hidden_size weights)."""
 
 
+@attrs.frozen(kw_only=True)
+class MLA:
+    """`[model.mla]`: multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, Sec. 2.1.2).
+
+    Queries go through a low-rank bottleneck of q_lora_rank (or one full-rank
+    projection when it is None); keys and values share a latent of kv_lora_rank,
+    up-projected per head to qk_nope_head_dim (keys) and v_head_dim (values); a
+    decoupled key of qk_rope_head_dim carries RoPE and is shared by all heads.
+    Each latent has an RMSNorm (q_a_layernorm, kv_a_layernorm in Hugging Face's
+    DeepseekV3Attention).
+    """
+
+    q_lora_rank: int | None = attrs.field(default=None, validator=v.positive)
+    """Width of the query latent; None: a full-rank query projection (DeepSeek-V2-Lite)."""
+    kv_lora_rank: int = attrs.field(validator=v.positive)
+    """Width of the compressed key/value latent."""
+    qk_nope_head_dim: int = attrs.field(validator=v.positive)
+    """Per-head query/key width without position encoding."""
+    qk_rope_head_dim: int = attrs.field(validator=v.positive)
+    """Per-head query/key width that carries RoPE (the key part is shared by all heads)."""
+    v_head_dim: int = attrs.field(validator=v.positive)
+    """Per-head value width."""
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query (and key) head: qk_nope_head_dim + qk_rope_head_dim."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 def _default_kv_heads(model: Model) -> int | None:
     return model.num_attention_heads
 
 
 def _default_head_dim(model: Model) -> int | None:
+    if model.mla is not None:
+        return model.mla.qk_head_dim
     if model.hidden_size is None or not model.num_attention_heads:
         return None
     return model.hidden_size // model.num_attention_heads
@@ -90,10 +123,13 @@ class Model:
         default=attrs.Factory(_default_kv_heads, takes_self=True), validator=v.positive
     )
     """Key/value heads; fewer than query heads is GQA, one is MQA. Default: a."""
+    mla: MLA | None = None
+    """Multi-head latent attention in place of Q/K/V projections; None: standard attention."""
     head_dim: int | None = attrs.field(
         default=attrs.Factory(_default_head_dim, takes_self=True), validator=v.positive
     )
-    """Width of one head. Default: hidden_size / num_attention_heads."""
+    """Width of one head. Default: hidden_size / num_attention_heads (MLA: the query/key
+    head width, qk_nope_head_dim + qk_rope_head_dim; the counts use [model.mla])."""
     ffn_hidden_size: int | None = attrs.field(default=None, validator=v.positive)
     """Inner width of the MLP."""
     ffn_activation: str = attrs.field(default="gelu", validator=v.one_of(*FFN_ACTIVATIONS))
@@ -104,6 +140,9 @@ class Model:
     """The output layer reuses the input embedding matrix."""
     norm: str = attrs.field(default="layernorm", validator=v.one_of(*NORMS))
     """layernorm has a weight and a bias per channel, rmsnorm only a weight."""
+    norm_placement: str = attrs.field(default="pre", validator=v.one_of(*NORM_PLACEMENTS))
+    """Norms of a block: "pre" (before attention and MLP: Llama, GPT-2) and "post" (after
+    them: BERT, OLMo 2) have two; "sandwich" (before and after each: Gemma 2/3) has four."""
     position_embedding: str = attrs.field(
         default="rope", validator=v.one_of(*POSITION_EMBEDDINGS)
     )
@@ -111,17 +150,44 @@ class Model:
     max_position_embeddings: int | None = attrs.field(default=None, validator=v.positive)
     """Longest sequence; the size of a learned position table."""
     qkv_bias: bool = False
-    """Biases on the query, key and value projections (Qwen2)."""
+    """Biases on the query, key and value projections (Qwen2). MLA: on the query and
+    key/value down-projections (q_a_proj, kv_a_proj_with_mqa), as DeepSeek's attention_bias."""
+    attention_output_bias: bool = False
+    """A bias on the attention output projection (Llama's attention_bias sets it with
+    qkv_bias); implied by linear_bias."""
+    mlp_bias: bool = False
+    """Biases on the MLP's (and experts') projections (Llama's mlp_bias); implied by
+    linear_bias."""
     linear_bias: bool = False
     """Biases on every linear layer of the blocks (GPT-2, BERT)."""
     qk_norm: bool = False
-    """RMSNorm over each query and key head (Qwen3, OLMo 2 style per-head)."""
+    """A norm on queries and keys before Q.K^T (Qwen3, Gemma 3, OLMo 2); see qk_norm_scope."""
+    qk_norm_scope: str = attrs.field(default="head", validator=v.one_of(*QK_NORM_SCOPES))
+    """"head": one weight of head_dim shared by every head (Qwen3, Gemma 3); "projection":
+    over the whole query and key projections, query_width and kv_width (OLMo 2)."""
+    sliding_window: int | None = attrs.field(default=None, validator=v.positive)
+    """Tokens a windowed layer attends to (Mistral, Gemma 2/3); None: full attention.
+    No parameters; FLOPs keep the full s x s convention."""
+    sliding_window_pattern: int | None = attrs.field(default=None, validator=v.positive)
+    """With sliding_window: layer i (from 0) attends globally when (i + 1) is a multiple
+    of it (Gemma 2: 2, Gemma 3: 6); None: every layer is windowed (Mistral)."""
+    attention_logit_softcapping: float | None = attrs.field(default=None, validator=v.positive)
+    """Attention scores become c * tanh(scores / c) (Gemma 2: 50). No parameters."""
+    final_logit_softcapping: float | None = attrs.field(default=None, validator=v.positive)
+    """Output logits become c * tanh(logits / c) (Gemma 2: 30). No parameters."""
+    scale_embeddings: bool = False
+    """Embeddings are multiplied by sqrt(hidden_size) (Gemma). No parameters."""
     type_vocab_size: int = attrs.field(default=0, validator=v.non_negative)
     """Segment (token type) embeddings, as in BERT."""
     embedding_norm: bool = False
     """A norm right after the embeddings, as in BERT."""
     final_norm: bool = True
     """A norm after the last block (pre-norm models); BERT's post-norm blocks have none."""
+    pooler: bool = False
+    """BERT's pooler: a hidden_size x hidden_size dense layer with bias on the first token."""
+    mlm_head: bool = False
+    """BERT's masked-LM head: a dense transform with bias and a norm before the output
+    projection, and an output bias of vocab_size."""
     moe: MoE | None = None
     """Mixture of experts; None for a dense model."""
 
@@ -152,14 +218,62 @@ class Model:
         """A gated MLP (three matrices)."""
         return self.ffn_activation in GATED_ACTIVATIONS
 
+    def is_sliding_window_layer(self, index: int) -> bool:
+        """Whether layer `index` (from 0) attends only within sliding_window tokens."""
+        if self.sliding_window is None:
+            return False
+        pattern = self.sliding_window_pattern
+        return pattern is None or (index + 1) % pattern != 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query (and key) head: head_dim (MLA: qk_nope + qk_rope)."""
+        assert self.head_dim is not None
+        return self.mla.qk_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of one value head: head_dim (MLA: v_head_dim)."""
+        assert self.head_dim is not None
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
     @property
     def query_width(self) -> int:
-        """num_attention_heads * head_dim."""
-        assert self.num_attention_heads is not None and self.head_dim is not None
-        return self.num_attention_heads * self.head_dim
+        """num_attention_heads * qk_head_dim: the width of Q."""
+        assert self.num_attention_heads is not None
+        return self.num_attention_heads * self.qk_head_dim
 
     @property
     def kv_width(self) -> int:
-        """num_kv_heads * head_dim: the width of K and of V."""
+        """The width of K: num_kv_heads * head_dim, also the width of V outside MLA.
+
+        MLA: num_attention_heads * qk_head_dim, the keys as Hugging Face's attention
+        materializes them from the latent (every head has its own key); values are
+        value_width wide, and the KV cache holds latent_kv_width per token.
+        """
+        if self.mla is not None:
+            return self.query_width
         assert self.num_kv_heads is not None and self.head_dim is not None
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def value_width(self) -> int:
+        """The width of V: kv_width (MLA: num_attention_heads * v_head_dim)."""
+        if self.mla is None:
+            return self.kv_width
+        assert self.num_attention_heads is not None
+        return self.num_attention_heads * self.mla.v_head_dim
+
+    @property
+    def attention_output_width(self) -> int:
+        """The input width of the attention output projection: heads x value head width."""
+        assert self.num_attention_heads is not None
+        return self.num_attention_heads * self.value_head_dim
+
+    @property
+    def latent_kv_width(self) -> int | None:
+        """MLA: kv_lora_rank + qk_rope_head_dim, what one token keeps per layer in a KV
+        cache (DeepSeek-V2, arXiv:2405.04434, Sec. 2.1.2); None without MLA."""
+        if self.mla is None:
+            return None
+        return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim

@@ -1,0 +1,80 @@
+"""Pieces every model_type shares: activations, the decoder block, biases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmpar.hf.config import HfConfig
+
+SWISH = ("silu", "swish")
+GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate")
+
+
+def gated_activation(config: HfConfig, key: str, default: str = "silu") -> str:
+    """A gated MLP's activation (gate_proj, up_proj, down_proj): SiLU is SwiGLU, GELU is
+    GeGLU (Shazeer 2020, arXiv:2002.05202)."""
+    name = config.get(key, default)
+    if name in SWISH:
+        return "swiglu"
+    if name in GELU:
+        return "geglu"
+    raise config.error(key, f"expected one of {', '.join(SWISH + GELU)}, got {name!r}")
+
+
+def plain_activation(config: HfConfig, key: str, default: str) -> str:
+    """A two-matrix MLP's activation (GPT-2, BERT)."""
+    name = config.get(key, default)
+    if name in GELU:
+        return "gelu"
+    if name == "relu":
+        return "relu"
+    raise config.error(key, f"expected relu or one of {', '.join(GELU)}, got {name!r}")
+
+
+def decoder_table(config: HfConfig, tie_default: bool, activation_key: str = "hidden_act",
+                  activation_default: str = "silu") -> dict[str, Any]:
+    """A Llama-style block: RMSNorm before attention and MLP, RoPE, a gated MLP, GQA.
+
+    num_key_value_heads and head_dim default as in transformers' LlamaConfig
+    (num_attention_heads; hidden_size // num_attention_heads).
+    """
+    hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
+    assert hidden is not None and heads is not None
+    return {
+        "num_layers": config.integer("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": config.integer("num_key_value_heads", heads),
+        "head_dim": config.integer("head_dim", hidden // heads),
+        "ffn_hidden_size": config.integer("intermediate_size"),
+        "ffn_activation": gated_activation(config, activation_key, activation_default),
+        "vocab_size": config.integer("vocab_size"),
+        "tie_embeddings": config.flag("tie_word_embeddings", tie_default),
+        "norm": "rmsnorm",
+        "position_embedding": "rope",
+        "max_position_embeddings": config.integer("max_position_embeddings"),
+    }
+
+
+def attention_biases(config: HfConfig, mlp_key: str | None = None) -> dict[str, bool]:
+    """Llama's attention_bias: biases on Q, K, V and the output projection; its mlp_bias
+    on the MLP's projections."""
+    bias = config.flag("attention_bias")
+    table = {"qkv_bias": bias, "attention_output_bias": bias}
+    if mlp_key is not None:
+        table["mlp_bias"] = config.flag(mlp_key)
+    return table
+
+
+def whole_window(config: HfConfig) -> dict[str, Any]:
+    """A sliding window on every layer (Mistral, Mixtral, Phi-3), when one is set."""
+    return {"sliding_window": config.integer("sliding_window")}
+
+
+def no_sliding_window(config: HfConfig) -> dict[str, Any]:
+    """Qwen2/Qwen3: use_sliding_window must be off (windows from max_window_layers on
+    are not modelled)."""
+    if config.flag("use_sliding_window"):
+        raise config.error("use_sliding_window", "only false is supported: llmpar does not "
+                           "model windows on the layers from max_window_layers on")
+    return {}

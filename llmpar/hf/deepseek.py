@@ -1,0 +1,48 @@
+"""DeepSeek-V2 and -V3: multi-head latent attention and DeepSeekMoE.
+
+As Hugging Face transformers builds them (modeling_deepseek_v2.py,
+modeling_deepseek_v3.py): the first first_k_dense_replace layers keep a dense
+MLP of intermediate_size, the others have n_routed_experts experts of
+moe_intermediate_size and n_shared_experts shared ones; V3's router keeps its
+e_score_correction_bias as a buffer, not a parameter; the multi-token-prediction
+layers (num_nextn_predict_layers) are not part of the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmpar.hf.common import attention_biases, decoder_table
+from llmpar.hf.config import HfConfig
+
+DEEPSEEK_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                 "intermediate_size", "vocab_size", "kv_lora_rank", "qk_nope_head_dim",
+                 "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok",
+                 "moe_intermediate_size")
+
+
+def _mla(config: HfConfig) -> dict[str, Any]:
+    return {"q_lora_rank": config.integer("q_lora_rank"),
+            "kv_lora_rank": config.integer("kv_lora_rank"),
+            "qk_nope_head_dim": config.integer("qk_nope_head_dim"),
+            "qk_rope_head_dim": config.integer("qk_rope_head_dim"),
+            "v_head_dim": config.integer("v_head_dim")}
+
+
+def _moe(config: HfConfig) -> dict[str, Any]:
+    frequency = config.integer("moe_layer_freq", 1)
+    if frequency != 1:
+        raise config.error("moe_layer_freq", f"only 1 is supported, got {frequency}")
+    return {"num_experts": config.integer("n_routed_experts"),
+            "experts_per_token": config.integer("num_experts_per_tok"),
+            "expert_ffn_hidden_size": config.integer("moe_intermediate_size"),
+            "num_shared_experts": config.integer("n_shared_experts", 0),
+            "dense_layers": config.integer("first_k_dense_replace", 0)}
+
+
+def deepseek(config: HfConfig) -> dict[str, Any]:
+    """DeepseekV2ForCausalLM / DeepseekV3ForCausalLM; attention_bias puts biases on the
+    latent down-projections and the output projection."""
+    table = decoder_table(config, tie_default=False)
+    del table["head_dim"]  # MLA's head widths are in [mla]; config.json's head_dim is rope's
+    return {**table, **attention_biases(config), "mla": _mla(config), "moe": _moe(config)}

@@ -1,0 +1,60 @@
+"""The supported Hugging Face model types, each with its required keys and its reader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from llmpar.hf import classic, decoders, deepseek
+from llmpar.hf.config import HfConfig
+
+
+@attrs.frozen(kw_only=True)
+class Family:
+    """How to read one model_type: the keys it needs and the transformers class it is."""
+
+    hf_class: str
+    """The transformers class whose parameters the table counts."""
+    required: tuple[str, ...]
+    read: Callable[[HfConfig], dict[str, Any]]
+
+
+def _decoder(hf_class: str, read: Callable[[HfConfig], dict[str, Any]],
+             *extra: str) -> Family:
+    return Family(hf_class=hf_class, required=decoders.DECODER_KEYS + extra, read=read)
+
+
+FAMILIES: Mapping[str, Family] = MappingProxyType({
+    "llama": _decoder("LlamaForCausalLM", decoders.llama),
+    "mistral": _decoder("MistralForCausalLM", decoders.mistral),
+    "mixtral": _decoder("MixtralForCausalLM", decoders.mixtral, "num_local_experts",
+                        "num_experts_per_tok"),
+    "qwen2": _decoder("Qwen2ForCausalLM", decoders.qwen2),
+    "qwen3": _decoder("Qwen3ForCausalLM", decoders.qwen3),
+    "qwen2_moe": _decoder("Qwen2MoeForCausalLM", decoders.qwen2_moe, "num_experts",
+                          "num_experts_per_tok", "moe_intermediate_size"),
+    "qwen3_moe": _decoder("Qwen3MoeForCausalLM", decoders.qwen3_moe, "num_experts",
+                          "num_experts_per_tok", "moe_intermediate_size"),
+    "deepseek_v2": Family(hf_class="DeepseekV2ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
+                          read=deepseek.deepseek),
+    "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
+                          read=deepseek.deepseek),
+    "gemma2": _decoder("Gemma2ForCausalLM", decoders.gemma2),
+    "gemma3_text": Family(hf_class="Gemma3ForCausalLM",
+                          required=("num_hidden_layers", "hidden_size", "intermediate_size"),
+                          read=decoders.gemma3_text),
+    "phi3": _decoder("Phi3ForCausalLM", decoders.phi3),
+    "olmo2": _decoder("Olmo2ForCausalLM", decoders.olmo2),
+    "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
+    "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert),
+})
+"""Readers by config.json's model_type ("gemma3", a multimodal config, is read through its
+text_config as "gemma3_text")."""
+
+MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text"})
+"""model_types whose language model is the `text_config` of the given model_type."""
+
+SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))

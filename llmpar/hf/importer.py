@@ -1,0 +1,83 @@
+"""From a Hugging Face config.json to a model table and a `Model`. Nothing is downloaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from llmpar.errors import Problem, SpecError
+from llmpar.hf.config import HfConfig, HfSource, missing_problems, read_config
+from llmpar.hf.families import FAMILIES, MULTIMODAL, SUPPORTED_MODEL_TYPES, Family
+from llmpar.loading.converter import make_converter, structure
+from llmpar.spec import Model
+from llmpar.spec.model import MLA, MoE
+
+KEPT_FLAGS = ("tie_embeddings",)
+"""Flags a table states even at their default; the others only when they differ."""
+NESTED = {"moe": MoE, "mla": MLA}
+
+
+def _language_model(config: HfConfig) -> tuple[HfConfig, str]:
+    """The config of the language model, and a note for the source when it is nested."""
+    text_type = MULTIMODAL.get(config.model_type)
+    if text_type is None:
+        return config, ""
+    return (config.nested("text_config", text_type),
+            "; its language model only (text_config), without the vision tower")
+
+
+def _family(config: HfConfig) -> Family:
+    family = FAMILIES.get(config.model_type)
+    if family is None:
+        supported = ", ".join(SUPPORTED_MODEL_TYPES)
+        raise SpecError([Problem("$.model_type", f"unsupported model_type "
+                                 f"{config.model_type!r}; supported: {supported}")],
+                        config.label)
+    return family
+
+
+def _source(config: HfConfig, family: Family, note: str) -> str:
+    where = f"config.json of {config.repo}" if config.repo else "a config.json"
+    return (f"{where} (Hugging Face), counted as transformers' {family.hf_class}{note}")
+
+
+def _clean(table: dict[str, Any], cls: type = Model) -> dict[str, Any]:
+    """Without None values, and without flags at `cls`'s default (but KEPT_FLAGS)."""
+    defaults = {field.name: field.default for field in attrs.fields(cls)}
+    clean = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            value = _clean(value, NESTED[key])
+        at_default = isinstance(value, bool) and defaults.get(key) is value
+        if value is None or (at_default and key not in KEPT_FLAGS):
+            continue
+        clean[key] = value
+    return clean
+
+
+def model_table_from_hf(source: HfSource) -> dict[str, Any]:
+    """The `[model]` table of a config.json (a path or its parsed contents).
+
+    An unsupported model_type or a missing key is a SpecError naming the key.
+    """
+    return _table(read_config(source))
+
+
+def _table(config: HfConfig) -> dict[str, Any]:
+    config, note = _language_model(config)
+    family = _family(config)
+    problems = missing_problems(config, family.required)
+    if problems:
+        raise SpecError(problems, config.label)
+    table = family.read(config)
+    return {"source": _source(config, family, note), **_clean(table)}
+
+
+def model_from_hf(source: HfSource) -> Model:
+    """The `Model` of a config.json, named after its repository when the file says."""
+    config = read_config(source)
+    model, problems = structure(make_converter(), _table(config), Model, "$")
+    if model is None:
+        raise SpecError(problems, config.label)
+    return attrs.evolve(model, name=config.repo or model.name)
