@@ -166,7 +166,7 @@ class Session:
         """The Plan of a spec (a Spec, a path, TOML text or a mapping)."""
         spec = self.load_spec(source, overrides)
         layout, problems = resolve_layout(spec, self.strategies)
-        if layout is None:
+        if problems:
             raise SpecError(problems, spec.source)
         return build_plan(spec, layout, self.strategies)
 

@@ -58,9 +58,10 @@ def training_problems(spec: Spec) -> list[Problem]:
 
 def resolve_layout(
     spec: Spec, strategies: Mapping[str, Strategy]
-) -> tuple[Layout | None, list[Problem]]:
+) -> tuple[Layout, list[Problem]]:
     """Every strategy's degree, with the one degree of -1 filled; they must multiply
-    to `hardware.num_gpus`."""
+    to `hardware.num_gpus`. The layout comes back even with problems (a degree it
+    cannot fill is 1), so that the strategies' own checks can run too."""
     fixed: dict[str, int] = {}
     side: dict[str, int] = {}  # degrees that split ranks counted elsewhere (expert)
     fill: list[str] = []
@@ -75,19 +76,20 @@ def resolve_layout(
     num_gpus = spec.hardware.num_gpus
     product = math.prod(fixed.values())
     operands = " x ".join(f"{name} {degree}" for name, degree in sorted(fixed.items())) or "1"
+    problems = []
     if len(fill) > 1:
-        names = ", ".join(fill)
-        return None, [Problem("$.parallel", f"only one degree may be -1; these are: {names}")]
-    if fill:
-        if num_gpus % product:
-            return None, [Problem(f"$.parallel.{fill[0]}.degree",
-                                  f"hardware.num_gpus ({num_gpus}) is not divisible by the "
-                                  f"other degrees ({operands} = {product})")]
-        fixed[fill[0]] = num_gpus // product
-    elif product != num_gpus:
-        return None, [Problem("$.parallel", f"degrees multiply to {product} ({operands}) but "
-                              f"hardware.num_gpus is {num_gpus}")]
-    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus), []
+        problems.append(Problem("$.parallel", "only one degree may be -1; these are: "
+                                f"{', '.join(fill)}"))
+    elif fill and num_gpus % product:
+        problems.append(Problem(f"$.parallel.{fill[0]}.degree",
+                                f"hardware.num_gpus ({num_gpus}) is not divisible by the "
+                                f"other degrees ({operands} = {product})"))
+    elif not fill and product != num_gpus:
+        problems.append(Problem("$.parallel", f"degrees multiply to {product} ({operands}) but "
+                                f"hardware.num_gpus is {num_gpus}"))
+    for name in fill:
+        fixed[name] = max(1, num_gpus // product) if not problems else 1
+    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus), problems
 
 
 def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:
@@ -98,9 +100,7 @@ def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Proble
                  for name in unknown]
     if problems:
         return problems
-    layout, found = resolve_layout(spec, strategies)
-    if layout is None:
-        return found
+    layout, problems = resolve_layout(spec, strategies)
     for name in sorted(spec.parallel, key=lambda n: (strategies[n].phase, n)):
         problems += strategies[name].check(spec.parallel[name], spec, layout)
     return problems
