@@ -25,7 +25,7 @@ def problems_of(text: str) -> list[tuple[str, str]]:
          "$.hardware.num_gpu", "unknown key (did you mean 'num_gpus'"),
         ('model = "qwen3-4b"\n' + GPU + "[trainig]\nsequence_length = 5\n",
          "$.trainig", "did you mean 'training'?"),
-        ('model = "qwen3-4"\n' + GPU, "$.model", "did you mean 'qwen3-4b'?"),
+        ('model = "qwen3-4"\n' + GPU, "$.model", "did you mean 'qwen3-4b'"),
         ('model = "qwen3-4b"\n[hardware]\ngpu = "h100"\n', "$.hardware.gpu",
          "'h100-sxm'"),
         ('model = "qwen3-4b"\n[hardware]\ngpu = "h100-sxm"\nnum_gpus = -2\n',
