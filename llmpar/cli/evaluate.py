@@ -1,13 +1,21 @@
-"""`llmpar evaluate SPEC`: the plan of one spec."""
+"""`llmpar evaluate SPEC`: the plan of one spec, as text, Markdown or JSON."""
 
 from __future__ import annotations
 
 import argparse
-import json
 
 from llmpar.cli.common import add_spec_arguments, overrides
-from llmpar.report import text_report
+from llmpar.report import FORMATS, print_report
 from llmpar.session import Session
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--format text|markdown|json, with --json as an alias of --format json."""
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text (rich in a terminal when installed), markdown, or json "
+                             "(fields: docs/json-schema.md)")
+    parser.add_argument("--json", dest="format", action="store_const", const="json",
+                        help="same as --format json")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -16,11 +24,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Evaluate a spec and print its plan: memory per GPU (GB = 10^9 bytes, "
                     "GiB = 2^30 bytes), FLOPs, step and run time.")
     add_spec_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_format_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
     plan = session.evaluate(args.spec, overrides(args.set))
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else text_report(plan))
+    print_report(plan, args.format)
     return 0

@@ -1,22 +1,126 @@
-"""`llmpar presets [KIND]`: the presets shipped with llmpar and plugins."""
+"""`llmpar presets [KIND]`: the presets shipped with llmpar and plugins, one table per
+kind with a key number each; `llmpar presets show NAME`: a preset's TOML."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Any
 
+from llmpar.errors import SpecError, did_you_mean
+from llmpar.footprint.parameters import count_parameters
+from llmpar.loading.converter import structure
 from llmpar.loading.presets import PRESET_KINDS
+from llmpar.report.fields import format_gb_gib
+from llmpar.report.tables import Table, render_text
 from llmpar.session import Session
+from llmpar.spec import Model, Optimizer
+from llmpar.spec.hardware import Gpu
+from llmpar.units import format_count
+
+SOURCE_WIDTH = 60
+"""Characters of a preset's `source` shown in the table."""
+
+EXIT_UNKNOWN_PRESET = 2
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("presets", help="list the presets by kind",
-                                 description="List presets shipped with llmpar and plugins.")
-    parser.add_argument("kind", nargs="?", choices=PRESET_KINDS)
+    parser = commands.add_parser(
+        "presets", help="list the presets by kind, or show one",
+        description="List presets shipped with llmpar and plugins (name, kind, a key number, "
+                    "source), or print one preset's TOML: `llmpar presets show NAME`.")
+    parser.add_argument("kind", nargs="?", choices=(*PRESET_KINDS, "show"),
+                        help="a kind to list, or `show` to print a preset")
+    parser.add_argument("name", nargs="?", help="with `show` (or a kind): the preset to print")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
-    for kind in [args.kind] if args.kind else PRESET_KINDS:
-        names = session.presets.names(kind)
-        print(f"{kind}: {', '.join(names) if names else '(none)'}")
+    if args.kind == "show" or args.name:
+        if not args.name:
+            print("llmpar: presets show needs a NAME", file=sys.stderr)
+            return EXIT_UNKNOWN_PRESET
+        kinds = PRESET_KINDS if args.kind == "show" else (args.kind,)
+        return show(session, args.name, kinds)
+    tables = [kind_table(session, kind) for kind in ([args.kind] if args.kind else PRESET_KINDS)]
+    print("\n\n".join(render_text(table) for table in tables))
     return 0
+
+
+def show(session: Session, name: str, kinds: tuple[str, ...]) -> int:
+    """Print every preset called `name` among `kinds`, each labelled with its kind."""
+    hits = [(kind, path) for kind, path in session.presets.find(name) if kind in kinds]
+    if not hits:
+        known = {n for kind in kinds for n in session.presets.names(kind)}
+        print(f"llmpar: no preset named {name!r}{did_you_mean(name, known)}", file=sys.stderr)
+        return EXIT_UNKNOWN_PRESET
+    blocks = [f"# {kind[:-1]} preset {name!r}: {path}\n{path.read_text().rstrip()}"
+              for kind, path in hits]
+    print("\n\n".join(blocks))
+    return 0
+
+
+def kind_table(session: Session, kind: str) -> Table:
+    names = session.presets.names(kind)
+    rows = tuple(_row(session, kind, name) for name in names)
+    return Table(title=f"{kind}: {len(names)} presets" if names else f"{kind}: (none)",
+                 columns=("name", "kind", _KEY_LABELS.get(kind, "key number"), "source"),
+                 rows=rows, text_columns=(0, 1, 3))
+
+
+def _row(session: Session, kind: str, name: str) -> tuple[str, str, str, str]:
+    path = session.presets.path(kind, name)
+    try:
+        table = session.presets.read(kind, name)
+        key = _KEY_NUMBERS[kind](session, table, path) if kind in _KEY_NUMBERS else "-"
+    except (OSError, ValueError, SpecError):
+        table, key = {}, "(does not load)"
+    return name, kind[:-1], key, _source_start(table, path)
+
+
+def _source_start(table: dict[str, Any], path: Path) -> str:
+    """The start of `source`, or of an example's leading comment."""
+    text = str(table.get("source", ""))
+    if not text:
+        comments = [line.lstrip("# ").strip() for line in path.read_text().splitlines()
+                    if line.startswith("#")]
+        text = " ".join(comments)
+    return text if len(text) <= SOURCE_WIDTH else text[: SOURCE_WIDTH - 3] + "..."
+
+
+def _structured(session: Session, table: dict[str, Any], cls: type) -> Any:
+    value, problems = structure(session.converter, table, cls, "$")
+    if value is None:
+        raise SpecError(problems)
+    return value
+
+
+def _model_key(session: Session, table: dict[str, Any], _path: Path) -> str:
+    count = count_parameters(_structured(session, table, Model))
+    active = f" ({format_count(count.active)} active)" if count.active != count.total else ""
+    return f"{format_count(count.total)}{active}"
+
+
+def _gpu_key(session: Session, table: dict[str, Any], _path: Path) -> str:
+    gpu = _structured(session, table, Gpu)
+    peak = gpu.peak_flops_per_s("bf16")
+    shown = f", {peak / 1e12:,.0f} TFLOP/s bf16" if peak else ""
+    return f"{format_gb_gib(gpu.memory_bytes)}{shown}"
+
+
+def _optimizer_key(session: Session, table: dict[str, Any], _path: Path) -> str:
+    optimizer = _structured(session, table, Optimizer)
+    gradients = f", {optimizer.gradients} gradients" if optimizer.gradients else ""
+    return f"{optimizer.bytes_per_parameter('bf16'):.4g} B/param{gradients}"
+
+
+def _example_key(session: Session, _table: dict[str, Any], path: Path) -> str:
+    plan = session.evaluate(path)
+    return f"{format_gb_gib(plan.total_bytes)} per GPU"
+
+
+_KEY_NUMBERS = {"models": _model_key, "gpus": _gpu_key, "optimizers": _optimizer_key,
+                "examples": _example_key}
+_KEY_LABELS = {"models": "parameters", "gpus": "memory, peak",
+               "optimizers": "state with bf16 weights", "examples": "total memory"}

@@ -1,0 +1,67 @@
+"""Two plans side by side: every field that differs, in human units, with B/A."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from llmpar.plan import Plan
+from llmpar.report.fields import format_value
+from llmpar.report.tables import Table
+
+SKIPPED_FIELDS = ("activation_tensors", "collectives", "stages", "warnings", "derivations")
+"""Record lists: `llmpar evaluate` shows them; their totals are compared here."""
+
+
+@attrs.frozen(kw_only=True)
+class Difference:
+    """One plan field whose values differ."""
+
+    field: str
+    a: Any
+    b: Any
+
+    @property
+    def ratio(self) -> float | None:
+        """b / a for two numbers with a non-zero a, else None."""
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                      for x in (self.a, self.b))
+        return self.b / self.a if numbers and self.a else None
+
+
+def _flat(plan: Plan) -> dict[str, Any]:
+    """Scalar fields, with dict fields spread as `field.key`; totals of record lists."""
+    values: dict[str, Any] = {}
+    for field in attrs.fields(Plan):
+        value = getattr(plan, field.name)
+        if field.name in SKIPPED_FIELDS:
+            continue
+        if isinstance(value, dict):
+            values.update({f"{field.name}.{key}": item for key, item in value.items()})
+        else:
+            values[field.name] = value
+    values["collectives.seconds"] = sum(c.seconds for c in plan.collectives)
+    values["collectives.exposed_seconds"] = sum(c.exposed_seconds for c in plan.collectives)
+    values["warnings.count"] = len(plan.warnings)
+    return values
+
+
+def plan_differences(a: Plan, b: Plan) -> tuple[Difference, ...]:
+    """Every field whose value differs between `a` and `b`, in Plan order."""
+    flat_a, flat_b = _flat(a), _flat(b)
+    names = list(flat_a) + [name for name in flat_b if name not in flat_a]
+    return tuple(Difference(field=name, a=flat_a.get(name), b=flat_b.get(name))
+                 for name in names if flat_a.get(name) != flat_b.get(name))
+
+
+def diff_table(a: Plan, b: Plan, label_a: str = "A", label_b: str = "B") -> Table:
+    """The differences as a table: field, A, B, B/A."""
+    rows = tuple((d.field, format_value(d.field, d.a), format_value(d.field, d.b),
+                  f"{d.ratio:.3g}x" if d.ratio is not None else "")
+                 for d in plan_differences(a, b))
+    notes = (f"A: {label_a}", f"B: {label_b}")
+    if not rows:
+        notes += ("the plans are the same",)
+    return Table(title="Plan differences (GB = 10^9 bytes, GiB = 2^30 bytes)",
+                 columns=("field", "A", "B", "B/A"), rows=rows, notes=notes)

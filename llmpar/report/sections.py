@@ -1,0 +1,211 @@
+"""The sections of a plan report as Tables of formatted cells. Formulas live
+elsewhere; these only select and format the Plan's numbers."""
+
+from __future__ import annotations
+
+from llmpar.plan import Plan
+from llmpar.report.fields import format_size
+from llmpar.report.tables import Table
+from llmpar.units import GB, GiB, format_count, format_duration
+
+BUBBLE_WARNING_FRACTION = 0.2
+"""Pipeline bubble, as a share of compute time, above which a report warns."""
+
+
+def _gb(num_bytes: float) -> str:
+    return f"{num_bytes / GB:,.2f}"
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GiB:,.2f}"
+
+
+def header(plan: Plan) -> Table:
+    layout = " x ".join(f"{name} {degree}" for name, degree in plan.layout.items())
+    groups = ", ".join(f"{name} {format_count(count)}"
+                       for name, count in plan.parameters_by_group.items() if count)
+    parameters = f"parameters: {format_count(plan.parameters)}"
+    if plan.active_parameters != plan.parameters:
+        parameters += f" ({format_count(plan.active_parameters)} active per token)"
+    notes = [f"layout: {layout or '-'}", parameters + (f"; {groups}" if groups else "")]
+    return Table(title=f"{plan.model} on {plan.num_gpus:,} x {plan.gpu}", columns=(),
+                 notes=tuple(notes))
+
+
+def _activations_label(plan: Plan) -> str:
+    k = f", k = {plan.activation_k:.1f}" if plan.activation_k else ""
+    return f"activations ({plan.activation_model}{k})"
+
+
+def memory(plan: Plan) -> Table:
+    """Per-GPU components in GB and GiB, each with its share of capacity."""
+    parts = [("weights", plan.weights_bytes), ("gradients", plan.gradients_bytes),
+             ("optimizer states", plan.optimizer_bytes)]
+    if plan.activations_bytes is not None:
+        parts.append((_activations_label(plan), plan.activations_bytes))
+    if plan.buffers_bytes:
+        parts.append(("buffers", plan.buffers_bytes))
+    parts.append(("total", plan.total_bytes))
+    capacity = plan.capacity_bytes
+    rows = [(label, _gb(value), _gib(value), f"{value / capacity:.1%}") for label, value in parts]
+    rows.append(("capacity", _gb(capacity), _gib(capacity), "100.0%"))
+    bars = [value / capacity for _, value in parts] + [None]
+    notes = []
+    if plan.activations_bytes is None:
+        notes.append("activations: not estimated (see warnings)")
+    notes.append(f"{'fits' if plan.fits else 'DOES NOT FIT'}: "
+                 f"{plan.total_bytes / capacity:.1%} of capacity (GB = 10^9 bytes, "
+                 "GiB = 2^30 bytes)")
+    if len(plan.stages) > 1:
+        notes.append(f"pipeline stage {plan.peak_stage}, the one that needs the most memory")
+    return Table(title="Memory per GPU", columns=("", "GB", "GiB", "of capacity"),
+                 rows=tuple(rows), bars=tuple(bars), marked=(len(parts) - 1,),
+                 notes=tuple(notes))
+
+
+def saved_tensors(plan: Plan, top: int = 5) -> Table | None:
+    per_layer = sorted((r for r in plan.activation_tensors if r.per_layer),
+                       key=lambda r: r.bytes, reverse=True)
+    if not per_layer:
+        return None
+    rows = tuple((r.name, r.shape, f"{r.bytes / GiB:,.3f}", r.reason) for r in per_layer[:top])
+    return Table(title="Largest saved tensors of one layer (one micro-batch)",
+                 columns=("tensor", "shape", "GiB", "why kept"), rows=rows,
+                 text_columns=(0, 1, 3))
+
+
+def compute(plan: Plan) -> Table:
+    method = "exact count" if plan.flops_method == "exact" else "6ND"
+    rows = [
+        ("tokens per step", f"{plan.tokens_per_step:,}"),
+        ("sequences x length", f"{plan.global_batch_size:,} x {plan.sequence_length:,}"),
+        ("micro-batches x size, per replica", f"{plan.micro_batches_per_step:,} x "
+                                              f"{plan.micro_batch_size:,}"),
+        (f"model FLOPs per step ({method})", f"{plan.flops_per_step:.4g}"),
+        ("6ND FLOPs per step", f"{plan.flops_per_step_6nd:.4g}"),
+        ("hardware FLOPs per step", f"{plan.hardware_flops_per_step:.4g}"),
+    ]
+    if plan.step_seconds is not None:
+        rows.append(("step time", format_duration(plan.step_seconds)))
+    if plan.tokens_per_second is not None:
+        rows.append(("tokens per second", f"{plan.tokens_per_second:,.0f}"))
+    if plan.mfu is not None:
+        rows.append(("MFU", f"{plan.mfu:.1%}"))
+    if plan.hfu is not None:
+        rows.append(("HFU", f"{plan.hfu:.1%}"))
+    return Table(title="Compute", columns=("quantity", "value"), rows=tuple(rows),
+                 notes=(f"time model: {plan.time_model}",))
+
+
+def _duration(seconds: float) -> str:
+    return "0 s" if seconds == 0 else format_duration(seconds)
+
+
+def _share(seconds: float, step: float | None) -> str:
+    return f"{seconds / step:.1%}" if step else "-"
+
+
+def time_breakdown(plan: Plan) -> Table | None:
+    """compute + exposed communication + bubble + optimizer = step (modelled time)."""
+    if plan.time_model != "modelled":
+        return None
+    step = plan.step_seconds
+    parts = [("compute", plan.compute_seconds or 0.0),
+             ("+ exposed communication", plan.exposed_communication_seconds),
+             ("+ pipeline bubble", plan.bubble_seconds),
+             ("+ optimizer step", plan.optimizer_seconds)]
+    rows = [(label, _duration(value), _share(value, step)) for label, value in parts]
+    rows.append(("= step", format_duration(step) if step is not None else "-",
+                 "100.0%" if step else "-"))
+    notes = (f"all communication {format_duration(plan.communication_seconds)}, "
+             f"of which {format_duration(plan.exposed_communication_seconds)} exposed",
+             f"bubble fraction {plan.bubble_fraction:.1%} of compute time")
+    return Table(title="Step time", columns=("", "time", "of step"), rows=tuple(rows),
+                 marked=(len(rows) - 1,), notes=notes)
+
+
+def collectives(plan: Plan) -> Table | None:
+    if not plan.collectives:
+        return None
+    rows = [(c.strategy, c.operation, c.tier, format_size(c.buffer_bytes), f"{c.group_size:,}",
+             f"{c.calls_per_step:,.4g}", _duration(c.seconds),
+             _duration(c.exposed_seconds)) for c in plan.collectives]
+    rows.append(("total", "", "", "", "", "",
+                 _duration(sum(c.seconds for c in plan.collectives)),
+                 _duration(sum(c.exposed_seconds for c in plan.collectives))))
+    return Table(title="Collectives per step, on one GPU",
+                 columns=("strategy", "operation", "tier", "buffer", "group", "calls/step",
+                          "time", "exposed"),
+                 rows=tuple(rows), marked=(len(rows) - 1,), text_columns=(0, 1, 2),
+                 notes=("buffer: bytes each GPU contributes to one call (MB = 10^6 bytes)",))
+
+
+def stages(plan: Plan) -> Table | None:
+    if len(plan.stages) <= 1:
+        return None
+    rows, marked = [], []
+    for i, s in enumerate(plan.stages):
+        activations = _gib(s.activations_bytes) if s.activations_bytes is not None else "-"
+        rows.append((str(s.stage), f"{s.layers:,}", _gib(s.weights_bytes),
+                     _gib(s.gradients_bytes), _gib(s.optimizer_bytes), activations,
+                     _gib(s.buffers_bytes), _gb(s.total_bytes), _gib(s.total_bytes),
+                     f"{s.micro_batches_in_flight:g}"))
+        if s.stage == plan.peak_stage:
+            marked.append(i)
+    return Table(title="Memory per pipeline stage (per GPU)",
+                 columns=("stage", "layers", "weights GiB", "grads GiB", "optimizer GiB",
+                          "activations GiB", "buffers GiB", "total GB", "total GiB",
+                          "in flight"),
+                 rows=tuple(rows), marked=tuple(marked),
+                 notes=(f"* peak: stage {plan.peak_stage}", "in flight: micro-batches whose "
+                        "activations a stage holds at its peak"))
+
+
+def run(plan: Plan) -> Table | None:
+    if plan.train_tokens is None:
+        return None
+    rows = [("tokens", f"{format_count(plan.train_tokens)}"),
+            ("steps", f"{plan.train_steps:,.0f}" if plan.train_steps is not None else "-"),
+            ("model FLOPs", f"{plan.train_flops:.3g}" if plan.train_flops is not None else "-")]
+    if plan.train_seconds is not None:
+        rows.append(("time", f"{format_duration(plan.train_seconds)} on "
+                             f"{plan.num_gpus:,} GPUs"))
+    if plan.gpu_hours is not None:
+        rows.append(("GPU-hours", f"{plan.gpu_hours:,.0f}"))
+    return Table(title="Whole run", columns=("quantity", "value"), rows=tuple(rows))
+
+
+def report_warnings(plan: Plan) -> tuple[str, ...]:
+    """The plan's warnings plus those a reader should not miss, unless the plan says them
+    already: does not fit, a large pipeline bubble, communication that outlasts compute."""
+    found = list(plan.warnings)
+
+    def add(topic: str, text: str) -> None:
+        if not any(topic in warning for warning in found):
+            found.append(text)
+
+    if not plan.fits:
+        add("does not fit", f"does not fit: needs {plan.total_bytes / GiB:,.2f} GiB per GPU, "
+                            f"has {plan.capacity_bytes / GiB:,.2f} GiB")
+    if plan.bubble_fraction > BUBBLE_WARNING_FRACTION:
+        add("bubble", f"pipeline bubble is {plan.bubble_fraction:.1%} of compute time (above "
+                      f"{BUBBLE_WARNING_FRACTION:.0%}): more micro-batches per step or "
+                      "interleaved stages shrink it")
+    compute_seconds, exposed = plan.compute_seconds, plan.exposed_communication_seconds
+    if compute_seconds and exposed > compute_seconds:
+        add("exposed communication", f"exposed communication ({format_duration(exposed)}) "
+                                     f"exceeds compute ({format_duration(compute_seconds)}) "
+                                     "per step")
+    return tuple(found)
+
+
+def warnings(plan: Plan) -> Table | None:
+    found = report_warnings(plan)
+    return Table(title="Warnings", columns=(), notes=found) if found else None
+
+
+def all_sections(plan: Plan) -> tuple[Table, ...]:
+    """Every section that has something to show, in report order."""
+    built = (header(plan), memory(plan), stages(plan), saved_tensors(plan), compute(plan),
+             time_breakdown(plan), collectives(plan), run(plan), warnings(plan))
+    return tuple(table for table in built if table is not None)
