@@ -66,6 +66,8 @@ def resolve_layout(
     side: dict[str, int] = {}  # degrees that split ranks counted elsewhere (expert)
     fill: list[str] = []
     for name, config in spec.parallel.items():
+        if not hasattr(config, "degree"):
+            continue  # a strategy without a degree of its own (sequence parallelism)
         degree = strategies[name].degree(config)
         if degree == -1:
             fill.append(name)
