@@ -13,6 +13,7 @@ BERT_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "interme
 BERT_HEADS = ("BertForMaskedLM", "BertLMHeadModel")
 """BERT classes with a language-model head, the only ones counted: no pooler, the MLM
 head (dense transform, LayerNorm, output bias) and the decoder tied to the embeddings."""
+BERT_NOTE = ": no pooler; the MLM head's transform, LayerNorm and output bias"
 
 
 def gpt2(config: HfConfig) -> dict[str, Any]:

@@ -20,6 +20,10 @@ DEEPSEEK_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads",
                  "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok",
                  "moe_intermediate_size")
 
+V3_NOTE = ("; without the multi-token-prediction layer (num_nextn_predict_layers), which "
+           "transformers does not build, and with e_score_correction_bias a buffer, not a "
+           "parameter")
+
 
 def _mla(config: HfConfig) -> dict[str, Any]:
     return {"q_lora_rank": config.integer("q_lora_rank"),

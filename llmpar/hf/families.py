@@ -20,6 +20,8 @@ class Family:
     """The transformers class whose parameters the table counts."""
     required: tuple[str, ...]
     read: Callable[[HfConfig], dict[str, Any]]
+    note: str = ""
+    """What the count leaves out or assumes, for the model's source."""
 
 
 def _decoder(hf_class: str, read: Callable[[HfConfig], dict[str, Any]],
@@ -41,7 +43,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "deepseek_v2": Family(hf_class="DeepseekV2ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
                           read=deepseek.deepseek),
     "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
-                          read=deepseek.deepseek),
+                          read=deepseek.deepseek, note=deepseek.V3_NOTE),
     "gemma2": _decoder("Gemma2ForCausalLM", decoders.gemma2),
     "gemma3_text": Family(hf_class="Gemma3ForCausalLM",
                           required=("num_hidden_layers", "hidden_size", "intermediate_size"),
@@ -49,7 +51,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "phi3": _decoder("Phi3ForCausalLM", decoders.phi3),
     "olmo2": _decoder("Olmo2ForCausalLM", decoders.olmo2),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
-    "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert),
+    "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
+                   note=classic.BERT_NOTE),
 })
 """Readers by config.json's model_type ("gemma3", a multimodal config, is read through its
 text_config as "gemma3_text")."""

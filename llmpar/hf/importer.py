@@ -39,7 +39,8 @@ def _family(config: HfConfig) -> Family:
 
 def _source(config: HfConfig, family: Family, note: str) -> str:
     where = f"config.json of {config.repo}" if config.repo else "a config.json"
-    return (f"{where} (Hugging Face), counted as transformers' {family.hf_class}{note}")
+    return (f"{where} (Hugging Face), counted as transformers' {family.hf_class}"
+            f"{family.note}{note}")
 
 
 def _clean(table: dict[str, Any], cls: type = Model) -> dict[str, Any]:
