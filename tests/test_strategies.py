@@ -228,3 +228,21 @@ def test_every_strategy_is_the_identity_at_degree_1(strategy):
                   "step_seconds"):
         assert getattr(plan, field) == getattr(base, field), field
     assert plan.collectives == base.collectives
+
+
+def test_full_recompute_of_the_first_layers_of_each_stage():
+    # Megatron-LM --recompute-method block --recompute-num-layers 2: of each stage's
+    # 6 layers, 2 keep only their 2sbh input and 4 keep everything.
+    parallel = {"tensor": {"degree": 8}, "sequence": {}, "pipeline": {"degree": 16}}
+    spec = dict(global_batch_size=16, num_gpus=128)
+    none = plan_for(parallel, **spec)
+    full = plan_for(parallel, recompute="full", **spec)
+    partial = plan_for(parallel, recompute="full", recompute_layers=2, **spec)
+    last = -1  # the last stage holds one micro-batch and the output layer
+    per_layer_none = (none.stages[last].activations_bytes
+                      - full.stages[last].activations_bytes) / 6
+    saved = none.stages[last].activations_bytes - partial.stages[last].activations_bytes
+    assert saved == pytest.approx(2 * per_layer_none, rel=1e-9)
+    extra_full = full.hardware_flops_per_step - none.hardware_flops_per_step
+    extra_partial = partial.hardware_flops_per_step - none.hardware_flops_per_step
+    assert extra_partial == pytest.approx(extra_full * 2 / 6, rel=1e-9)

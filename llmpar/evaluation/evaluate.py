@@ -85,7 +85,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
     transforms = transforms_of(spec, footprint, layout, strategies)
     memory = per_gpu_memory(spec, footprint, transforms)
     extra = sum(t.extra_flops_per_step for t in transforms)
-    flops = step_flops(spec, footprint, layout.degree("data"), extra)
+    flops = step_flops(spec, footprint, layout.degree("data"), extra, memory.recomputed_fraction)
     micro_batches = _micro_batches(transforms)
     time = step_time(spec, footprint, layout, flops, transforms, memory, micro_batches)
     source = time.derivations[0].source if time.derivations else ""

@@ -35,6 +35,8 @@ class Memory:
 
     peak: StageMemory
     stages: tuple[StageMemory, ...]
+    recomputed_fraction: float
+    """Share of layers full recomputation reruns (1 without recompute_layers)."""
     activation_tensors: tuple[SavedTensorRow, ...]
     derivations: tuple[Derivation, ...]
 
@@ -106,6 +108,38 @@ def split_inventory(inventory: ActivationInventory,
     return inventory
 
 
+def recomputed_layers(spec: Spec, stage: Stage) -> int:
+    """Layers of `stage` that full recomputation reruns."""
+    if spec.training.recompute != "full":
+        return 0
+    limit = spec.training.recompute_layers
+    return stage.num_layers if limit is None else min(limit, stage.num_layers)
+
+
+def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
+    """The stage's saved tensors; under partial full recomputation its first layers
+    keep only their inputs and the others keep everything."""
+    assert footprint.activations is not None
+    inventory = footprint.activations
+    rerun = recomputed_layers(spec, stage)
+    if rerun in (0, stage.num_layers):
+        dense, moe = _layer_kinds(spec, stage)
+        staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head)
+        return recomputed(staged, spec)
+    head = attrs.evolve(stage, num_layers=rerun)
+    tail = attrs.evolve(stage, first_layer=stage.first_layer + rerun,
+                        num_layers=stage.num_layers - rerun)
+    checkpoints = recomputed(inventory.for_stage(*_layer_kinds(spec, head), False, False), spec)
+    kept = inventory.for_stage(*_layer_kinds(spec, tail), stage.has_embedding, stage.has_head)
+    return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
+
+
+def recomputed_fraction(spec: Spec, stages: tuple[Stage, ...]) -> float:
+    """Share of all layers whose forward full recomputation reruns."""
+    layers = sum(stage.num_layers for stage in stages)
+    return sum(recomputed_layers(spec, s) for s in stages) / layers if layers else 0.0
+
+
 def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
                   transforms: list[Transform]) -> tuple[StageMemory, ActivationInventory | None]:
     precision = spec.precision
@@ -119,9 +153,7 @@ def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
               for c, size in per_parameter.items()}
     inventory, activations = None, None
     if footprint.activations is not None:
-        dense, moe = _layer_kinds(spec, stage)
-        staged = footprint.activations.for_stage(dense, moe, stage.has_embedding, stage.has_head)
-        inventory = split_inventory(recomputed(staged, spec), transforms)
+        inventory = split_inventory(_stage_inventory(spec, footprint, stage), transforms)
         activations = round(inventory.total_bytes * stage.micro_batches_in_flight)
     buffers = round(sum(t.buffer_bytes for t in transforms))
     total = sum(states.values()) + (activations or 0) + buffers
@@ -135,11 +167,12 @@ def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
 
 def per_gpu_memory(spec: Spec, footprint: Footprint, transforms: list[Transform]) -> Memory:
     """Every stage's memory; the peak stage's components with their derivations."""
-    results = [_stage_memory(spec, footprint, stage, transforms)
-               for stage in stages_of(spec, transforms)]
+    stages = stages_of(spec, transforms)
+    results = [_stage_memory(spec, footprint, stage, transforms) for stage in stages]
     peak_index = max(range(len(results)), key=lambda i: results[i][0].total_bytes)
     peak, inventory = results[peak_index]
     return Memory(peak=peak, stages=tuple(r[0] for r in results),
+                  recomputed_fraction=recomputed_fraction(spec, stages),
                   activation_tensors=_rows(inventory) if inventory else (),
                   derivations=_derivations(spec, footprint, peak, inventory))
 

@@ -27,15 +27,17 @@ class StepFlops:
     derivations: tuple[Derivation, ...]
 
 
-def recompute_flops_per_sequence(spec: Spec, footprint: Footprint) -> float:
-    """Hardware FLOPs recomputation adds to one sequence."""
+def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
+                                 full_fraction: float = 1.0) -> float:
+    """Hardware FLOPs recomputation adds to one sequence; `full_fraction` is the share
+    of layers full recomputation reruns."""
     forward = footprint.forward_flops_per_sequence
     if forward is None:
         return 0.0
     if spec.training.recompute == "full":
         # Full recomputation reruns each layer's forward, not the output layer's
         # (Narayanan et al. 2021, Eq. 3 with recomputation: 96 B s L h^2 (...)).
-        return forward.projections + forward.attention
+        return (forward.projections + forward.attention) * full_fraction
     if spec.training.recompute == "selective":
         # Reruns Q.K^T, softmax, dropout and scores.V; the paper counts it as doubling
         # the attention term, s/(6h) -> s/(3h), which is 2.7% for GPT-3 175B
@@ -45,7 +47,7 @@ def recompute_flops_per_sequence(spec: Spec, footprint: Footprint) -> float:
 
 
 def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
-               extra_flops: float = 0.0) -> StepFlops:
+               extra_flops: float = 0.0, full_fraction: float = 1.0) -> StepFlops:
     """FLOPs of one optimizer step: exact from the architecture, or 6ND from a size."""
     training = spec.training
     global_batch = training.global_batch_size or training.micro_batch_size * data_degree
@@ -69,7 +71,8 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
             source=EXACT_SOURCE + f"; attention counted {training.attention_flops}",
             inputs={"projections": fwd.projections, "attention": fwd.attention,
                     "logits": fwd.logits, "global_batch": global_batch})
-    hardware = flops + recompute_flops_per_sequence(spec, footprint) * global_batch + extra_flops
+    rerun = recompute_flops_per_sequence(spec, footprint, full_fraction)
+    hardware = flops + rerun * global_batch + extra_flops
     return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
                      flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
                      hardware_flops_per_step=hardware, derivations=(derivation,))

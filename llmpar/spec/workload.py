@@ -50,6 +50,10 @@ class Training:
     mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Assume this model FLOPs utilization instead of modelling it."""
     recompute: str = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
+    recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
+    """With recompute = "full": recompute only the first N layers of each pipeline stage
+    and keep every activation of the others (Megatron-LM's --recompute-method block
+    --recompute-num-layers N). Default: every layer."""
     """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
     activation_model: str = attrs.field(default="korthikanti", validator=_known_activation_model)
     """How activations are counted: "korthikanti" or "coefficient" (k*b*s*L*h*d)."""
