@@ -133,9 +133,13 @@ def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
     grad_size = bytes_per_element(spec.precision.gradients)
     weight_size = bytes_per_element(spec.precision.weights)
     m = micro_batches_per_step(spec, layout)
-    stride = layout.stride("data") // layout.degree("context")  # data x context group
+    # The data x context group starts past the tensor ranks; the expert-data group
+    # past the tensor and expert ranks (Megatron-Core's tp-cp-ep-dp order).
+    dense_stride = layout.degree("tensor")
+    expert_stride = layout.degree("tensor") * layout.degree("expert")
     found = []
-    for label, experts, size in (("dense", False, dense), ("expert", True, expert)):
+    for label, experts, size, stride in (("dense", False, dense, dense_stride),
+                                         ("expert", True, expert, expert_stride)):
         params = parameters_per_gpu(ctx, experts)
         if size <= 1 or params <= 0:
             continue
