@@ -1,0 +1,84 @@
+"""`llmpar plot KIND SPEC... -o FILE`: memory and step-time figures (needs matplotlib,
+the `plot` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from llmpar.cli.common import overrides
+from llmpar.session import Session
+
+KINDS = ("memory", "sequence", "batch")
+SUFFIXES = (".png", ".svg")
+EXIT_USAGE = 2
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "plot", help="plot memory per GPU, or memory and step time against a sweep",
+        description="memory: stacked memory per GPU of each SPEC (several specs, several "
+                    "layouts) against capacity. sequence: memory and step time at sequence "
+                    "lengths 512, 1024, ... up to max(32768, the spec's). batch: the same at "
+                    "micro_batch_size 1, 2, 4, 8, 16. Needs matplotlib: pip install "
+                    "'llmpar[plot]'.")
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (TOML)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="where to write the figure: .png or .svg")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of every spec (repeatable; values are TOML)")
+    parser.set_defaults(run=run)
+
+
+def matplotlib_available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def run(session: Session, args: argparse.Namespace) -> int:
+    if not matplotlib_available():
+        print("llmpar: plotting needs matplotlib: install llmpar[plot] "
+              "(pip install 'llmpar[plot]')", file=sys.stderr)
+        return EXIT_USAGE
+    output = Path(args.output)
+    if output.suffix.lower() not in SUFFIXES:
+        print(f"llmpar: -o must end in .png or .svg, got {output.name!r}", file=sys.stderr)
+        return EXIT_USAGE
+    figure = build_figure(session, args.kind, args.specs, overrides(args.set))
+    figure.savefig(output, dpi=150)
+    print(f"wrote {output}")
+    return 0
+
+
+def build_figure(session: Session, kind: str, specs: list[str], base: dict[str, object]):
+    """The figure of `kind` for `specs`, each evaluated with the `base` overrides."""
+    from llmpar import plot
+
+    if kind == "memory":
+        plans = [session.evaluate(spec, base) for spec in specs]
+        labels = [f"{Path(spec).stem}: {_layout(plan)}" for spec, plan in zip(specs, plans)]
+        return plot.memory_figure(plans, labels)
+    sweeps = []
+    for spec in specs:
+        def evaluate(extra: dict[str, object], spec: str = spec):
+            return session.evaluate(spec, {**base, **extra})
+
+        if kind == "sequence":
+            length = session.load_spec(spec, base).training.sequence_length
+            values = plot.sequence_lengths(length)
+            key = "training.sequence_length"
+        else:
+            values, key = plot.MICRO_BATCH_SIZES, "training.micro_batch_size"
+        sweeps.append(plot.sweep(evaluate, Path(spec).stem, key, values))
+        for value, problem in sweeps[-1].skipped:
+            print(f"llmpar: {Path(spec).stem}: skipped {key} = {value}: {problem}",
+                  file=sys.stderr)
+    xlabel = "sequence length (tokens)" if kind == "sequence" else "micro-batch size (sequences)"
+    return plot.sweep_figure(sweeps, xlabel)
+
+
+def _layout(plan) -> str:
+    return " x ".join(f"{name} {degree}" for name, degree in plan.layout.items()
+                      if degree > 1) or "1 GPU"

@@ -1,0 +1,158 @@
+"""Figures of plans, with matplotlib (the optional `plot` extra: pip install 'llmpar[plot]').
+
+The `*_figure` functions return a `matplotlib.figure.Figure` made without pyplot, so
+nothing global is touched; save it with `figure.savefig("out.png")` (or .svg). Memory
+is in GiB (2^30 bytes) per GPU; the data behind each figure comes from the Plans as is.
+The data helpers (`sequence_lengths`, `sweep`, `component_gib`) need no matplotlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from llmpar.errors import SpecError
+from llmpar.plan import Plan
+from llmpar.units import GiB
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+COMPONENTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
+              ("optimizer states", "optimizer_bytes"), ("activations", "activations_bytes"),
+              ("buffers", "buffers_bytes"))
+"""Stacked memory components, bottom to top: (label, Plan field)."""
+
+SEQUENCE_START = 512
+SEQUENCE_AT_LEAST = 32768
+MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
+LOG_SCALE_SPAN = 10
+"""Step times spanning more than this factor get a logarithmic axis."""
+
+
+def component_gib(plan: Plan) -> dict[str, float]:
+    """Per-GPU GiB of each component (activations not estimated count as 0)."""
+    return {label: (getattr(plan, field) or 0) / GiB for label, field in COMPONENTS}
+
+
+def sequence_lengths(spec_sequence_length: int) -> tuple[int, ...]:
+    """512, 1024, ... doubling up to max(32768, the spec's), which ends the list."""
+    top = max(SEQUENCE_AT_LEAST, spec_sequence_length)
+    values = [SEQUENCE_START]
+    while values[-1] * 2 <= top:
+        values.append(values[-1] * 2)
+    return tuple(values) + ((top,) if values[-1] != top else ())
+
+
+@attrs.frozen(kw_only=True)
+class Sweep:
+    """Plans of one spec as one key varies; points whose spec is invalid are skipped."""
+
+    label: str
+    key: str
+    values: tuple[int, ...]
+    plans: tuple[Plan, ...]
+    skipped: tuple[tuple[int, str], ...] = ()
+    """(value, first problem) of each skipped point."""
+
+
+def sweep(evaluate: Callable[[dict[str, object]], Plan], label: str, key: str,
+          values: Sequence[int]) -> Sweep:
+    """Evaluate `{key: value}` for each value; raise the first error if none is valid."""
+    kept, plans, skipped, first_error = [], [], [], None
+    for value in values:
+        try:
+            plans.append(evaluate({key: value}))
+            kept.append(value)
+        except SpecError as error:
+            first_error = first_error or error
+            skipped.append((value, str(error.problems[0]) if error.problems else str(error)))
+    if not plans and first_error is not None:
+        raise first_error
+    return Sweep(label=label, key=key, values=tuple(kept), plans=tuple(plans),
+                 skipped=tuple(skipped))
+
+
+def memory_figure(plans: Sequence[Plan], labels: Sequence[str]) -> Figure:
+    """Stacked per-GPU memory of each plan, with each GPU's capacity as a line."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(max(6.0, 1.6 * len(plans) + 3), 5), layout="constrained")
+    ax = figure.add_subplot()
+    positions = range(len(plans))
+    bottoms = [0.0] * len(plans)
+    for label, _field in COMPONENTS:
+        heights = [component_gib(plan)[label] for plan in plans]
+        if not any(heights):
+            continue
+        ax.bar(positions, heights, 0.6, bottom=bottoms, label=label)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for x, plan in zip(positions, plans):
+        ax.hlines(plan.capacity_bytes / GiB, x - 0.4, x + 0.4, colors="black",
+                  linestyles="dashed", label="capacity" if x == 0 else None)
+        ax.annotate(f"{plan.total_bytes / GiB:,.1f}", (x, bottoms[x]), ha="center",
+                    va="bottom", xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(list(positions), [_wrap(label) for label in labels])
+    ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
+    ax.set_title("Memory per GPU")
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return figure
+
+
+def _wrap(label: str, width: int = 22) -> str:
+    words, lines = label.split(), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + len(word) >= width:
+            lines.append("")
+        lines[-1] = f"{lines[-1]} {word}".strip()
+    return "\n".join(lines)
+
+
+def sweep_figure(sweeps: Sequence[Sweep], xlabel: str) -> Figure:
+    """Memory per GPU (stacked for one sweep, totals for several) and step time against
+    the swept value, on log-2 x axes."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    memory_ax, time_ax = figure.subplots(1, 2)
+    if len(sweeps) == 1:
+        _stacked_memory(memory_ax, sweeps[0])
+    else:
+        for s in sweeps:
+            memory_ax.plot(s.values, [p.total_bytes / GiB for p in s.plans], marker="o",
+                           label=s.label)
+    capacities = {p.capacity_bytes for s in sweeps for p in s.plans}
+    for capacity in sorted(capacities):
+        memory_ax.axhline(capacity / GiB, color="black", linestyle="dashed", linewidth=1,
+                          label="capacity" if capacity == min(capacities) else None)
+    for s in sweeps:
+        seconds = [p.step_seconds if p.step_seconds is not None else float("nan")
+                   for p in s.plans]
+        time_ax.plot(s.values, seconds, marker="o", label=s.label)
+    memory_ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
+    memory_ax.set_title("Memory per GPU")
+    time_ax.set_ylabel("step time (s)")
+    time_ax.set_title("Step time")
+    ticks = sorted({v for s in sweeps for v in s.values})
+    for ax in (memory_ax, time_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [f"{v:,}" for v in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel(xlabel)
+        ax.legend(fontsize="small")
+    times = [p.step_seconds for s in sweeps for p in s.plans if p.step_seconds]
+    if times and max(times) > LOG_SCALE_SPAN * min(times):
+        time_ax.set_yscale("log")
+    return figure
+
+
+def _stacked_memory(ax: Axes, s: Sweep) -> None:
+    layers = {label: [component_gib(p)[label] for p in s.plans] for label, _ in COMPONENTS}
+    shown = {label: values for label, values in layers.items() if any(values)}
+    ax.stackplot(s.values, *shown.values(), labels=list(shown), alpha=0.85)
+    ax.plot(s.values, [p.total_bytes / GiB for p in s.plans], color="black", marker="o",
+            linewidth=1, label=f"total ({s.label})")
