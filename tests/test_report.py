@@ -233,6 +233,8 @@ def test_presets_table_has_key_numbers(capsys):
     assert "6.74B" in llama  # counted from the architecture
     (fp32_grads,) = rows_named(out, "adam-fp32-grads")
     assert "fp32 gradients" in fp32_grads
+    (dgx,) = rows_named(out, "dgx-h100")
+    assert "8 x h100-sxm per node; 450 GB/s in, 50 GB/s across" in dgx  # 400 Gb/s = 50 GB/s
 
 
 def test_presets_show_prints_the_toml(capsys):

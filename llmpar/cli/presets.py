@@ -17,7 +17,7 @@ from llmpar.report.tables import Table, render_text
 from llmpar.session import Session
 from llmpar.spec import Model, Optimizer
 from llmpar.spec.hardware import Gpu
-from llmpar.units import format_count
+from llmpar.units import format_count, parse_byte_rate
 
 SOURCE_WIDTH = 60
 """Characters of a preset's `source` shown in the table."""
@@ -74,7 +74,7 @@ def _row(session: Session, kind: str, name: str) -> tuple[str, str, str, str]:
     try:
         table = session.presets.read(kind, name)
         key = _KEY_NUMBERS[kind](session, table, path) if kind in _KEY_NUMBERS else "-"
-    except (OSError, ValueError, SpecError):
+    except (OSError, ValueError, TypeError, SpecError):
         table, key = {}, "(does not load)"
     return name, kind[:-1], key, _source_start(table, path)
 
@@ -115,12 +115,28 @@ def _optimizer_key(session: Session, table: dict[str, Any], _path: Path) -> str:
     return f"{optimizer.bytes_per_parameter('bf16'):.4g} B/param{gradients}"
 
 
+def _rate(value: Any) -> str:
+    if value is None:
+        return "?"
+    rate = parse_byte_rate(value) if isinstance(value, str) else float(value)
+    return f"{rate / 1e9:,.0f} GB/s"
+
+
+def _cluster_key(_session: Session, table: dict[str, Any], _path: Path) -> str:
+    gpu = table.get("gpu", "?")
+    name = gpu.get("preset", "custom GPU") if isinstance(gpu, dict) else gpu
+    return (f"{table.get('gpus_per_node', '?')} x {name} per node; "
+            f"{_rate(table.get('intra_node_bandwidth_bytes_per_s'))} in, "
+            f"{_rate(table.get('inter_node_bandwidth_bytes_per_s'))} across")
+
+
 def _example_key(session: Session, _table: dict[str, Any], path: Path) -> str:
     plan = session.evaluate(path)
     return f"{format_gb_gib(plan.total_bytes)} per GPU"
 
 
-_KEY_NUMBERS = {"models": _model_key, "gpus": _gpu_key, "optimizers": _optimizer_key,
-                "examples": _example_key}
+_KEY_NUMBERS = {"models": _model_key, "gpus": _gpu_key, "clusters": _cluster_key,
+                "optimizers": _optimizer_key, "examples": _example_key}
 _KEY_LABELS = {"models": "parameters", "gpus": "memory, peak",
+               "clusters": "node; per-GPU bandwidth, one way",
                "optimizers": "state with bf16 weights", "examples": "total memory"}
