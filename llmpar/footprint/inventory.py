@@ -75,6 +75,8 @@ class ActivationInventory:
     groups: tuple[LayerGroup, ...]
     fixed: tuple[SavedTensor, ...] = ()
     """Embedding, final norm, output layer and loss: counted once."""
+    source: str = ""
+    """Where the model's rules come from, for derivations."""
 
     @property
     def num_layers(self) -> int:

@@ -1,0 +1,109 @@
+"""What every activation model shares: the error, the split tags, the sizes of a run.
+
+Each model builds an `ActivationInventory` for one micro-batch of one unsplit
+replica; strategies and recomputation then transform it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from llmpar.dtypes import bytes_per_element
+from llmpar.footprint.inventory import (
+    SPLIT_CONTEXT,
+    SPLIT_SEQUENCE,
+    SPLIT_TENSOR,
+    ActivationInventory,
+    SavedTensor,
+)
+
+if TYPE_CHECKING:
+    from llmpar.spec import Spec
+
+MASK_BYTES = 1.0
+"""A dropout mask keeps one byte per element (Korthikanti et al. 2022, Sec. 4.1)."""
+TOKEN_ID_BYTES = 8.0
+"""Input token ids are int64, as Megatron-LM and PyTorch embeddings take them."""
+FP32_BYTES = bytes_per_element("fp32")
+LOSS_BYTES = FP32_BYTES
+"""Logits are upcast to fp32 for the cross-entropy loss (Megatron-LM)."""
+
+OUTSIDE_TP = frozenset({SPLIT_SEQUENCE, SPLIT_CONTEXT})
+"""Tensors of the residual stream, replicated across the tensor group unless sequence
+parallelism splits them (Korthikanti et al. 2022, Sec. 4.2.2)."""
+INSIDE_TP = frozenset({SPLIT_TENSOR, SPLIT_CONTEXT})
+"""Tensors between a column- and a row-parallel projection: split over heads, the MLP's
+inner width or the vocabulary (Shoeybi et al. 2019, Sec. 3)."""
+TOKENS_ONLY = frozenset({SPLIT_CONTEXT})
+"""Per-token tensors that tensor parallelism leaves whole (token ids, labels, RoPE)."""
+
+
+class ActivationUnavailable(Exception):
+    """The model lacks what this activation model needs; the message says what."""
+
+
+ActivationModel = Callable[["Spec"], ActivationInventory]
+
+
+def require(spec: Spec, fields: tuple[str, ...], model_name: str) -> None:
+    """Raise ActivationUnavailable naming the model fields `model_name` needs and lacks."""
+    missing = [name for name in fields if getattr(spec.model, name) is None]
+    if not missing:
+        return
+    hint = ""
+    if spec.model.parameters is not None and model_name != "coefficient":
+        hint = ("; a model given by its size can use activation_model = 'coefficient' "
+                "with num_layers and hidden_size")
+    raise ActivationUnavailable(
+        f"activation model {model_name!r} needs model fields {', '.join(missing)}{hint}")
+
+
+ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size",
+                "ffn_hidden_size")
+"""The model fields the per-tensor models need."""
+
+
+def saved(name: str, reason: str, shape: tuple, size: float, splits: frozenset,
+          attention_score: bool = False, placement: str = "") -> SavedTensor:
+    """A SavedTensor, positionally: name, reason, shape, bytes per element, splits."""
+    return SavedTensor(name=name, reason=reason, shape=shape, bytes_per_element=size,
+                       splits=splits, attention_score=attention_score, placement=placement)
+
+
+@attrs.frozen(kw_only=True)
+class Sizes:
+    """The symbols of one micro-batch of one model, as (symbol, size) dimensions."""
+
+    b: tuple[str, int]
+    s: tuple[str, int]
+    h: tuple[str, int]
+    a: tuple[str, int]
+    vocab: tuple[str, int]
+    d: float
+    """Bytes per element of the activations (`[precision] activations`)."""
+
+    @property
+    def tokens(self) -> tuple[tuple[str, int], ...]:
+        return (self.b, self.s)
+
+    @property
+    def scores(self) -> tuple[tuple[str, int], ...]:
+        """b x a x s x s: one attention score per head, query and key."""
+        return (self.b, self.a, self.s, ("s", self.s[1]))
+
+    def per_token(self, symbol: str, width: int) -> tuple[tuple[str, int], ...]:
+        """b x s x `symbol`."""
+        return (self.b, self.s, (symbol, width))
+
+
+def sizes_of(spec: Spec) -> Sizes:
+    model, training = spec.model, spec.training
+    assert model.hidden_size is not None and model.num_attention_heads is not None
+    assert model.vocab_size is not None
+    return Sizes(b=("b", training.micro_batch_size), s=("s", training.sequence_length),
+                 h=("h", model.hidden_size), a=("a", model.num_attention_heads),
+                 vocab=("V", model.vocab_size),
+                 d=bytes_per_element(spec.precision.activations))

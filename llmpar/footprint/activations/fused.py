@@ -1,0 +1,220 @@
+"""`fused`: what a modern fused training stack keeps (Megatron-Core with Transformer
+Engine, torchtitan), tensor by tensor.
+
+- Attention is FlashAttention: it keeps Q, K and V (K and V at their own head count:
+  GQA needs no expansion), the output O and the fp32 log-sum-exp per head and query,
+  and recomputes the s x s scores in the backward (Dao 2023, FlashAttention-2,
+  arXiv:2307.08691, Sec. 3.1.1 and Algorithm 2). O is also the output projection's
+  input, kept once.
+- Norms are fused kernels (Transformer Engine LayerNorm/RMSNorm, Apex
+  FusedLayerNorm/FusedRMSNorm): each keeps its input and the fp32 rstd per row (and
+  the fp32 mean for LayerNorm); the next linear keeps the normalized output
+  (Transformer Engine LayerNormLinear saves ln_out for the weight gradient).
+- No dropout (hidden_dropout = attention_dropout = 0, as Llama-style pretraining and
+  torchtitan run), so no masks.
+- SwiGLU is one fused op (Megatron-Core bias_swiglu_impl, Transformer Engine swiglu)
+  keeping its two inputs, the gate and up halves of fc1's output; fc2 keeps its input.
+  A GELU MLP keeps fc1's output and fc2's input.
+- RoPE is fused (Transformer Engine fused_apply_rotary_pos_emb): one fp32 frequency
+  table of s x d_rope, shared by the layers.
+- The loss is Megatron-Core's fused vocab-parallel cross-entropy
+  (cross_entropy_loss_fusion): no fp32 copy of the logits; it keeps exp(logits) in the
+  logits' dtype, the labels and a per-token target mask.
+- MoE (Megatron-Core MoE with moe_permute_fusion): fp32 router probabilities and a
+  boolean routing map per token and expert, the permuted token copies (b * s * k, no
+  dropping), each copy's fc1 output and fc2 input, the expert output and the fp32
+  routing weight kept to weight it.
+This is the right model for Megatron-Core/torchtitan-style training; the default
+activation model stays korthikanti.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmpar.footprint.activations.common import (
+    ARCHITECTURE,
+    FP32_BYTES,
+    INSIDE_TP,
+    OUTSIDE_TP,
+    TOKEN_ID_BYTES,
+    TOKENS_ONLY,
+    Sizes,
+    require,
+    saved,
+    sizes_of,
+)
+from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
+
+if TYPE_CHECKING:
+    from llmpar.spec import Spec
+    from llmpar.spec.model import Model
+
+SOURCE = ("FlashAttention-2 (arXiv:2307.08691), Transformer Engine fused norms, SwiGLU and "
+          "RoPE, Megatron-Core fused cross-entropy and MoE permutation, per tensor")
+BOOL_BYTES = 1.0
+
+
+def _wide(sizes: Sizes, name: str, reason: str, symbol: str, width: int, size: float,
+          splits: frozenset) -> SavedTensor:
+    return saved(name, reason, sizes.per_token(symbol, width), size, splits)
+
+
+def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
+          width: int | None = None, splits: frozenset = OUTSIDE_TP,
+          rows: tuple = ()) -> list[SavedTensor]:
+    """A fused norm: its input and the fp32 rstd (and mean, for LayerNorm) per row."""
+    width = sizes.h[1] if width is None else width
+    stats = ["rstd"] + (["mean"] if model.norm == "layernorm" else [])
+    return [_wide(sizes, f"{label} input", "kept by the fused norm", symbol, width, sizes.d,
+                  splits)] + [
+        saved(f"{label} {stat} (fp32)", "per row, kept by the fused norm",
+              (*sizes.tokens, *rows), FP32_BYTES, splits if rows else OUTSIDE_TP)
+        for stat in stats]
+
+
+def _hidden(sizes: Sizes, name: str, reason: str) -> SavedTensor:
+    return _wide(sizes, name, reason, "h", sizes.h[1], sizes.d, OUTSIDE_TP)
+
+
+def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
+    d = sizes.d
+    assert model.num_kv_heads is not None
+    tensors = [_hidden(sizes, "attention input", "input of the Q/K/V projections")]
+    if model.mla is not None:
+        mla = model.mla
+        if mla.q_lora_rank is not None:
+            tensors += _norm(sizes, model, "query latent norm", "r_q", mla.q_lora_rank)
+            tensors.append(_wide(sizes, "query latent", "input of the query up-projection",
+                                 "r_q", mla.q_lora_rank, d, OUTSIDE_TP))
+        tensors += _norm(sizes, model, "key/value latent norm", "r_kv", mla.kv_lora_rank)
+        tensors.append(_wide(sizes, "key/value latent", "input of the key/value "
+                             "up-projection", "r_kv", mla.kv_lora_rank, d, OUTSIDE_TP))
+        key = ("a*d_qk", model.query_width)
+    else:
+        key = ("kv*d_head", model.kv_width)
+    if model.qk_norm:
+        heads = model.num_attention_heads
+        per_head = model.qk_norm_scope == "head"
+        tensors += _norm(sizes, model, "query norm", "a*d_head", model.query_width, INSIDE_TP,
+                         (("a", heads),) if per_head else ())
+        tensors += _norm(sizes, model, "key norm", "kv*d_head", model.kv_width, INSIDE_TP,
+                         (("kv", model.num_kv_heads),) if per_head else ())
+    value_width = model.value_width if model.mla is not None else model.kv_width
+    lse = (sizes.b, sizes.a, sizes.s)
+    return tensors + [
+        _wide(sizes, "query", "kept by flash attention", "a*d_head", model.query_width, d,
+              INSIDE_TP),
+        _wide(sizes, "key", "kept by flash attention (no GQA expansion)", *key, d, INSIDE_TP),
+        _wide(sizes, "value", "kept by flash attention (no GQA expansion)",
+              key[0].replace("qk", "v").replace("head", "v"), value_width, d, INSIDE_TP),
+        saved("log-sum-exp (fp32)", "kept by flash attention per head and query", lse,
+              FP32_BYTES, INSIDE_TP),
+        _wide(sizes, "attention output", "kept by flash attention; the output projection's "
+              "input", "a*d_v", model.attention_output_width, d, INSIDE_TP),
+    ]
+
+
+def _mlp(sizes: Sizes, model: Model, tokens: tuple, symbol: str, width: int,
+         label: str = "") -> list[SavedTensor]:
+    shape = (*tokens, (symbol, width))
+    if model.gated:
+        first = saved(f"{label}fc1 output (gate and up)", "the fused SwiGLU's two inputs",
+                      (*tokens, ("2*" + symbol, 2 * width)), sizes.d, INSIDE_TP)
+    else:
+        first = saved(f"{label}fc1 output", "input of the activation", shape, sizes.d,
+                      INSIDE_TP)
+    return [first, saved(f"{label}fc2 input", "input of the second projection", shape,
+                         sizes.d, INSIDE_TP)]
+
+
+def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
+    moe = model.moe
+    assert moe is not None
+    routed = (*sizes.tokens, ("k", moe.experts_per_token))
+    experts = ("E", moe.num_experts)
+    tensors = [
+        saved("router probabilities (fp32)", "kept by the router's softmax or sigmoid",
+              (*sizes.tokens, experts), FP32_BYTES, OUTSIDE_TP),
+        saved("routing map (bool)", "which experts each token goes to",
+              (*sizes.tokens, experts), BOOL_BYTES, OUTSIDE_TP),
+        saved("permuted tokens", "expert inputs after the fused permutation",
+              (*routed, sizes.h), sizes.d, OUTSIDE_TP),
+        *_mlp(sizes, model, routed, "ffn_e", moe.expert_ffn_hidden_size, "expert "),
+        saved("expert output", "kept by the unpermutation to weight it",
+              (*routed, sizes.h), sizes.d, OUTSIDE_TP),
+        saved("routing weights (fp32)", "kept by the unpermutation", routed, FP32_BYTES,
+              OUTSIDE_TP),
+    ]
+    if moe.num_shared_experts:
+        width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
+                                          or moe.expert_ffn_hidden_size)
+        tensors += _mlp(sizes, model, sizes.tokens, "n_s*ffn_s", width, "shared expert ")
+    return tensors
+
+
+def _layer(sizes: Sizes, model: Model, moe: bool) -> list[SavedTensor]:
+    assert model.ffn_hidden_size is not None
+    if moe:
+        mlp = _moe(sizes, model)
+    else:
+        mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size)
+    mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)")] + mlp
+    attention = _attention(sizes, model)
+    if model.norm_placement == "sandwich":
+        return (_norm(sizes, model, "input norm") + attention
+                + _norm(sizes, model, "post-attention norm")
+                + _norm(sizes, model, "pre-MLP norm") + mlp + _norm(sizes, model, "post-MLP norm"))
+    if model.norm_placement == "post":
+        return (attention + _norm(sizes, model, "post-attention norm") + mlp
+                + _norm(sizes, model, "post-MLP norm"))
+    return (_norm(sizes, model, "input norm") + attention
+            + _norm(sizes, model, "post-attention norm") + mlp)
+
+
+def _outside(sizes: Sizes, model: Model) -> tuple[SavedTensor, ...]:
+    embedding = [saved("token ids", "input of the embedding lookup", sizes.tokens,
+                       TOKEN_ID_BYTES, TOKENS_ONLY, placement="embedding")]
+    if model.position_embedding == "learned":
+        embedding.append(saved("position ids", "input of the position embedding lookup",
+                               sizes.tokens, TOKEN_ID_BYTES, TOKENS_ONLY,
+                               placement="embedding"))
+    shared = []
+    if model.position_embedding == "rope":
+        width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
+        assert width is not None
+        shared.append(saved("RoPE frequencies (fp32)", "one table for every layer of a stage",
+                            (sizes.s, ("d_rope", width)), FP32_BYTES, TOKENS_ONLY))
+    head = _norm(sizes, model, "final norm") if model.final_norm else []
+    head.append(_hidden(sizes, "output layer input", "input of the output projection"))
+    vocab = sizes.per_token("V", sizes.vocab[1])
+    if model.final_logit_softcapping is not None:
+        head.append(saved("soft-capped logits (tanh)", "tanh keeps its output", vocab,
+                          sizes.d, INSIDE_TP))
+    head += [
+        saved("exp(logits)", "fused cross-entropy keeps the softmax in the logits' dtype",
+              vocab, sizes.d, INSIDE_TP),
+        saved("labels", "kept by the cross-entropy", sizes.tokens, TOKEN_ID_BYTES,
+              TOKENS_ONLY),
+        saved("target mask (bool)", "labels outside this rank's vocabulary shard",
+              sizes.tokens, BOOL_BYTES, TOKENS_ONLY),
+    ]
+    return (tuple(embedding) + tuple(shared)
+            + tuple(saved(t.name, t.reason, t.shape, t.bytes_per_element, t.splits,
+                          placement="head") for t in head))
+
+
+def fused(spec: Spec) -> ActivationInventory:
+    """Megatron-Core / torchtitan-style fused kernels (see the module docstring)."""
+    require(spec, ARCHITECTURE, "fused")
+    model = spec.model
+    sizes = sizes_of(spec)
+    groups = []
+    if model.num_dense_layers:
+        groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
+                                 tensors=tuple(_layer(sizes, model, moe=False))))
+    if model.num_moe_layers:
+        groups.append(LayerGroup(kind="moe", count=model.num_moe_layers,
+                                 tensors=tuple(_layer(sizes, model, moe=True))))
+    return ActivationInventory(model="fused", groups=tuple(groups),
+                               fixed=_outside(sizes, model), source=SOURCE)

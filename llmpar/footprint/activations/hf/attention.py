@@ -1,0 +1,235 @@
+"""What the attention of a transformers model keeps, eager or through SDPA.
+
+Eager attention is Python in each modeling file (eager_attention_forward): Q.K^T with
+keys and values expanded to every query head by repeat_kv, an optional tanh
+soft-capping, a softmax (in fp32 and cast back, for Llama's descendants), dropout and
+probabilities.V. SDPA is torch.nn.functional.scaled_dot_product_attention; on the CPU
+it runs _scaled_dot_product_flash_attention_for_cpu, which keeps Q, K, V as passed,
+the output and an fp32 log-sum-exp per head and query, and falls back to the math
+path (every operand upcast to fp32, scores materialized) with dropout or when the
+value head width differs from the query's (MLA). Sources: modeling_*.py and
+integrations/sdpa_attention.py of transformers 5.24.0, measured with torch 2.13.0.
+"""
+
+from __future__ import annotations
+
+from llmpar.footprint.activations.common import (
+    FP32_BYTES,
+    INSIDE_TP,
+    OUTSIDE_TP,
+    TOKENS_ONLY,
+    ActivationUnavailable,
+    saved,
+)
+from llmpar.footprint.activations.hf.context import Context
+from llmpar.footprint.activations.hf.norms import norm_tensors
+from llmpar.footprint.inventory import SavedTensor
+
+MAX_GQA_HEAD_DIM = 256
+"""transformers' use_gqa_in_sdpa passes enable_gqa only for head widths up to 256."""
+BOOL_BYTES = 1.0
+
+
+def kernel(ctx: Context) -> str:
+    """eager, flash (SDPA's fused kernel) or math (SDPA's composite fallback)."""
+    if ctx.run.attention == "eager":
+        return "eager"
+    if ctx.model.attention_logit_softcapping is not None:
+        raise ActivationUnavailable(
+            "attention soft-capping runs only with eager attention in transformers "
+            "(Gemma2PreTrainedModel._supports_sdpa = False); use 'hf-eager'")
+    if ctx.run.dropout.attention > 0 or ctx.model.qk_head_dim != ctx.model.value_head_dim:
+        return "math"
+    return "flash"
+
+
+def sdpa_mask_kept(ctx: Context) -> bool:
+    """Whether SDPA gets a materialized mask: transformers skips it (is_causal) unless a
+    sliding window is shorter than the sequence (masking_utils._ignore_causal_mask_sdpa)."""
+    window = ctx.model.sliding_window
+    return ctx.run.attention == "sdpa" and window is not None and ctx.sequence >= window
+
+
+def _heads(ctx: Context) -> tuple[int, int]:
+    model = ctx.model
+    assert model.num_attention_heads is not None and model.num_kv_heads is not None
+    return model.num_attention_heads, model.num_kv_heads
+
+
+def _width(ctx: Context, name: str, reason: str, symbol: str, width: int,
+           size: float | None = None) -> SavedTensor:
+    return ctx.per_token(name, reason, symbol, width, ctx.d if size is None else size,
+                         INSIDE_TP)
+
+
+def _scores(ctx: Context, name: str, reason: str, size: float) -> SavedTensor:
+    return saved(name, reason, ctx.sizes.scores, size, INSIDE_TP, attention_score=True)
+
+
+def _qk_norms(ctx: Context) -> list[SavedTensor]:
+    """Qwen3/Gemma 3 normalize each head (head_dim weights); OLMo 2 the whole query and
+    key projections."""
+    model = ctx.model
+    if not model.qk_norm:
+        return []
+    heads, kv_heads = _heads(ctx)
+    if model.qk_norm_scope == "head":
+        return (norm_tensors(ctx, "query norm", "d_head", model.query_width, INSIDE_TP,
+                             heads=("a", heads), row_splits=INSIDE_TP)
+                + norm_tensors(ctx, "key norm", "d_head", model.kv_width, INSIDE_TP,
+                               heads=("kv", kv_heads), row_splits=INSIDE_TP))
+    return (norm_tensors(ctx, "query norm", "a*d_head", model.query_width, INSIDE_TP,
+                         row_splits=TOKENS_ONLY)
+            + norm_tensors(ctx, "key norm", "kv*d_head", model.kv_width, INSIDE_TP,
+                           row_splits=TOKENS_ONLY))
+
+
+def _fused_width(ctx: Context) -> int:
+    return ctx.model.query_width + ctx.model.kv_width + ctx.model.value_width
+
+
+def _operands_eager(ctx: Context) -> list[SavedTensor]:
+    """Q, K (expanded), V (expanded) as torch.matmul keeps them."""
+    model = ctx.model
+    heads, kv_heads = _heads(ctx)
+    fused = ("(a+2kv)*d_head", _fused_width(ctx))
+    if ctx.family.fused_qkv and not ctx.family.rope:
+        # GPT-2: q, k and v are views of c_attn's output; matmul keeps the views (b = 1) or
+        # copies of the same total size (b > 1).
+        return [_width(ctx, "fused q/k/v output", "operands of Q.K^T and P.V (views)", *fused)]
+    expanded = " expanded by repeat_kv" if heads != kv_heads else ""
+    tensors = [
+        _width(ctx, "query", "operand of Q.K^T", "a*d_head", model.query_width),
+        _width(ctx, f"key{expanded}", "operand of Q.K^T", "a*d_head", model.query_width),
+    ]
+    if ctx.family.fused_qkv and heads == kv_heads and ctx.batch == 1:
+        # Phi-3: v is a view of qkv_proj's output; matmul merges (b, a) without a copy
+        # only when b = 1, and then keeps the whole fused storage.
+        tensors.append(_width(ctx, "fused q/k/v output", "kept whole by the value view",
+                              *fused))
+    else:
+        tensors.append(_width(ctx, f"value{expanded}", "operand of P.V", "a*d_v",
+                              model.attention_output_width))
+    return tensors
+
+
+def _probabilities_eager(ctx: Context) -> list[SavedTensor]:
+    d = ctx.d
+    tensors = []
+    if ctx.model.attention_logit_softcapping is not None:
+        tensors.append(_scores(ctx, "soft-capped scores (tanh)", "tanh keeps its output", d))
+    if ctx.family.softmax_fp32:
+        tensors.append(_scores(ctx, "softmax output (fp32)", "softmax(dtype=float32) keeps "
+                               "its output", FP32_BYTES))
+        if ctx.upcast:
+            tensors.append(_scores(ctx, "attention probabilities", "the softmax cast back, "
+                                   "operand of P.V", d))
+    else:
+        tensors.append(_scores(ctx, "softmax output", "kept by softmax and P.V", d))
+    if ctx.run.dropout.attention > 0:
+        tensors += [_scores(ctx, "attention dropout mask", "CPU dropout keeps its scaled "
+                            "Bernoulli noise in the input's dtype (CUDA: 1-byte mask)", d),
+                    _scores(ctx, "attention dropout output", "operand of P.V", d)]
+    return tensors
+
+
+def _flash(ctx: Context) -> list[SavedTensor]:
+    """SDPA's fused kernel keeps Q, K, V as passed (views keep their whole storage), the
+    output (o_proj's input: the kernel writes b x s x a x d) and the fp32 log-sum-exp."""
+    model = ctx.model
+    heads, kv_heads = _heads(ctx)
+    gqa = heads != kv_heads and not sdpa_mask_kept(ctx) and (
+        model.qk_head_dim == model.value_head_dim <= MAX_GQA_HEAD_DIM)
+    expanded = heads != kv_heads and not gqa
+    fused = ("(a+2kv)*d_head", _fused_width(ctx))
+    kv_symbol, kv_width = (("a*d_head", model.query_width) if expanded
+                           else ("kv*d_head", model.kv_width))
+    if ctx.family.fused_qkv and not ctx.family.rope:
+        tensors = [_width(ctx, "fused q/k/v output", "Q, K and V are views of it", *fused)]
+    else:
+        tensors = [_width(ctx, "query", "SDPA input", "a*d_head", model.query_width),
+                   _width(ctx, "key" + (" expanded by repeat_kv" if expanded else ""),
+                          "SDPA input", kv_symbol, kv_width)]
+        if ctx.family.fused_qkv and not expanded:
+            tensors.append(_width(ctx, "fused q/k/v output", "kept whole by the value view",
+                                  *fused))
+        else:
+            tensors.append(_width(ctx, "value" + (" expanded by repeat_kv" if expanded else ""),
+                                  "SDPA input", kv_symbol.replace("d_head", "d_v"),
+                                  kv_width // model.qk_head_dim * model.value_head_dim))
+    lse = (ctx.sizes.b, ctx.sizes.a, ctx.sizes.s)
+    return tensors + [
+        saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
+              INSIDE_TP),
+        _width(ctx, "attention output", "SDPA output, also the output projection's input",
+               "a*d_v", model.attention_output_width),
+    ]
+
+
+def _math(ctx: Context) -> list[SavedTensor]:
+    """SDPA's math path upcasts Q, K, V to fp32, expands K and V to every head, scales Q
+    and K by sqrt(scale) and materializes the fp32 scores (aten
+    _scaled_dot_product_attention_math)."""
+    model = ctx.model
+    tensors = [
+        _width(ctx, "query (fp32, scaled)", "operand of Q.K^T", "a*d_head", model.query_width,
+               FP32_BYTES),
+        _width(ctx, "key (fp32, scaled, expanded)", "operand of Q.K^T", "a*d_head",
+               model.query_width, FP32_BYTES),
+        _scores(ctx, "softmax output (fp32)", "_safe_softmax keeps its output", FP32_BYTES),
+    ]
+    if ctx.run.dropout.attention > 0:
+        tensors += [_scores(ctx, "attention dropout mask (fp32)", "noise in the fp32 "
+                            "scores' dtype", FP32_BYTES),
+                    _scores(ctx, "attention dropout output (fp32)", "operand of P.V",
+                            FP32_BYTES)]
+    return tensors + [
+        _width(ctx, "value (fp32, expanded)", "operand of P.V", "a*d_v",
+               model.attention_output_width, FP32_BYTES),
+        _width(ctx, "output projection input", "the output cast back and made contiguous",
+               "a*d_v", model.attention_output_width),
+    ]
+
+
+def core_tensors(ctx: Context, operands_eager: list[SavedTensor]) -> list[SavedTensor]:
+    """From Q, K, V to the output projection's input, by kernel."""
+    found = kernel(ctx)
+    if found == "flash":
+        return _flash(ctx)
+    if found == "math":
+        return _math(ctx)
+    return operands_eager + _probabilities_eager(ctx) + [
+        _width(ctx, "output projection input", "P.V transposed and made contiguous", "a*d_v",
+               ctx.model.attention_output_width)]
+
+
+def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
+    """GPT-2, BERT and Phi-3 drop out each residual branch: on the CPU the mask is the
+    scaled Bernoulli noise in the activations' dtype (ATen _dropout_impl); CUDA's fused
+    native_dropout keeps a 1-byte mask."""
+    if not (ctx.family.residual_dropout and ctx.run.dropout.hidden > 0):
+        return []
+    return [ctx.per_token(f"{label} residual dropout mask", "dropout on the branch output",
+                          "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
+
+
+def attention_tensors(ctx: Context) -> list[SavedTensor]:
+    """A standard (not MLA) attention block, from its input to its output projection."""
+    if ctx.model.mla is not None:
+        from llmpar.footprint.activations.hf.mla import mla_tensors
+
+        return mla_tensors(ctx) + residual_dropout(ctx, "attention")
+    inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
+                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
+    return (inputs + _qk_norms(ctx) + core_tensors(ctx, _operands_eager(ctx))
+            + residual_dropout(ctx, "attention"))
+
+
+def sdpa_mask(ctx: Context) -> list[SavedTensor]:
+    """The boolean s x s mask SDPA keeps when a sliding window is shorter than the
+    sequence; built once per forward and shared by the layers (outside them)."""
+    if not sdpa_mask_kept(ctx):
+        return []
+    s = ctx.sizes.s
+    return [saved("sliding-window mask (bool)", "kept by SDPA for its backward",
+                  (s, ("s", s[1])), BOOL_BYTES, TOKENS_ONLY, attention_score=True)]

@@ -1,0 +1,100 @@
+"""Which transformers modeling code a model runs, and what that code keeps.
+
+The model fields say the architecture; a few facts that change what autograd keeps
+are only in the modeling code of transformers 5.24 (modeling_<model_type>.py):
+how a norm casts, whether projections are fused, which dtype the eager softmax
+uses, which GELU formula runs and how the router computes its weights. A model read
+from a config.json (llmpar.model_from_hf, the presets) names its transformers
+class in its source; otherwise the family follows from the fields.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+
+from llmpar.spec.model import Model
+
+NORMS = ("llama", "olmo2", "gemma", "layernorm")
+ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek")
+
+
+@attrs.frozen(kw_only=True)
+class Family:
+    """The parts of one transformers modeling file that decide the saved tensors."""
+
+    name: str
+    norm: str = "llama"
+    """llama: x.float() -> x * rsqrt(mean(x^2)) -> weight * x_hat.to(dtype), keeping the
+    fp32 input, rsqrt and the normalized x in the activations' dtype; olmo2: weight *
+    x_hat before the cast, keeping x_hat in fp32; gemma: x_hat * (1 + weight.float()),
+    keeping x_hat in fp32 and the fp32 (1 + weight); layernorm: ATen's native_layer_norm
+    keeping its input, mean and rstd."""
+    fused_qkv: bool = False
+    """Q, K and V are slices of one projection's output (GPT-2 c_attn, Phi-3 qkv_proj)."""
+    rope: bool = True
+    softmax_fp32: bool = True
+    """Eager attention takes softmax(dtype=float32).to(dtype) (Llama and its
+    descendants); GPT-2 and BERT take the softmax in the activations' dtype."""
+    gelu_formula: bool = False
+    """GELU written out as 0.5 x (1 + tanh(...)) (GPT-2's gelu_new, NewGELUActivation),
+    which keeps four tensors; otherwise F.gelu/F.silu keep only their input."""
+    residual_dropout: bool = False
+    """Dropout modules on the residual branches (GPT-2, BERT, Phi-3)."""
+    router: str = "softmax-cast"
+    """softmax-fp32: Mixtral's softmax(logits.float()) with fp32 routing weights;
+    softmax-cast: Qwen-MoE's softmax(dtype=float) cast back to the activations' dtype;
+    deepseek: an fp32 router, sigmoid scores and group-limited top-k."""
+    norm_topk: bool = True
+    """The top-k routing weights are renormalized in place (Mixtral always; Qwen3-MoE and
+    DeepSeek-V3 by their published norm_topk_prob)."""
+    causal_lm: bool = True
+    """Labels are shifted for next-token prediction; BERT's MLM loss takes them as given."""
+
+
+LLAMA = Family(name="llama")
+FAMILIES: Mapping[str, Family] = MappingProxyType({
+    "LlamaForCausalLM": LLAMA,
+    "MistralForCausalLM": attrs.evolve(LLAMA, name="mistral"),
+    "MixtralForCausalLM": attrs.evolve(LLAMA, name="mixtral", router="softmax-fp32"),
+    "Qwen2ForCausalLM": attrs.evolve(LLAMA, name="qwen2"),
+    "Qwen3ForCausalLM": attrs.evolve(LLAMA, name="qwen3"),
+    "Qwen2MoeForCausalLM": attrs.evolve(LLAMA, name="qwen2-moe", norm_topk=False),
+    "Qwen3MoeForCausalLM": attrs.evolve(LLAMA, name="qwen3-moe"),
+    "Phi3ForCausalLM": attrs.evolve(LLAMA, name="phi3", fused_qkv=True, residual_dropout=True),
+    "Olmo2ForCausalLM": attrs.evolve(LLAMA, name="olmo2", norm="olmo2"),
+    "Gemma2ForCausalLM": attrs.evolve(LLAMA, name="gemma2", norm="gemma"),
+    "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma"),
+    "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),
+    "DeepseekV3ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3", router="deepseek"),
+    "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
+                              softmax_fp32=False, gelu_formula=True, residual_dropout=True),
+    "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,
+                              residual_dropout=True, causal_lm=False),
+})
+"""By transformers class, the names llmpar.hf writes into a model's source."""
+
+_CLASS = re.compile(r"transformers' (\w+)")
+
+
+def family_of(model: Model) -> Family:
+    """The family named by the model's source, else the one its fields describe."""
+    named = _CLASS.search(model.source or "")
+    if named and named.group(1) in FAMILIES:
+        return FAMILIES[named.group(1)]
+    if model.norm_placement == "post" and model.embedding_norm:
+        return FAMILIES["BertForMaskedLM"]
+    if model.position_embedding == "learned" and model.norm == "layernorm":
+        return FAMILIES["GPT2LMHeadModel"]
+    if model.norm_placement == "sandwich":
+        return FAMILIES["Gemma2ForCausalLM"]
+    if model.norm_placement == "post":
+        return FAMILIES["Olmo2ForCausalLM"]
+    if model.mla is not None:
+        return FAMILIES["DeepseekV3ForCausalLM"]
+    if model.moe is not None:
+        return FAMILIES["Qwen3MoeForCausalLM"]
+    return LLAMA

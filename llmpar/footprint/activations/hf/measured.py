@@ -1,0 +1,152 @@
+"""Measured ground truth (validation/data/<arch>.json, written by
+validation/measure_hf.py) next to what `hf-eager`/`hf-sdpa` predict for the same runs.
+
+Pure reading and arithmetic: neither torch nor transformers is needed. A run is one
+(variant, attention, experts, b, s) of one architecture; the measurement took the
+bytes autograd keeps (live storages after the forward, each once) for 1 and 2 layers,
+so per layer = 2 layers - 1 layer and fixed = 1 layer - per layer. The input ids,
+which the measurement counts apart (kind "input"), are added to the totals, since the
+inventory lists them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from llmpar.footprint.activations.hf.model import hf_inventory
+from llmpar.footprint.activations.hf.run import HfRun, dropout_from_hf_config
+from llmpar.footprint.inventory import ActivationInventory
+
+LAYER_KEYS = ("num_hidden_layers", "n_layer")
+MEASURED_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+@attrs.frozen(kw_only=True)
+class MeasuredRun:
+    """One measured configuration and its bytes."""
+
+    arch: str
+    variant: str
+    attention: str
+    experts: str | None
+    batch: int
+    sequence: int
+    per_layer_bytes: int
+    fixed_bytes: int
+    """Outside the layers, input ids included."""
+    total_bytes: Mapping[int, int]
+    """By number of layers, input ids included."""
+
+    @property
+    def label(self) -> str:
+        experts = f"/{self.experts}" if self.experts else ""
+        return (f"{self.arch}[{self.variant}] {self.attention}{experts} "
+                f"b={self.batch} s={self.sequence}")
+
+
+@attrs.frozen(kw_only=True)
+class Comparison:
+    run: MeasuredRun
+    per_layer_bytes: float
+    fixed_bytes: float
+    total_bytes: Mapping[int, float]
+
+    @property
+    def per_layer_error(self) -> float:
+        """(predicted - measured) / measured."""
+        return self.per_layer_bytes / self.run.per_layer_bytes - 1
+
+    @property
+    def total_errors(self) -> dict[int, float]:
+        return {n: self.total_bytes[n] / measured - 1
+                for n, measured in self.run.total_bytes.items()}
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def data_files(folder: str | Path) -> list[Path]:
+    """The measurement files of `folder` with measured variants, by name."""
+    found = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = load(path)
+        except (OSError, ValueError):
+            continue
+        if data.get("variants"):
+            found.append(path)
+    return found
+
+
+def _variant(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    return next(v for v in data["variants"] if v["variant"] == name)
+
+
+def measured_runs(data: Mapping[str, Any]) -> Iterator[MeasuredRun]:
+    """Every run of every variant with both layer counts measured."""
+    for variant in data.get("variants", ()):
+        totals: dict[tuple, dict[int, int]] = {}
+        for run in variant.get("saved_runs", ()):
+            key = (run["attn_implementation"], run["experts_implementation"], run["batch"],
+                   run["seq"])
+            totals.setdefault(key, {})[run["num_layers"]] = (
+                run["saved_activation_bytes"] + run.get("saved_input_ids_bytes", 0))
+        for row in variant.get("per_layer_saved", ()):
+            key = (row["attn_implementation"], row["experts_implementation"], row["batch"],
+                   row["seq"])
+            total = totals.get(key, {})
+            if len(total) < 2:
+                continue
+            per_layer = total[2] - total[1]
+            yield MeasuredRun(arch=data["name"], variant=variant["variant"],
+                              attention=key[0], experts=key[1], batch=key[2], sequence=key[3],
+                              per_layer_bytes=per_layer, fixed_bytes=total[1] - per_layer,
+                              total_bytes=total)
+
+
+def config_used(data: Mapping[str, Any], variant: str, layers: int) -> dict[str, Any]:
+    """The config.json values the measurement built `layers` layers from."""
+    return dict(_variant(data, variant)["configs_used"][str(layers)])
+
+
+def spec_table(data: Mapping[str, Any], run: MeasuredRun, layers: int) -> dict[str, Any]:
+    """A spec (as a mapping) for `run` with `layers` layers."""
+    from llmpar.hf import model_table_from_hf
+
+    config = config_used(data, run.variant, layers)
+    config.setdefault("_source", data.get("source_repo"))
+    dtype = data.get("measurement_setup", {}).get("dtype", "bfloat16")
+    return {
+        "model": model_table_from_hf(config),
+        "hardware": {"gpu": "h100-sxm"},
+        "precision": {"activations": MEASURED_DTYPES[dtype], "weights": MEASURED_DTYPES[dtype]},
+        "training": {"sequence_length": run.sequence, "micro_batch_size": run.batch},
+    }
+
+
+def hf_run(data: Mapping[str, Any], run: MeasuredRun) -> HfRun:
+    """How the measured run ran: its attention and experts, its config's dropout."""
+    config = config_used(data, run.variant, 1)
+    return HfRun(attention=run.attention, experts=run.experts or "grouped_mm",
+                 dropout=dropout_from_hf_config(config))
+
+
+def predicted(data: Mapping[str, Any], run: MeasuredRun, layers: int) -> ActivationInventory:
+    import llmpar
+
+    spec = llmpar.load_spec(spec_table(data, run, layers))
+    return hf_inventory(spec, hf_run(data, run), f"hf-{run.attention}")
+
+
+def compare(data: Mapping[str, Any], run: MeasuredRun) -> Comparison:
+    """What hf-eager/hf-sdpa predict for `run`, measured the same way (2 - 1 layers)."""
+    totals = {n: predicted(data, run, n).total_bytes for n in run.total_bytes}
+    per_layer = totals[2] - totals[1]
+    return Comparison(run=run, per_layer_bytes=per_layer, fixed_bytes=totals[1] - per_layer,
+                      total_bytes=totals)

@@ -1,0 +1,82 @@
+"""`hf-eager` and `hf-sdpa`: what a Hugging Face transformers model keeps for backward.
+
+Every tensor autograd keeps in one training forward (model(input_ids, labels=ids),
+model.train()), by storage: a tensor kept by several nodes, or a view kept whole, is
+counted once. The mechanisms are those of transformers 5.24.0 on torch 2.13.0 (CPU);
+validation/data holds the measurements they are checked against, and
+docs/validation.md says how CUDA kernels would differ.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from llmpar.footprint.activations.common import ARCHITECTURE, require, sizes_of
+from llmpar.footprint.activations.hf.attention import attention_tensors
+from llmpar.footprint.activations.hf.context import MEASURED, Context
+from llmpar.footprint.activations.hf.family import family_of
+from llmpar.footprint.activations.hf.mlp import dense_mlp
+from llmpar.footprint.activations.hf.moe import moe_tensors
+from llmpar.footprint.activations.hf.norms import norm_tensors
+from llmpar.footprint.activations.hf.outside import (
+    embedding_tensors,
+    head_tensors,
+    shared_tensors,
+)
+from llmpar.footprint.activations.hf.run import HfRun
+from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
+
+if TYPE_CHECKING:
+    from llmpar.spec import Spec
+
+
+def _norm(ctx: Context, label: str) -> list[SavedTensor]:
+    return norm_tensors(ctx, label, "h", ctx.sizes.h[1])
+
+
+def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
+    """One block, its norms where the model puts them: before attention and MLP (pre),
+    after each (post: BERT's LayerNorm of the residual sum, OLMo 2's norm of the branch
+    output) or both (sandwich: Gemma)."""
+    mlp = moe_tensors(ctx) if moe else dense_mlp(ctx)
+    attention = attention_tensors(ctx)
+    placement = ctx.model.norm_placement
+    if placement == "sandwich":
+        return (_norm(ctx, "input norm") + attention + _norm(ctx, "post-attention norm")
+                + _norm(ctx, "pre-MLP norm") + mlp + _norm(ctx, "post-MLP norm"))
+    if placement == "post":
+        return (attention + _norm(ctx, "post-attention norm") + mlp
+                + _norm(ctx, "post-MLP norm"))
+    return _norm(ctx, "input norm") + attention + _norm(ctx, "post-attention norm") + mlp
+
+
+def hf_inventory(spec: Spec, run: HfRun, name: str = "hf") -> ActivationInventory:
+    """The inventory of `spec`'s model run by transformers the way `run` says."""
+    require(spec, ARCHITECTURE, name)
+    model = spec.model
+    ctx = Context(sizes=sizes_of(spec), model=model, run=run, family=family_of(model))
+    groups = []
+    if model.num_dense_layers:
+        groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
+                                 tensors=tuple(layer_tensors(ctx, moe=False))))
+    if model.num_moe_layers:
+        groups.append(LayerGroup(kind="moe", count=model.num_moe_layers,
+                                 tensors=tuple(layer_tensors(ctx, moe=True))))
+    fixed = (tuple(attrs.evolve(t, placement="embedding") for t in embedding_tensors(ctx))
+             + tuple(shared_tensors(ctx))
+             + tuple(attrs.evolve(t, placement="head") for t in head_tensors(ctx)))
+    source = (f"transformers {ctx.family.name} modeling code, {run.attention} attention"
+              f"{', ' + run.experts + ' experts' if model.moe else ''}; {MEASURED}")
+    return ActivationInventory(model=name, groups=tuple(groups), fixed=fixed, source=source)
+
+
+def hf_eager(spec: Spec) -> ActivationInventory:
+    """transformers with attn_implementation="eager", no dropout, grouped_mm experts."""
+    return hf_inventory(spec, HfRun(attention="eager"), "hf-eager")
+
+
+def hf_sdpa(spec: Spec) -> ActivationInventory:
+    """transformers with attn_implementation="sdpa" (CPU: flash kernel), no dropout."""
+    return hf_inventory(spec, HfRun(attention="sdpa"), "hf-sdpa")

@@ -1,0 +1,137 @@
+"""What a mixture-of-experts MLP keeps in transformers: the router, the routed experts
+(b * s * k token copies: transformers drops no token) and the shared experts.
+
+Routers: Mixtral softmax(logits.float()), top-k, renormalized in place, fp32 weights;
+Qwen-MoE softmax(dtype=float), top-k, renormalized when norm_topk_prob, cast back;
+DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k (n_group = 8 groups,
+the best topk_group = 4 by their top-2 sum), gathered and renormalized fp32 weights.
+Experts: the grouped_mm implementation (integrations/moe.py, transformers' default)
+sorts the token copies by expert and runs two grouped matmuls; the eager loop runs one
+F.linear per expert. Sources: modeling_mixtral.py, modeling_qwen3_moe.py,
+modeling_deepseek_v3.py and integrations/moe.py of transformers 5.24.0, measured with
+torch 2.13.0.
+"""
+
+from __future__ import annotations
+
+from llmpar.footprint.activations.common import FP32_BYTES, OUTSIDE_TP, saved
+from llmpar.footprint.activations.hf.context import Context
+from llmpar.footprint.activations.hf.mlp import inner_tensors, mlp_input
+from llmpar.footprint.inventory import SavedTensor
+
+INDEX_BYTES = 8.0
+"""Indices are int64 (torch.topk, torch.sort, torch.where)."""
+OFFSET_BYTES = 4.0
+"""grouped_mm's per-expert offsets are int32 (torch.cumsum(..., dtype=torch.int32))."""
+BOOL_BYTES = 1.0
+DEEPSEEK_GROUPS = 8
+"""DeepSeek-V3's published n_group (not a model field)."""
+DEEPSEEK_TOP_GROUPS = 4
+"""DeepSeek-V3's published topk_group."""
+DEEPSEEK_GROUP_TOP = 2
+"""DeepseekV3TopkRouter scores a group by the sum of its top 2 experts."""
+
+
+def _tokens(ctx: Context, name: str, reason: str, extra: tuple, size: float,
+            splits: frozenset = OUTSIDE_TP) -> SavedTensor:
+    return saved(name, reason, (*ctx.sizes.tokens, *extra), size, splits)
+
+
+def _weight_bytes(ctx: Context) -> float:
+    """Routing weights: fp32 for Mixtral and DeepSeek, cast back for Qwen-MoE."""
+    return ctx.d if ctx.family.router == "softmax-cast" else FP32_BYTES
+
+
+def router_tensors(ctx: Context) -> list[SavedTensor]:
+    moe = ctx.model.moe
+    assert moe is not None
+    experts, k = ("E", moe.num_experts), ("k", moe.experts_per_token)
+    renormalized = [
+        _tokens(ctx, "top-k weights before renormalization (fp32)", "in-place division "
+                "keeps a copy of its input", (k,), FP32_BYTES),
+        _tokens(ctx, "top-k weight sum (fp32)", "divisor of the in-place renormalization",
+                (), FP32_BYTES),
+    ] if ctx.family.norm_topk else []
+    if ctx.family.router == "deepseek":
+        return [
+            ctx.per_token("router input (fp32)", "the router's linear runs in fp32", "h",
+                          ctx.sizes.h[1], FP32_BYTES, OUTSIDE_TP),
+            _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
+            _tokens(ctx, "group top-2 indices", "topk over each group's experts",
+                    (("groups", DEEPSEEK_GROUPS), ("2", DEEPSEEK_GROUP_TOP)), INDEX_BYTES),
+            _tokens(ctx, "top group indices", "topk over the group scores",
+                    (("top groups", DEEPSEEK_TOP_GROUPS),), INDEX_BYTES),
+            _tokens(ctx, "masked-out experts (bool)", "kept by masked_fill", (experts,),
+                    BOOL_BYTES),
+            _tokens(ctx, "top-k indices", "kept by topk and gather", (k,), INDEX_BYTES),
+            *renormalized,
+        ]
+    return [
+        _tokens(ctx, "router probabilities (fp32)", "kept by softmax", (experts,), FP32_BYTES),
+        _tokens(ctx, "top-k indices", "kept by topk", (k,), INDEX_BYTES),
+        *renormalized,
+    ]
+
+
+def _routed(ctx: Context, name: str, reason: str, symbol: str, width: int | None,
+            size: float, splits: frozenset = OUTSIDE_TP) -> SavedTensor:
+    moe = ctx.model.moe
+    assert moe is not None
+    extra = (("k", moe.experts_per_token),) + (((symbol, width),) if width else ())
+    return _tokens(ctx, name, reason, extra, size, splits)
+
+
+def expert_tensors(ctx: Context) -> list[SavedTensor]:
+    """The routed experts' tensors for b * s * k token copies."""
+    moe = ctx.model.moe
+    assert moe is not None
+    h = ctx.sizes.h[1]
+    inner = inner_tensors(ctx, "ffn_e", moe.expert_ffn_hidden_size, "expert ")
+    inner = [saved(t.name, t.reason, (*t.shape[:2], ("k", moe.experts_per_token), t.shape[2]),
+                   t.bytes_per_element, t.splits) for t in inner]
+    copies = [
+        _routed(ctx, "dispatched tokens", "input of the experts' first projection", "h", h,
+                ctx.d),
+        *inner,
+        _routed(ctx, "expert output", "operand of the routing-weight product", "h", h, ctx.d),
+        _routed(ctx, "routing weights (sorted)", "operand of the routing-weight product", "",
+                None, _weight_bytes(ctx)),
+    ]
+    if ctx.run.experts == "eager":
+        return copies + [_routed(ctx, "token/slot indices (torch.where)", "nonzero keeps "
+                                 "both index columns in one int64 storage", "2", 2,
+                                 INDEX_BYTES)]
+    return copies + [
+        _routed(ctx, "token indices (perm // k)", "kept by the gather of the tokens", "",
+                None, INDEX_BYTES),
+        _routed(ctx, "sort permutation", "kept by the gather of the routing weights", "",
+                None, INDEX_BYTES),
+        _routed(ctx, "inverse permutation", "kept by the gather back to token order", "",
+                None, INDEX_BYTES),
+        saved("expert offsets (int32)", "group boundaries of both grouped_mm calls",
+              (("E", moe.num_experts),), OFFSET_BYTES, frozenset()),
+    ]
+
+
+def shared_expert_tensors(ctx: Context) -> list[SavedTensor]:
+    moe = ctx.model.moe
+    assert moe is not None
+    if not moe.num_shared_experts:
+        return []
+    width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
+                                      or moe.expert_ffn_hidden_size)
+    tensors = inner_tensors(ctx, "n_s*ffn_s", width, "shared expert ")
+    if moe.shared_expert_gate:
+        tensors += [
+            _tokens(ctx, "shared expert gate (sigmoid)", "kept by sigmoid and the product",
+                    (), ctx.d),
+            ctx.per_token("shared expert output", "operand of the gate product", "h",
+                          ctx.sizes.h[1], ctx.d, OUTSIDE_TP),
+        ]
+    return tensors
+
+
+def moe_tensors(ctx: Context) -> list[SavedTensor]:
+    """The MoE MLP from its input (kept by the router or the shared experts)."""
+    return ([mlp_input(ctx, "moe")] + router_tensors(ctx) + expert_tensors(ctx)
+            + shared_expert_tensors(ctx))

@@ -1,0 +1,94 @@
+"""What a transformers model keeps outside its layers: the embedding side (token ids,
+positions, embedding norm and dropout), what every layer shares (RoPE cos/sin, an SDPA
+mask) and the head (final norm, output layer input, soft-capping, the fp32 loss).
+
+The loss is transformers' ForCausalLMLoss: logits.float(), labels padded by one and
+shifted (labels[..., 1:].contiguous(), a view when b = 1, so the padded storage of
+s + 1 ids stays alive), cross_entropy = log_softmax (keeps its fp32 output) + nll_loss
+(keeps the labels and an fp32 total_weight). BERT's ForMaskedLMLoss takes the labels
+as given (the input ids themselves here). Sources: loss/loss_utils.py and the modeling
+files of transformers 5.24.0, measured with torch 2.13.0.
+"""
+
+from __future__ import annotations
+
+from llmpar.footprint.activations.common import (
+    FP32_BYTES,
+    INSIDE_TP,
+    OUTSIDE_TP,
+    TOKEN_ID_BYTES,
+    TOKENS_ONLY,
+    saved,
+)
+from llmpar.footprint.activations.hf.attention import sdpa_mask
+from llmpar.footprint.activations.hf.context import Context
+from llmpar.footprint.activations.hf.norms import norm_tensors
+from llmpar.footprint.inventory import SavedTensor
+
+
+def _hidden(ctx: Context, name: str, reason: str) -> SavedTensor:
+    return ctx.per_token(name, reason, "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP)
+
+
+def embedding_tensors(ctx: Context) -> list[SavedTensor]:
+    model, s = ctx.model, ctx.sizes
+    tensors = [saved("token ids", "input of the embedding lookup", s.tokens, TOKEN_ID_BYTES,
+                     TOKENS_ONLY)]
+    if model.position_embedding == "learned" and not model.embedding_norm:
+        # GPT-2 builds position_ids = arange(s)[None]; BERT slices a registered buffer.
+        tensors.append(saved("position ids", "input of the position embedding lookup",
+                             (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY))
+    if model.scale_embeddings:
+        tensors.append(saved("embedding scale", "sqrt(h) cast to the activations' dtype, "
+                             "kept by the product", (), ctx.d, frozenset()))
+    if model.embedding_norm:
+        tensors += norm_tensors(ctx, "embedding norm", "h", s.h[1])
+    if ctx.family.residual_dropout and ctx.run.dropout.embedding > 0:
+        tensors.append(_hidden(ctx, "embedding dropout mask", "CPU dropout noise in the "
+                               "activations' dtype"))
+    return tensors
+
+
+def shared_tensors(ctx: Context) -> list[SavedTensor]:
+    """Built once per forward and used by every layer (every pipeline stage keeps its
+    own): RoPE's cos and sin, s x head_dim each for position_ids of shape 1 x s, and an
+    SDPA mask."""
+    model, s = ctx.model, ctx.sizes
+    tensors = []
+    if model.position_embedding == "rope":
+        width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
+        assert width is not None
+        tensors += [saved(f"RoPE {name}", "kept by the products with q and k",
+                          (s.s, ("d_rope", width)), ctx.d, TOKENS_ONLY)
+                    for name in ("cos", "sin")]
+    return tensors + sdpa_mask(ctx)
+
+
+def _labels(ctx: Context) -> list[SavedTensor]:
+    if not ctx.family.causal_lm:
+        return []
+    b, s = ctx.sizes.b, ctx.sizes.s
+    shape = (("b*s+1", b[1] * s[1] + 1),) if b[1] == 1 else (b, s)
+    return [saved("labels (shifted)", "kept by nll_loss; padded by one, shifted", shape,
+                  TOKEN_ID_BYTES, TOKENS_ONLY)]
+
+
+def head_tensors(ctx: Context) -> list[SavedTensor]:
+    model, s = ctx.model, ctx.sizes
+    tensors = []
+    if model.final_norm:
+        tensors += norm_tensors(ctx, "final norm", "h", s.h[1])
+    if model.mlm_head:
+        tensors += [_hidden(ctx, "head transform input", "input of the MLM head's dense"),
+                    _hidden(ctx, "head activation input", "kept by F.gelu")]
+        tensors += norm_tensors(ctx, "head norm", "h", s.h[1])
+    tensors.append(_hidden(ctx, "output layer input", "input of the output projection"))
+    if model.final_logit_softcapping is not None:
+        tensors.append(saved("soft-capped logits (tanh)", "tanh keeps its output",
+                             s.per_token("V", s.vocab[1]), ctx.d, INSIDE_TP))
+    tensors.append(saved("log-probabilities (fp32)", "log_softmax of the fp32 logits",
+                         s.per_token("V", s.vocab[1]), FP32_BYTES, INSIDE_TP))
+    tensors += _labels(ctx)
+    tensors.append(saved("loss total_weight (fp32)", "kept by nll_loss", (), FP32_BYTES,
+                         frozenset()))
+    return tensors

@@ -1,0 +1,166 @@
+"""The hf-eager, hf-sdpa and fused activation models: against the bytes measured on
+real Hugging Face transformers models (validation/data, written by
+validation/measure_hf.py with torch 2.13.0 and transformers 5.24.0 on the CPU), and
+their tensors' tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import llmpar
+from llmpar.footprint.activation_models import (
+    ACTIVATION_MODELS,
+    ActivationUnavailable,
+    coefficient,
+    korthikanti,
+)
+from llmpar.footprint.activations.hf import Dropout, HfRun, hf_inventory
+from llmpar.footprint.activations.hf import measured as M
+from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
+
+DATA = Path(__file__).resolve().parent.parent / "validation" / "data"
+TOLERANCE = 0.03
+
+
+def _runs():
+    for path in M.data_files(DATA):
+        data = M.load(path)
+        for run in M.measured_runs(data):
+            yield pytest.param(path, run, id=run.label)
+
+
+@pytest.mark.parametrize(("path", "run"), list(_runs()))
+def test_hf_models_match_the_measured_bytes(path, run):
+    comparison = M.compare(M.load(path), run)
+    assert abs(comparison.per_layer_error) <= TOLERANCE, (
+        f"per layer: predicted {comparison.per_layer_bytes:,.0f}, "
+        f"measured {run.per_layer_bytes:,}")
+    for layers, error in comparison.total_errors.items():
+        assert abs(error) <= TOLERANCE, (
+            f"{layers} layers: predicted {comparison.total_bytes[layers]:,.0f}, "
+            f"measured {run.total_bytes[layers]:,}")
+
+
+def spec(model, s=256, b=1, activation_model="hf-eager", **training):
+    return llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+                             "training": {"sequence_length": s, "micro_batch_size": b,
+                                          "activation_model": activation_model, **training}})
+
+
+def per_layer(inventory):
+    (group,) = inventory.groups
+    return group.layer_bytes
+
+
+# Measured with torch 2.13.0 / transformers 5.24.0 (CPU, bf16), validation/data: bytes
+# saved per layer, as 2-layer minus 1-layer runs.
+LLAMA_3_8B = {("eager", 1, 256): 67_110_912, ("sdpa", 1, 256): 51_415_040,
+              ("eager", 2, 512): 318_775_296, ("sdpa", 2, 128): 51_415_040}
+GPT2 = {("eager", 1, 256): 12_584_960, ("sdpa", 1, 256): 11_024_384,
+        ("eager", 2, 512): 56_631_296, ("sdpa", 2, 512): 44_097_536}
+GPT2_DROPOUT_0_1 = {("eager", 1, 256): 16_517_120, ("sdpa", 1, 256): 22_415_360,
+                    ("eager", 2, 128): 14_157_824, ("sdpa", 2, 512): 127_410_176}
+
+
+@pytest.mark.parametrize(("key", "measured"), LLAMA_3_8B.items())
+def test_llama_3_8b_layer_is_exact(key, measured):
+    attention, b, s = key
+    inventory = ACTIVATION_MODELS[f"hf-{attention}"](spec("llama-3-8b", s, b))
+    assert per_layer(inventory) == measured
+
+
+def test_llama_3_8b_eager_layer_is_the_mechanism():
+    # Per token: two RMSNorms (fp32 input 4h, fp32 rsqrt 4, normalized 2h), the Q/K/V
+    # input 2h, Q and K, V expanded to every head by repeat_kv (3 x 2ad), the fp32 softmax
+    # and its bf16 copy (6as), the o_proj and MLP inputs (4h), SwiGLU's four tensors (8f).
+    h, a, d, f, s = 4096, 32, 128, 14336, 256
+    expected = s * (2 * (6 * h + 4) + 2 * h + 3 * 2 * a * d + 6 * a * s + 4 * h + 8 * f)
+    assert per_layer(hf_inventory(spec("llama-3-8b", s), HfRun())) == expected == 67_110_912
+
+
+@pytest.mark.parametrize(("key", "measured"), GPT2.items())
+def test_gpt2_layer_is_exact(key, measured):
+    attention, b, s = key
+    assert per_layer(hf_inventory(spec("gpt2", s, b), HfRun(attention=attention))) == measured
+
+
+@pytest.mark.parametrize(("key", "measured"), GPT2_DROPOUT_0_1.items())
+def test_gpt2_dropout_masks_and_the_sdpa_math_fallback(key, measured):
+    # With dropout, CPU SDPA falls back to its math path: fp32 Q, K, V, scores and masks.
+    attention, b, s = key
+    run = HfRun(attention=attention, dropout=Dropout(attention=0.1, hidden=0.1, embedding=0.1))
+    assert per_layer(hf_inventory(spec("gpt2", s, b), run)) == measured
+
+
+def test_outside_the_layers_llama_3_8b():
+    # Final RMSNorm, lm_head input, fp32 log-probabilities, the shifted labels (their
+    # padded storage of s + 1 ids when b = 1), nll_loss's total_weight, RoPE cos and sin
+    # (s x d_head each), and the input ids: 139,856,908 + 2,048 measured.
+    inventory = hf_inventory(spec("llama-3-8b"), HfRun())
+    assert inventory.fixed_bytes == 139_856_908 + 2_048
+
+
+def test_fused_llama_3_8b_layer():
+    # Fused norms keep input and fp32 rstd; flash attention Q, K, V (8 KV heads), O and
+    # the fp32 log-sum-exp; SwiGLU its two inputs; fc2 its input.
+    h, a, kv, d, f, s = 4096, 32, 8, 128, 14336, 4096
+    expected = s * (2 * (2 * h + 4) + 2 * h + 2 * a * d + 2 * 2 * kv * d + 4 * a + 2 * a * d
+                    + 2 * h + 2 * 2 * f + 2 * f)
+    inventory = ACTIVATION_MODELS["fused"](spec("llama-3-8b", s, activation_model="fused"))
+    assert per_layer(inventory) == expected
+    assert not inventory.has_attention_scores
+
+
+def test_fused_loss_keeps_no_fp32_logits():
+    inventory = ACTIVATION_MODELS["fused"](spec("llama-3-8b", 4096))
+    s, v = 4096, 128_256
+    logits = [t for t in inventory.fixed if t.shape_text == "b x s x V"]
+    assert [t.bytes for t in logits] == [2 * s * v]
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "qwen3-4b", "mixtral-8x7b", "deepseek-v3",
+                                   "gemma-2-9b", "gpt2", "bert-large", "olmo-2-7b",
+                                   "phi-3-mini", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("name", ["hf-eager", "hf-sdpa", "fused"])
+def test_every_tensor_is_tagged(model, name):
+    try:
+        inventory = ACTIVATION_MODELS[name](spec(model, 512))
+    except ActivationUnavailable as exc:
+        assert "soft-capping" in str(exc) and name == "hf-sdpa"
+        return
+    for group in inventory.groups:
+        for t in group.tensors:
+            symbols = [symbol for symbol, _ in t.shape]
+            assert t.attention_score == (symbols.count("s") == 2), t.name
+            if "s" in symbols:
+                assert SPLIT_CONTEXT in t.splits, t.name
+            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
+            assert t.placement == ""
+    for t in inventory.fixed:
+        assert t.placement in ("embedding", "head", ""), t.name
+    kinds = {g.kind for g in inventory.groups}
+    assert ("moe" in kinds) == (spec(model, 512).model.moe is not None)
+
+
+def test_selective_recomputation_drops_the_eager_scores():
+    eager = llmpar.evaluate(spec("llama-3-8b", 256, recompute="selective"))
+    sdpa = llmpar.evaluate(spec("llama-3-8b", 256, activation_model="hf-sdpa"))
+    per_token = 67_110_912 // 256 - 6 * 32 * 256
+    rows = [r for r in eager.activation_tensors if r.per_layer]
+    assert sum(r.bytes for r in rows) == 256 * per_token
+    assert sdpa.activations_bytes < llmpar.evaluate(spec("llama-3-8b", 256)).activations_bytes
+
+
+def test_gemma_2_soft_capping_has_no_sdpa_estimate():
+    plan = llmpar.evaluate(spec("gemma-2-9b", activation_model="hf-sdpa"))
+    assert plan.activations_bytes is None
+    assert any("soft-capping" in w for w in plan.warnings)
+
+
+def test_old_import_path_and_default_are_unchanged():
+    assert ACTIVATION_MODELS["korthikanti"] is korthikanti
+    assert ACTIVATION_MODELS["coefficient"] is coefficient
+    assert llmpar.load_spec({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}}
+                            ).training.activation_model == "korthikanti"
