@@ -105,6 +105,42 @@ class StageMemory:
 
 
 @attrs.frozen(kw_only=True)
+class InferencePhase:
+    """One phase of serving, prefill or decode: one step on one GPU, by roofline.
+
+    seconds = compute_seconds + memory_seconds + communication_seconds, where each
+    operation counts as compute or memory by whichever of its FLOPs and bytes takes longer.
+    """
+
+    name: str
+    """"prefill" (the prompts, up to the first token) or "decode" (one output token)."""
+    seconds: float
+    """Prefill: time to first token. Decode: one step, at the average context."""
+    floor_seconds: float
+    """max(FLOPs / peak, bytes / HBM bandwidth) at 100% efficiency, no communication:
+    no implementation is faster."""
+    compute_seconds: float
+    """Time of the operations whose FLOPs take longer than their bytes."""
+    memory_seconds: float
+    """Time of the operations whose bytes take longer than their FLOPs."""
+    communication_seconds: float
+    """Collectives and pipeline hand-offs on the critical path."""
+    bound: str
+    """"compute", "memory" or "communication": the largest of the three parts."""
+    flops: float
+    """FLOPs of the phase on one GPU per pipeline stage (summed along the pipeline)."""
+    bytes: float
+    """Bytes moved to and from HBM in the phase (weights, KV cache, activations), one GPU
+    per pipeline stage."""
+    tokens: int
+    """New tokens per sequence in the phase (prefill: the prompt; decode: 1)."""
+    context_tokens: float
+    """Tokens attended at the end of the phase (decode: the average over the steps)."""
+    steps: int
+    """Forward passes in the phase (prefill: chunks; decode: 1)."""
+
+
+@attrs.frozen(kw_only=True)
 class Plan:
     """Per-GPU memory, compute and time of one spec under its layout.
 
@@ -178,6 +214,31 @@ class Plan:
     peak_stage: int = 0
     """The pipeline stage whose GPUs need the most memory; memory fields are its."""
     stages: tuple[StageMemory, ...] = ()
+
+    workload: str = "training"
+    """"training" or "inference": which of the fields below the plan fills."""
+    kv_cache_bytes: int | None = None
+    """Inference: the key/value cache on one GPU at the end of generation."""
+    runtime_overhead_bytes: int | None = None
+    """Inference: CUDA context, communication buffers and allocator headroom on one GPU
+    (also counted in buffers_bytes)."""
+    max_batch_size: int | None = None
+    """Inference: the most sequences per replica that fit at the spec's context."""
+    max_batch_size_limited_by: str | None = None
+    max_context_tokens: int | None = None
+    """Inference: the longest prompt + generated tokens that fits at the spec's batch."""
+    max_context_tokens_limited_by: str | None = None
+    prefill_seconds: float | None = None
+    """Inference: time to first token (the prefill of the batch)."""
+    tpot_seconds: float | None = None
+    """Inference: time per output token after the first (one decode step)."""
+    latency_seconds: float | None = None
+    """Inference: prefill_seconds + (generated_tokens - 1) * tpot_seconds."""
+    tokens_per_second_per_gpu: float | None = None
+    tokens_per_second_per_user: float | None = None
+    decode_compute_bound_batch_size: int | None = None
+    """Inference: the smallest batch at which a decode step is compute-bound, if any."""
+    phases: tuple[InferencePhase, ...] = ()
 
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()

@@ -19,6 +19,7 @@ import pluggy
 from llmpar import hookspecs
 from llmpar.errors import PluginError, SpecError
 from llmpar.evaluation.evaluate import build_plan
+from llmpar.inference.evaluate import build_inference_plan
 from llmpar.loading.checks import resolve_layout, spec_problems
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
@@ -168,6 +169,8 @@ class Session:
         layout, problems = resolve_layout(spec, self.strategies)
         if problems:
             raise SpecError(problems, spec.source)
+        if spec.inference is not None:
+            return build_inference_plan(spec, layout, self.strategies)
         return build_plan(spec, layout, self.strategies)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from llmpar.errors import Problem
+from llmpar.inference.checks import inference_problems
 from llmpar.spec import Spec
 from llmpar.spec.model import ARCHITECTURE_FIELDS, Model
 from llmpar.strategy import Layout
@@ -96,7 +97,8 @@ def resolve_layout(
 
 def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:
     """Every cross-field problem of `spec`, the layout's and each strategy's included."""
-    problems = model_problems(spec.model) + training_problems(spec)
+    workload = training_problems(spec) if spec.inference is None else inference_problems(spec)
+    problems = model_problems(spec.model) + workload
     unknown = [name for name in spec.parallel if name not in strategies]
     problems += [Problem(f"$.parallel.{name}", "no loaded plugin provides this strategy")
                  for name in unknown]

@@ -32,6 +32,8 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
     converter = plain_converter()
     table = converter.unstructure(spec)
     table.pop("source", None)
+    if spec.inference is not None:
+        table.pop("training", None)  # a spec is either [training] or [inference]
     table["parallel"] = {
         name: converter.unstructure(config, unstructure_as=type(config))
         for name, config in spec.parallel.items()

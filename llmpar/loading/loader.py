@@ -13,12 +13,22 @@ from llmpar.hf.importer import model_table_from_hf
 from llmpar.loading.converter import structure
 from llmpar.loading.presets import PresetCatalog, PresetNotFound
 from llmpar.loading.reader import SpecSource, apply_overrides, merge, read_source
-from llmpar.spec import SCHEMA_VERSION, Hardware, Model, Optimizer, Precision, Spec, Training
+from llmpar.spec import (
+    SCHEMA_VERSION,
+    Hardware,
+    Inference,
+    Model,
+    Optimizer,
+    Precision,
+    Spec,
+    Training,
+)
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
 
-SECTIONS = ("version", "model", "hardware", "optimizer", "precision", "training", "parallel")
+SECTIONS = ("version", "model", "hardware", "optimizer", "precision", "training", "inference",
+            "parallel")
 DEFAULT_OPTIMIZER = "adam"
 """Mixed-precision Adam, the founding document's optimizer, when a spec names none."""
 
@@ -130,6 +140,18 @@ def _structure_parallel(
     return configs
 
 
+def _structure_inference(raw: dict[str, Any], converter: cattrs.Converter,
+                          problems: list[Problem]) -> tuple[Inference | None, list[Problem]]:
+    """`[inference]`, a serving workload in place of `[training]` (never beside it)."""
+    if "inference" not in raw:
+        return None, []
+    if "training" in raw:
+        return None, [Problem("$.inference", "a spec is either [training] or [inference]; "
+                              "this one has both")]
+    return structure(converter, _section(raw, "inference", problems), Inference,
+                     "$.inference")
+
+
 def structure_spec(
     raw: dict[str, Any],
     catalog: PresetCatalog,
@@ -186,12 +208,14 @@ def structure_spec(
     training, found = structure(converter, _section(raw, "training", problems), Training,
                                 "$.training")
     problems += found
+    inference, found = _structure_inference(raw, converter, problems)
+    problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
 
     if problems:
         return None, problems
     spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
-                training=training, parallel=parallel, source=label)
+                training=training, inference=inference, parallel=parallel, source=label)
     return spec, []
 
 

@@ -1,6 +1,7 @@
 """Spec types: frozen attrs classes for everything a user varies."""
 
 from llmpar.spec.hardware import Gpu, Hardware
+from llmpar.spec.inference import Inference
 from llmpar.spec.model import Model, MoE
 from llmpar.spec.optimizer import Optimizer, OptimizerState
 from llmpar.spec.spec import SCHEMA_VERSION, Spec
@@ -10,6 +11,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Gpu",
     "Hardware",
+    "Inference",
     "Model",
     "MoE",
     "Optimizer",

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from llmpar.spec.hardware import Hardware
+from llmpar.spec.inference import Inference
 from llmpar.spec.model import Model
 from llmpar.spec.optimizer import Optimizer
 from llmpar.spec.workload import Precision, Training
@@ -27,6 +28,8 @@ class Spec:
     optimizer: Optimizer
     precision: Precision = attrs.field(factory=Precision)
     training: Training = attrs.field(factory=Training)
+    inference: Inference | None = None
+    """A serving workload (`[inference]`); when set, `training` is unused."""
     parallel: dict[str, Any] = attrs.field(factory=dict, hash=False)
     version: int = SCHEMA_VERSION
     """Spec schema version."""

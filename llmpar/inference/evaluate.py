@@ -1,0 +1,202 @@
+"""The Plan of an `[inference]` spec: memory per GPU, the largest batch and context that
+fit, prefill and decode times, throughput, and the derivation of each."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+
+from llmpar.evaluation.evaluate import transforms_of
+from llmpar.evaluation.memory import stages_of
+from llmpar.footprint.baseline import Footprint
+from llmpar.footprint.parameters import count_parameters
+from llmpar.inference import derivations as d
+from llmpar.inference.capacity import Limit, max_batch_size, max_context_tokens
+from llmpar.inference.communication import step_collectives, unknown_links
+from llmpar.inference.formats import matmul_dtype
+from llmpar.inference.memory import ServingMemory, peak_memory
+from llmpar.inference.overhead import runtime_overhead
+from llmpar.inference.phases import (
+    PhaseResult,
+    compute_bound_batch,
+    decode,
+    decode_step,
+    prefill,
+    prefill_step,
+)
+from llmpar.inference.roofline import DEFAULT_SOURCE, Rates, rates_of
+from llmpar.inference.serving import Serving
+from llmpar.plan import Derivation, Plan
+from llmpar.spec import Spec
+from llmpar.strategy import Layout
+
+if TYPE_CHECKING:
+    from llmpar.strategy import Strategy
+
+WARNED_STRATEGIES = ("tensor", "expert")
+"""Strategies whose warnings hold for serving (the others' concern training steps)."""
+
+
+def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -> Serving:
+    """The spec, its layout, the unsplit parameters and the strategies' shards and stages."""
+    footprint = Footprint(parameters=count_parameters(spec.model),
+                          forward_flops_per_sequence=None, activations=None,
+                          activations_unavailable="serving keeps no activations for backward")
+    transforms = tuple(transforms_of(spec, footprint, layout, strategies))
+    return Serving(spec=spec, layout=layout, footprint=footprint, transforms=transforms,
+                   stages=stages_of(spec, transforms))
+
+
+def untimed(serving: Serving) -> str | None:
+    """Why the GPU's numbers cannot time the phases, or None when they can."""
+    spec = serving.spec
+    gpu = spec.hardware.gpu
+    if gpu.hbm_bandwidth_bytes_per_s is None:
+        return f"GPU {gpu.name!r} states no hbm_bandwidth_bytes_per_s; no prefill or decode time"
+    for dtype in {matmul_dtype(serving.inference, spec.precision.activations, gpu),
+                  spec.precision.activations}:
+        if gpu.peak_flops_per_s(dtype) is None:
+            return f"GPU {gpu.name!r} states no {dtype} peak; no prefill or decode time"
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class Timing:
+    prefill: PhaseResult
+    decode: PhaseResult
+    compute_bound_batch: int | None
+    rates: Rates
+
+    def latency(self, generated: int) -> float:
+        return self.prefill.phase.seconds + (generated - 1) * self.decode.phase.seconds
+
+    def floor(self, generated: int) -> float:
+        return self.prefill.phase.floor_seconds + (generated - 1) * self.decode.phase.floor_seconds
+
+    def flops_per_gpu(self, generated: int) -> float:
+        """FLOPs of the whole request batch along the pipeline (one GPU per stage)."""
+        return self.prefill.phase.flops + (generated - 1) * self.decode.phase.flops
+
+
+def timing_of(serving: Serving) -> Timing:
+    rates = rates_of(serving.spec.hardware.gpu)
+    return Timing(prefill=prefill(serving, rates), decode=decode(serving, rates),
+                  compute_bound_batch=compute_bound_batch(serving, rates), rates=rates)
+
+
+def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
+              why_untimed: str | None) -> list[str]:
+    spec, inference = serving.spec, serving.inference
+    warnings = [f"{t.strategy}: {text}" for t in serving.transforms
+                if t.strategy in WARNED_STRATEGIES for text in t.warnings]
+    if "sequence" in spec.parallel:
+        warnings.append("sequence parallelism is not modelled for serving: its traffic equals "
+                        "tensor parallelism's all-reduces")
+    positions = spec.model.max_position_embeddings
+    if positions is not None and inference.context_tokens > positions:
+        warnings.append(f"prompt + generated ({inference.context_tokens:,}) exceeds "
+                        f"model.max_position_embeddings ({positions:,})")
+    capacity = spec.hardware.gpu.memory_bytes
+    if memory.total_bytes > capacity:
+        warnings.append(f"does not fit: needs {memory.total_bytes / 2**30:,.2f} GiB per GPU, "
+                        f"has {capacity / 2**30:,.2f} GiB")
+    if why_untimed is not None:
+        warnings.append(why_untimed)
+    elif timing is not None and timing.rates.source == DEFAULT_SOURCE:
+        warnings.append(f"GPU {spec.hardware.gpu.name!r} states no matmul/memory efficiency; "
+                        f"assumed {timing.rates.matmul_efficiency} and "
+                        f"{timing.rates.memory_efficiency} ({DEFAULT_SOURCE})")
+    if timing is not None:
+        for step in (prefill_step(serving), decode_step(serving)):
+            warnings += unknown_links(serving, step_collectives(serving, step))
+    return list(dict.fromkeys(warnings))
+
+
+def _time_fields(serving: Serving, timing: Timing) -> dict[str, object]:
+    spec, inference = serving.spec, serving.inference
+    generated, gpus = inference.generated_tokens, spec.hardware.num_gpus
+    latency = timing.latency(generated)
+    output_tokens = serving.degree("data") * inference.batch_size * generated
+    flops = timing.flops_per_gpu(generated) * gpus / serving.degree("pipeline")
+    peak = timing.rates.peak(matmul_dtype(inference, spec.precision.activations,
+                                          spec.hardware.gpu))
+    utilization = flops / (gpus * peak * latency)
+    prefill_phase, decode_phase = timing.prefill.phase, timing.decode.phase
+    communication = (prefill_phase.communication_seconds
+                     + (generated - 1) * decode_phase.communication_seconds)
+    return dict(
+        flops_per_step=flops, hardware_flops_per_step=flops, step_seconds=latency,
+        tokens_per_second=output_tokens / latency, mfu=utilization, hfu=utilization,
+        communication_seconds=communication, exposed_communication_seconds=communication,
+        collectives=timing.prefill.collectives + timing.decode.collectives,
+        prefill_seconds=prefill_phase.seconds, tpot_seconds=decode_phase.seconds,
+        latency_seconds=latency, tokens_per_second_per_gpu=output_tokens / latency / gpus,
+        tokens_per_second_per_user=generated / latency,
+        decode_compute_bound_batch_size=timing.compute_bound_batch,
+        phases=(prefill_phase, decode_phase))
+
+
+def _time_derivations(serving: Serving, timing: Timing) -> list[Derivation]:
+    spec, generated = serving.spec, serving.inference.generated_tokens
+    latency = timing.latency(generated)
+    output_tokens = serving.degree("data") * serving.inference.batch_size * generated
+    dtype = matmul_dtype(serving.inference, spec.precision.activations, spec.hardware.gpu)
+    return (d.time_derivations(serving, timing.prefill, timing.decode, timing.rates)
+            + d.rate_derivations(serving, latency, timing.floor(generated),
+                                 output_tokens / latency)
+            + [d.compute_bound_derivation(serving, timing.compute_bound_batch, timing.rates,
+                                          dtype)])
+
+
+def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit,
+                   context: Limit) -> dict[str, object]:
+    capacity = serving.spec.hardware.gpu.memory_bytes
+    return dict(
+        weights_bytes=memory.weights_bytes, gradients_bytes=0, optimizer_bytes=0,
+        activations_bytes=memory.workspace_bytes, buffers_bytes=memory.overhead_bytes,
+        total_bytes=memory.total_bytes, capacity_bytes=capacity,
+        fits=memory.total_bytes <= capacity, kv_cache_bytes=memory.kv_cache_bytes,
+        runtime_overhead_bytes=memory.overhead_bytes, peak_stage=memory.stage,
+        max_batch_size=batch.value, max_batch_size_limited_by=batch.limited_by,
+        max_context_tokens=context.value, max_context_tokens_limited_by=context.limited_by)
+
+
+def _workload_fields(serving: Serving) -> dict[str, object]:
+    spec, inference = serving.spec, serving.inference
+    parameters = serving.footprint.parameters
+    global_batch = serving.degree("data") * inference.batch_size
+    processed = global_batch * (inference.prompt_tokens + inference.generated_tokens - 1)
+    return dict(
+        model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
+        layout=dict(serving.layout.degrees), parameters=round(parameters.total),
+        active_parameters=round(parameters.active),
+        parameters_by_group=dict(parameters.by_group),
+        sequence_length=inference.context_tokens, micro_batch_size=inference.batch_size,
+        global_batch_size=global_batch, micro_batches_per_step=1,
+        tokens_per_step=global_batch * inference.generated_tokens,
+        flops_per_step_6nd=2 * parameters.active * processed,
+        flops_method="roofline-operations", activation_model="inference-workspace",
+        activation_k=None, workload="inference", time_model="roofline",
+        step_seconds=None, tokens_per_second=None, mfu=None, hfu=None, train_tokens=None,
+        train_steps=None, train_flops=None, train_seconds=None, gpu_hours=None,
+        flops_per_step=0.0, hardware_flops_per_step=0.0)
+
+
+def build_inference_plan(spec: Spec, layout: Layout,
+                         strategies: Mapping[str, Strategy]) -> Plan:
+    """Compose the plan of a validated `[inference]` spec under a resolved layout."""
+    serving = serving_of(spec, layout, strategies)
+    memory = peak_memory(serving)
+    batch, context = max_batch_size(serving), max_context_tokens(serving)
+    why_untimed = untimed(serving)
+    timing = timing_of(serving) if why_untimed is None else None
+    derivations = (d.memory_derivations(serving, memory, runtime_overhead(spec, layout))
+                   + d.limit_derivations(batch, context))
+    fields = {**_workload_fields(serving), **_memory_fields(serving, memory, batch, context)}
+    if timing is not None:
+        fields.update(_time_fields(serving, timing))
+        derivations += _time_derivations(serving, timing)
+    return Plan(**fields, warnings=tuple(_warnings(serving, memory, timing, why_untimed)),
+                derivations=tuple(derivations))

@@ -1,0 +1,247 @@
+"""The operations of one forward step on one GPU, layer by layer, each with its FLOPs and
+the bytes it moves to and from HBM (summed along the pipeline: one GPU per stage).
+
+FLOPs: 2 per multiply-accumulate (as `llmpar.footprint.flops`), split as tensor
+parallelism splits the weights. Bytes: each weight read once per step, the KV cache read by
+attention, activations read and written once per operation. Per layer:
+- attention projections: Q, K, V and output (MLA: its down, up and output projections);
+- attention: Q.K^T and scores.V over the (query, key) pairs the causal mask and the
+  window leave; FlashAttention reads K and V once per tile of FLASH_QUERY_TILE queries
+  (Dao 2023, FlashAttention-2, arXiv:2307.08691, Sec. 3.1); decode reads each sequence's
+  cache once for all the query heads sharing it. MLA decode attends in the latent space
+  with the up-projections absorbed into the query and output (DeepSeek-V2,
+  arXiv:2405.04434, Sec. 2.1.2): 2 x (kv_lora_rank + qk_rope_head_dim + kv_lora_rank)
+  FLOPs per head and pair, against 2 x (qk_head_dim + v_head_dim) unabsorbed;
+- MLP, or router + routed experts + shared experts: tokens routed evenly, so each expert
+  rank multiplies k x its tokens; a step reads only the experts some token picked, in
+  expectation E_local x (1 - (1 - k/E)^N) for N tokens across the expert group under
+  uniform routing (the balance auxiliary losses aim for; Fedus et al. 2021, Switch
+  Transformer, arXiv:2101.03961, Sec. 2.2);
+- norms and residual adds: vLLM's fused add-RMSNorm reads the input and the residual and
+  writes both, 4 passes of h per token, twice a layer.
+Outside the layers: the embedding rows looked up, and the output layer for sampled rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import attrs
+
+from llmpar.dtypes import bytes_per_element
+from llmpar.footprint.flops import mlp_matmul_weights
+from llmpar.footprint.parameters import attention_matmul_weights
+from llmpar.inference.formats import bytes_per_parameter, matmul_dtype
+from llmpar.inference.kv_cache import kv_bytes_per_token, layer_window
+from llmpar.inference.roofline import Operation
+from llmpar.inference.serving import Serving
+from llmpar.inference.weights import weight_bytes_by_group
+from llmpar.inference.workspace import attention_width, mlp_width
+from llmpar.spec.inference import QUANTIZED_FORMATS
+from llmpar.strategies.tensor import attention_divisor
+
+FLASH_QUERY_TILE = 128
+"""Queries per FlashAttention tile (block size Br of FlashAttention-2 for head dim 128)."""
+NORM_PASSES = 8
+"""Passes of h per token and layer over norms and residual adds (2 fused add-norms x 4)."""
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """One forward step of a phase, on one GPU."""
+
+    tokens: float
+    """New tokens this GPU's projections process."""
+    rows: float
+    """Sequences whose next token this step samples."""
+    sequences: float
+    """Sequences whose attention this step computes (per replica)."""
+    queries: float
+    """New tokens of each of those sequences."""
+    prior: float
+    """Tokens each of them held before the step."""
+    phase: str = "prefill"
+    """"prefill" or "decode" (MLA runs absorbed in decode)."""
+
+    @property
+    def absorbed(self) -> bool:
+        return self.phase == "decode"
+
+
+@attrs.frozen(kw_only=True)
+class LayerKind:
+    moe: bool
+    window: int | None
+
+
+def causal_pairs(tokens: float, window: int | None) -> float:
+    """(query, key) pairs of positions 1..tokens under a causal mask and a window:
+    sum over i of min(i, window)."""
+    if window is None or tokens <= window:
+        return tokens * (tokens + 1) / 2
+    return window * (window + 1) / 2 + (tokens - window) * window
+
+
+def attention_pairs(step: Step, window: int | None, context: int) -> float:
+    """Pairs one context rank computes in one layer: its share of every sequence's keys."""
+    per_sequence = (causal_pairs(step.prior + step.queries, window)
+                    - causal_pairs(step.prior, window))
+    return step.sequences * per_sequence / context
+
+
+def layer_kinds(serving: Serving) -> Counter[LayerKind]:
+    """How many layers of each kind (MoE or dense MLP, window) the model has."""
+    model, inference = serving.spec.model, serving.inference
+    return Counter(LayerKind(moe=model.is_moe_layer(i), window=layer_window(model, inference, i))
+                   for i in range(model.num_layers or 0))
+
+
+def _per_layer(serving: Serving, group: str, layers: int) -> float:
+    by_group = weight_bytes_by_group(serving.spec, serving.footprint.parameters.by_group,
+                                     list(serving.transforms))
+    return by_group.get(group, 0.0) / max(1, layers)
+
+
+def _act(serving: Serving) -> float:
+    return bytes_per_element(serving.spec.precision.activations)
+
+
+def _matmul(serving: Serving) -> str:
+    spec = serving.spec
+    return matmul_dtype(serving.inference, spec.precision.activations, spec.hardware.gpu)
+
+
+def _unquantized(serving: Serving) -> str:
+    """The format of products with weights a quantized checkpoint keeps in 16-bit."""
+    if serving.inference.weights in QUANTIZED_FORMATS:
+        return serving.spec.precision.activations
+    return _matmul(serving)
+
+
+def projections(serving: Serving, step: Step) -> Operation:
+    """Q, K, V and output projections of one layer."""
+    spec, t = serving.spec, serving.degree("tensor")
+    model = spec.model
+    assert model.hidden_size is not None
+    weights = attention_matmul_weights(model) / attention_divisor(spec, t)
+    io = step.tokens * (2 * model.hidden_size + attention_width(model, t)) * _act(serving)
+    return Operation(name="attention projections", flops=2 * step.tokens * weights,
+                     bytes=_per_layer(serving, "attention", model.num_layers or 1) + io,
+                     dtype=_matmul(serving))
+
+
+def _pair_flops(serving: Serving, absorbed: bool) -> float:
+    """FLOPs per (query, key) pair and layer on one tensor rank, both products."""
+    model = serving.spec.model
+    assert model.num_attention_heads is not None
+    heads = model.num_attention_heads / serving.degree("tensor")
+    if model.mla is not None and absorbed:
+        return 2 * heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+    return 2 * heads * (model.qk_head_dim + model.value_head_dim)
+
+
+def attention(serving: Serving, step: Step, window: int | None) -> Operation:
+    """Q.K^T and scores.V of one layer, reading the cache and writing the new tokens'."""
+    model, t = serving.spec.model, serving.degree("tensor")
+    pairs = attention_pairs(step, window, serving.degree("context"))
+    per_token = kv_bytes_per_token(model, serving.inference.kv_cache, t)
+    tile = min(step.queries, FLASH_QUERY_TILE)
+    io = step.tokens * (model.query_width + model.attention_output_width) / t * _act(serving)
+    return Operation(name="attention" if window is None else f"attention (window {window:,})",
+                     flops=pairs * _pair_flops(serving, step.absorbed),
+                     bytes=pairs / tile * per_token + step.tokens * per_token + io,
+                     dtype=serving.spec.precision.activations)
+
+
+def dense_mlp(serving: Serving, step: Step) -> Operation:
+    model, t = serving.spec.model, serving.degree("tensor")
+    assert model.hidden_size is not None and model.ffn_hidden_size is not None
+    weights = mlp_matmul_weights(model, model.ffn_hidden_size) / t
+    io = step.tokens * (2 * model.hidden_size
+                        + 2 * mlp_width(model, model.ffn_hidden_size, t)) * _act(serving)
+    return Operation(name="mlp", flops=2 * step.tokens * weights,
+                     bytes=_per_layer(serving, "mlp", model.num_dense_layers) + io,
+                     dtype=_matmul(serving))
+
+
+def active_local_experts(serving: Serving, tokens: float) -> float:
+    """Expected experts of one GPU that some token of the expert group picks."""
+    moe = serving.spec.model.moe
+    assert moe is not None
+    e = serving.degree("expert")
+    routed = tokens * e
+    return moe.num_experts / e * (1 - (1 - moe.experts_per_token / moe.num_experts) ** routed)
+
+
+def moe_ops(serving: Serving, step: Step) -> list[Operation]:
+    """Router, routed experts and shared experts of one MoE layer."""
+    model, t, e = serving.spec.model, serving.degree("tensor"), serving.degree("expert")
+    moe = model.moe
+    assert moe is not None and model.hidden_size is not None
+    h, n, act, layers = model.hidden_size, step.tokens, _act(serving), model.num_moe_layers
+    expert_bytes = _per_layer(serving, "experts", layers) / (moe.num_experts / e)
+    routed = n * moe.experts_per_token
+    width = moe.expert_ffn_hidden_size
+    shared_width = moe.shared_expert_ffn_hidden_size or width
+    shared = moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t
+    return [
+        Operation(name="router", flops=2 * n * h * moe.num_experts,
+                  bytes=_per_layer(serving, "router", layers) + n * (h + moe.num_experts) * act,
+                  dtype=_unquantized(serving)),
+        Operation(name="routed experts",
+                  flops=2 * routed * mlp_matmul_weights(model, width) / t,
+                  bytes=(active_local_experts(serving, n) * expert_bytes
+                         + routed * (2 * h + 2 * mlp_width(model, width, t)) * act),
+                  dtype=_matmul(serving)),
+        Operation(name="shared experts", flops=2 * n * shared,
+                  bytes=(_per_layer(serving, "shared_experts", layers)
+                         + n * 2 * (h + moe.num_shared_experts * shared_width / t) * act),
+                  dtype=_matmul(serving)),
+    ]
+
+
+def norms(serving: Serving, step: Step) -> Operation:
+    model = serving.spec.model
+    assert model.hidden_size is not None
+    return Operation(name="norms and residuals", flops=0.0,
+                     bytes=(_per_layer(serving, "norms", model.num_layers or 1)
+                            + step.tokens * model.hidden_size * NORM_PASSES * _act(serving)),
+                     dtype=serving.spec.precision.activations)
+
+
+def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
+    """The operations of one layer of `kind`."""
+    block = moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
+    return [projections(serving, step), attention(serving, step, kind.window), *block,
+            norms(serving, step)]
+
+
+def outer_ops(serving: Serving, step: Step) -> list[Operation]:
+    """Embedding lookup and output layer (the sampled rows only)."""
+    spec, t = serving.spec, serving.degree("tensor")
+    model, act = spec.model, _act(serving)
+    assert model.hidden_size is not None and model.vocab_size is not None
+    h, vocab = model.hidden_size, model.vocab_size
+    lookup = bytes_per_parameter("embedding", serving.inference, spec.precision.activations)
+    head_group = "embedding" if model.tie_embeddings else "head"
+    return [
+        Operation(name="embedding", flops=0.0, bytes=step.tokens * h * (lookup + act),
+                  dtype=spec.precision.activations),
+        Operation(name="output layer", flops=2 * step.rows * h * vocab / t,
+                  bytes=(_per_layer(serving, head_group, 1)
+                         + step.rows * (h + vocab / t) * act),
+                  dtype=_unquantized(serving)),
+    ]
+
+
+def scaled(op: Operation, count: int) -> Operation:
+    """`count` identical operations as one (the roofline of each scales alike)."""
+    return attrs.evolve(op, flops=op.flops * count, bytes=op.bytes * count)
+
+
+def step_ops(serving: Serving, step: Step) -> list[Operation]:
+    """Every operation of one forward step, along the pipeline."""
+    ops = outer_ops(serving, step)
+    for kind, count in sorted(layer_kinds(serving).items(), key=lambda item: repr(item[0])):
+        ops += [scaled(op, count) for op in layer_ops(serving, step, kind)]
+    return ops

@@ -1,0 +1,95 @@
+"""Physical rules of inference plans that must hold for every valid spec (Hypothesis; the
+`ci` profile in conftest.py is deterministic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from strategies import architectures
+
+import llmpar
+from llmpar.inference.kv_cache import kv_cache_bytes
+from llmpar.spec import Inference
+from llmpar.strategy import Layout
+
+GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "l40s", "rtx-4090")
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "batch_size": draw(st.integers(1, 64)),
+        "prompt_tokens": draw(st.integers(1, 8192)),
+        "generated_tokens": draw(st.integers(1, 2048)),
+        "weights": draw(st.sampled_from(["bf16", "fp8", "int8", "int4"])),
+        "kv_cache": draw(st.sampled_from(["bf16", "fp8"])),
+        "kv_block_tokens": draw(st.sampled_from([None, 16, 128])),
+        "prefill_chunk_tokens": draw(st.sampled_from([None, 2048, 8192])),
+    }
+
+
+def _plain(table: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in table.items() if value is not None}
+
+
+def tensor_ok(model: dict[str, Any], t: int) -> bool:
+    kv = model["num_kv_heads"]
+    return (model["num_attention_heads"] % t == 0 and model["ffn_hidden_size"] % t == 0
+            and (kv % t == 0 or t % kv == 0))
+
+
+@given(architectures(), st.integers(1, 32), st.integers(1, 4096), st.integers(1, 8))
+def test_kv_cache_is_linear_in_batch_and_tokens(model, batch, tokens, factor):
+    spec = llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+                             "inference": {"prompt_tokens": tokens, "generated_tokens": 1}})
+    inference = Inference(prompt_tokens=tokens, generated_tokens=1)
+    layout = Layout(degrees={}, num_gpus=1)
+    layers = range(spec.model.num_layers or 0)
+
+    def cache(b: int, n: int) -> int:
+        return kv_cache_bytes(spec.model, inference, layout, layers, b, n)
+
+    per_token = 2 * model["num_layers"] * model["num_kv_heads"] * model["head_dim"] * 2
+    assert cache(batch, tokens) == per_token * batch * tokens
+    assert cache(batch * factor, tokens) == factor * cache(batch, tokens)
+    assert cache(batch, tokens * factor) == factor * cache(batch, tokens)
+
+
+@given(architectures(), workloads(), st.sampled_from([1, 2, 4]), st.sampled_from(GPUS))
+def test_more_tensor_parallelism_never_adds_weights_or_cache_per_gpu(model, workload, t,
+                                                                      gpu):
+    assume(tensor_ok(model, t) and tensor_ok(model, 2 * t))
+
+    def plan(degree: int) -> llmpar.Plan:
+        return llmpar.evaluate({"model": model,
+                                "hardware": {"gpu": gpu, "num_gpus": degree,
+                                             "intra_node_bandwidth_bytes_per_s": 64e9},
+                                "inference": _plain(workload),
+                                "parallel": {"tensor": {"degree": degree}}})
+
+    narrow, wide = plan(t), plan(2 * t)
+    assert wide.weights_bytes <= narrow.weights_bytes
+    assert wide.kv_cache_bytes <= narrow.kv_cache_bytes
+
+
+@given(architectures(), workloads(), st.sampled_from(GPUS),
+       st.sampled_from([{}, {"tensor": {"degree": 2}}, {"pipeline": {"degree": 2}},
+                        {"context": {"degree": 2}}, {"data": {"degree": 2}}]))
+def test_latency_never_below_its_roofline_floor(model, workload, gpu, parallel):
+    assume(tensor_ok(model, parallel.get("tensor", {}).get("degree", 1)))
+    assume(model["num_layers"] % parallel.get("pipeline", {}).get("degree", 1) == 0)
+    plan = llmpar.evaluate({"model": model,
+                            "hardware": {"gpu": gpu, "num_gpus": 2 if parallel else 1,
+                                         "intra_node_bandwidth_bytes_per_s": 64e9},
+                            "inference": _plain(workload), "parallel": parallel})
+    prefill, decode = plan.phases
+    for phase in (prefill, decode):
+        assert phase.seconds >= phase.floor_seconds > 0
+        assert phase.seconds == pytest.approx(phase.compute_seconds + phase.memory_seconds
+                                              + phase.communication_seconds, rel=1e-12)
+    floor = prefill.floor_seconds + (workload["generated_tokens"] - 1) * decode.floor_seconds
+    assert plan.latency_seconds >= floor
+    assert plan.prefill_seconds <= plan.latency_seconds
