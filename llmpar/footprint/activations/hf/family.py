@@ -53,6 +53,9 @@ class Family:
     DeepSeek-V3 by their published norm_topk_prob)."""
     causal_lm: bool = True
     """Labels are shifted for next-token prediction; BERT's MLM loss takes them as given."""
+    loss_upcast: bool = True
+    """The loss runs on logits.float() (ForCausalLMLoss); BertForMaskedLM calls
+    CrossEntropyLoss on the logits as they are."""
 
 
 LLAMA = Family(name="llama")
@@ -73,7 +76,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,
-                              residual_dropout=True, causal_lm=False),
+                              residual_dropout=True, causal_lm=False, loss_upcast=False),
 })
 """By transformers class, the names llmpar.hf writes into a model's source."""
 

@@ -5,8 +5,9 @@ mask) and the head (final norm, output layer input, soft-capping, the fp32 loss)
 The loss is transformers' ForCausalLMLoss: logits.float(), labels padded by one and
 shifted (labels[..., 1:].contiguous(), a view when b = 1, so the padded storage of
 s + 1 ids stays alive), cross_entropy = log_softmax (keeps its fp32 output) + nll_loss
-(keeps the labels and an fp32 total_weight). BERT's ForMaskedLMLoss takes the labels
-as given (the input ids themselves here). Sources: loss/loss_utils.py and the modeling
+(keeps the labels and an fp32 total_weight). BertForMaskedLM calls CrossEntropyLoss on
+its logits as they are (no fp32 copy) and takes the labels as given (the input ids
+themselves here). Sources: loss/loss_utils.py and the modeling
 files of transformers 5.24.0, measured with torch 2.13.0.
 """
 
@@ -37,6 +38,10 @@ def embedding_tensors(ctx: Context) -> list[SavedTensor]:
     if model.position_embedding == "learned" and not model.embedding_norm:
         # GPT-2 builds position_ids = arange(s)[None]; BERT slices a registered buffer.
         tensors.append(saved("position ids", "input of the position embedding lookup",
+                             (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY))
+    if model.type_vocab_size:
+        # BERT gathers its token_type_ids buffer into a new 1 x s tensor.
+        tensors.append(saved("token type ids", "input of the token type embedding lookup",
                              (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY))
     if model.scale_embeddings:
         tensors.append(saved("embedding scale", "sqrt(h) cast to the activations' dtype, "
@@ -86,9 +91,11 @@ def head_tensors(ctx: Context) -> list[SavedTensor]:
     if model.final_logit_softcapping is not None:
         tensors.append(saved("soft-capped logits (tanh)", "tanh keeps its output",
                              s.per_token("V", s.vocab[1]), ctx.d, INSIDE_TP))
-    tensors.append(saved("log-probabilities (fp32)", "log_softmax of the fp32 logits",
-                         s.per_token("V", s.vocab[1]), FP32_BYTES, INSIDE_TP))
+    loss_bytes = FP32_BYTES if ctx.family.loss_upcast else ctx.d
+    dtype = " (fp32)" if loss_bytes == FP32_BYTES else ""
+    tensors.append(saved(f"log-probabilities{dtype}", "kept by log_softmax and nll_loss",
+                         s.per_token("V", s.vocab[1]), loss_bytes, INSIDE_TP))
     tensors += _labels(ctx)
-    tensors.append(saved("loss total_weight (fp32)", "kept by nll_loss", (), FP32_BYTES,
+    tensors.append(saved(f"loss total_weight{dtype}", "kept by nll_loss", (), loss_bytes,
                          frozenset()))
     return tensors
