@@ -184,3 +184,15 @@ class Strategy:
     def transform(self, config: Any, ctx: StrategyContext) -> Transform:
         """This strategy's effect; the default is the identity."""
         return Transform(strategy=self.name)
+
+    def neutral_config(self, layout: Layout) -> Any | None:
+        """A config under which this strategy changes nothing among the other
+        strategies' degrees `layout`: memory, FLOPs and communication equal those of the
+        spec without its table; None where no config does. The contract suite
+        (`llmpar.testing`) checks it. Default: the default config with `degree = 1`
+        when the schema has a degree, else the default config; override when that is
+        not neutral (a flag that is on by default)."""
+        config = self.config_type()
+        if "degree" in attrs.fields_dict(self.config_type):
+            return attrs.evolve(config, degree=1)
+        return config

@@ -35,6 +35,12 @@ def hidden_state_bytes(spec: Spec, layout: Layout) -> float:
     return tokens * hidden * bytes_per_element(spec.precision.activations)
 
 
+def sequence_parallel(spec: Spec) -> bool:
+    """Whether sequence parallelism is on: `[parallel.sequence]` present and enabled."""
+    config = spec.parallel.get("sequence")
+    return config is not None and bool(getattr(config, "enabled", True))
+
+
 def forward_passes_per_micro_batch(spec: Spec) -> int:
     """Forward passes over the layers per micro-batch: 2 under full recomputation."""
     return 2 if spec.training.recompute == "full" else 1

@@ -51,6 +51,11 @@ class ContextParallel(Strategy):
 
     def check(self, config: ContextConfig, spec: Spec, layout: Layout) -> list[Problem]:
         c, s = config.degree, spec.training.sequence_length
+        model = spec.model
+        if c > 1 and not model.has_architecture:
+            return [Problem("$.parallel.context.degree",
+                            "context parallelism needs the model's architecture (hidden_size, "
+                            "heads, head_dim), not just its parameter count")]
         problems = []
         if c > 1 and s % (2 * c):
             problems.append(Problem("$.parallel.context.degree",

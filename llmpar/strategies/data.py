@@ -91,6 +91,11 @@ class DataParallel(Strategy):
     phase = 10
     always_active = True
 
+    def neutral_config(self, layout: Layout) -> DataConfig | None:
+        # Context ranks share the data group: one replica still shards over them and
+        # reduces its gradients across them (Megatron-Core's DP x CP group).
+        return DataConfig(degree=1) if layout.degree("context") == 1 else None
+
     def check(self, config: DataConfig, spec: Spec, layout: Layout) -> list[Problem]:
         training = spec.training
         degree = layout.degree(self.name)

@@ -24,6 +24,7 @@ from llmpar.strategies.common import (
     forward_passes_per_micro_batch,
     hidden_state_bytes,
     micro_batches_per_step,
+    sequence_parallel,
 )
 from llmpar.strategy import Collective, Layout, Shard, Strategy, StrategyContext, Transform
 
@@ -72,7 +73,7 @@ class ExpertParallel(Strategy):
         moe = spec.model.moe
         assert moe is not None
         tokens_bytes = hidden_state_bytes(spec, layout) * moe.experts_per_token
-        if "sequence" in spec.parallel:
+        if sequence_parallel(spec):
             tokens_bytes /= layout.degree("tensor")  # each tensor rank routes its slice
         moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
         per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)  # dispatch + combine

@@ -25,7 +25,11 @@ from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
-from llmpar.strategies.common import hidden_state_bytes, micro_batches_per_step
+from llmpar.strategies.common import (
+    hidden_state_bytes,
+    micro_batches_per_step,
+    sequence_parallel,
+)
 from llmpar.strategy import Collective, Layout, Stage, Strategy, StrategyContext, Transform
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zero-bubble")
@@ -136,7 +140,7 @@ class PipelineParallel(Strategy):
     def _boundary_bytes(self, ctx: StrategyContext) -> float:
         # With sequence parallelism Megatron sends the 1/t sequence slice.
         size = hidden_state_bytes(ctx.spec, ctx.layout)
-        if "sequence" in ctx.spec.parallel:
+        if sequence_parallel(ctx.spec):
             size /= ctx.layout.degree("tensor")
         return size
 

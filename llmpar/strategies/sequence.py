@@ -20,6 +20,7 @@ from llmpar.strategies.tensor import LAYER_OUTPUT
 from llmpar.strategy import (
     ActivationSplit,
     Collective,
+    Layout,
     Strategy,
     StrategyContext,
     Transform,
@@ -40,6 +41,9 @@ class SequenceParallel(Strategy):
 
     def degree(self, config: SequenceConfig) -> int:
         return 1  # it reuses the tensor group
+
+    def neutral_config(self, layout: Layout) -> SequenceConfig:
+        return SequenceConfig(enabled=False)
 
     def transform(self, config: SequenceConfig, ctx: StrategyContext) -> Transform:
         t = ctx.layout.degree("tensor")

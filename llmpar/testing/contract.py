@@ -1,0 +1,520 @@
+"""The contract every parallel strategy keeps, built-in or third-party, as checks.
+
+`StrategyContract(strategy, session)` holds the checks; each raises
+`ContractViolation` (an AssertionError, so pytest shows it as a failed assertion)
+naming the spec and what broke. Checks of the strategy alone:
+
+- "config-schema": `config_type` is a frozen attrs class, every field has a default,
+  and `neutral_config()` on one GPU is an instance of it.
+- "registered": the session got the strategy through `llmpar_register_strategies`
+  (a plugin lists it), under a name usable as a TOML key.
+- "malformed-table": a table of the wrong shape, an unknown key or a value of the
+  wrong type or range gives SpecError with a `$.parallel.<name>` key path, never
+  another exception.
+
+Checks on one spec table (each returns the cases it could exercise on it: 0 when
+the strategy's own checks reject every config there):
+
+- "neutral-is-identity": under `neutral_config(layout)` memory, FLOPs, collectives and
+  offloading equal those of the spec without the strategy at all (where the strategy
+  names a neutral config for the other strategies' degrees).
+- "memory-falls-with-degree": where the schema has a `degree`, per-GPU memory never
+  grows as it doubles from 1 to 8, every other degree held: model states and buffers
+  never, and the total only where a GPU holds more micro-batches in flight (pipeline
+  schedules).
+- "order-independent": the plan does not depend on the order strategies are
+  registered or applied in, nor on what was evaluated before.
+- "well-formed-transform": divisors >= 1, bytes, FLOPs and times finite and >= 0,
+  collective groups of the strategy's own that divide the GPU count, overlaps in
+  [0, 1], stages that cover the layers once; the plan's numbers finite and >= 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from llmpar.errors import PluginError, SpecError
+from llmpar.evaluation.evaluate import build_plan
+from llmpar.footprint.baseline import baseline_footprint
+from llmpar.hookspecs import hookimpl
+from llmpar.loading.checks import resolve_layout
+from llmpar.plan import Plan
+from llmpar.session import Session
+from llmpar.spec import Spec
+from llmpar.strategy import Layout, Strategy, StrategyContext, Transform
+from llmpar.testing.specs import REFERENCE_SPECS
+
+STRATEGY_CHECKS = ("config-schema", "registered", "malformed-table")
+SPEC_CHECKS = ("neutral-is-identity", "memory-falls-with-degree", "order-independent",
+               "well-formed-transform")
+DEGREES = (1, 2, 4, 8)
+"""Degrees tried where a schema has one."""
+IDENTITY_FIELDS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                   "buffers_bytes", "total_bytes", "stages", "activation_tensors",
+                   "flops_per_step", "hardware_flops_per_step")
+"""Plan fields a neutral config leaves alone (with the collectives, compared apart,
+and any offloading fields the Plan has)."""
+OPTIONAL_IDENTITY_FIELDS = ("host_bytes", "offload_seconds")
+PLAN_NUMBERS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                "buffers_bytes", "total_bytes", "flops_per_step", "hardware_flops_per_step",
+                "step_seconds", "communication_seconds", "exposed_communication_seconds",
+                "bubble_fraction", "bubble_seconds", "optimizer_seconds")
+ROUNDING_BYTES = 8
+"""Slack for per-component rounding to whole bytes when comparing totals."""
+MALFORMED_VALUES: tuple[Any, ...] = ("not a number", -7, 0, 1.5, True, [], {"nested": [1]})
+"""Values tried for every field of the strategy's table: each must plan or give SpecError."""
+TOML_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class ContractViolation(AssertionError):
+    """A strategy broke its contract; the message names the check, the spec and why."""
+
+
+class _Registers:
+    """A plugin that hands over one strategy object."""
+
+    def __init__(self, strategy: Strategy):
+        self.strategy = strategy
+
+    @hookimpl
+    def llmpar_register_strategies(self, register: Callable[[Strategy], None]) -> None:
+        register(self.strategy)
+
+
+def _builtin_names() -> frozenset[str]:
+    return frozenset(Session(load_entry_points=False).strategies)
+
+
+class StrategyContract:
+    """The contract checks for one strategy, in one session (default: `llmpar.Session()`,
+    built-ins and installed plugins)."""
+
+    def __init__(self, strategy: Strategy | str, session: Session | None = None):
+        self.session = session if session is not None else Session()
+        if isinstance(strategy, str):
+            if strategy not in self.session.strategies:
+                raise ContractViolation(f"no loaded plugin provides strategy {strategy!r}; "
+                                        f"loaded: {', '.join(self.session.strategies)}")
+            strategy = self.session.strategies[strategy]
+        self.strategy = strategy
+        self.name: str = strategy.name
+
+    # --- the strategy alone --------------------------------------------------------
+
+    def check_config_schema(self) -> None:
+        config_type = self.strategy.config_type
+        if not attrs.has(config_type):
+            self._fail("config-schema", f"config_type {config_type!r} is not an attrs class")
+        missing = [f.name for f in attrs.fields(config_type) if f.default is attrs.NOTHING]
+        if missing:
+            self._fail("config-schema", f"fields without a default: {', '.join(missing)} "
+                       f"(an empty [parallel.{self.name}] table must load)")
+        config = config_type()
+        first = attrs.fields(config_type)[0].name if attrs.fields(config_type) else None
+        if first is not None:
+            try:
+                setattr(config, first, getattr(config, first))
+            except attrs.exceptions.FrozenInstanceError:
+                pass
+            else:
+                self._fail("config-schema", f"{config_type.__name__} is not frozen "
+                           "(use @attrs.frozen(kw_only=True))")
+        neutral = self.strategy.neutral_config(Layout(degrees={}, num_gpus=1))
+        if not isinstance(neutral, config_type):
+            self._fail("config-schema", f"neutral_config() on one GPU returned {neutral!r}, "
+                       f"not a {config_type.__name__}")
+
+    def check_registered(self) -> None:
+        if not TOML_KEY.fullmatch(self.name):
+            self._fail("registered", f"name {self.name!r} is not a bare TOML key")
+        found = self.session.strategies.get(self.name)
+        if found is None or type(found) is not type(self.strategy):
+            self._fail("registered", "the session has no strategy of this type under "
+                       f"{self.name!r}: register it from llmpar_register_strategies and "
+                       "name the plugin in the `llmpar` entry-point group")
+        owners = [info.name for info in self.session.plugins() if self.name in info.strategies]
+        if len(owners) != 1:
+            self._fail("registered", f"expected one plugin to list it, found {owners}")
+        if not isinstance(self.strategy.phase, int):
+            self._fail("registered", f"phase {self.strategy.phase!r} is not an integer")
+
+    def check_malformed_table(self, table: Mapping[str, Any] | None = None) -> None:
+        base = dict(table if table is not None else REFERENCE_SPECS[0])
+        path = f"$.parallel.{self.name}"
+        cases: list[tuple[str, Any]] = [("a table that is a number", 5),
+                                        ("an unknown key", {"no_such_setting": 1})]
+        for field in attrs.fields(self.strategy.config_type):
+            cases += [(f"{field.name} = {value!r}", {field.name: value})
+                      for value in MALFORMED_VALUES]
+        for label, value in cases:
+            spec = {**base, "parallel": {**base.get("parallel", {}), self.name: value}}
+            try:
+                self.session.evaluate(spec)
+            except SpecError as error:
+                if label.startswith(("a table", "an unknown")) and not any(
+                        p.path.startswith(path) for p in error.problems):
+                    self._fail("malformed-table", f"{label}: no problem at {path}...; got "
+                               f"{[str(p) for p in error.problems]}")
+            except Exception as error:
+                self._fail("malformed-table", f"{label} raised {type(error).__name__} "
+                           f"({error}), not SpecError")
+            else:
+                if label.startswith(("a table", "an unknown")):
+                    self._fail("malformed-table", f"{label} was accepted")
+
+    # --- on one spec ---------------------------------------------------------------
+
+    def check_identity(self, table: Mapping[str, Any]) -> int:
+        base = self._base(table)
+        if base is None:
+            return 0
+        neutral = self._neutral(base)
+        if neutral is None:
+            return 0
+        spec = _with(base, self.name, neutral)
+        plan = self._plan(spec)
+        if plan is None:
+            return 0
+        without = attrs.evolve(spec, parallel={k: v for k, v in spec.parallel.items()
+                                               if k != self.name})
+        layout, problems = resolve_layout(without, self.session.strategies)
+        if problems:
+            return 0
+        reference = build_plan(without, layout, self.session.strategies)
+        fields = IDENTITY_FIELDS + tuple(f for f in OPTIONAL_IDENTITY_FIELDS
+                                         if hasattr(reference, f))
+        changed = [f"{f}: {getattr(reference, f)!r} -> {getattr(plan, f)!r}" for f in fields
+                   if getattr(reference, f) != getattr(plan, f)]
+        if _collectives(reference) != _collectives(plan):
+            changed.append(f"collectives: {_collectives(reference)} -> {_collectives(plan)}")
+        if changed:
+            self._fail("neutral-is-identity", f"{neutral!r} changed "
+                       f"{'; '.join(changed)}", table)
+        return 1
+
+    def check_memory_falls_with_degree(self, table: Mapping[str, Any]) -> int:
+        config_type = self.strategy.config_type
+        if "degree" not in attrs.fields_dict(config_type):
+            return 0
+        base = self._base(table)
+        if base is None:
+            return 0
+        start = _with(base, self.name, self._default())
+        layout, problems = resolve_layout(start, self.session.strategies)
+        if problems:
+            return 0
+        pinned = {name: _pin(config, layout.degree(name))
+                  for name, config in start.parallel.items() if name != self.name}
+        others = start.hardware.num_gpus // layout.degree(self.name)
+        plans: list[tuple[int, Plan]] = []
+        for degree in DEGREES:
+            gpus = others * degree if self.strategy.multiplies_gpus else start.hardware.num_gpus
+            spec = attrs.evolve(
+                start, hardware=attrs.evolve(start.hardware, num_gpus=gpus),
+                parallel={**pinned, self.name: attrs.evolve(self._default(), degree=degree)})
+            plan = self._plan(spec)
+            if plan is not None:
+                plans.append((degree, plan))
+        for (low, before), (high, after) in zip(plans, plans[1:]):
+            grown = [f"{label} grows from {a} at degree {low} to {b} at degree {high}"
+                     for label, a, b in _memory_pairs(before, after)
+                     if b > a + ROUNDING_BYTES]
+            if grown:
+                self._fail("memory-falls-with-degree", "; ".join(grown), table)
+        return max(0, len(plans) - 1)
+
+    def check_order_independent(self, table: Mapping[str, Any]) -> int:
+        base = self._base(table)
+        if base is None:
+            return 0
+        cases = 0
+        for config in self._active_configs():
+            spec = _with(base, self.name, config)
+            plan = self._plan(spec)
+            if plan is None:
+                continue
+            cases += 1
+            layout, _ = resolve_layout(spec, self.session.strategies)
+            backwards = dict(reversed(list(self.session.strategies.items())))
+            if build_plan(spec, layout, backwards) != plan:
+                self._fail("order-independent", f"{config!r}: the plan changes when the "
+                           "strategies are applied in the reverse order", table)
+            self._plan(base)
+            if self._plan(spec) != plan:
+                self._fail("order-independent", f"{config!r}: the plan changes after "
+                           "evaluating another spec (state kept between calls?)", table)
+            for session in self._reordered_sessions:
+                if session.evaluate(spec) != plan:
+                    self._fail("order-independent", f"{config!r}: the plan changes with "
+                               "the order plugins are registered in", table)
+        return cases
+
+    def check_well_formed_transform(self, table: Mapping[str, Any]) -> int:
+        base = self._base(table)
+        if base is None:
+            return 0
+        cases = 0
+        neutral = self._neutral(base)
+        configs = [*([] if neutral is None else [neutral]), *self._active_configs()]
+        if "degree" in attrs.fields_dict(self.strategy.config_type):
+            configs += [attrs.evolve(self._default(), degree=d) for d in DEGREES[2:]]
+        for config in configs:
+            spec = _with(base, self.name, config)
+            plan = self._plan(spec)
+            if plan is None:
+                continue
+            cases += 1
+            layout, _ = resolve_layout(spec, self.session.strategies)
+            ctx = StrategyContext(spec=spec, footprint=baseline_footprint(spec), layout=layout)
+            transform = self.strategy.transform(config, ctx)
+            problems = transform_problems(transform, self.name, spec) + plan_problems(plan)
+            if problems:
+                self._fail("well-formed-transform", f"{config!r}: {'; '.join(problems)}",
+                           table)
+        return cases
+
+    # --- running them --------------------------------------------------------------
+
+    def check(self, check: str, table: Mapping[str, Any] | None = None) -> int:
+        """Run one check by name; spec checks need `table`. Returns the cases exercised."""
+        if check in STRATEGY_CHECKS:
+            getattr(self, "check_" + check.replace("-", "_"))()
+            return 1
+        if check not in SPEC_CHECKS:
+            raise ValueError(f"unknown check {check!r}; known: "
+                             f"{', '.join(STRATEGY_CHECKS + SPEC_CHECKS)}")
+        if table is None:
+            raise ValueError(f"check {check!r} needs a spec table")
+        method = {"neutral-is-identity": self.check_identity,
+                  "memory-falls-with-degree": self.check_memory_falls_with_degree,
+                  "order-independent": self.check_order_independent,
+                  "well-formed-transform": self.check_well_formed_transform}[check]
+        return method(table)
+
+    def applies(self, check: str) -> bool:
+        """Whether `check` means anything for this strategy (degrees need a degree)."""
+        if check == "memory-falls-with-degree":
+            return "degree" in attrs.fields_dict(self.strategy.config_type)
+        return True
+
+    # --- helpers -------------------------------------------------------------------
+
+    def _fail(self, check: str, message: str, table: Mapping[str, Any] | None = None) -> None:
+        where = f"\n  spec: {dict(table)!r}" if table is not None else ""
+        raise ContractViolation(f"strategy {self.name!r} breaks {check!r}: {message}{where}")
+
+    def _neutral(self, base: Spec) -> Any | None:
+        """The strategy's neutral config among the other degrees of `base`."""
+        layout, problems = resolve_layout(base, self.session.strategies)
+        return None if problems else self.strategy.neutral_config(layout)
+
+    def _default(self) -> Any:
+        return self.strategy.config_type()
+
+    def _active_configs(self) -> list[Any]:
+        """The default config, and degree 2 where the schema has a degree."""
+        configs = [self._default()]
+        if "degree" in attrs.fields_dict(self.strategy.config_type):
+            configs.append(attrs.evolve(self._default(), degree=2))
+        return configs
+
+    def _base(self, table: Mapping[str, Any]) -> Spec | None:
+        """The spec without this strategy's table; None when it does not load."""
+        parallel = {k: v for k, v in dict(table.get("parallel", {})).items() if k != self.name}
+        try:
+            return self.session.load_spec({**table, "parallel": parallel})
+        except SpecError:
+            return None
+
+    def _plan(self, spec: Spec) -> Plan | None:
+        """The plan; None when a strategy's checks reject the spec."""
+        try:
+            return self.session.evaluate(spec)
+        except SpecError:
+            return None
+        except PluginError as error:
+            raise ContractViolation(f"strategy {self.name!r}: evaluating a spec every check "
+                                    f"accepted failed: {error}\n  parallel: "
+                                    f"{spec.parallel!r}\n  model: {spec.model.name}") from error
+
+    @functools.cached_property
+    def _reordered_sessions(self) -> tuple[Session, ...]:
+        """For a third-party strategy: hermetic sessions registering it first and last
+        among the other third-party strategies."""
+        if self.name in _builtin_names():
+            return ()
+        builtin = _builtin_names()
+        others = [_Registers(s) for n, s in self.session.strategies.items()
+                  if n not in builtin and n != self.name]
+        mine = _Registers(self.strategy)
+        return (Session(load_entry_points=False, plugins=[mine, *others]),
+                Session(load_entry_points=False, plugins=[*reversed(others), mine]))
+
+
+def _with(spec: Spec, name: str, config: Any) -> Spec:
+    return attrs.evolve(spec, parallel={**spec.parallel, name: config})
+
+
+def _pin(config: Any, degree: int) -> Any:
+    """`config` with its degree fixed at the resolved one (no -1 fill)."""
+    if "degree" in attrs.fields_dict(type(config)):
+        return attrs.evolve(config, degree=degree)
+    return config
+
+
+def _in_flight(plan: Plan) -> float:
+    return max((stage.micro_batches_in_flight for stage in plan.stages), default=1.0)
+
+
+def _memory_pairs(before: Plan, after: Plan) -> list[tuple[str, int, int]]:
+    """(what, bytes before, bytes after) that must not grow with a degree: the model
+    states and buffers always; the total too, unless a GPU now holds more micro-batches
+    in flight (1F1B's first stage holds one per stage, so its embedding activations
+    grow with the pipeline degree: Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1)."""
+    def states(plan: Plan) -> int:
+        return max((s.total_bytes - (s.activations_bytes or 0) for s in plan.stages),
+                   default=plan.total_bytes - (plan.activations_bytes or 0))
+
+    pairs = [("model states and buffers (busiest stage)", states(before), states(after))]
+    if _in_flight(after) <= _in_flight(before):
+        pairs.append(("total_bytes", before.total_bytes, after.total_bytes))
+    return pairs
+
+
+def _collectives(plan: Plan) -> list[tuple[Any, ...]]:
+    return sorted((c.strategy, c.operation, c.buffer_bytes, c.group_size, c.tier,
+                   c.calls_per_step, c.seconds) for c in plan.collectives)
+
+
+def _bad(value: Any, *, at_least: float = 0.0) -> bool:
+    return not isinstance(value, (int, float)) or not math.isfinite(value) or value < at_least
+
+
+def transform_problems(transform: Any, name: str, spec: Spec) -> list[str]:
+    """What is wrong with a strategy's transform, in words (empty when nothing)."""
+    if not isinstance(transform, Transform):
+        return [f"transform() returned {type(transform).__name__}, not Transform"]
+    n = spec.hardware.num_gpus
+    problems = []
+    if transform.strategy != name:
+        problems.append(f"Transform.strategy is {transform.strategy!r}, not {name!r}")
+    problems += [f"shard {s.component} divisor {s.divisor!r} < 1" for s in transform.shards
+                 if _bad(s.divisor, at_least=1)]
+    problems += [f"activation split {s.tag} divisor {s.divisor!r} < 1"
+                 for s in transform.activation_splits if _bad(s.divisor, at_least=1)]
+    for c in transform.collectives:
+        if c.strategy != name:
+            problems.append(f"collective {c.name!r} says it is {c.strategy!r}'s")
+        if _bad(c.buffer_bytes) or _bad(c.calls_per_step):
+            problems.append(f"collective {c.name!r}: buffer_bytes {c.buffer_bytes!r}, "
+                            f"calls_per_step {c.calls_per_step!r}")
+        if not isinstance(c.group_size, int) or c.group_size < 1 or n % c.group_size:
+            problems.append(f"collective {c.name!r}: group_size {c.group_size!r} does not "
+                            f"divide num_gpus ({n})")
+        elif c.group_stride < 1 or c.group_size * c.group_stride > n:
+            problems.append(f"collective {c.name!r}: group_size x group_stride "
+                            f"({c.group_size} x {c.group_stride}) exceeds num_gpus ({n})")
+        if _bad(c.overlap) or c.overlap > 1:
+            problems.append(f"collective {c.name!r}: overlap {c.overlap!r} outside [0, 1]")
+    for label in ("extra_flops_per_step", "bubble_fraction", "buffer_bytes"):
+        if _bad(getattr(transform, label)):
+            problems.append(f"{label} {getattr(transform, label)!r} is not a finite number >= 0")
+    m = transform.micro_batches_per_step
+    if m is not None and (not isinstance(m, int) or m < 1):
+        problems.append(f"micro_batches_per_step {m!r} < 1")
+    problems += _stage_problems(transform, spec)
+    problems += _offload_problems(transform)
+    return problems
+
+
+def _stage_problems(transform: Transform, spec: Spec) -> list[str]:
+    if not transform.stages:
+        return []
+    stages = transform.stages
+    problems = []
+    if [s.index for s in stages] != list(range(len(stages))):
+        problems.append(f"stage indices {[s.index for s in stages]} are not 0..{len(stages) - 1}")
+    first = 0
+    for stage in stages:
+        if stage.first_layer != first or stage.num_layers < 1:
+            problems.append(f"stage {stage.index} starts at layer {stage.first_layer} with "
+                            f"{stage.num_layers} layers; expected to start at {first}")
+        if _bad(stage.micro_batches_in_flight):
+            problems.append(f"stage {stage.index}: micro_batches_in_flight "
+                            f"{stage.micro_batches_in_flight!r}")
+        first = stage.first_layer + stage.num_layers
+    layers = spec.model.num_layers
+    if layers and first != layers:
+        problems.append(f"stages cover {first} layers, the model has {layers}")
+    return problems
+
+
+def _offload_problems(transform: Transform) -> list[str]:
+    """Checks of the offloading fields, where the Transform has them."""
+    problems = []
+    for work in getattr(transform, "host_work", ()):
+        for label in ("seconds_per_parameter", "passes_per_step", "overlap"):
+            if _bad(getattr(work, label)):
+                problems.append(f"host work {work.name!r}: {label} "
+                                f"{getattr(work, label)!r} is not a finite number >= 0")
+        if work.overlap > 1:
+            problems.append(f"host work {work.name!r}: overlap {work.overlap!r} > 1")
+    return problems
+
+
+def plan_problems(plan: Plan) -> list[str]:
+    """Plan numbers that are negative or not finite."""
+    problems = []
+    for label in PLAN_NUMBERS + OPTIONAL_IDENTITY_FIELDS:
+        value = getattr(plan, label, None)
+        if value is not None and _bad(value):
+            problems.append(f"plan.{label} = {value!r}")
+    return problems
+
+
+def check_strategy_contract(strategy: Strategy | str, *, session: Session | None = None,
+                            specs: Iterable[Mapping[str, Any]] | Any = None) -> dict[str, int]:
+    """Run every contract check on `strategy` (an object or a loaded strategy's name).
+
+    `specs`: spec tables for the spec checks, or a Hypothesis strategy drawing them
+    (run under the active Hypothesis settings); default `REFERENCE_SPECS`. Raises
+    ContractViolation naming every broken check; returns the cases each spec check
+    exercised. A spec check that applies to the strategy but that no spec exercised
+    is a violation too: the strategy's own checks rejected every config tried.
+    """
+    contract = StrategyContract(strategy, session)
+    failures: list[str] = []
+    for check in STRATEGY_CHECKS:
+        try:
+            contract.check(check)
+        except ContractViolation as error:
+            failures.append(str(error))
+    counts = dict.fromkeys(SPEC_CHECKS, 0)
+
+    def run(table: Mapping[str, Any]) -> None:
+        for check in SPEC_CHECKS:
+            counts[check] += contract.check(check, table)
+
+    try:
+        if specs is not None and hasattr(specs, "example"):  # a Hypothesis strategy
+            from hypothesis import given
+
+            given(specs)(run)()
+        else:
+            for table in REFERENCE_SPECS if specs is None else specs:
+                run(table)
+    except ContractViolation as error:
+        failures.append(str(error))
+    else:
+        failures += [f"strategy {contract.name!r}: no spec exercised {check!r} (its checks "
+                     "rejected every config tried)" for check, count in counts.items()
+                     if count == 0 and contract.applies(check)]
+    if failures:
+        raise ContractViolation("\n".join(failures))
+    return counts

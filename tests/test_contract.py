@@ -1,0 +1,258 @@
+"""The strategy contract suite (`llmpar.testing`): every loaded strategy keeps it,
+built-in or installed, and it catches strategies that break it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+
+import llmpar
+from llmpar import Collective, Layout, Problem, Shard, Strategy, Transform
+from llmpar.spec.validators import positive
+from llmpar.testing import (
+    REFERENCE_SPECS,
+    SPEC_CHECKS,
+    STRATEGY_CHECKS,
+    ContractViolation,
+    StrategyContract,
+    check_strategy_contract,
+    parallel_training_specs,
+    training_specs,
+)
+
+NAMES = tuple(llmpar.default_session().strategies)
+"""Every strategy of the default session: llmpar's and the installed plugins'."""
+
+
+@pytest.fixture(scope="module")
+def contracts() -> dict[str, StrategyContract]:
+    session = llmpar.default_session()
+    return {name: StrategyContract(name, session) for name in NAMES}
+
+
+def test_every_builtin_strategy_is_covered():
+    assert {"data", "tensor", "sequence", "context", "expert", "pipeline"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("check", STRATEGY_CHECKS)
+@pytest.mark.parametrize("name", NAMES)
+def test_strategy_keeps_its_contract(contracts, name, check):
+    contracts[name].check(check)
+
+
+@pytest.mark.parametrize("check", SPEC_CHECKS)
+@pytest.mark.parametrize("name", NAMES)
+def test_strategy_keeps_its_contract_on_reference_specs(contracts, name, check):
+    contract = contracts[name]
+    cases = sum(contract.check(check, table) for table in REFERENCE_SPECS)
+    if contract.applies(check):
+        assert cases > 0, f"{name}: no reference spec exercised {check}"
+    else:
+        assert cases == 0
+
+
+@settings(max_examples=15)
+@given(table=parallel_training_specs())
+def test_every_strategy_keeps_its_contract_on_drawn_layouts(contracts, table):
+    for contract in contracts.values():
+        for check in SPEC_CHECKS:
+            contract.check(check, table)
+
+
+@settings(max_examples=15)
+@given(table=training_specs())
+def test_every_strategy_keeps_its_contract_on_drawn_runs(contracts, table):
+    for contract in contracts.values():
+        for check in SPEC_CHECKS:
+            contract.check(check, table)
+
+
+def test_drawn_layouts_load_and_plan():
+    session = llmpar.Session(load_entry_points=False)
+
+    @settings(max_examples=30)
+    @given(parallel_training_specs())
+    def plans(table):
+        plan = session.evaluate(table)
+        assert plan.num_gpus == table["hardware"]["num_gpus"]
+
+    plans()
+
+
+# --- the suite catches what it should --------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class DegreeConfig:
+    degree: int = attrs.field(default=1, validator=positive)
+
+
+class Splits(Strategy):
+    """Keeps the contract: splits the weights over `degree` GPUs."""
+
+    name = "splits"
+    config_type = DegreeConfig
+    phase = 50
+
+    def transform(self, config, ctx):
+        return Transform(strategy=self.name, shards=(
+            Shard(component="weights", divisor=config.degree, reason="toy"),))
+
+
+def session_with(*strategies: Strategy) -> llmpar.Session:
+    class Plugin:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            for strategy in strategies:
+                register(strategy)
+
+    return llmpar.Session(load_entry_points=False, plugins=[Plugin()])
+
+
+def violation(strategy: Strategy, check: str, table: dict[str, Any] | None = None) -> str:
+    contract = StrategyContract(strategy.name, session_with(strategy))
+    with pytest.raises(ContractViolation) as caught:
+        if table is None and check in SPEC_CHECKS:
+            for reference in REFERENCE_SPECS:
+                contract.check(check, reference)
+        else:
+            contract.check(check, table)
+    return str(caught.value)
+
+
+def test_a_strategy_that_keeps_the_contract_passes_it_all():
+    counts = check_strategy_contract("splits", session=session_with(Splits()))
+    assert set(counts) == set(SPEC_CHECKS) and all(counts.values())
+
+
+def test_suite_runs_on_a_hypothesis_strategy_of_specs():
+    counts = check_strategy_contract("splits", session=session_with(Splits()),
+                                     specs=training_specs())
+    assert counts["neutral-is-identity"] > 0
+
+
+def test_a_field_without_default_breaks_the_schema():
+    @attrs.frozen(kw_only=True)
+    class NoDefault:
+        degree: int
+
+    class Bad(Splits):
+        config_type = NoDefault
+
+        def neutral_config(self, layout):
+            return NoDefault(degree=1)
+
+    assert "fields without a default: degree" in violation(Bad(), "config-schema")
+
+
+def test_a_mutable_config_breaks_the_schema():
+    @attrs.define(kw_only=True)
+    class Mutable:
+        degree: int = 1
+
+    class Bad(Splits):
+        config_type = Mutable
+
+    assert "is not frozen" in violation(Bad(), "config-schema")
+
+
+def test_a_strategy_not_in_the_session_is_not_registered():
+    contract = StrategyContract(Splits(), llmpar.Session(load_entry_points=False))
+    with pytest.raises(ContractViolation, match="llmpar_register_strategies"):
+        contract.check("registered")
+
+
+def test_degree_one_that_changes_memory_breaks_identity():
+    class Bad(Splits):
+        def transform(self, config, ctx):
+            return Transform(strategy=self.name, buffer_bytes=1000.0)
+
+    message = violation(Bad(), "neutral-is-identity")
+    assert "buffers_bytes: 0 -> 1000" in message and "spec:" in message
+
+
+def test_memory_that_grows_with_the_degree_is_caught():
+    class Bad(Splits):
+        def transform(self, config, ctx):
+            return Transform(strategy=self.name, buffer_bytes=1e9 * (config.degree - 1))
+
+    assert "total_bytes grows" in violation(Bad(), "memory-falls-with-degree")
+
+
+def test_state_kept_between_calls_is_caught():
+    class Counting(Splits):
+        def __init__(self):
+            self.calls = 0
+
+        def transform(self, config, ctx):
+            self.calls += 1
+            return Transform(strategy=self.name, buffer_bytes=float(self.calls))
+
+    assert "plan changes" in violation(Counting(), "order-independent")
+
+
+def test_a_collective_group_that_does_not_divide_the_gpus_is_caught():
+    class Bad(Splits):
+        def transform(self, config, ctx):
+            return Transform(strategy=self.name, collectives=(Collective(
+                strategy=self.name, name="splits.odd", operation="all-reduce",
+                buffer_bytes=1e6, group_size=3, reason="toy"),))
+
+    message = violation(Bad(), "well-formed-transform", dict(REFERENCE_SPECS[1]))
+    assert "group_size 3 does not divide num_gpus (8)" in message
+
+
+def test_a_shard_that_multiplies_is_caught():
+    class Bad(Splits):
+        def transform(self, config, ctx):
+            return Transform(strategy=self.name, shards=(
+                Shard(component="weights", divisor=0.5, reason="toy"),))
+
+    assert "divisor 0.5 < 1" in violation(Bad(), "well-formed-transform",
+                                          dict(REFERENCE_SPECS[0]))
+
+
+def test_a_degree_without_a_validator_is_caught():
+    @attrs.frozen(kw_only=True)
+    class Unchecked:
+        degree: int = 1
+
+    class Bad(Splits):
+        config_type = Unchecked
+
+    assert "degree = 0 raised ZeroDivisionError" in violation(Bad(), "malformed-table")
+
+
+def test_a_bad_value_that_crashes_the_transform_is_caught():
+    @attrs.frozen(kw_only=True)
+    class Loose:
+        degree: int = 1
+        factor: Any = 1.0
+
+    class Bad(Splits):
+        config_type = Loose
+
+        def transform(self, config, ctx):
+            return Transform(strategy=self.name, shards=(
+                Shard(component="weights", divisor=config.factor, reason="toy"),))
+
+    assert "not SpecError" in violation(Bad(), "malformed-table")
+
+
+def test_a_strategy_whose_checks_reject_everything_exercises_nothing():
+    class Picky(Splits):
+        def check(self, config, spec, layout: Layout):
+            return [Problem("$.parallel.splits", "never")]
+
+    with pytest.raises(ContractViolation, match="no spec exercised 'neutral-is-identity'"):
+        check_strategy_contract(Picky(), session=session_with(Picky()))
+
+
+def test_an_unknown_check_or_a_missing_table_is_refused():
+    contract = StrategyContract(Splits(), session_with(Splits()))
+    with pytest.raises(ValueError, match="unknown check"):
+        contract.check("fast")
+    with pytest.raises(ValueError, match="needs a spec table"):
+        contract.check("order-independent")
