@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from llmpar.plan import Plan
 from llmpar.report.fields import format_size
+from llmpar.report.serving import phases, serving, serving_memory
 from llmpar.report.tables import Table
 from llmpar.units import GB, GiB, format_count, format_duration
 
@@ -206,6 +207,10 @@ def warnings(plan: Plan) -> Table | None:
 
 def all_sections(plan: Plan) -> tuple[Table, ...]:
     """Every section that has something to show, in report order."""
-    built = (header(plan), memory(plan), stages(plan), saved_tensors(plan), compute(plan),
-             time_breakdown(plan), collectives(plan), run(plan), warnings(plan))
+    if plan.workload == "inference":
+        built = (header(plan), serving_memory(plan), serving(plan), phases(plan),
+                 collectives(plan), warnings(plan))
+    else:
+        built = (header(plan), memory(plan), stages(plan), saved_tensors(plan), compute(plan),
+                 time_breakdown(plan), collectives(plan), run(plan), warnings(plan))
     return tuple(table for table in built if table is not None)

@@ -1,0 +1,78 @@
+"""Report sections of an inference plan: memory with the KV cache, the serving numbers,
+and each phase against its roofline floor."""
+
+from __future__ import annotations
+
+from llmpar.plan import Plan
+from llmpar.report.tables import Table
+from llmpar.units import GB, GiB, format_duration
+
+
+def _row(label: str, num_bytes: float, capacity: float) -> tuple[str, ...]:
+    return (label, f"{num_bytes / GB:,.2f}", f"{num_bytes / GiB:,.2f}",
+            f"{num_bytes / capacity:.1%}")
+
+
+def serving_memory(plan: Plan) -> Table:
+    """Weights, KV cache, workspace and runtime allowance on one GPU."""
+    overhead = plan.runtime_overhead_bytes or 0
+    parts = [("weights", plan.weights_bytes), ("KV cache", plan.kv_cache_bytes or 0)]
+    if plan.activations_bytes is not None:
+        parts.append(("activation workspace", plan.activations_bytes))
+    parts.append(("runtime allowance", overhead))
+    other = plan.total_bytes - sum(value for _, value in parts)
+    if other:
+        parts.append(("other buffers", other))
+    parts.append(("total", plan.total_bytes))
+    capacity = plan.capacity_bytes
+    rows = [_row(label, value, capacity) for label, value in parts]
+    rows.append(_row("capacity", capacity, capacity))
+    bars = [value / capacity for _, value in parts] + [None]
+    verdict = "fits" if plan.fits else "DOES NOT FIT"
+    return Table(title="Memory per GPU", columns=("", "GB", "GiB", "of capacity"),
+                 rows=tuple(rows), bars=tuple(bars), marked=(len(parts) - 1,),
+                 notes=(f"{verdict}: {plan.total_bytes / capacity:.1%} of capacity "
+                        "(GB = 10^9 bytes, GiB = 2^30 bytes)",))
+
+
+def _optional(value: float | None, render) -> str:
+    return "-" if value is None else render(value)
+
+
+def serving(plan: Plan) -> Table:
+    """Limits and speeds of the workload."""
+    rows = [
+        ("max batch (sequences per replica)", _optional(plan.max_batch_size, lambda v: f"{v:,}"),
+         plan.max_batch_size_limited_by or ""),
+        ("max context (tokens)", _optional(plan.max_context_tokens, lambda v: f"{v:,}"),
+         plan.max_context_tokens_limited_by or ""),
+        ("time to first token", _optional(plan.prefill_seconds, format_duration), "prefill"),
+        ("time per output token", _optional(plan.tpot_seconds, format_duration),
+         "decode step, first token excluded"),
+        ("latency", _optional(plan.latency_seconds, format_duration),
+         "TTFT + (generated - 1) x TPOT"),
+        ("output tokens/s", _optional(plan.tokens_per_second, lambda v: f"{v:,.0f}"),
+         "all GPUs"),
+        ("output tokens/s per GPU", _optional(plan.tokens_per_second_per_gpu,
+                                              lambda v: f"{v:,.1f}"), ""),
+        ("output tokens/s per user", _optional(plan.tokens_per_second_per_user,
+                                               lambda v: f"{v:,.1f}"), ""),
+        ("decode compute-bound from batch",
+         _optional(plan.decode_compute_bound_batch_size, lambda v: f"{v:,}"), ""),
+    ]
+    return Table(title="Serving", columns=("quantity", "value", "note"), rows=tuple(rows),
+                 text_columns=(0, 2))
+
+
+def phases(plan: Plan) -> Table | None:
+    """Each phase's time, its roofline floor and what bounds it."""
+    if not plan.phases:
+        return None
+    rows = tuple((p.name, format_duration(p.seconds), format_duration(p.floor_seconds),
+                  format_duration(p.compute_seconds), format_duration(p.memory_seconds),
+                  format_duration(p.communication_seconds), p.bound) for p in plan.phases)
+    return Table(title="Phases, one step on one GPU",
+                 columns=("phase", "time", "floor", "compute", "memory", "communication",
+                          "bound"),
+                 rows=rows, text_columns=(0, 6),
+                 notes=("floor: max(FLOPs / peak, bytes / HBM bandwidth) at full efficiency",))
