@@ -181,6 +181,18 @@ def k_table(folder: Path) -> list[str]:
     return lines
 
 
+def sdpa_kernels(data) -> str:
+    """The SDPA backends torch._fused_sdp_choice picked in the measured runs, by variant."""
+    found: dict[str, set[str]] = {}
+    for variant in data.get("variants", ()):
+        for run in variant.get("saved_runs", ()):
+            for call in run.get("sdpa_calls") or ():
+                found.setdefault(variant["variant"], set()).add(
+                    f"{call['fused_sdp_choice']}"
+                    + (f" (dropout {call['dropout_p']:g})" if call["dropout_p"] else ""))
+    return "; ".join(f"{v}: {', '.join(sorted(k))}" for v, k in found.items()) or "none"
+
+
 def percent(value: float) -> str:
     return f"{value:+.2%}"
 
@@ -196,7 +208,8 @@ def arch_tables(results) -> list[str]:
         versions = data.get("versions", {})
         lines += ["", f"### {data['name']} ({data.get('model_class', data.get('model_type'))})",
                   "", f"transformers {versions.get('transformers')}, torch "
-                  f"{versions.get('torch')}; config: {data.get('source_repo')}.", "",
+                  f"{versions.get('torch')}; config: {data.get('source_repo')}. SDPA kernel "
+                  f"(torch._fused_sdp_choice on the CPU): {sdpa_kernels(data)}.", "",
                   "| variant | attention | experts | b | s | measured per layer | predicted | "
                   "error | measured 2 layers | predicted | error |",
                   "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

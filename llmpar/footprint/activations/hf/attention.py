@@ -215,10 +215,6 @@ def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
 
 def attention_tensors(ctx: Context) -> list[SavedTensor]:
     """A standard (not MLA) attention block, from its input to its output projection."""
-    if ctx.model.mla is not None:
-        from llmpar.footprint.activations.hf.mla import mla_tensors
-
-        return mla_tensors(ctx) + residual_dropout(ctx, "attention")
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
                             ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
     return (inputs + _qk_norms(ctx) + core_tensors(ctx, _operands_eager(ctx))

@@ -11,7 +11,7 @@ modeling_deepseek_v3.py of transformers 5.24.0, measured with torch 2.13.0.
 from __future__ import annotations
 
 from llmpar.footprint.activations.common import INSIDE_TP, OUTSIDE_TP
-from llmpar.footprint.activations.hf.attention import core_tensors
+from llmpar.footprint.activations.hf.attention import core_tensors, residual_dropout
 from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.norms import norm_tensors
 from llmpar.footprint.inventory import SavedTensor
@@ -46,4 +46,4 @@ def mla_tensors(ctx: Context) -> list[SavedTensor]:
     else:
         eager.append(ctx.per_token("value", "operand of P.V (a copy when b > 1)", "a*d_v",
                                    model.attention_output_width, ctx.d, INSIDE_TP))
-    return tensors + core_tensors(ctx, eager)
+    return tensors + core_tensors(ctx, eager) + residual_dropout(ctx, "attention")

@@ -17,6 +17,7 @@ from llmpar.footprint.activations.common import ARCHITECTURE, require, sizes_of
 from llmpar.footprint.activations.hf.attention import attention_tensors
 from llmpar.footprint.activations.hf.context import MEASURED, Context
 from llmpar.footprint.activations.hf.family import family_of
+from llmpar.footprint.activations.hf.mla import mla_tensors
 from llmpar.footprint.activations.hf.mlp import dense_mlp
 from llmpar.footprint.activations.hf.moe import moe_tensors
 from llmpar.footprint.activations.hf.norms import norm_tensors
@@ -41,7 +42,7 @@ def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
     after each (post: BERT's LayerNorm of the residual sum, OLMo 2's norm of the branch
     output) or both (sandwich: Gemma)."""
     mlp = moe_tensors(ctx) if moe else dense_mlp(ctx)
-    attention = attention_tensors(ctx)
+    attention = mla_tensors(ctx) if ctx.model.mla is not None else attention_tensors(ctx)
     placement = ctx.model.norm_placement
     if placement == "sandwich":
         return (_norm(ctx, "input norm") + attention + _norm(ctx, "post-attention norm")
