@@ -102,6 +102,8 @@ class StageMemory:
     buffers_bytes: int
     total_bytes: int
     micro_batches_in_flight: float
+    host_bytes: int = 0
+    """Model states of one GPU kept in host memory instead (offloaded); not in total_bytes."""
 
 
 @attrs.frozen(kw_only=True)
@@ -164,6 +166,9 @@ class Plan:
     total_bytes: int
     capacity_bytes: int
     fits: bool
+    host_bytes: int = 0
+    """Model states one GPU keeps in host memory instead of its own (offloaded), on the
+    stage that offloads the most; not in total_bytes."""
 
     parameters: int
     active_parameters: int
@@ -210,6 +215,10 @@ class Plan:
     """Pipeline idle time as a share of compute time."""
     bubble_seconds: float = 0.0
     optimizer_seconds: float = 0.0
+    offload_seconds: float = 0.0
+    """Work of one step on offloaded states outside the GPU (host-link copies, the
+    host's optimizer step), hidden behind compute or not."""
+    exposed_offload_seconds: float = 0.0
     collectives: tuple[CollectiveCost, ...] = ()
     peak_stage: int = 0
     """The pipeline stage whose GPUs need the most memory; memory fields are its."""

@@ -83,6 +83,47 @@ class Collective:
 
 
 @attrs.frozen(kw_only=True)
+class Offload:
+    """Keep one model-state component in host (CPU) memory instead of GPU memory.
+
+    Its bytes on each GPU, after every strategy's shards, leave the GPU's total and
+    count in the plan's `host_bytes` (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840;
+    ZeRO-Infinity, Rajbhandari et al. 2021, arXiv:2104.07857). The time it costs is
+    stated apart, as `HostWork`.
+    """
+
+    component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
+    reason: str
+    groups: frozenset[str] | None = None
+    """Parameter groups it applies to, as for `Shard`; None: every group."""
+    excluded: frozenset[str] = frozenset()
+
+    def applies_to(self, group: str) -> bool:
+        return (self.groups is None or group in self.groups) and group not in self.excluded
+
+
+@attrs.frozen(kw_only=True)
+class HostWork:
+    """Work of each step on one GPU's share of a model-state component, done outside the
+    GPU's compute: copying it over the host link, or updating it on the host's CPU.
+
+    seconds = passes_per_step * P * seconds_per_parameter, where P is the parameters of
+    `component` one GPU holds after every strategy's shards (the evaluator knows P; the
+    strategy states the cost per parameter, e.g. bytes per parameter / link bandwidth).
+    """
+
+    strategy: str
+    name: str
+    component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
+    seconds_per_parameter: float = attrs.field(validator=attrs.validators.ge(0))
+    passes_per_step: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    overlap: float = attrs.field(default=0.0, validator=[attrs.validators.ge(0),
+                                                         attrs.validators.le(1)])
+    """Share of its time that can run behind the GPU's compute (0: on the critical path)."""
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class Stage:
     """One pipeline stage: which layers its GPUs hold, and what else."""
 
@@ -119,6 +160,10 @@ class Transform:
     """Idle time as a share of compute time (pipeline bubble)."""
     buffer_bytes: float = 0.0
     """Extra per-GPU memory the strategy needs (gathered weights, communication)."""
+    offloads: tuple[Offload, ...] = ()
+    """Model-state components kept in host memory instead of on the GPU."""
+    host_work: tuple[HostWork, ...] = ()
+    """Per-step work on model states outside the GPU (host-link copies, CPU updates)."""
     notes: tuple[str, ...] = ()
     """What the strategy did, for reports."""
     warnings: tuple[str, ...] = ()

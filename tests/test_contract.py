@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given, settings
 
 import llmpar
-from llmpar import Collective, Layout, Problem, Shard, Strategy, Transform
+from llmpar import (
+    Collective,
+    HostWork,
+    Layout,
+    Offload,
+    Problem,
+    Shard,
+    Strategy,
+    Transform,
+)
 from llmpar.spec.validators import positive
 from llmpar.testing import (
     REFERENCE_SPECS,
@@ -256,3 +265,99 @@ def test_an_unknown_check_or_a_missing_table_is_refused():
         contract.check("fast")
     with pytest.raises(ValueError, match="needs a spec table"):
         contract.check("order-independent")
+
+
+# --- offloading: Transform.offloads and Transform.host_work compose into the plan -------
+
+@attrs.frozen(kw_only=True)
+class HostConfig:
+    component: str = "optimizer"
+    seconds_per_parameter: float = 0.0
+    passes_per_step: float = 1.0
+    overlap: float = 0.0
+
+
+class ToHost(Strategy):
+    """A toy offloader: keeps `component` in host memory and charges host work on it."""
+
+    name = "tohost"
+    config_type = HostConfig
+    phase = 90
+
+    def transform(self, config, ctx):
+        return Transform(
+            strategy=self.name,
+            offloads=(Offload(component=config.component, reason="toy"),),
+            host_work=(HostWork(strategy=self.name, name="tohost.work",
+                                component=config.component,
+                                seconds_per_parameter=config.seconds_per_parameter,
+                                passes_per_step=config.passes_per_step,
+                                overlap=config.overlap, reason="toy"),))
+
+
+SEVEN_B = {"model": {"parameters": 7e9}, "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
+           "training": {"mfu": 0.5, "global_batch_size": 8, "sequence_length": 2048}}
+
+
+def with_tohost(spec: dict, zero: int = 0, **host) -> dict:
+    return {**spec, "parallel": {"data": {"zero": zero}, "tohost": host}}
+
+
+def test_offloaded_states_leave_the_gpu_after_shards_and_count_on_the_host():
+    session = session_with(ToHost())
+    base = session.evaluate({**SEVEN_B, "parallel": {"data": {"zero": 1}}})
+    moved = session.evaluate(with_tohost(SEVEN_B, zero=1))
+    assert base.optimizer_bytes == 12 * 7e9 / 8  # ZeRO-1 over 8 ranks, then offloaded
+    assert moved.optimizer_bytes == 0 and moved.host_bytes == base.optimizer_bytes
+    assert moved.total_bytes == base.total_bytes - base.optimizer_bytes
+    assert moved.weights_bytes == base.weights_bytes
+    assert moved.stages[0].host_bytes == moved.host_bytes
+    assert "host_bytes" in moved.explain("host_bytes")
+
+
+def test_host_work_costs_passes_times_parameters_times_seconds_per_parameter():
+    session = session_with(ToHost())
+    base = session.evaluate({**SEVEN_B, "parallel": {"data": {"zero": 1}}})
+    plan = session.evaluate(with_tohost(SEVEN_B, zero=1, seconds_per_parameter=1e-9,
+                                        passes_per_step=2.0))
+    partition = 7e9 / 8  # parameters whose optimizer states one GPU holds under ZeRO-1
+    assert plan.offload_seconds == pytest.approx(2 * partition * 1e-9)
+    assert plan.exposed_offload_seconds == plan.offload_seconds  # overlap 0
+    assert plan.step_seconds == pytest.approx(base.step_seconds + plan.offload_seconds)
+    assert "exposed offload" in plan.derivation("step_seconds").rule
+    assert plan.derivation("offload_seconds").inputs["tohost.work_seconds"] == pytest.approx(
+        plan.offload_seconds)
+
+
+def test_overlappable_host_work_hides_behind_compute_up_to_compute():
+    session = session_with(ToHost())
+    base = session.evaluate({**SEVEN_B, "parallel": {"data": {"zero": 1}}})
+    hidden = session.evaluate(with_tohost(SEVEN_B, zero=1, seconds_per_parameter=1e-12,
+                                          overlap=1.0))
+    assert hidden.offload_seconds > 0 and hidden.exposed_offload_seconds == 0
+    assert hidden.step_seconds == base.step_seconds
+    long = session.evaluate(with_tohost(SEVEN_B, zero=1, seconds_per_parameter=1e-6,
+                                        overlap=1.0))
+    assert long.exposed_offload_seconds == pytest.approx(long.offload_seconds
+                                                         - base.step_seconds)
+
+
+def test_the_gpu_skips_the_optimizer_step_of_offloaded_states():
+    session = session_with(ToHost())
+    spec = {"model": "llama-3-8b", "hardware": {"cluster": "dgx-a100", "num_gpus": 8},
+            "training": {"global_batch_size": 8, "sequence_length": 2048}}
+    base = session.evaluate({**spec, "parallel": {}})
+    moved = session.evaluate(with_tohost(spec))
+    assert base.time_model == moved.time_model == "modelled"
+    assert base.optimizer_seconds > 0 and moved.optimizer_seconds == 0
+    # Gradients on the host: the GPU still updates its states, without reading them from HBM.
+    assert 0 < session.evaluate(with_tohost(spec, component="gradients")).optimizer_seconds < (
+        base.optimizer_seconds)
+
+
+def test_host_memory_of_a_node_is_checked():
+    session = session_with(ToHost())
+    small = {**SEVEN_B, "hardware": {**SEVEN_B["hardware"], "host_memory_bytes": "100 GB"}}
+    plan = session.evaluate(with_tohost(small))
+    assert any("host memory per node" in w and "8 GPUs" in w for w in plan.warnings)
+    assert not any("host memory" in w for w in session.evaluate(with_tohost(SEVEN_B)).warnings)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import PluginError
 from llmpar.evaluation.memory import per_gpu_memory
+from llmpar.evaluation.offload import host_memory_warning
 from llmpar.evaluation.step_time import StepTime, step_time
 from llmpar.evaluation.timing import StepFlops, run_length, step_flops
 from llmpar.footprint.baseline import Footprint, baseline_footprint
@@ -97,13 +98,21 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
         rule="weights + gradients + optimizer + activations + buffers of the peak stage",
         source="sum of the per-GPU components above",
         inputs={"capacity_bytes": capacity, "peak_stage": peak.stage})
+    host_bytes = max(stage.host_bytes for stage in memory.stages)
+    host_rules = (Derivation(
+        quantity="host_bytes", value=host_bytes, unit="bytes",
+        rule=("offloaded components' bytes on one GPU after shards (busiest stage), taken "
+              "out of weights, gradients and optimizer bytes"),
+        source="the strategies' Transform.offloads: " + "; ".join(
+            f"{o.component}: {o.reason}" for t in transforms for o in t.offloads),
+        inputs={"gpus_per_node": spec.hardware.gpus_per_node}),) if host_bytes else ()
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
         weights_bytes=peak.weights_bytes, gradients_bytes=peak.gradients_bytes,
         optimizer_bytes=peak.optimizer_bytes, activations_bytes=peak.activations_bytes,
         buffers_bytes=peak.buffers_bytes, total_bytes=peak.total_bytes, capacity_bytes=capacity,
-        fits=peak.total_bytes <= capacity,
+        fits=peak.total_bytes <= capacity, host_bytes=host_bytes,
         parameters=round(footprint.parameters.total),
         active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
@@ -125,9 +134,11 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
         communication_seconds=time.communication_seconds,
         exposed_communication_seconds=time.exposed_communication_seconds,
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
-        optimizer_seconds=time.optimizer_seconds, collectives=time.collectives,
+        optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
+        exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
         peak_stage=peak.stage, stages=memory.stages,
-        warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)),
-        derivations=(memory.derivations + (total_rule,) + flops.derivations + time.derivations
-                     + run.derivations),
+        warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
+                       + host_memory_warning(spec, host_bytes)),
+        derivations=(memory.derivations + (total_rule,) + host_rules + flops.derivations
+                     + time.derivations + run.derivations),
     )

@@ -86,6 +86,16 @@ def component_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
                for group, count in parameters.items())
 
 
+def offloaded_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
+                    component: str, transforms: Iterable[Transform]) -> float:
+    """The part of `component_bytes` that strategies keep in host memory instead
+    (`Transform.offloads`; ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840)."""
+    transforms = list(transforms)
+    offloads = [o for t in transforms for o in t.offloads if o.component == component]
+    moved = {g: n for g, n in parameters.items() if any(o.applies_to(g) for o in offloads)}
+    return component_bytes(moved, bytes_per_parameter, component, transforms)
+
+
 def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
     """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5)."""
     mode = spec.training.recompute
@@ -149,7 +159,9 @@ def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
         "gradients": bytes_per_element(precision.gradients),
         "optimizer": spec.optimizer.bytes_per_parameter(precision.weights),
     }
-    states = {c: round(component_bytes(parameters, size, c, transforms))
+    host = {c: round(offloaded_bytes(parameters, size, c, transforms))
+            for c, size in per_parameter.items()}
+    states = {c: round(component_bytes(parameters, size, c, transforms)) - host[c]
               for c, size in per_parameter.items()}
     inventory, activations = None, None
     if footprint.activations is not None:
@@ -161,7 +173,8 @@ def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
                          weights_bytes=states["weights"], gradients_bytes=states["gradients"],
                          optimizer_bytes=states["optimizer"], activations_bytes=activations,
                          buffers_bytes=buffers, total_bytes=total,
-                         micro_batches_in_flight=stage.micro_batches_in_flight)
+                         micro_batches_in_flight=stage.micro_batches_in_flight,
+                         host_bytes=sum(host.values()))
     return memory, inventory
 
 

@@ -8,8 +8,11 @@ efficiencies):
     exposed   = communication not hidden behind compute (each collective states
                 the share of it that can overlap; hiding is capped by compute)
     bubble    = bubble_fraction * compute (pipeline schedules)
-    optimizer = optimizer-step bytes / (HBM bandwidth * memory_efficiency)
-    step      = compute + exposed + bubble + optimizer
+    optimizer = optimizer-step bytes / (HBM bandwidth * memory_efficiency), for the
+                optimizer states on the GPU (offloaded ones are updated by the host)
+    offload   = host work on offloaded states not hidden behind compute
+                (llmpar.evaluation.offload; 0 without offloading)
+    step      = compute + exposed + bubble + optimizer + offload
 Elementwise bytes: every saved activation is written and read in the forward
 pass and read with its gradient written and read in the backward pass, 4 passes
 over the inventory (6 with full recomputation, which runs the forward twice).
@@ -20,7 +23,8 @@ from __future__ import annotations
 import attrs
 
 from llmpar.communication.collectives import call_seconds
-from llmpar.evaluation.memory import Memory, split_inventory
+from llmpar.evaluation.memory import Memory, split_inventory, stages_of
+from llmpar.evaluation.offload import OffloadTime, host_work_time, offloaded_share
 from llmpar.evaluation.timing import StepFlops
 from llmpar.footprint.baseline import Footprint
 from llmpar.plan import CollectiveCost, Derivation
@@ -47,6 +51,8 @@ class StepTime:
     bubble_fraction: float = 0.0
     bubble_seconds: float = 0.0
     optimizer_seconds: float = 0.0
+    offload_seconds: float = 0.0
+    exposed_offload_seconds: float = 0.0
     collectives: tuple[CollectiveCost, ...] = ()
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
@@ -102,10 +108,12 @@ def step_time(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
     costs, warnings = cost_collectives(spec, transforms)
     bubble = sum(t.bubble_fraction for t in transforms)
     communication = sum(c.seconds for c in costs)
+    offload = host_work_time(spec, footprint, transforms)
     if peak is None:
         warnings.append(f"GPU {gpu.name!r} states no {spec.precision.compute} peak; no step time")
         return StepTime(time_model="none", step_seconds=None, collectives=tuple(costs),
-                        communication_seconds=communication, warnings=tuple(warnings))
+                        communication_seconds=communication, offload_seconds=offload.seconds,
+                        warnings=tuple(warnings), derivations=offload.derivations)
     mfu, mfu_source = spec.training.mfu, "[training] mfu"
     modelled = (mfu is None and gpu.matmul_efficiency is not None
                 and gpu.memory_efficiency is not None and gpu.hbm_bandwidth_bytes_per_s)
@@ -116,25 +124,34 @@ def step_time(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
             warnings.append("no utilization known: set [training] mfu, or use a GPU preset "
                             "with achievable_mfu or efficiencies; no step time")
             return StepTime(time_model="none", step_seconds=None, collectives=tuple(costs),
-                            communication_seconds=communication, warnings=tuple(warnings))
-        step = flops.flops_per_step / (n * peak * mfu)
+                            communication_seconds=communication, offload_seconds=offload.seconds,
+                            warnings=tuple(warnings), derivations=offload.derivations)
+        assumed = flops.flops_per_step / (n * peak * mfu)
+        exposed_offload = offload.exposed(assumed)
+        step = assumed + exposed_offload
+        inputs = {"flops_per_step": flops.flops_per_step, "num_gpus": n,
+                  f"peak_{spec.precision.compute}_flops_per_s": peak, "mfu": mfu}
+        rule = "flops_per_step / (num_gpus * peak * mfu)"
+        if offload.seconds:
+            rule += " + exposed offload"
+            inputs["exposed_offload_seconds"] = exposed_offload
         return StepTime(
             time_model="assumed-mfu", step_seconds=step, collectives=tuple(costs),
             communication_seconds=communication, bubble_fraction=bubble,
+            offload_seconds=offload.seconds, exposed_offload_seconds=exposed_offload,
             warnings=tuple(warnings),
             derivations=(Derivation(
-                quantity="step_seconds", value=step, unit="s",
-                rule="flops_per_step / (num_gpus * peak * mfu)",
+                quantity="step_seconds", value=step, unit="s", rule=rule,
                 source=f"{ASSUMED_SOURCE}; mfu from {mfu_source}",
-                inputs={"flops_per_step": flops.flops_per_step, "num_gpus": n,
-                        f"peak_{spec.precision.compute}_flops_per_s": peak, "mfu": mfu}),))
+                inputs=inputs),) + offload.derivations)
     return _modelled(spec, footprint, layout, flops, transforms, memory, micro_batches, peak,
-                     costs, bubble, warnings)
+                     costs, bubble, warnings, offload)
 
 
 def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops,
               transforms: list[Transform], memory: Memory, micro_batches: int, peak: float,
-              costs: list[CollectiveCost], bubble: float, warnings: list[str]) -> StepTime:
+              costs: list[CollectiveCost], bubble: float, warnings: list[str],
+              offload: OffloadTime) -> StepTime:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -146,24 +163,32 @@ def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
     peak_stage = memory.peak
     optimizer_traffic = (ADAM_STEP_PASSES * (peak_stage.optimizer_bytes + peak_stage.weights_bytes)
                          + peak_stage.gradients_bytes)
-    optimizer = optimizer_traffic / bandwidth
+    stage = stages_of(spec, transforms)[peak_stage.stage]
+    on_gpu = 1 - offloaded_share(spec, footprint, stage, transforms, "optimizer")
+    optimizer = optimizer_traffic * on_gpu / bandwidth
     bubble_seconds = bubble * compute
-    step = compute + exposed + bubble_seconds + optimizer
+    exposed_offload = offload.exposed(compute)
+    step = compute + exposed + bubble_seconds + optimizer + exposed_offload
     if exposed > compute:
         warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
                         f"({compute:.3g} s)")
+    rule = "compute + exposed communication + bubble * compute + optimizer step"
+    inputs = {"matmul_seconds": matmul, "elementwise_bytes": elementwise,
+              "compute_seconds": compute, "exposed_communication_seconds": exposed,
+              "bubble_fraction": bubble, "optimizer_seconds": optimizer,
+              "matmul_efficiency": gpu.matmul_efficiency,
+              "memory_efficiency": gpu.memory_efficiency}
+    if offload.seconds:
+        rule += " + exposed offload"
+        inputs.update(exposed_offload_seconds=exposed_offload, optimizer_share_on_gpu=on_gpu)
     derivation = Derivation(
-        quantity="step_seconds", value=step, unit="s",
-        rule="compute + exposed communication + bubble * compute + optimizer step",
+        quantity="step_seconds", value=step, unit="s", rule=rule,
         source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
-        inputs={"matmul_seconds": matmul, "elementwise_bytes": elementwise,
-                "compute_seconds": compute, "exposed_communication_seconds": exposed,
-                "bubble_fraction": bubble, "optimizer_seconds": optimizer,
-                "matmul_efficiency": gpu.matmul_efficiency,
-                "memory_efficiency": gpu.memory_efficiency})
+        inputs=inputs)
     return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
                     communication_seconds=sum(c.seconds for c in costs),
                     exposed_communication_seconds=exposed, bubble_fraction=bubble,
                     bubble_seconds=bubble_seconds, optimizer_seconds=optimizer,
+                    offload_seconds=offload.seconds, exposed_offload_seconds=exposed_offload,
                     collectives=tuple(costs), warnings=tuple(warnings),
-                    derivations=(derivation,))
+                    derivations=(derivation,) + offload.derivations)

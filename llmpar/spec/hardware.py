@@ -72,6 +72,13 @@ class Hardware:
     """Network bandwidth per GPU, one direction (e.g. "400 Gb/s" for one NDR NIC per GPU)."""
     inter_node_latency_seconds: Seconds = attrs.field(default=5e-6, validator=v.non_negative)
     """Per step of a ring across nodes."""
+    host_bandwidth_bytes_per_s: ByteRate | None = attrs.field(default=None, validator=v.positive)
+    """GPU to host memory and back, per GPU and one direction, as the link states it:
+    PCIe Gen4 x16 31.5 GB/s and Gen5 x16 63 GB/s (16 and 32 GT/s x 16 lanes, 128b/130b;
+    PCI-SIG); NVLink-C2C 900 GB/s both directions per Grace CPU (NVIDIA GH200 and GB200
+    datasheets), shared by two GPUs on GB200. What offloading (ZeRO-Offload) moves over."""
+    host_memory_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
+    """CPU memory of one node, which the offloaded states of its GPUs share."""
     collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
     """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's)."""
     source: str = ""

@@ -56,15 +56,14 @@ SPEC_CHECKS = ("neutral-is-identity", "memory-falls-with-degree", "order-indepen
 DEGREES = (1, 2, 4, 8)
 """Degrees tried where a schema has one."""
 IDENTITY_FIELDS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                   "buffers_bytes", "total_bytes", "stages", "activation_tensors",
-                   "flops_per_step", "hardware_flops_per_step")
-"""Plan fields a neutral config leaves alone (with the collectives, compared apart,
-and any offloading fields the Plan has)."""
-OPTIONAL_IDENTITY_FIELDS = ("host_bytes", "offload_seconds")
+                   "buffers_bytes", "total_bytes", "host_bytes", "stages", "activation_tensors",
+                   "flops_per_step", "hardware_flops_per_step", "offload_seconds")
+"""Plan fields a neutral config leaves alone (with the collectives, compared apart)."""
 PLAN_NUMBERS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                "buffers_bytes", "total_bytes", "flops_per_step", "hardware_flops_per_step",
-                "step_seconds", "communication_seconds", "exposed_communication_seconds",
-                "bubble_fraction", "bubble_seconds", "optimizer_seconds")
+                "buffers_bytes", "total_bytes", "host_bytes", "flops_per_step",
+                "hardware_flops_per_step", "step_seconds", "communication_seconds",
+                "exposed_communication_seconds", "bubble_fraction", "bubble_seconds",
+                "optimizer_seconds", "offload_seconds", "exposed_offload_seconds")
 ROUNDING_BYTES = 8
 """Slack for per-component rounding to whole bytes when comparing totals."""
 MALFORMED_VALUES: tuple[Any, ...] = ("not a number", -7, 0, 1.5, True, [], {"nested": [1]})
@@ -187,10 +186,8 @@ class StrategyContract:
         if problems:
             return 0
         reference = build_plan(without, layout, self.session.strategies)
-        fields = IDENTITY_FIELDS + tuple(f for f in OPTIONAL_IDENTITY_FIELDS
-                                         if hasattr(reference, f))
-        changed = [f"{f}: {getattr(reference, f)!r} -> {getattr(plan, f)!r}" for f in fields
-                   if getattr(reference, f) != getattr(plan, f)]
+        changed = [f"{f}: {getattr(reference, f)!r} -> {getattr(plan, f)!r}"
+                   for f in IDENTITY_FIELDS if getattr(reference, f) != getattr(plan, f)]
         if _collectives(reference) != _collectives(plan):
             changed.append(f"collectives: {_collectives(reference)} -> {_collectives(plan)}")
         if changed:
@@ -429,7 +426,7 @@ def transform_problems(transform: Any, name: str, spec: Spec) -> list[str]:
     if m is not None and (not isinstance(m, int) or m < 1):
         problems.append(f"micro_batches_per_step {m!r} < 1")
     problems += _stage_problems(transform, spec)
-    problems += _offload_problems(transform)
+    problems += _offload_problems(transform, name)
     return problems
 
 
@@ -455,10 +452,11 @@ def _stage_problems(transform: Transform, spec: Spec) -> list[str]:
     return problems
 
 
-def _offload_problems(transform: Transform) -> list[str]:
-    """Checks of the offloading fields, where the Transform has them."""
+def _offload_problems(transform: Transform, name: str) -> list[str]:
     problems = []
-    for work in getattr(transform, "host_work", ()):
+    for work in transform.host_work:
+        if work.strategy != name:
+            problems.append(f"host work {work.name!r} says it is {work.strategy!r}'s")
         for label in ("seconds_per_parameter", "passes_per_step", "overlap"):
             if _bad(getattr(work, label)):
                 problems.append(f"host work {work.name!r}: {label} "
@@ -471,7 +469,7 @@ def _offload_problems(transform: Transform) -> list[str]:
 def plan_problems(plan: Plan) -> list[str]:
     """Plan numbers that are negative or not finite."""
     problems = []
-    for label in PLAN_NUMBERS + OPTIONAL_IDENTITY_FIELDS:
+    for label in PLAN_NUMBERS:
         value = getattr(plan, label, None)
         if value is not None and _bad(value):
             problems.append(f"plan.{label} = {value!r}")
@@ -513,7 +511,8 @@ def check_strategy_contract(strategy: Strategy | str, *, session: Session | None
         failures.append(str(error))
     else:
         failures += [f"strategy {contract.name!r}: no spec exercised {check!r} (its checks "
-                     "rejected every config tried)" for check, count in counts.items()
+                     "rejected every config tried, or it named no neutral config)"
+                     for check, count in counts.items()
                      if count == 0 and contract.applies(check)]
     if failures:
         raise ContractViolation("\n".join(failures))
