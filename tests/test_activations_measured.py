@@ -164,3 +164,31 @@ def test_old_import_path_and_default_are_unchanged():
     assert ACTIVATION_MODELS["coefficient"] is coefficient
     assert llmpar.load_spec({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}}
                             ).training.activation_model == "korthikanti"
+
+
+# Mixtral 8x7B (validation/measure_hf.py's run log, torch 2.13.0 / transformers 5.24.0, CPU,
+# bf16; its JSON was not written): bytes per layer, 2-layer minus 1-layer runs, and the
+# 1-layer total of the experts' eager loop (measured at b = 1, s = 256 only), without
+# the input ids.
+MIXTRAL = {("eager", "grouped_mm", 1, 256): 104_889_376,
+           ("eager", "grouped_mm", 2, 512): 469_889_056,
+           ("sdpa", "grouped_mm", 1, 128): 44_596_768,
+           ("sdpa", "grouped_mm", 2, 512): 356_773_920}
+
+
+@pytest.mark.parametrize(("key", "measured"), MIXTRAL.items())
+def test_mixtral_moe_layer_is_exact(key, measured):
+    # Router (fp32 softmax, top-2 indices, in-place renormalization), b*s*2 token copies
+    # sorted by expert with their three int64 permutations, grouped_mm's int32 offsets.
+    attention, experts, b, s = key
+    inventory = hf_inventory(spec("mixtral-8x7b", s, b), HfRun(attention=attention,
+                                                                 experts=experts))
+    (group,) = inventory.groups
+    assert group.kind == "moe"
+    assert group.layer_bytes == measured
+
+
+def test_mixtral_experts_eager_loop():
+    model = {"preset": "mixtral-8x7b", "num_layers": 1}
+    inventory = hf_inventory(spec(model), HfRun(experts="eager"))
+    assert inventory.total_bytes - 8 * 256 == 150_370_316

@@ -98,9 +98,12 @@ def expert_tensors(ctx: Context) -> list[SavedTensor]:
                 None, _weight_bytes(ctx)),
     ]
     if ctx.run.experts == "eager":
-        return copies + [_routed(ctx, "token/slot indices (torch.where)", "nonzero keeps "
-                                 "both index columns in one int64 storage", "2", 2,
-                                 INDEX_BYTES)]
+        return copies + [
+            _routed(ctx, "token/slot indices (torch.where)", "nonzero keeps both index "
+                    "columns in one int64 storage", "2", 2, INDEX_BYTES),
+            _routed(ctx, "weighted expert output", "index_add_ keeps its source, cast to "
+                    "the hidden states' dtype", "h", h, ctx.d),
+        ]
     return copies + [
         _routed(ctx, "token indices (perm // k)", "kept by the gather of the tokens", "",
                 None, INDEX_BYTES),
