@@ -37,8 +37,6 @@ from llmpar.testing.contract import (
     ContractViolation,
     StrategyContract,
     check_strategy_contract,
-    plan_problems,
-    transform_problems,
 )
 from llmpar.testing.specs import (
     GPUS,
@@ -48,6 +46,7 @@ from llmpar.testing.specs import (
     parallel_training_specs,
     training_specs,
 )
+from llmpar.testing.wellformed import plan_problems, transform_problems
 
 __all__ = [
     "GPUS",
