@@ -17,6 +17,7 @@ from llmpar.hookspecs import hookimpl
 from llmpar.loading.dump import dump_spec, spec_to_dict
 from llmpar.loading.reader import SpecSource
 from llmpar.plan import Derivation, Plan
+from llmpar.search import SearchResult, search, sweep
 from llmpar.session import PluginInfo, Session
 from llmpar.spec import Spec
 from llmpar.strategy import (
@@ -42,6 +43,7 @@ __all__ = [
     "PluginError",
     "PluginInfo",
     "Problem",
+    "SearchResult",
     "Session",
     "Shard",
     "Spec",
@@ -55,7 +57,9 @@ __all__ = [
     "hookimpl",
     "load_spec",
     "model_from_hf",
+    "search",
     "spec_to_dict",
+    "sweep",
 ]
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from llmpar.search.dimension import SearchDimension
     from llmpar.strategy import Strategy
 
 PROJECT_NAME = "llmpar"
@@ -41,4 +42,13 @@ def llmpar_register_presets(register: Callable[[Path], None]) -> None:
 
     A folder has the layout of llmpar's own `specs/`: `models/`, `gpus/`,
     `optimizers/` and `examples/`, each holding `<name>.toml` files.
+    """
+
+
+@hookspec
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    """Hand over the settings layout search may vary: call `register(dimension)` for
+    each `llmpar.search.SearchDimension` (a strategy's degree, or a field of its
+    table with the values to try). `llmpar.search` enumerates every combination,
+    the strategies' checks reject the invalid ones, and evaluation ranks the rest.
     """

@@ -14,7 +14,8 @@ from llmpar.session import Session
 EXIT_SPEC_ERROR = 2
 EXIT_PLUGIN_ERROR = 3
 
-COMMAND_MODULES = ("evaluate", "explain", "presets", "plugins", "import_hf", "diff", "plot")
+COMMAND_MODULES = ("evaluate", "explain", "presets", "plugins", "import_hf", "diff", "plot",
+                   "search")
 """Subcommands, each a module of this package with `add_parser(commands)`."""
 
 

@@ -23,12 +23,13 @@ from llmpar.spec import (
     Spec,
     Training,
 )
+from llmpar.spec.search import Search
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
 
 SECTIONS = ("version", "model", "hardware", "optimizer", "precision", "training", "inference",
-            "parallel")
+            "parallel", "search")
 DEFAULT_OPTIMIZER = "adam"
 """Mixed-precision Adam, the founding document's optimizer, when a spec names none."""
 
@@ -152,6 +153,14 @@ def _structure_inference(raw: dict[str, Any], converter: cattrs.Converter,
                      "$.inference")
 
 
+def _structure_search(raw: dict[str, Any], converter: cattrs.Converter,
+                      problems: list[Problem]) -> tuple[Search | None, list[Problem]]:
+    """`[search]`, read only by `llmpar search`."""
+    if "search" not in raw:
+        return None, []
+    return structure(converter, _section(raw, "search", problems), Search, "$.search")
+
+
 def structure_spec(
     raw: dict[str, Any],
     catalog: PresetCatalog,
@@ -211,11 +220,14 @@ def structure_spec(
     inference, found = _structure_inference(raw, converter, problems)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
+    search, found = _structure_search(raw, converter, problems)
+    problems += found
 
     if problems:
         return None, problems
     spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
-                training=training, inference=inference, parallel=parallel, source=label)
+                training=training, inference=inference, parallel=parallel,
+                search=search, source=label)
     return spec, []
 
 

@@ -81,6 +81,8 @@ class Hardware:
     """CPU memory of one node, which the offloaded states of its GPUs share."""
     collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
     """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's)."""
+    gpu_hour_cost: float | None = attrs.field(default=None, validator=v.positive)
+    """Dollars per GPU-hour, for `llmpar search --objective cost`; None: unknown."""
     source: str = ""
 
     @property

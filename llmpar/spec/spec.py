@@ -10,6 +10,7 @@ from llmpar.spec.hardware import Hardware
 from llmpar.spec.inference import Inference
 from llmpar.spec.model import Model
 from llmpar.spec.optimizer import Optimizer
+from llmpar.spec.search import Search
 from llmpar.spec.workload import Precision, Training
 
 SCHEMA_VERSION = 1
@@ -33,5 +34,7 @@ class Spec:
     parallel: dict[str, Any] = attrs.field(factory=dict, hash=False)
     version: int = SCHEMA_VERSION
     """Spec schema version."""
+    search: Search | None = None
+    """`[search]`: limits and objective for `llmpar search`; evaluation ignores it."""
     source: str | None = attrs.field(default=None, eq=False)
     """The file this spec was read from, for error messages; not part of the spec."""

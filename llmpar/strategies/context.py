@@ -21,6 +21,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.errors import Problem
 from llmpar.footprint.inventory import SPLIT_CONTEXT
 from llmpar.hookspecs import hookimpl
+from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
 from llmpar.strategies.common import layers_per_stage, micro_batches_per_step
@@ -111,3 +112,15 @@ class ContextParallel(Strategy):
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
     register(ContextParallel())
+
+
+def _kinds(point: Point) -> tuple[str, ...]:
+    return KINDS if point.degree("context") > 1 else (ContextConfig().kind,)
+
+
+@hookimpl
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    register(SearchDimension(strategy="context", field="degree",
+                             description="every divisor of the GPU count"))
+    register(SearchDimension(strategy="context", field="kind", values=_kinds,
+                             description="ring or all-to-all, when the degree is above 1"))

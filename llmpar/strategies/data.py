@@ -20,6 +20,7 @@ import attrs
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
+from llmpar.search.dimension import SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import FieldError
 from llmpar.strategies.common import EXPERT_GROUPS, TENSOR_SPLIT_GROUPS, micro_batches_per_step
@@ -190,3 +191,10 @@ def _fsdp_buffer_bytes(config: DataConfig, ctx: StrategyContext) -> float:
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
     register(DataParallel())
+
+
+@hookimpl
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    # The data degree is not a dimension: it takes the GPUs the others leave.
+    register(SearchDimension(strategy="data", field="zero", values=(0, 1, 2, 3),
+                             description="ZeRO stage (3 is FSDP's sharding)"))

@@ -17,6 +17,7 @@ import attrs
 
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
+from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
 from llmpar.spec.validators import positive
 from llmpar.strategies.common import (
@@ -87,3 +88,14 @@ class ExpertParallel(Strategy):
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
     register(ExpertParallel())
+
+
+def _expert_degrees(point: Point) -> tuple[int, ...]:
+    moe = point.spec.model.moe
+    return (1,) if moe is None else divisors(moe.num_experts)
+
+
+@hookimpl
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    register(SearchDimension(strategy="expert", field="degree", values=_expert_degrees,
+                             description="every divisor of the routed experts (MoE only)"))

@@ -23,6 +23,7 @@ import attrs
 
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
+from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
 from llmpar.strategies.common import (
@@ -148,3 +149,49 @@ class PipelineParallel(Strategy):
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
     register(PipelineParallel())
+
+
+def balanced_layers(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage when `stages` does not divide `num_layers`: as even as
+    possible, with the shorter stages at the ends, where the embedding and the
+    output layer sit (Megatron-LM's --decoder-first/last-pipeline-num-layers)."""
+    base, extra = divmod(num_layers, stages)
+    ends = [i // 2 if i % 2 == 0 else stages - 1 - i // 2 for i in range(stages)]
+    short = set(ends[: stages - extra])
+    return tuple(base if index in short else base + 1 for index in range(stages))
+
+
+def _schedules(point: Point) -> tuple[str, ...]:
+    return SCHEDULES if point.degree("pipeline") > 1 else (PipelineConfig().schedule,)
+
+
+def _virtual_stages(point: Point) -> tuple[int, ...]:
+    p, layers = point.degree("pipeline"), point.spec.model.num_layers
+    if point.fields["schedule"] != "interleaved":
+        return (1,)
+    if layers is None or layers % p:
+        return ()
+    return tuple(v for v in divisors(layers // p) if v > 1)
+
+
+def _layer_splits(point: Point) -> tuple[tuple[int, ...] | None, ...]:
+    p, layers = point.degree("pipeline"), point.spec.model.num_layers
+    v = point.fields["virtual_stages"]
+    if layers is None or layers % (p * v) == 0 or p > layers or v > 1:
+        return (None,)
+    return (balanced_layers(layers, p),)
+
+
+@hookimpl
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    register(SearchDimension(strategy="pipeline", field="degree",
+                             description="every divisor of the GPU count"))
+    register(SearchDimension(strategy="pipeline", field="schedule", values=_schedules,
+                             description="every schedule, when the degree is above 1"))
+    register(SearchDimension(strategy="pipeline", field="virtual_stages",
+                             values=_virtual_stages,
+                             description="interleaved: every divisor above 1 of the layers "
+                                         "per stage"))
+    register(SearchDimension(strategy="pipeline", field="layers_per_stage",
+                             values=_layer_splits,
+                             description="an even split, else balanced_layers"))

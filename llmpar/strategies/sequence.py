@@ -15,6 +15,7 @@ import attrs
 
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
+from llmpar.search.dimension import Point, SearchDimension
 from llmpar.strategies.common import hidden_state_bytes, layer_collective_calls
 from llmpar.strategies.tensor import LAYER_OUTPUT
 from llmpar.strategy import (
@@ -70,3 +71,13 @@ class SequenceParallel(Strategy):
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
     register(SequenceParallel())
+
+
+def _on_or_off(point: Point) -> tuple[bool, ...]:
+    return (False, True) if point.degree("tensor") > 1 else (False,)
+
+
+@hookimpl
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    register(SearchDimension(strategy="sequence", field=None, values=_on_or_off,
+                             description="on or off, when the tensor degree is above 1"))

@@ -18,6 +18,7 @@ import attrs
 from llmpar.errors import Problem
 from llmpar.footprint.inventory import SPLIT_TENSOR
 from llmpar.hookspecs import hookimpl
+from llmpar.search.dimension import SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import positive
 from llmpar.strategies.common import (
@@ -116,3 +117,9 @@ class TensorParallel(Strategy):
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
     register(TensorParallel())
+
+
+@hookimpl
+def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
+    register(SearchDimension(strategy="tensor", field="degree",
+                             description="every divisor of the GPU count"))

@@ -1,0 +1,58 @@
+"""`llmpar search SPEC`: the best parallel layouts of the spec's model on its GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from llmpar.cli.common import add_spec_arguments, overrides
+from llmpar.session import Session
+from llmpar.spec.search import OBJECTIVES
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "search", help="the best parallel layouts of a model on its GPUs",
+        description="Enumerate every layout (degrees, ZeRO stage, sequence parallelism, "
+                    "pipeline schedule, micro-batch size, recomputation), reject those that "
+                    "break a rule or do not fit, and rank the rest. The spec's [parallel] "
+                    "tables pin choices; [search] narrows the space (docs/search.md).")
+    add_spec_arguments(parser)
+    parser.add_argument("--top", type=int, help="how many layouts to list (default 10)")
+    parser.add_argument("--objective", choices=OBJECTIVES,
+                        help="rank by (default step_time)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--emit", metavar="FILE", help="write the best layout as a spec")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="processes to search in; 0: every core (default 1)")
+    parser.add_argument("--exact", action="store_true",
+                        help="evaluate every valid layout, without the fast bounds (slow)")
+    parser.set_defaults(run=run)
+
+
+def run(session: Session, args: argparse.Namespace) -> int:
+    from llmpar.search import search
+    from llmpar.search.progress import clear, terminal_progress
+    from llmpar.search.report import text_report
+
+    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    progress = None if args.json else terminal_progress()
+    try:
+        result = search(args.spec, overrides(args.set), objective=args.objective,
+                        top=args.top, session=session, jobs=jobs, exact=args.exact,
+                        progress=progress)
+    finally:
+        if progress is not None:
+            clear()
+    if args.emit and result.results:
+        Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(text_report(result))
+        if args.emit:
+            print(f"best layout written to {args.emit}" if result.results
+                  else "no layout fits: nothing written")
+    return 0 if result.results else 1

@@ -1,0 +1,103 @@
+"""From a spec to its pins, and from a layout (a choice of every dimension) back to
+a spec that `llmpar.evaluate` takes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from llmpar.search.dimension import DEGREE, SearchDimension
+from llmpar.search.space import MICRO_BATCH, RECOMPUTE, Choice
+
+if TYPE_CHECKING:
+    from llmpar.spec import Spec, Training
+    from llmpar.strategy import Strategy
+
+
+def pins_of(spec: Spec, given: Mapping[str, Any] | None,
+            strategies: Mapping[str, Strategy],
+            dimensions: tuple[SearchDimension, ...]) -> dict[str, Any]:
+    """The dimension values the spec's `[parallel.*]` tables fix.
+
+    `given` is the `[parallel]` table as written (keys the user gave pin, a degree of
+    -1 does not); without it (a Spec object) every field that differs from its
+    default pins. A table given for a strategy with a presence dimension pins it on.
+    """
+    presence = {d.key for d in dimensions if d.field is None}
+    pins: dict[str, Any] = {}
+    for name, config in spec.parallel.items():
+        if given is not None:
+            keys = list(given.get(name, {}) or {}) if name in given else []
+        else:
+            default = strategies[name].config_type()
+            keys = [f.name for f in attrs.fields(type(config))
+                    if getattr(config, f.name) != getattr(default, f.name)]
+        for key in keys:
+            value = getattr(config, key)
+            if key == DEGREE and value == -1:
+                continue
+            pins[f"{name}.{key}"] = value
+        if name in presence and (given is None or name in given):
+            pins[name] = True
+    return pins
+
+
+class SpecBuilder:
+    """Builds the spec of a layout; caches the parts many layouts share."""
+
+    def __init__(self, spec: Spec, strategies: Mapping[str, Strategy],
+                 dimensions: tuple[SearchDimension, ...]):
+        self.spec = spec
+        self.strategies = strategies
+        self._fields: dict[str, list[tuple[str, str]]] = {}
+        self._presence = {d.strategy for d in dimensions if d.field is None}
+        for dimension in dimensions:
+            if dimension.field is not None and not dimension.is_degree:
+                self._fields.setdefault(dimension.strategy, []).append(
+                    (dimension.key, dimension.field))
+        degree_owners = {d.strategy for d in dimensions if d.is_degree}
+        ordered = list(spec.parallel) + sorted(degree_owners | set(self._fields)
+                                               | self._presence)
+        self._order = tuple(dict.fromkeys(ordered))
+        self._defaults = {name: strategies[name].config_type() for name in self._order}
+        self._training: dict[tuple[int, str], Training] = {}
+
+    def training(self, micro_batch_size: int, recompute: str) -> Training:
+        key = (micro_batch_size, recompute)
+        if key not in self._training:
+            self._training[key] = attrs.evolve(self.spec.training,
+                                               micro_batch_size=micro_batch_size,
+                                               recompute=recompute)
+        return self._training[key]
+
+    def parallel(self, choice: Choice) -> dict[str, Any]:
+        """The `[parallel.*]` tables of a layout."""
+        tables = {}
+        for name in self._order:
+            default = self._defaults[name]
+            fields = {field: choice[key] for key, field in self._fields.get(name, ())
+                      if key in choice}
+            degree = choice.get(f"{name}.{DEGREE}")
+            if degree is not None and hasattr(default, DEGREE):
+                fields[DEGREE] = degree
+            if not self._included(name, choice, fields, default):
+                continue
+            base = self.spec.parallel.get(name, default)
+            tables[name] = attrs.evolve(base, **fields) if fields else base
+        return tables
+
+    def _included(self, name: str, choice: Choice, fields: Mapping[str, Any],
+                  default: Any) -> bool:
+        if name in self._presence:
+            return bool(choice.get(name, name in self.spec.parallel))
+        if name in self.spec.parallel or self.strategies[name].always_active:
+            return True
+        return any(value != getattr(default, field) for field, value in fields.items())
+
+    def build(self, choice: Choice) -> Spec:
+        """The spec of a layout: the searched spec with its tables and training set."""
+        training = self.training(choice[MICRO_BATCH], choice[RECOMPUTE])
+        return attrs.evolve(self.spec, training=training, parallel=self.parallel(choice),
+                            search=None)

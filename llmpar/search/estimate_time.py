@@ -1,0 +1,205 @@
+"""Modelled step time of every layout of a node at once, for the built-in strategies.
+
+It follows `llmpar.evaluation.step_time` (compute + exposed communication + bubble
++ optimizer step; hiding capped at compute, so exposed = max(sum of unhidden,
+all communication - compute)) with the built-in strategies' collectives written
+out, each costed by `traffic_and_steps` and `link_of` (llmpar.communication):
+- data: all-reduce (ZeRO 0) or reduce-scatter + all-gather of the gradients and
+  weights a GPU holds, over data x context ranks (and expert-data ranks);
+- tensor: an all-reduce of the hidden states 4 (6 with full recomputation) times per
+  layer and micro-batch, or with sequence parallelism an all-gather and a
+  reduce-scatter each (Korthikanti et al. 2022, Sec. 4.2.2);
+- context: ring send-recvs of K and V behind attention, or all-to-alls of Q, K, V
+  and the output; expert: dispatch and combine all-to-alls of the routed tokens;
+- pipeline: a send per micro-batch, stage boundary and direction; its bubble from
+  `bubble_fraction`.
+It is an estimate for pruning only; llmpar's evaluation gives every number returned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from llmpar.communication.collectives import link_of, traffic_and_steps
+from llmpar.evaluation.memory import recomputed_fraction, whole_model_stage
+from llmpar.evaluation.step_time import ELEMENTWISE_PASSES
+from llmpar.search.estimate_memory import NodeDegrees, parameters_per_gpu, split_bytes
+from llmpar.search.grid import Grid
+from llmpar.search.space import MICRO_BATCH, RECOMPUTE
+from llmpar.strategies.pipeline import PipelineConfig, bubble_fraction, stage_layer_counts
+from llmpar.strategy import Collective, Stage
+
+if TYPE_CHECKING:
+    from llmpar.search.facts import Facts
+
+
+def seconds_per_call(facts: Facts, operation: str, buffer: np.ndarray | float, size: int,
+                     stride: int) -> np.ndarray | float:
+    """`call_seconds` of one collective, for an array of buffer sizes."""
+    if size <= 1:
+        return 0.0
+    probe = Collective(strategy="search", name="probe", operation=operation, buffer_bytes=0.0,
+                       group_size=size, group_stride=stride)
+    link = link_of(probe, facts.spec.hardware)
+    if link.bandwidth_bytes_per_s is None:
+        return 0.0
+    sent, steps = traffic_and_steps(operation, buffer, size)
+    bandwidth = link.bandwidth_bytes_per_s * facts.spec.hardware.collective_efficiency
+    return sent / bandwidth + steps * link.latency_seconds
+
+
+class Communication:
+    """All communication of a step (S) and the part no strategy hides (E)."""
+
+    def __init__(self) -> None:
+        self.total: np.ndarray | float = 0.0
+        self.exposed: np.ndarray | float = 0.0
+
+    def add(self, seconds: np.ndarray | float, overlap: float = 0.0) -> None:
+        self.total = self.total + seconds
+        self.exposed = self.exposed + seconds * (1.0 - overlap)
+
+
+def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
+    """Modelled step seconds, grid-shaped; `traffic` is the peak stage's optimizer bytes."""
+    n = NodeDegrees.of(grid.node.degrees)
+    b = grid.array(MICRO_BATCH)
+    m = np.maximum(1, facts.global_batch // (b.astype(np.int64) * n.d)).astype(float)
+    full = grid.array(RECOMPUTE, lambda r: r == "full", "none", bool)
+    sequence = grid.array("sequence", lambda on: bool(on) and facts.sequence_enabled,
+                          False, bool)
+    compute = _matmul(facts, grid, n) + _elementwise(facts, grid, n, m) / facts.hbm
+    comm = Communication()
+    hidden = b * facts.sequence / n.c * facts.hidden * facts.act_bytes
+    passes = np.where(full, 2, 1)
+    layer_calls = 2 * (passes + 1) * (facts.layers / n.p) * m
+    _data(facts, grid, n, m, comm)
+    _tensor(facts, n, hidden, layer_calls, sequence, comm)
+    _context(facts, grid, n, b, m, comm)
+    _expert(facts, n, hidden, passes, m, sequence, comm)
+    _pipeline(facts, grid, n, hidden, m, sequence, comm)
+    exposed = np.maximum(comm.exposed, comm.total - compute)
+    bubble = _bubble(facts, grid, n)
+    return compute + exposed + bubble * compute + traffic / facts.hbm
+
+
+def _matmul(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
+    gpu = facts.spec.hardware.gpu
+    rate = facts.num_gpus * facts.peak * (gpu.matmul_efficiency or 1.0)
+
+    def compute(recompute: str, split: tuple[int, ...] | None) -> float:
+        spec = facts.training(1, recompute)
+        fraction = recomputed_fraction(spec, _stages(facts, n.p, split))
+        return facts.hardware_flops(recompute, fraction) / rate
+
+    def seconds(recompute: str, split: tuple[int, ...] | None) -> float:
+        return facts.cached(("matmul", recompute, n.p, split), lambda: compute(recompute, split))
+
+    return grid.table((RECOMPUTE, "pipeline.layers_per_stage"), seconds, ("none", None))
+
+
+def _stages(facts: Facts, p: int, split: tuple[int, ...] | None) -> tuple[Stage, ...]:
+    if p == 1:
+        return (whole_model_stage(facts.spec),)
+    counts = stage_layer_counts(PipelineConfig(degree=p, layers_per_stage=split),
+                                facts.layers or p)
+    firsts = [sum(counts[:i]) for i in range(p)]
+    return tuple(Stage(index=i, first_layer=firsts[i], num_layers=count, has_embedding=i == 0,
+                       has_head=i == p - 1, micro_batches_in_flight=1.0)
+                 for i, count in enumerate(counts))
+
+
+def _elementwise(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray) -> np.ndarray:
+    def per_gpu(b: int, recompute: str, on: bool) -> float:
+        passes = ELEMENTWISE_PASSES + (2 if recompute == "full" else 0)
+        sequence_on = bool(on) and facts.sequence_enabled and n.t > 1
+        kept = facts.cached(("elementwise", b, sequence_on, n.t, n.c),
+                            lambda: split_bytes(facts.full_tags(b), n.t, sequence_on, n.c))
+        return passes * kept / n.p
+
+    return grid.table((MICRO_BATCH, RECOMPUTE, "sequence"), per_gpu, (1, "none", False)) * m
+
+
+def _data(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray,
+          comm: Communication) -> None:
+    config = facts.spec.parallel.get("data")
+    grads = 1.0 if getattr(config, "overlap_grad_reduce", True) else 0.0
+    gathers = 1.0 if getattr(config, "overlap_param_gather", True) else 0.0
+    fsdp = bool(getattr(config, "fsdp", False))
+    stage = grid.array("data.zero", lambda z: 3 if fsdp else z, 0)
+    dense = n.d * n.c
+    groups = ((dense, n.t, False), (max(1, dense // n.e), n.t * n.e, True))
+    for size, stride, experts in groups:
+        params = parameters_per_gpu(facts, n, experts)
+        if size <= 1 or params <= 0:
+            continue
+        reduce = seconds_per_call(facts, "all-reduce", params * facts.grad_bytes, size, stride)
+        scatter = seconds_per_call(facts, "reduce-scatter", params * facts.grad_bytes, size,
+                                   stride)
+        gather = seconds_per_call(facts, "all-gather", params * facts.weight_bytes, size,
+                                  stride)
+        comm.add(np.where(stage == 0, reduce, 0.0), grads)
+        comm.add(np.where(stage >= 1, scatter * np.where(stage == 3, m, 1.0), 0.0), grads)
+        comm.add(np.where(stage >= 1, gather * np.where(stage == 3, 2 * m, 1.0), 0.0), gathers)
+
+
+def _tensor(facts: Facts, n: NodeDegrees, hidden: np.ndarray, calls: np.ndarray,
+            sequence: np.ndarray, comm: Communication) -> None:
+    if n.t == 1:
+        return
+    reduce = seconds_per_call(facts, "all-reduce", hidden, n.t, 1) * calls
+    gather = seconds_per_call(facts, "all-gather", hidden, n.t, 1) * calls
+    comm.add(np.where(sequence, 2 * gather, reduce))
+
+
+def _context(facts: Facts, grid: Grid, n: NodeDegrees, b: np.ndarray, m: np.ndarray,
+             comm: Communication) -> None:
+    if n.c == 1:
+        return
+    model = facts.spec.model
+    chunk = b * facts.sequence / n.c
+    layers = facts.layers / n.p
+    ring_bytes = chunk * 2 * model.kv_width / n.t * facts.act_bytes
+    ring = seconds_per_call(facts, "send-recv", ring_bytes, n.c, n.t) * (
+        3 * (n.c - 1) * layers * m)
+    width = (2 * model.query_width + 2 * model.kv_width) / n.t
+    swap = seconds_per_call(facts, "all-to-all", chunk * width * facts.act_bytes, n.c, n.t) * (
+        2 * layers * m)
+    all_to_all = grid.array("context.kind", lambda k: k == "all-to-all", "ring", bool)
+    comm.add(np.where(all_to_all, 0.0, ring), 1.0)
+    comm.add(np.where(all_to_all, swap, 0.0))
+
+
+def _expert(facts: Facts, n: NodeDegrees, hidden: np.ndarray, passes: np.ndarray,
+            m: np.ndarray, sequence: np.ndarray, comm: Communication) -> None:
+    moe = facts.spec.model.moe
+    if moe is None or n.e == 1:
+        return
+    tokens = hidden * moe.experts_per_token / np.where(sequence, n.t, 1)
+    calls = 2 * (passes + 1) * (facts.moe_layers / n.p) * m
+    comm.add(seconds_per_call(facts, "all-to-all", tokens, n.e, n.t) * calls)
+
+
+def _pipeline(facts: Facts, grid: Grid, n: NodeDegrees, hidden: np.ndarray, m: np.ndarray,
+              sequence: np.ndarray, comm: Communication) -> None:
+    if n.p == 1:
+        return
+    boundary = hidden / np.where(sequence, n.t, 1)
+    v = grid.array("pipeline.virtual_stages", default=1)
+    sends = seconds_per_call(facts, "send-recv", boundary, 2, n.t * n.c * n.d)
+    comm.add(sends * 2 * m * v)
+
+
+def _bubble(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
+    if n.p == 1:
+        return grid.along(None, [0.0])
+
+    def fraction(b: int, schedule: str, v: int) -> float:
+        m = max(1, facts.global_batch // (b * n.d))
+        return facts.cached(("bubble", n.p, schedule, v, m), lambda: bubble_fraction(
+            PipelineConfig(degree=n.p, schedule=schedule, virtual_stages=v), m))
+
+    return grid.table((MICRO_BATCH, "pipeline.schedule", "pipeline.virtual_stages"),
+                      fraction, (1, "1f1b", 1))

@@ -1,0 +1,78 @@
+"""Evaluating layouts one by one with the strategies' own checks and the exact scorer.
+
+Every layout the fast path keeps goes through `judge`; with `exact=True` (or when a
+plugin takes part, which the fast estimate does not model) every layout does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from llmpar.errors import Problem
+from llmpar.loading.checks import resolve_layout, spec_problems
+from llmpar.search.candidates import SpecBuilder
+from llmpar.search.exact import ExactScorer, Score
+from llmpar.search.ranking import Entry
+from llmpar.search.result import REJECTED_MEMORY
+from llmpar.search.tally import Tally
+
+if TYPE_CHECKING:
+    from llmpar.search.prepare import Prepared
+    from llmpar.strategy import Strategy
+
+Progress = Callable[[int, int], None]
+"""Called with (layouts done, layouts in all)."""
+
+
+class Judge:
+    """Checks and scores single layouts of one prepared search."""
+
+    def __init__(self, prepared: Prepared, strategies: Mapping[str, Strategy]):
+        self.prepared = prepared
+        self.strategies = strategies
+        self.builder = SpecBuilder(prepared.spec, strategies, prepared.space.dimensions)
+        self.scorer = ExactScorer(strategies)
+
+    def examine(self, index: int) -> tuple[Problem | None, Score | None]:
+        """The layout's first problem, or its exact score."""
+        spec = self.builder.build(self.prepared.choice(index))
+        problems = spec_problems(spec, self.strategies)
+        if problems:
+            return problems[0], None
+        layout, _ = resolve_layout(spec, self.strategies)
+        return None, self.scorer.score(spec, layout)
+
+    def judge(self, index: int, tally: Tally) -> Entry | None:
+        """The layout's entry if it is valid and fits; else count why not."""
+        return self.count(index, *self.examine(index), tally)
+
+    def count(self, index: int, problem: Problem | None, score: Score | None,
+              tally: Tally) -> Entry | None:
+        """Count an examined layout; its entry if it is valid and fits."""
+        if problem is not None or score is None:
+            assert problem is not None
+            tally.reject(problem.path, example=problem.message)
+            return None
+        tally.evaluated += 1
+        tally.time_models.add(score.time_model)
+        limit = self.prepared.memory_limit_bytes
+        if score.total_bytes > limit:
+            tally.reject(REJECTED_MEMORY, example=f"needs {score.total_bytes / 2**30:,.2f} GiB "
+                                                  f"per GPU, has {limit / 2**30:,.2f} GiB")
+            return None
+        return Entry(index=index, total_bytes=score.total_bytes,
+                     step_seconds=score.step_seconds)
+
+
+def run_exhaustive(judge: Judge, indices: Iterable[int], total: int,
+                   progress: Progress | None = None) -> Tally:
+    """Judge every layout in `indices`."""
+    tally = Tally()
+    for done, index in enumerate(indices, 1):
+        entry = judge.judge(index, tally)
+        if entry is not None:
+            tally.entries.append(entry)
+        if progress is not None and done % 256 == 0:
+            progress(done, total)
+    return tally

@@ -1,0 +1,104 @@
+"""Reading the searched spec, its pins and settings, and laying out the space."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from llmpar.errors import Problem, SpecError
+from llmpar.loading.checks import model_problems, training_problems
+from llmpar.loading.dump import spec_to_dict
+from llmpar.loading.loader import structure_spec
+from llmpar.loading.reader import SpecSource, apply_overrides, read_source
+from llmpar.search.candidates import SpecBuilder, pins_of
+from llmpar.search.dimensions import collect_dimensions
+from llmpar.search.space import Choice, Space, build_space, settings_of
+from llmpar.spec import Spec
+
+if TYPE_CHECKING:
+    from llmpar.session import Session
+from llmpar.spec.search import Search
+
+
+@attrs.frozen(kw_only=True)
+class Prepared:
+    """Everything a search of one spec needs, made once."""
+
+    spec: Spec
+    settings: Search
+    space: Space
+    memory_limit_bytes: int
+    offsets: tuple[int, ...]
+    """The enumeration number of each node's first layout."""
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(node, layout within the node) of enumeration number `index`."""
+        node = bisect.bisect_right(self.offsets, index) - 1
+        return node, index - self.offsets[node]
+
+    def choice(self, index: int) -> Choice:
+        node, local = self.locate(index)
+        return self.space.nodes[node].choice(local)
+
+
+def read_spec(session: Session, source: SpecSource | Spec,
+              overrides: Mapping[str, Any]) -> tuple[Spec, Mapping[str, Any] | None]:
+    """The spec (layout problems are left to the search) and its `[parallel]` as written
+    (None for a Spec object)."""
+    if isinstance(source, Spec):
+        raw, label, given = spec_to_dict(source), source.source, None
+    else:
+        raw, label = read_source(source)
+        given = raw.get("parallel") if isinstance(raw.get("parallel"), Mapping) else {}
+    raw = apply_overrides(raw, overrides)
+    if isinstance(source, Spec) and not overrides:
+        spec = source
+    else:
+        spec, problems = structure_spec(raw, session.presets, session.strategies,
+                                        session.converter, label)
+        if spec is None:
+            raise SpecError(problems, label)
+    problems = model_problems(spec.model) + training_problems(spec) + _search_problems(spec)
+    if problems:
+        raise SpecError(problems, label)
+    return spec, given
+
+
+def _search_problems(spec: Spec) -> list[Problem]:
+    problems = []
+    if getattr(spec, "inference", None) is not None:
+        problems.append(Problem("$.inference", "search ranks training layouts; this spec "
+                                               "describes serving"))
+    if spec.training.global_batch_size is None:
+        problems.append(Problem("$.training.global_batch_size",
+                                "search needs a fixed global batch: without one it grows with "
+                                "the data degree and step times do not compare"))
+    objective = spec.search.objective if spec.search else "step_time"
+    if objective == "cost" and spec.hardware.gpu_hour_cost is None:
+        problems.append(Problem("$.hardware.gpu_hour_cost",
+                                "the cost objective needs dollars per GPU-hour"))
+    return problems
+
+
+def prepare(session: Session, source: SpecSource | Spec, overrides: Mapping[str, Any],
+            changes: Mapping[str, Any]) -> Prepared:
+    """Read the spec, apply the search settings `changes`, and enumerate the space."""
+    search_overrides = {f"search.{key}": value for key, value in changes.items()
+                        if value is not None}
+    spec, given = read_spec(session, source, {**overrides, **search_overrides})
+    settings = settings_of(spec, {})
+    dimensions = collect_dimensions(session)
+    pins = pins_of(spec, given, session.strategies, dimensions)
+    space = build_space(spec, session.strategies, dimensions, pins, settings)
+    limit = settings.memory_limit_bytes or spec.hardware.gpu.memory_bytes
+    offsets = tuple(itertools.accumulate((n.size for n in space.nodes), initial=0))[:-1]
+    return Prepared(spec=spec, settings=settings, space=space, memory_limit_bytes=limit,
+                    offsets=offsets)
+
+
+def builder_of(session: Session, prepared: Prepared) -> SpecBuilder:
+    return SpecBuilder(prepared.spec, session.strategies, prepared.space.dimensions)

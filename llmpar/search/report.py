@@ -1,0 +1,84 @@
+"""A search result as text: counts, rejections by reason, the ranked layouts and the
+Pareto front."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmpar.report.tables import Table, render_text
+from llmpar.search.result import SearchResult, degrees_of
+
+ABBREVIATIONS = {"data": "DP", "tensor": "TP", "pipeline": "PP", "context": "CP",
+                 "expert": "EP"}
+OBJECTIVE_UNITS = {"step_time": "s", "tokens_per_second_per_gpu": "tokens/s/GPU",
+                   "cost": "$/M tokens", "memory": "bytes"}
+
+
+def layout_text(choices: dict[str, Any]) -> str:
+    """'TP8 PP16 DP8' (strategies above degree 1, and data)."""
+    degrees = degrees_of(choices)
+    return " ".join(f"{ABBREVIATIONS.get(name, name)}{degree}"
+                    for name, degree in sorted(degrees.items()))
+
+
+def options_text(choices: dict[str, Any]) -> str:
+    """The non-degree choices, short: 'b=1 full ZeRO-1 SP 1f1b'."""
+    parts = [f"b={choices.get('training.micro_batch_size')}",
+             str(choices.get("training.recompute"))]
+    for key, value in sorted(choices.items()):
+        if key.endswith(".degree") or key.startswith("training."):
+            continue
+        parts.append(_option(key, value, choices))
+    return " ".join(p for p in parts if p)
+
+
+def _option(key: str, value: Any, choices: dict[str, Any]) -> str:
+    if key == "data.zero":
+        return f"ZeRO-{value}"
+    if key == "sequence":
+        return "SP" if value else ""
+    if key == "pipeline.schedule":
+        return value if choices.get("pipeline.degree", 1) > 1 else ""
+    if key == "pipeline.virtual_stages":
+        return f"v={value}" if value != 1 else ""
+    if key == "pipeline.layers_per_stage":
+        return "uneven" if value is not None else ""
+    if key == "context.kind":
+        return value if choices.get("context.degree", 1) > 1 else ""
+    return f"{key}={value}"
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / 2**30:,.1f}"
+
+
+def text_report(result: SearchResult) -> str:
+    lines = [f"{result.considered:,} layouts considered, {result.evaluated:,} evaluated "
+             f"exactly, {result.valid:,} valid and fitting, in {result.seconds:.2f} s"]
+    rejected = Table(title="Rejected", columns=("reason", "layouts", "e.g."),
+                     rows=tuple((reason, f"{count:,}", result.examples.get(reason, ""))
+                                for reason, count in sorted(result.rejected.items(),
+                                                            key=lambda kv: -kv[1])),
+                     text_columns=(0, 2))
+    lines += ["", render_text(rejected)]
+    unit = OBJECTIVE_UNITS[result.objective]
+    best = Table(title=f"Best layouts by {result.objective} ({unit})",
+                 columns=("#", "objective", "step s", "GiB/GPU", "layout", "options"),
+                 rows=tuple((str(r.rank), _number(r.objective), _number(r.plan.step_seconds),
+                             _gib(r.plan.total_bytes), layout_text(r.choices),
+                             options_text(r.choices)) for r in result.results),
+                 text_columns=(4, 5))
+    front = Table(title="Pareto front: memory per GPU versus step time",
+                  columns=("GiB/GPU", "step s", "layout", "options"),
+                  rows=tuple((_gib(p.total_bytes), _number(p.step_seconds),
+                              layout_text(p.choices), options_text(p.choices))
+                             for p in result.pareto), text_columns=(2, 3))
+    lines += ["", render_text(best), "", render_text(front)]
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"

@@ -1,0 +1,229 @@
+"""The space of layouts: every combination of the dimensions' values.
+
+A node fixes every strategy's degree (those that multiply the GPU count multiply
+to it; the strategy whose degree defaults to -1 takes the rest). Under a node, each
+strategy's option dimensions give a list of combinations, and the training
+dimensions (micro-batch size, recomputation) one more; the node's layouts are the
+product of those lists, numbered in mixed radix with the last list fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from llmpar.errors import Problem, SpecError
+from llmpar.search.dimension import DEGREE, Point, SearchDimension, divisors
+from llmpar.spec.search import Search
+
+if TYPE_CHECKING:
+    from llmpar.spec import Spec
+    from llmpar.strategy import Strategy
+
+MICRO_BATCH = "training.micro_batch_size"
+RECOMPUTE = "training.recompute"
+TRAINING_KEYS = (MICRO_BATCH, RECOMPUTE)
+
+Choice = dict[str, Any]
+"""One layout: a value for every dimension key ("tensor.degree", "data.zero",
+"sequence", "training.micro_batch_size", ...), the filled degree included."""
+
+
+@attrs.frozen(kw_only=True)
+class Node:
+    """Every strategy's degree, and the option combinations under them."""
+
+    degrees: Mapping[str, int]
+    groups: tuple[tuple[Choice, ...], ...]
+    """Per strategy with options, then the training options: the combinations."""
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(group) for group in self.groups)
+
+    @property
+    def radices(self) -> tuple[int, ...]:
+        return tuple(len(group) for group in self.groups)
+
+    def choice(self, index: int) -> Choice:
+        """The layout numbered `index` under this node."""
+        found: Choice = {f"{name}.{DEGREE}": degree for name, degree in self.degrees.items()}
+        for group, radix in zip(reversed(self.groups), reversed(self.radices)):
+            index, digit = divmod(index, radix)
+            found.update(group[digit])
+        return found
+
+    def choices(self) -> Iterator[Choice]:
+        for index in range(self.size):
+            yield self.choice(index)
+
+
+@attrs.frozen(kw_only=True)
+class Space:
+    """The nodes of one spec's search, and what building a layout's spec needs."""
+
+    spec: Spec
+    dimensions: tuple[SearchDimension, ...]
+    fill: str | None
+    """The strategy whose degree takes the GPUs the others leave (data)."""
+    pins: Mapping[str, Any]
+    nodes: tuple[Node, ...]
+
+    @property
+    def considered(self) -> int:
+        return sum(node.size for node in self.nodes)
+
+
+def settings_of(spec: Spec, changes: Mapping[str, Any]) -> Search:
+    """The spec's `[search]` (or the defaults) with `changes` applied."""
+    base = spec.search or Search()
+    return attrs.evolve(base, **{k: v for k, v in changes.items() if v is not None})
+
+
+def fill_strategy(strategies: Mapping[str, Strategy]) -> str | None:
+    """The strategy that multiplies the GPU count and whose degree defaults to -1."""
+    for name, strategy in strategies.items():
+        if strategy.multiplies_gpus and strategy.degree(strategy.config_type()) == -1:
+            return name
+    return None
+
+
+def build_space(spec: Spec, strategies: Mapping[str, Strategy],
+                dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
+                settings: Search) -> Space:
+    """Every node of the space; SpecError for a `[search]` key that names nothing."""
+    _check_settings(settings, dimensions, strategies)
+    fill = fill_strategy(strategies)
+    nodes = []
+    for degrees in _degree_nodes(spec, strategies, dimensions, pins, settings, fill):
+        point = Point(spec=spec, degrees=degrees)
+        groups = [_options(point, dims, pins, settings) for dims in _by_strategy(dimensions)]
+        groups.append(_training_options(pins, settings))
+        node = Node(degrees=degrees, groups=tuple(g for g in groups if g != ({},)))
+        if node.size:
+            nodes.append(node)
+    return Space(spec=spec, dimensions=dimensions, fill=fill, pins=dict(pins),
+                 nodes=tuple(nodes))
+
+
+def _check_settings(settings: Search, dimensions: tuple[SearchDimension, ...],
+                    strategies: Mapping[str, Strategy]) -> None:
+    keys = {d.key for d in dimensions} | set(TRAINING_KEYS)
+    keys |= {f"{name}.{DEGREE}" for name in strategies}
+    problems = [Problem(f"$.search.values.{key}", "no search dimension has this key; known: "
+                        + ", ".join(sorted(keys)))
+                for key in settings.values if key not in keys]
+    problems += [Problem(f"$.search.max_degrees.{name}", "no loaded strategy has this name")
+                 for name in settings.max_degrees if name not in strategies]
+    if problems:
+        raise SpecError(problems)
+
+
+def _allowed(key: str, values: tuple[Any, ...], pins: Mapping[str, Any],
+             settings: Search) -> tuple[Any, ...]:
+    """`values` narrowed by a pin or by `[search] values`."""
+    if key in pins:
+        return (pins[key],)
+    if key in settings.values:
+        allowed = settings.values[key]
+        return tuple(v for v in values if v in allowed)
+    return values
+
+
+def _degree_values(name: str, dimension: SearchDimension | None, point: Point,
+                   num_gpus: int, settings: Search, pins: Mapping[str, Any]) -> tuple[int, ...]:
+    spec = point.spec
+    if dimension is None or dimension.values is None:
+        values = divisors(num_gpus)
+    else:
+        values = dimension.values_at(point)
+    limit = settings.max_degrees.get(name)
+    if limit is not None:
+        values = tuple(v for v in values if v <= limit)
+    if name == "tensor" and settings.tensor_within_node:
+        per_node = spec.hardware.gpus_per_node
+        values = tuple(v for v in values if v <= per_node and per_node % v == 0)
+    return _allowed(f"{name}.{DEGREE}", values, pins, settings)
+
+
+def _degree_nodes(spec: Spec, strategies: Mapping[str, Strategy],
+                  dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
+                  settings: Search, fill: str | None) -> Iterator[dict[str, int]]:
+    num_gpus = spec.hardware.num_gpus
+    degree_dims = {d.strategy: d for d in dimensions if d.is_degree}
+    multiplying = [n for n in degree_dims if strategies[n].multiplies_gpus and n != fill]
+    side = [n for n in degree_dims if not strategies[n].multiplies_gpus]
+    empty = Point(spec=spec, degrees={})
+    options = {n: _degree_values(n, degree_dims[n], empty, num_gpus, settings, pins)
+               for n in multiplying}
+    for degrees in _products(multiplying, options, num_gpus):
+        rest = num_gpus // math.prod(degrees.values())
+        if fill is not None:
+            allowed = _degree_values(fill, None, empty, num_gpus, settings, pins)
+            if rest not in allowed:
+                continue
+            degrees = {**degrees, fill: rest}
+        elif rest != 1:
+            continue
+        yield from _with_side_degrees(degrees, side, degree_dims, spec, num_gpus, settings,
+                                      pins)
+
+
+def _products(names: list[str], options: Mapping[str, tuple[int, ...]],
+              num_gpus: int) -> Iterator[dict[str, int]]:
+    """Every choice of one value per name whose product divides `num_gpus`."""
+    if not names:
+        yield {}
+        return
+    first, rest = names[0], names[1:]
+    for value in options[first]:
+        if num_gpus % value:
+            continue
+        for tail in _products(rest, options, num_gpus // value):
+            yield {first: value, **tail}
+
+
+def _with_side_degrees(degrees: dict[str, int], side: list[str],
+                       degree_dims: Mapping[str, SearchDimension], spec: Spec, num_gpus: int,
+                       settings: Search, pins: Mapping[str, Any]) -> Iterator[dict[str, int]]:
+    if not side:
+        yield degrees
+        return
+    name, rest = side[0], side[1:]
+    point = Point(spec=spec, degrees=degrees)
+    for value in _degree_values(name, degree_dims[name], point, num_gpus, settings, pins):
+        yield from _with_side_degrees({**degrees, name: value}, rest, degree_dims, spec,
+                                      num_gpus, settings, pins)
+
+
+def _by_strategy(dimensions: tuple[SearchDimension, ...]) -> list[list[SearchDimension]]:
+    grouped: dict[str, list[SearchDimension]] = {}
+    for dimension in dimensions:
+        if not dimension.is_degree:
+            grouped.setdefault(dimension.strategy, []).append(dimension)
+    return list(grouped.values())
+
+
+def _options(point: Point, dims: list[SearchDimension], pins: Mapping[str, Any],
+             settings: Search) -> tuple[Choice, ...]:
+    """Every combination of one strategy's option dimensions at `point`."""
+    combos: list[tuple[Choice, dict[str, Any]]] = [({}, {})]
+    for dimension in dims:
+        grown = []
+        for choice, fields in combos:
+            here = attrs.evolve(point, fields=fields)
+            values = _allowed(dimension.key, dimension.values_at(here), pins, settings)
+            for value in values:
+                field = {dimension.field: value} if dimension.field is not None else {}
+                grown.append(({**choice, dimension.key: value}, {**fields, **field}))
+        combos = grown
+    return tuple(choice for choice, _ in combos)
+
+
+def _training_options(pins: Mapping[str, Any], settings: Search) -> tuple[Choice, ...]:
+    sizes = _allowed(MICRO_BATCH, settings.micro_batch_sizes, pins, settings)
+    modes = _allowed(RECOMPUTE, settings.recompute, pins, settings)
+    return tuple({MICRO_BATCH: b, RECOMPUTE: r} for b in sizes for r in modes)

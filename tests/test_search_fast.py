@@ -1,0 +1,134 @@
+"""The fast path (rules, estimates, pruning) against the strategies' checks, llmpar's
+evaluation, and a brute-force search over `llmpar.evaluate`."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from search_specs import MOE_MODEL, SMALL_MODEL, small_spec
+
+import llmpar
+
+np = pytest.importorskip("numpy")
+
+from llmpar.search.exhaustive import Judge  # noqa: E402 - needs numpy
+from llmpar.search.facts import Facts  # noqa: E402
+from llmpar.search.fast import _estimates  # noqa: E402
+from llmpar.search.grid import Grid  # noqa: E402
+from llmpar.search.prepare import prepare  # noqa: E402
+from llmpar.search.rules import PATHS, reason_codes  # noqa: E402
+
+SPACES = {
+    "dense": small_spec(),
+    "moe": small_spec(model=MOE_MODEL),
+    "tied-fsdp-partial-recompute": small_spec(
+        num_gpus=4, model={**SMALL_MODEL, "tie_embeddings": True, "num_layers": 5},
+        training={"sequence_length": 512, "global_batch_size": 8, "recompute_layers": 2},
+        parallel={"data": {"fsdp": True, "overlap_grad_reduce": False}}),
+    "sequence-table-disabled": small_spec(num_gpus=4,
+                                          parallel={"sequence": {"enabled": False}}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_rules_and_estimates_match_checks_and_evaluation_layout_by_layout(name):
+    session = llmpar.default_session()
+    prepared = prepare(session, SPACES[name], {}, {})
+    judge, facts = Judge(prepared, session.strategies), Facts(prepared.spec)
+    compared = 0
+    for n, node in enumerate(prepared.space.nodes):
+        grid = Grid(node)
+        codes = grid.full(reason_codes(facts, grid))
+        memory, seconds = _estimates(facts, grid)
+        for local in range(0, node.size, 3):
+            problem, score = judge.examine(prepared.offsets[n] + local)
+            expected = 0 if problem is None else PATHS.index(problem.path) + 1
+            assert codes[local] == expected, prepared.choice(prepared.offsets[n] + local)
+            if score is not None:
+                compared += 1
+                assert memory[local] == pytest.approx(score.total_bytes, rel=1e-9)
+                assert seconds[local] == pytest.approx(score.step_seconds, rel=1e-9)
+    assert compared > 100
+
+
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_fast_search_finds_what_exhaustive_search_finds(name):
+    fast = llmpar.search(SPACES[name], top=8)
+    slow = llmpar.search(SPACES[name], top=8, exact=True)
+    assert fast.evaluated < slow.evaluated
+    assert [r.choices for r in fast.results] == [r.choices for r in slow.results]
+    assert [(p.total_bytes, p.step_seconds) for p in fast.pareto] == [
+        (p.total_bytes, p.step_seconds) for p in slow.pareto]
+    assert fast.considered == slow.considered
+    assert fast.valid <= slow.valid
+    assert not fast.warnings
+
+
+def brute_force(spec: dict, num_gpus: int, layers: int) -> tuple[float, int] | None:
+    """The best (step seconds, bytes) over every layout, each through llmpar.evaluate."""
+    best = None
+    divisors = [d for d in range(1, num_gpus + 1) if num_gpus % d == 0]
+    for t, p, c in itertools.product(divisors, repeat=3):
+        if num_gpus % (t * p * c):
+            continue
+        d = num_gpus // (t * p * c)
+        schedules = [("1f1b", 1)] if p == 1 else [
+            ("1f1b", 1), ("gpipe", 1), ("zero-bubble", 1)] + [
+            ("interleaved", v) for v in range(2, layers // p + 1) if (layers // p) % v == 0]
+        for (schedule, v), zero, sp, kind, b, recompute in itertools.product(
+                schedules, (0, 1, 2, 3), (False, True) if t > 1 else (False,),
+                ("ring", "all-to-all") if c > 1 else ("ring",), (1, 2), ("none", "full")):
+            parallel = {"data": {"degree": d, "zero": zero}, "tensor": {"degree": t},
+                        "context": {"degree": c, "kind": kind},
+                        "pipeline": {"degree": p, "schedule": schedule, "virtual_stages": v}}
+            if sp:
+                parallel["sequence"] = {}
+            training = {**spec["training"], "micro_batch_size": b, "recompute": recompute}
+            try:
+                plan = llmpar.evaluate({**spec, "training": training, "parallel": parallel})
+            except llmpar.SpecError:
+                continue
+            if plan.fits and (best is None or (plan.step_seconds, plan.total_bytes) < best):
+                best = (plan.step_seconds, plan.total_bytes)
+    return best
+
+
+@settings(max_examples=6)
+@given(num_gpus=st.sampled_from([2, 4]), heads=st.sampled_from([2, 4]),
+       batch=st.sampled_from([4, 6, 8]), memory=st.sampled_from(["60 MB", "200 MB", "2 GB"]),
+       gpu=st.sampled_from(["a100-sxm-80gb", "h100-sxm"]))
+def test_search_best_equals_brute_force_best(num_gpus, heads, batch, memory, gpu):
+    model = {**SMALL_MODEL, "num_attention_heads": heads, "num_kv_heads": heads}
+    spec = {"model": model,
+            "hardware": {"gpu": {"preset": gpu, "memory_bytes": memory},
+                         "num_gpus": num_gpus, "gpus_per_node": 2,
+                         "intra_node_bandwidth_bytes_per_s": "300 GB/s",
+                         "inter_node_bandwidth_bytes_per_s": "200 Gb/s"},
+            "training": {"sequence_length": 256, "global_batch_size": batch},
+            "search": {"micro_batch_sizes": [1, 2], "recompute": ["none", "full"]}}
+    expected = brute_force(spec, num_gpus, model["num_layers"])
+    found = llmpar.search(spec, top=1)
+    if expected is None:
+        assert not found.results
+        return
+    best = found.best.plan
+    assert (best.step_seconds, best.total_bytes) == expected
+
+
+def test_estimate_margin_keeps_layouts_right_at_the_memory_limit():
+    session = llmpar.default_session()
+    prepared = prepare(session, small_spec(), {}, {})
+    facts = Facts(prepared.spec)
+    memory = np.concatenate([_estimates(facts, Grid(node))[0] for node in prepared.space.nodes])
+    limit = int(np.median(memory))
+    found = llmpar.search(small_spec(search={"memory_limit_bytes": limit,
+                                             "micro_batch_sizes": [1, 2],
+                                             "recompute": ["none", "full"]}), top=3)
+    exact = llmpar.search(small_spec(search={"memory_limit_bytes": limit,
+                                             "micro_batch_sizes": [1, 2],
+                                             "recompute": ["none", "full"]}), top=3,
+                          exact=True)
+    assert [r.choices for r in found.results] == [r.choices for r in exact.results]

@@ -1,0 +1,110 @@
+"""Search dimensions come through the plugin hook: built-ins declare theirs, and a
+third-party strategy's own dimension is searched like any other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import pytest
+from search_specs import small_spec
+
+import llmpar
+from llmpar.search.dimension import Point, SearchDimension, divisors
+from llmpar.search.dimensions import collect_dimensions
+
+BUILTIN_KEYS = {"data.zero", "tensor.degree", "sequence", "context.degree", "context.kind",
+                "expert.degree", "pipeline.degree", "pipeline.schedule",
+                "pipeline.virtual_stages", "pipeline.layers_per_stage"}
+
+
+@attrs.frozen(kw_only=True)
+class ChunkedLossConfig:
+    """`[parallel.chunked_loss]`: activations kept in chunks and recomputed, trading
+    memory for time; one chunk (the default) changes nothing."""
+
+    chunks: int = 1
+
+
+class ChunkedLoss(llmpar.Strategy):
+    name = "chunked_loss"
+    config_type = ChunkedLossConfig
+    phase = 90
+
+    def degree(self, config: ChunkedLossConfig) -> int:
+        return 1
+
+    def transform(self, config: ChunkedLossConfig, ctx: llmpar.StrategyContext):
+        if config.chunks == 1:
+            return llmpar.Transform(strategy=self.name)
+        split = llmpar.ActivationSplit(tag="tensor", divisor=config.chunks, reason="chunks")
+        return llmpar.Transform(strategy=self.name, activation_splits=(split,),
+                                extra_flops_per_step=1e14 * config.chunks)
+
+
+class ChunkedLossPlugin:
+    @llmpar.hookimpl
+    def llmpar_register_strategies(self, register: Callable) -> None:
+        register(ChunkedLoss())
+
+    @llmpar.hookimpl
+    def llmpar_search_dimensions(self, register: Callable) -> None:
+        register(SearchDimension(strategy="chunked_loss", field="chunks", values=(1, 2, 4)))
+
+
+def session_with(*plugins: object) -> llmpar.Session:
+    return llmpar.Session(load_entry_points=False, plugins=plugins)
+
+
+def test_builtin_strategies_declare_their_dimensions_through_the_hook():
+    keys = {d.key for d in collect_dimensions(session_with())}
+    assert keys == BUILTIN_KEYS
+
+
+def test_a_plugin_dimension_is_searched_and_emitted():
+    session = session_with(ChunkedLossPlugin())
+    base = llmpar.search(small_spec(num_gpus=2), top=3, session=session_with())
+    found = llmpar.search(small_spec(num_gpus=2), top=3, session=session)
+    assert found.considered == 3 * base.considered
+    chunked = llmpar.search(small_spec(num_gpus=2), top=1, objective="memory",
+                            session=session).best
+    assert chunked.spec.parallel["chunked_loss"].chunks == chunked.choices[
+        "chunked_loss.chunks"] == 4
+    assert session.evaluate(session.load_spec(chunked.to_toml())) == chunked.plan
+
+
+def test_a_plugin_dimension_trades_memory_for_time():
+    session = session_with(ChunkedLossPlugin())
+    fastest = llmpar.search(small_spec(num_gpus=2), top=1, session=session).best
+    smallest = llmpar.search(small_spec(num_gpus=2), top=1, objective="memory",
+                             session=session).best
+    assert fastest.choices["chunked_loss.chunks"] == 1
+    assert smallest.choices["chunked_loss.chunks"] == 4
+
+
+def test_dimension_values_may_depend_on_the_degrees():
+    def values(point: Point) -> tuple[int, ...]:
+        return divisors(point.degree("tensor"))
+
+    dimension = SearchDimension(strategy="chunked_loss", field="chunks", values=values)
+    assert dimension.values_at(Point(spec=None, degrees={"tensor": 4})) == (1, 2, 4)
+    assert dimension.key == "chunked_loss.chunks"
+
+
+@pytest.mark.parametrize(("dimension", "message"), [
+    (SearchDimension(strategy="nope", field="degree"), "names no loaded strategy"),
+    (SearchDimension(strategy="chunked_loss", field="size", values=(1,)), "has no field"),
+    (SearchDimension(strategy="tensor", field="degree"), "declared by both"),
+])
+def test_bad_dimensions_are_plugin_errors(dimension, message):
+    class Bad:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register: Callable) -> None:
+            register(ChunkedLoss())
+
+        @llmpar.hookimpl
+        def llmpar_search_dimensions(self, register: Callable) -> None:
+            register(dimension)
+
+    with pytest.raises(llmpar.PluginError, match=message):
+        collect_dimensions(session_with(Bad()))
