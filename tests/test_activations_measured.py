@@ -20,7 +20,8 @@ from llmpar.footprint.activations.hf import Dropout, HfRun, hf_inventory
 from llmpar.footprint.activations.hf import measured as M
 from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
 
-DATA = Path(__file__).resolve().parent.parent / "validation" / "data"
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "validation" / "data"
 TOLERANCE = 0.03
 
 
@@ -33,7 +34,7 @@ def _runs():
 
 @pytest.mark.parametrize(("path", "run"), list(_runs()))
 def test_hf_models_match_the_measured_bytes(path, run):
-    comparison = M.compare(M.load(path), run)
+    comparison = M.compare(M.load(path), run, ROOT)
     assert abs(comparison.per_layer_error) <= TOLERANCE, (
         f"per layer: predicted {comparison.per_layer_bytes:,.0f}, "
         f"measured {run.per_layer_bytes:,}")

@@ -94,7 +94,7 @@ These differences are a few bytes per token except the dropout masks.
 def comparisons(folder: Path):
     for path in M.data_files(folder):
         data = M.load(path)
-        yield data, [M.compare(data, run) for run in M.measured_runs(data)]
+        yield data, [M.compare(data, run, HERE.parent) for run in M.measured_runs(data)]
 
 
 def fit(points: list[tuple[int, float]], powers: tuple[int, ...]) -> list[float]:
@@ -170,7 +170,7 @@ def k_table(folder: Path) -> list[str]:
             continue
         run = max((r for r in M.measured_runs(data) if r.attention == attention
                    and r.batch == 1), key=lambda r: r.sequence)
-        c = M.compare(data, run)
+        c = M.compare(data, run, HERE.parent)
         predicted = ((model.num_layers * c.per_layer_bytes + c.fixed_bytes)
                      / (run.sequence * model.num_layers * model.hidden_size * 2))
         lines.append(f"| {attention} | {found[0]:.1f} | {found[1]:.1f} ({found[2]}) | "

@@ -110,16 +110,38 @@ def measured_runs(data: Mapping[str, Any]) -> Iterator[MeasuredRun]:
                               total_bytes=total)
 
 
-def config_used(data: Mapping[str, Any], variant: str, layers: int) -> dict[str, Any]:
-    """The config.json values the measurement built `layers` layers from."""
-    return dict(_variant(data, variant)["configs_used"][str(layers)])
+REMOVED = "<removed>"
 
 
-def spec_table(data: Mapping[str, Any], run: MeasuredRun, layers: int) -> dict[str, Any]:
+def config_used(data: Mapping[str, Any], variant: str, layers: int,
+                root: Path | None = None) -> dict[str, Any]:
+    """The config.json values the measurement built `layers` layers from: the published
+    config.json (data["published_config_file"], relative to `root`, the repository) with
+    the variant's changes, else the config transformers reports (whose key names can
+    differ from config.json's)."""
+    found = _variant(data, variant)
+    published = data.get("published_config_file")
+    path = (root or Path.cwd()) / published if published else None
+    if path is None or not path.is_file():
+        return dict(found["configs_used"][str(layers)])
+    config = dict(load(path))
+    for key, change in found.get("changes_from_published", {}).items():
+        used = change.get("used")
+        if used == REMOVED:
+            config.pop(key, None)
+        elif key in LAYER_KEYS:
+            config[key] = layers
+        else:
+            config[key] = used
+    return config
+
+
+def spec_table(data: Mapping[str, Any], run: MeasuredRun, layers: int,
+               root: Path | None = None) -> dict[str, Any]:
     """A spec (as a mapping) for `run` with `layers` layers."""
     from llmpar.hf import model_table_from_hf
 
-    config = config_used(data, run.variant, layers)
+    config = config_used(data, run.variant, layers, root)
     config.setdefault("_source", data.get("source_repo"))
     dtype = data.get("measurement_setup", {}).get("dtype", "bfloat16")
     return {
@@ -130,23 +152,26 @@ def spec_table(data: Mapping[str, Any], run: MeasuredRun, layers: int) -> dict[s
     }
 
 
-def hf_run(data: Mapping[str, Any], run: MeasuredRun) -> HfRun:
+def hf_run(data: Mapping[str, Any], run: MeasuredRun, root: Path | None = None) -> HfRun:
     """How the measured run ran: its attention and experts, its config's dropout."""
-    config = config_used(data, run.variant, 1)
+    config = config_used(data, run.variant, 1, root)
     return HfRun(attention=run.attention, experts=run.experts or "grouped_mm",
                  dropout=dropout_from_hf_config(config))
 
 
-def predicted(data: Mapping[str, Any], run: MeasuredRun, layers: int) -> ActivationInventory:
+def predicted(data: Mapping[str, Any], run: MeasuredRun, layers: int,
+              root: Path | None = None) -> ActivationInventory:
     import llmpar
 
-    spec = llmpar.load_spec(spec_table(data, run, layers))
-    return hf_inventory(spec, hf_run(data, run), f"hf-{run.attention}")
+    spec = llmpar.load_spec(spec_table(data, run, layers, root))
+    return hf_inventory(spec, hf_run(data, run, root), f"hf-{run.attention}")
 
 
-def compare(data: Mapping[str, Any], run: MeasuredRun) -> Comparison:
-    """What hf-eager/hf-sdpa predict for `run`, measured the same way (2 - 1 layers)."""
-    totals = {n: predicted(data, run, n).total_bytes for n in run.total_bytes}
+def compare(data: Mapping[str, Any], run: MeasuredRun, root: Path | None = None) -> Comparison:
+    """What hf-eager/hf-sdpa predict for `run`, measured the same way (2 - 1 layers);
+    `root` is the repository holding the published config.json files (default: the
+    working directory)."""
+    totals = {n: predicted(data, run, n, root).total_bytes for n in run.total_bytes}
     per_layer = totals[2] - totals[1]
     return Comparison(run=run, per_layer_bytes=per_layer, fixed_bytes=totals[1] - per_layer,
                       total_bytes=totals)
