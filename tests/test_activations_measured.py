@@ -193,3 +193,23 @@ def test_mixtral_experts_eager_loop():
     model = {"preset": "mixtral-8x7b", "num_layers": 1}
     inventory = hf_inventory(spec(model), HfRun(experts="eager"))
     assert inventory.total_bytes - 8 * 256 == 150_370_316
+
+
+# DeepSeek-V3 with every measured layer an MoE layer of 32 routed experts (the run log of
+# validation/measure_hf.py, torch 2.13.0 / transformers 5.24.0, CPU, bf16; the 2-layer
+# build did not finish, so no JSON): the 1-layer model's bytes, without the input ids.
+DEEPSEEK_V3_ONE_MOE_LAYER = {("eager", 1, 128): 180_056_204, ("eager", 2, 512): 1_708_753_028,
+                             ("sdpa", 1, 256): 393_666_700, ("sdpa", 2, 128): 376_856_708}
+
+
+@pytest.mark.parametrize(("key", "measured"), DEEPSEEK_V3_ONE_MOE_LAYER.items())
+def test_deepseek_v3_mla_and_moe_layer(key, measured):
+    # MLA keeps both latents' norms and inputs, Q and K built per head, and V as a view of
+    # kv_b_proj's output; SDPA falls back to its fp32 math path (value head 128 != 192).
+    # The router's group-limited top-k yields only indices, which autograd frees.
+    attention, b, s = key
+    model = {"preset": "deepseek-v3", "num_layers": 1,
+             "moe": {"num_experts": 32, "dense_layers": 0}}
+    inventory = hf_inventory(spec(model, s, b), HfRun(attention=attention))
+    assert [g.kind for g in inventory.groups] == ["moe"]
+    assert inventory.total_bytes - 8 * b * s == measured

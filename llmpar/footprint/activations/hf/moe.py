@@ -3,8 +3,9 @@
 
 Routers: Mixtral softmax(logits.float()), top-k, renormalized in place, fp32 weights;
 Qwen-MoE softmax(dtype=float), top-k, renormalized when norm_topk_prob, cast back;
-DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k (n_group = 8 groups,
-the best topk_group = 4 by their top-2 sum), gathered and renormalized fp32 weights.
+DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k, gathered and
+renormalized fp32 weights. Only what the loss's graph reaches stays alive after the
+forward: a branch that yields only indices is freed with it.
 Experts: the grouped_mm implementation (integrations/moe.py, transformers' default)
 sorts the token copies by expert and runs two grouped matmuls; the eager loop runs one
 F.linear per expert. Sources: modeling_mixtral.py, modeling_qwen3_moe.py,
@@ -23,13 +24,6 @@ INDEX_BYTES = 8.0
 """Indices are int64 (torch.topk, torch.sort, torch.where)."""
 OFFSET_BYTES = 4.0
 """grouped_mm's per-expert offsets are int32 (torch.cumsum(..., dtype=torch.int32))."""
-BOOL_BYTES = 1.0
-DEEPSEEK_GROUPS = 8
-"""DeepSeek-V3's published n_group (not a model field)."""
-DEEPSEEK_TOP_GROUPS = 4
-"""DeepSeek-V3's published topk_group."""
-DEEPSEEK_GROUP_TOP = 2
-"""DeepseekV3TopkRouter scores a group by the sum of its top 2 experts."""
 
 
 def _tokens(ctx: Context, name: str, reason: str, extra: tuple, size: float,
@@ -53,17 +47,15 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
                 (), FP32_BYTES),
     ] if ctx.family.norm_topk else []
     if ctx.family.router == "deepseek":
+        # The group-limited choice (top-2 per group, top groups, the masked_fill of the
+        # other groups' experts, the final topk) only yields indices: autograd frees those
+        # nodes with the forward, and only the gather of the chosen scores keeps its index.
         return [
             ctx.per_token("router input (fp32)", "the router's linear runs in fp32", "h",
                           ctx.sizes.h[1], FP32_BYTES, OUTSIDE_TP),
             _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
-            _tokens(ctx, "group top-2 indices", "topk over each group's experts",
-                    (("groups", DEEPSEEK_GROUPS), ("2", DEEPSEEK_GROUP_TOP)), INDEX_BYTES),
-            _tokens(ctx, "top group indices", "topk over the group scores",
-                    (("top groups", DEEPSEEK_TOP_GROUPS),), INDEX_BYTES),
-            _tokens(ctx, "masked-out experts (bool)", "kept by masked_fill", (experts,),
-                    BOOL_BYTES),
-            _tokens(ctx, "top-k indices", "kept by topk and gather", (k,), INDEX_BYTES),
+            _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
+                    INDEX_BYTES),
             *renormalized,
         ]
     return [
