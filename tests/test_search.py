@@ -17,7 +17,7 @@ def result() -> llmpar.SearchResult:
 
 
 def test_counts_add_up(result):
-    assert result.considered == result.valid + sum(result.rejected.values())
+    assert result.considered == result.ranked + sum(result.rejected.values())
     assert 0 < result.evaluated < result.considered
     assert result.seconds > 0
     assert len(result.results) == 5

@@ -23,7 +23,7 @@ def test_json_has_counts_and_ranked_plans(tmp_path, capsys):
     assert main(["search", write_spec(tmp_path), "--json", "--top", "3"]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)
-    assert data["considered"] == data["valid"] + sum(data["rejected"].values())
+    assert data["considered"] == data["ranked"] + sum(data["rejected"].values())
     assert data["evaluated"] > 0 and data["seconds"] > 0
     assert [r["rank"] for r in data["results"]] == [1, 2, 3]
     assert data["results"][0]["plan"]["fits"] is True

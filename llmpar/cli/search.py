@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from llmpar.cli.common import add_spec_arguments, overrides
@@ -26,7 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--emit", metavar="FILE", help="write the best layout as a spec")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="processes to search in; 0: every core (default 1)")
+                        help="processes to search in (default 1); 0: every core when the "
+                             "space is large enough to repay starting them")
     parser.add_argument("--exact", action="store_true",
                         help="evaluate every valid layout, without the fast bounds (slow)")
     parser.set_defaults(run=run)
@@ -37,12 +37,12 @@ def run(session: Session, args: argparse.Namespace) -> int:
     from llmpar.search.progress import clear, terminal_progress
     from llmpar.search.report import text_report
 
-    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     progress = None if args.json else terminal_progress()
     try:
+        # Processes load the default session, the same plugins as this one.
         result = search(args.spec, overrides(args.set), objective=args.objective,
-                        top=args.top, session=session, jobs=jobs, exact=args.exact,
-                        progress=progress)
+                        top=args.top, session=session if args.jobs == 1 else None,
+                        jobs=args.jobs, exact=args.exact, progress=progress)
     finally:
         if progress is not None:
             clear()

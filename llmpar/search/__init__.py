@@ -1,7 +1,7 @@
 """Layout search: every valid parallel layout of a model on N GPUs, ranked.
 
     import llmpar
-    result = llmpar.search("specs/examples/gpt-3-175b-1024-a100.toml", top=5)
+    result = llmpar.search("benchmarks/specs/gpt3-175b-1024-a100.toml", top=5)
     result.best.plan.step_seconds, result.considered, result.rejected
 
 See docs/search.md.

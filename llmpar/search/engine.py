@@ -30,10 +30,14 @@ def search(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None
     {"tensor_within_node": True, "max_degrees": {"pipeline": 16}}) override the
     spec's `[search]` table; `overrides` sets dotted spec keys as in `llmpar.evaluate`.
     The spec's `[parallel.*]` tables pin what they state. `jobs` > 1 splits the space
-    over that many processes (the default session's plugins only). `exact` evaluates
+    over that many processes (the default session's plugins only); 0 uses every core
+    when the space is large. `exact` evaluates
     every valid layout instead of pruning with bounds (for checking; slow).
     """
     started = time.perf_counter()
+    if session is not None and session is not _default_session() and jobs != 1:
+        raise ValueError("jobs other than 1 search in processes with the default session; "
+                         "pass session=None, or jobs=1 to use this session")
     session = session or _default_session()
     changes = {**(constraints or {}), "objective": objective, "top": top}
     prepared = prepare(session, source, overrides or {}, changes)
@@ -62,7 +66,7 @@ def finish(session: Session, prepared: Prepared, tally: Tally, seconds: float) -
     return SearchResult(
         objective=objective, considered=considered, evaluated=tally.evaluated,
         rejected=dict(sorted(tally.rejected.items())), examples=dict(tally.examples),
-        valid=len(tally.entries), seconds=seconds,
+        ranked=len(tally.entries), seconds=seconds,
         results=ranked, pareto=pareto,
         warnings=tuple(_warnings(spec, objective, tally)))
 

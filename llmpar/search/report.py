@@ -54,7 +54,7 @@ def _gib(num_bytes: float) -> str:
 
 def text_report(result: SearchResult) -> str:
     lines = [f"{result.considered:,} layouts considered, {result.evaluated:,} evaluated "
-             f"exactly, {result.valid:,} valid and fitting, in {result.seconds:.2f} s"]
+             f"exactly, {result.ranked:,} of them valid and fitting, in {result.seconds:.2f} s"]
     rejected = Table(title="Rejected", columns=("reason", "layouts", "e.g."),
                      rows=tuple((reason, f"{count:,}", result.examples.get(reason, ""))
                                 for reason, count in sorted(result.rejected.items(),

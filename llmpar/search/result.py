@@ -87,8 +87,9 @@ class SearchResult:
     checks report), "memory", or "outranked"."""
     examples: dict[str, str] = attrs.field(hash=False)
     """One message per rejection reason."""
-    valid: int
-    """Layouts that pass every check and fit; considered = valid + rejected."""
+    ranked: int
+    """Layouts evaluated exactly that pass every check and fit: the pool the results and
+    the front come from; considered = ranked + the sum of rejected."""
     seconds: float
     results: tuple[Ranked, ...]
     pareto: tuple[ParetoPoint, ...]
@@ -104,7 +105,7 @@ class SearchResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data."""
         return {"objective": self.objective, "considered": self.considered,
-                "evaluated": self.evaluated, "valid": self.valid,
+                "evaluated": self.evaluated, "ranked": self.ranked,
                 "rejected": dict(self.rejected), "rejection_examples": dict(self.examples),
                 "seconds": self.seconds, "warnings": list(self.warnings),
                 "results": [r.to_dict() for r in self.results],

@@ -9,6 +9,7 @@ make the search evaluate every layout exactly (same results, slower).
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
     from llmpar.session import Session
     from llmpar.strategy import Strategy
 
+PARALLEL_LAYOUTS = 200_000
+"""With jobs = 0, spaces at least this large are split over every core: below it,
+starting processes (each loads llmpar and lays out the space again, about a second)
+costs more than it saves."""
 BUILTIN = frozenset({"data", "tensor", "sequence", "context", "expert", "pipeline"})
 KNOWN_KEYS = frozenset({"tensor.degree", "context.degree", "expert.degree", "pipeline.degree",
                         "data.degree", "data.zero", "sequence", "context.kind",
@@ -49,8 +54,12 @@ def unsupported(prepared: Prepared, strategies: Mapping[str, Strategy]) -> str |
 def run_search(session: Session, prepared: Prepared, source: Any,
                overrides: Mapping[str, Any], changes: Mapping[str, Any], *, jobs: int,
                exact: bool, progress: Progress | None) -> Tally:
-    """Judge or prune every layout; with `jobs` > 1, in that many processes."""
+    """Judge or prune every layout; with `jobs` > 1, in that many processes; with 0, in
+    one per core when the space is large enough to repay starting them."""
     nodes = list(range(len(prepared.space.nodes)))
+    if jobs == 0:
+        large = prepared.space.considered >= PARALLEL_LAYOUTS
+        jobs = (os.cpu_count() or 1) if large else 1
     if jobs > 1 and len(nodes) > 1:
         parts = [nodes[i::jobs] for i in range(jobs)]
         with ProcessPoolExecutor(max_workers=jobs) as pool:
