@@ -156,7 +156,7 @@ def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
     parameters = stage_parameters(spec, footprint, stage)
     per_parameter = {
         "weights": bytes_per_element(precision.weights),
-        "gradients": bytes_per_element(precision.gradients),
+        "gradients": bytes_per_element(spec.gradients_dtype),
         "optimizer": spec.optimizer.bytes_per_parameter(precision.weights),
     }
     host = {c: round(offloaded_bytes(parameters, size, c, transforms))
@@ -201,7 +201,7 @@ def _derivations(spec: Spec, footprint: Footprint, peak: StageMemory,
                    rule=rule.format(f"bytes({precision.weights})"), source=MODEL_STATE_SOURCE,
                    inputs={"N": n, "stage": peak.stage}),
         Derivation(quantity="gradients_bytes", value=peak.gradients_bytes, unit="bytes",
-                   rule=rule.format(f"bytes({precision.gradients})"), source=MODEL_STATE_SOURCE,
+                   rule=rule.format(f"bytes({spec.gradients_dtype})"), source=MODEL_STATE_SOURCE,
                    inputs={"N": n, "stage": peak.stage}),
         Derivation(quantity="optimizer_bytes", value=peak.optimizer_bytes, unit="bytes",
                    rule=rule.format(f"({listed})"), source=MODEL_STATE_SOURCE,

@@ -38,3 +38,9 @@ class Spec:
     """`[search]`: limits and objective for `llmpar search`; evaluation ignores it."""
     source: str | None = attrs.field(default=None, eq=False)
     """The file this spec was read from, for error messages; not part of the spec."""
+
+    @property
+    def gradients_dtype(self) -> str:
+        """The gradients' format: the optimizer's own (fp32 main gradients), else
+        `[precision] gradients`."""
+        return self.optimizer.gradients_dtype(self.precision.gradients)

@@ -136,7 +136,7 @@ def _shards(stage: int, dense: int, expert: int) -> tuple[Shard, ...]:
 def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
                  expert: int) -> tuple[Collective, ...]:
     spec, layout = ctx.spec, ctx.layout
-    grad_size = bytes_per_element(spec.precision.gradients)
+    grad_size = bytes_per_element(spec.gradients_dtype)
     weight_size = bytes_per_element(spec.precision.weights)
     m = micro_batches_per_step(spec, layout)
     # The data x context group starts past the tensor ranks; the expert-data group
