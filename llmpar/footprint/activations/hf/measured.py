@@ -36,8 +36,9 @@ class MeasuredRun:
     experts: str | None
     batch: int
     sequence: int
-    per_layer_bytes: int
-    fixed_bytes: int
+    per_layer_bytes: int | None
+    """None when only one layer count was measured."""
+    fixed_bytes: int | None
     """Outside the layers, input ids included."""
     total_bytes: Mapping[int, int]
     """By number of layers, input ids included."""
@@ -52,13 +53,15 @@ class MeasuredRun:
 @attrs.frozen(kw_only=True)
 class Comparison:
     run: MeasuredRun
-    per_layer_bytes: float
-    fixed_bytes: float
+    per_layer_bytes: float | None
+    fixed_bytes: float | None
     total_bytes: Mapping[int, float]
 
     @property
-    def per_layer_error(self) -> float:
-        """(predicted - measured) / measured."""
+    def per_layer_error(self) -> float | None:
+        """(predicted - measured) / measured; None without both layer counts."""
+        if self.per_layer_bytes is None or not self.run.per_layer_bytes:
+            return None
         return self.per_layer_bytes / self.run.per_layer_bytes - 1
 
     @property
@@ -89,7 +92,8 @@ def _variant(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 def measured_runs(data: Mapping[str, Any]) -> Iterator[MeasuredRun]:
-    """Every run of every variant with both layer counts measured."""
+    """Every measured run of every variant (a run measured at one layer count only has
+    no per-layer bytes)."""
     for variant in data.get("variants", ()):
         totals: dict[tuple, dict[int, int]] = {}
         for run in variant.get("saved_runs", ()):
@@ -97,16 +101,13 @@ def measured_runs(data: Mapping[str, Any]) -> Iterator[MeasuredRun]:
                    run["seq"])
             totals.setdefault(key, {})[run["num_layers"]] = (
                 run["saved_activation_bytes"] + run.get("saved_input_ids_bytes", 0))
-        for row in variant.get("per_layer_saved", ()):
-            key = (row["attn_implementation"], row["experts_implementation"], row["batch"],
-                   row["seq"])
-            total = totals.get(key, {})
-            if len(total) < 2:
-                continue
-            per_layer = total[2] - total[1]
+        for key, total in totals.items():
+            both = len(total) == 2
+            per_layer = total[2] - total[1] if both else None
             yield MeasuredRun(arch=data["name"], variant=variant["variant"],
                               attention=key[0], experts=key[1], batch=key[2], sequence=key[3],
-                              per_layer_bytes=per_layer, fixed_bytes=total[1] - per_layer,
+                              per_layer_bytes=per_layer,
+                              fixed_bytes=total[1] - per_layer if both else None,
                               total_bytes=total)
 
 
@@ -172,6 +173,8 @@ def compare(data: Mapping[str, Any], run: MeasuredRun, root: Path | None = None)
     `root` is the repository holding the published config.json files (default: the
     working directory)."""
     totals = {n: predicted(data, run, n, root).total_bytes for n in run.total_bytes}
+    if len(totals) < 2:
+        return Comparison(run=run, per_layer_bytes=None, fixed_bytes=None, total_bytes=totals)
     per_layer = totals[2] - totals[1]
     return Comparison(run=run, per_layer_bytes=per_layer, fixed_bytes=totals[1] - per_layer,
                       total_bytes=totals)
