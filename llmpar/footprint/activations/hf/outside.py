@@ -43,9 +43,8 @@ def embedding_tensors(ctx: Context) -> list[SavedTensor]:
         # BERT gathers its token_type_ids buffer into a new 1 x s tensor.
         tensors.append(saved("token type ids", "input of the token type embedding lookup",
                              (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY))
-    if model.scale_embeddings:
-        tensors.append(saved("embedding scale", "sqrt(h) cast to the activations' dtype, "
-                             "kept by the product", (), ctx.d, frozenset()))
+    # Gemma's sqrt(h) embedding scale is a registered buffer in the model's dtype: the
+    # product keeps the buffer itself, no activation.
     if model.embedding_norm:
         tensors += norm_tensors(ctx, "embedding norm", "h", s.h[1])
     if ctx.family.residual_dropout and ctx.run.dropout.embedding > 0:
