@@ -184,7 +184,7 @@ def _kept(facts: Facts, grid: Grid, n: NodeDegrees, stages: list[Stage],
                 for stage, kind in zip(stages, kinds)]
 
     return grid.table((MICRO_BATCH, RECOMPUTE, "sequence"), kept_bytes, (1, "none", False),
-                      width=len(stages))
+                      width=len(stages), cache=("kept", tuple(kinds), n.t, n.c))
 
 
 def _in_flight(facts: Facts, grid: Grid, n: NodeDegrees, stages: list[Stage]) -> np.ndarray:
@@ -200,4 +200,5 @@ def _in_flight(facts: Facts, grid: Grid, n: NodeDegrees, stages: list[Stage]) ->
 
     return grid.table((MICRO_BATCH, "pipeline.schedule", "pipeline.virtual_stages",
                        "pipeline.layers_per_stage"), held, (1, "1f1b", 1, None),
-                      width=len(stages))
+                      width=len(stages),
+                      cache=("in_flight", n.p, n.d, tuple(s.index for s in stages)))

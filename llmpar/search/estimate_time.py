@@ -97,7 +97,8 @@ def _matmul(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
     def seconds(recompute: str, split: tuple[int, ...] | None) -> float:
         return facts.cached(("matmul", recompute, n.p, split), lambda: compute(recompute, split))
 
-    return grid.table((RECOMPUTE, "pipeline.layers_per_stage"), seconds, ("none", None))
+    return grid.table((RECOMPUTE, "pipeline.layers_per_stage"), seconds, ("none", None),
+                      cache=("matmul", n.p))
 
 
 def _stages(facts: Facts, p: int, split: tuple[int, ...] | None) -> tuple[Stage, ...]:
@@ -119,7 +120,8 @@ def _elementwise(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray) -> np.
                             lambda: split_bytes(facts.full_tags(b), n.t, sequence_on, n.c))
         return passes * kept / n.p
 
-    return grid.table((MICRO_BATCH, RECOMPUTE, "sequence"), per_gpu, (1, "none", False)) * m
+    return grid.table((MICRO_BATCH, RECOMPUTE, "sequence"), per_gpu, (1, "none", False),
+                      cache=("elementwise", n.t, n.c, n.p)) * m
 
 
 def _data(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray,
@@ -202,4 +204,5 @@ def _bubble(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
             PipelineConfig(degree=n.p, schedule=schedule, virtual_stages=v), m))
 
     return grid.table((MICRO_BATCH, "pipeline.schedule", "pipeline.virtual_stages"),
-                      fraction, (1, "1f1b", 1))
+                      fraction, (1, "1f1b", 1),
+                      cache=("bubble", n.p, n.d))

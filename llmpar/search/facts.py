@@ -80,6 +80,8 @@ class Facts:
         self._flops: dict[tuple[str, float], float] = {}
         self._attention: dict[int, float] = {}
         self._memo: dict[tuple[object, ...], Any] = {}
+        self.shared: dict[tuple[Any, ...], Any] = {}
+        """Work on option groups that grids share (llmpar.search.grid)."""
         parameters = self.footprint(1).parameters
         self.by_group = dict(parameters.by_group) or {"all": parameters.total}
 

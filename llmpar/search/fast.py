@@ -75,7 +75,7 @@ def _estimate_nodes(facts: Facts, judge: Judge, nodes: list[int], tally: Tally,
     done, total = 0, sum(prepared.space.nodes[n].size for n in nodes)
     for n in nodes:
         node = prepared.space.nodes[n]
-        grid = Grid(node)
+        grid = Grid(node, facts.shared)
         codes = grid.full(reason_codes(facts, grid))
         offset = prepared.offsets[n]
         for code, count in zip(*np.unique(codes[codes > 0], return_counts=True)):

@@ -18,12 +18,12 @@ from llmpar.search.space import Node
 class Grid:
     """Where each dimension key lives in a node's grid, and arrays along it."""
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, shared: dict[tuple[Any, ...], Any] | None = None):
+        """`shared` keeps work on option groups (which equal nodes share) across grids."""
         self.node = node
         self.shape = node.radices
         self._where: dict[str, tuple[int, list[Any]]] = {}
-        self._projections: dict[tuple[int, tuple[str, ...]],
-                                tuple[list[tuple[Any, ...]], np.ndarray]] = {}
+        self._shared = {} if shared is None else shared
         for axis, group in enumerate(node.groups):
             for key in group[0]:
                 self._where[key] = (axis, [combo[key] for combo in group])
@@ -58,21 +58,39 @@ class Grid:
     def _projection(self, axis: int, keys: tuple[str, ...]) -> tuple[list[tuple[Any, ...]],
                                                                       np.ndarray]:
         """The distinct values of `keys` along `axis`, and each combination's position."""
-        found = self._projections.get((axis, keys))
+        group = self.node.groups[axis]
+        key = ("projection", id(group), keys)
+        found = self._shared.get(key)
         if found is None:
             seen: dict[tuple[Any, ...], int] = {}
             inverse = np.array([seen.setdefault(tuple(combo[k] for k in keys), len(seen))
-                                for combo in self.node.groups[axis]])
-            found = self._projections[(axis, keys)] = (list(seen), inverse)
-        return found
+                                for combo in group])
+            found = self._shared[key] = (list(seen), inverse, group)
+        return found[0], found[1]
 
     def table(self, keys: Sequence[str], function: Callable[..., Any],
-              defaults: Sequence[Any] = (), width: int | None = None) -> np.ndarray:
+              defaults: Sequence[Any] = (), width: int | None = None,
+              cache: tuple[Any, ...] | None = None) -> np.ndarray:
         """`function(*values of keys)` over the axes `keys` live on, called once per
         distinct combination of the values (defaults for keys the node lacks). With
-        `width`, the function returns that many values, along a last extra axis."""
-        defaults = tuple(defaults) + (None,) * (len(keys) - len(defaults))
+        `width`, the function returns that many values, along a last extra axis. With
+        `cache` (what else the function depends on), grids with the same option groups
+        share the result."""
         axes = sorted({self._where[k][0] for k in keys if k in self._where})
+        if cache is None:
+            return self._table(keys, function, defaults, width, axes)
+        groups = tuple(self.node.groups[a] for a in axes)
+        key = ("table", cache, tuple(keys), tuple(axes), len(self.shape),
+               tuple(id(g) for g in groups))
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared[key] = (self._table(keys, function, defaults, width, axes),
+                                         groups)
+        return found[0]
+
+    def _table(self, keys: Sequence[str], function: Callable[..., Any],
+               defaults: Sequence[Any], width: int | None, axes: list[int]) -> np.ndarray:
+        defaults = tuple(defaults) + (None,) * (len(keys) - len(defaults))
         projections = [self._projection(a, tuple(k for k in keys if self.axis(k) == a))
                        for a in axes]
         slots = []

@@ -98,10 +98,13 @@ def build_space(spec: Spec, strategies: Mapping[str, Strategy],
     _check_settings(settings, dimensions, strategies)
     fill = fill_strategy(strategies)
     nodes = []
+    interned: dict[tuple[tuple[tuple[str, Any], ...], ...], tuple[Choice, ...]] = {}
     for degrees in _degree_nodes(spec, strategies, dimensions, pins, settings, fill):
         point = Point(spec=spec, degrees=degrees)
         groups = [_options(point, dims, pins, settings) for dims in _by_strategy(dimensions)]
         groups.append(_training_options(pins, settings))
+        # Equal groups become one object, so that work per group is shared by nodes.
+        groups = [interned.setdefault(tuple(tuple(c.items()) for c in g), g) for g in groups]
         node = Node(degrees=degrees, groups=tuple(g for g in groups if g != ({},)))
         if node.size:
             nodes.append(node)
