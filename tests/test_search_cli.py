@@ -65,6 +65,6 @@ def test_progress_draws_only_on_a_terminal():
 
     stream = Terminal()
     show = terminal_progress(stream)
-    show(5, 10)
-    show(10, 10)
-    assert "10/10" in stream.getvalue()
+    show("estimating", 5, 10)
+    show("evaluating", 10, 10)
+    assert "evaluating [" in stream.getvalue() and "10/10 layouts" in stream.getvalue()

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from llmpar.search.prepare import Prepared
     from llmpar.strategy import Strategy
 
-Progress = Callable[[int, int], None]
-"""Called with (layouts done, layouts in all)."""
+Progress = Callable[[str, int, int], None]
+"""Called with (what is being done, how many done, how many in all): "estimating"
+layouts, or "evaluating" them exactly."""
 
 
 class Judge:
@@ -74,5 +75,5 @@ def run_exhaustive(judge: Judge, indices: Iterable[int], total: int,
         if entry is not None:
             tally.entries.append(entry)
         if progress is not None and done % 256 == 0:
-            progress(done, total)
+            progress("evaluating", done, total)
     return tally

@@ -91,14 +91,16 @@ def _estimate_nodes(facts: Facts, judge: Judge, nodes: list[int], tally: Tally,
             near.append((offset + valid[~fits], mem[~fits], seconds[~fits]))
         done += node.size
         if progress is not None:
-            progress(done, total)
+            progress("estimating", done, total)
     _examples(judge, firsts, tally)
     return Survivors.of(kept), Survivors.of(near).closest(SAMPLES)
 
 
 def _estimates(facts: Facts, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     mem, traffic = memory(facts, grid)
-    seconds = step_seconds(facts, grid, traffic) if facts.modelled else np.zeros(grid.shape)
+    # Unmodelled step time is the same for every layout: no bound on it prunes anything.
+    seconds = step_seconds(facts, grid, traffic) if facts.modelled else np.full(grid.shape,
+                                                                                np.inf)
     return grid.full(mem), grid.full(seconds)
 
 

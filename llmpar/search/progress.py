@@ -11,21 +11,21 @@ from llmpar.search.exhaustive import Progress
 INTERVAL_SECONDS = 0.2
 
 
-def terminal_progress(stream: TextIO | None = None, label: str = "searching") -> Progress | None:
+def terminal_progress(stream: TextIO | None = None) -> Progress | None:
     """A progress callback drawing on `stream` (stderr) when it is a terminal, else None."""
     out = stream or sys.stderr
     if not out.isatty():
         return None
     last = [0.0]
 
-    def show(done: int, total: int) -> None:
+    def show(stage: str, done: int, total: int) -> None:
         now = time.monotonic()
         if now - last[0] < INTERVAL_SECONDS and done < total:
             return
         last[0] = now
-        share = done / total if total else 1.0
+        share = min(1.0, done / total) if total else 1.0
         bar = "#" * int(share * 30)
-        out.write(f"\r{label} [{bar:<30}] {done:,}/{total:,}")
+        out.write(f"\r\033[K{stage} [{bar:<30}] {done:,}/{total:,} layouts")
         out.flush()
 
     return show

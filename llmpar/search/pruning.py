@@ -108,7 +108,8 @@ def best_first(judge: Judge, survivors: Survivors, primary: str, top: int, margi
             order = _drop_dominated(order, position, frontier, memory, seconds, key, tally)
             position = 0
         if progress is not None:
-            progress(tally.evaluated, tally.evaluated + order.size - position)
+            progress("evaluating", tally.evaluated,
+                     tally.evaluated + order.size - position)
 
 
 def _likely_best(survivors: Survivors, key: np.ndarray, top: int) -> np.ndarray:
@@ -148,7 +149,7 @@ def _evaluate(judge: Judge, survivors: Survivors, i: int, tally: Tally) -> Entry
     problem, score = judge.examine(index)
     if score is not None:
         gaps = [abs(score.total_bytes - survivors.memory[i]) / max(score.total_bytes, 1)]
-        if score.step_seconds and survivors.seconds[i]:
+        if score.step_seconds and math.isfinite(survivors.seconds[i]):
             gaps.append(abs(score.step_seconds - survivors.seconds[i]) / score.step_seconds)
         tally.drift = max(tally.drift, *gaps)
     return judge.count(index, problem, score, tally)
