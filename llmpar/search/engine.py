@@ -31,8 +31,9 @@ def search(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None
     spec's `[search]` table; `overrides` sets dotted spec keys as in `llmpar.evaluate`.
     The spec's `[parallel.*]` tables pin what they state. `jobs` > 1 splits the space
     over that many processes (the default session's plugins only); 0 uses every core
-    when the space is large. `exact` evaluates
-    every valid layout instead of pruning with bounds (for checking; slow).
+    when the space is large. `exact` evaluates every valid layout instead of pruning
+    with bounds (for checking; slow). `progress(stage, done, total)` is called as it
+    goes. See docs/search.md.
     """
     started = time.perf_counter()
     if session is not None and session is not _default_session() and jobs != 1:
@@ -53,7 +54,8 @@ def _default_session() -> Session:
 
 
 def finish(session: Session, prepared: Prepared, tally: Tally, seconds: float) -> SearchResult:
-    """Rank the entries and build the Plans of the best and of the Pareto front."""
+    """Rank the entries: Plans of the best (through `session.evaluate`), and the
+    Pareto front's points."""
     settings, spec = prepared.settings, prepared.spec
     objective = settings.objective
     best = top(tally.entries, objective, settings.top)
@@ -84,7 +86,7 @@ def _ranked(session: Session, judge: Judge, prepared: Prepared, entry: Entry,
 def _point(judge: Judge, prepared: Prepared, entry: Entry) -> ParetoPoint:
     choice = prepared.choice(entry.index)
     return ParetoPoint(choices=choice, total_bytes=entry.total_bytes,
-                 step_seconds=entry.step_seconds, spec=judge.builder.build(choice))
+                       step_seconds=entry.step_seconds, spec=judge.builder.build(choice))
 
 
 def _warnings(spec: Spec, objective: str, tally: Tally) -> list[str]:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 MARGIN = 0.01
 """Relative slack on every estimate before it rejects or prunes a layout. The
 estimates match evaluation to rounding for the built-in strategies (tests check
-1e-6); the slack absorbs model changes until the estimates follow them."""
+1e-9); the slack absorbs model changes until the estimates follow them."""
 SAMPLES = 16
 """Layouts the estimate rejected for memory closest to the limit, evaluated exactly
 as a check."""
