@@ -108,3 +108,31 @@ def test_bad_dimensions_are_plugin_errors(dimension, message):
 
     with pytest.raises(llmpar.PluginError, match=message):
         collect_dimensions(session_with(Bad()))
+
+
+class StickyLoss(ChunkedLoss):
+    """Says no config of it is neutral, so its table stays in every layout's spec."""
+
+    name = "sticky_loss"
+
+    def neutral_config(self, layout: llmpar.Layout) -> None:
+        return None
+
+
+class StickyLossPlugin:
+    @llmpar.hookimpl
+    def llmpar_register_strategies(self, register: Callable) -> None:
+        register(StickyLoss())
+
+    @llmpar.hookimpl
+    def llmpar_search_dimensions(self, register: Callable) -> None:
+        register(SearchDimension(strategy="sticky_loss", field="chunks", values=(1, 2)))
+
+
+def test_a_table_stays_unless_its_values_make_the_neutral_config():
+    session = session_with(StickyLossPlugin())
+    found = llmpar.search(small_spec(num_gpus=2), top=3, session=session)
+    assert all("sticky_loss" in r.spec.parallel for r in found.results)
+    plain = llmpar.search(small_spec(num_gpus=2), top=3, session=session_with())
+    assert all("tensor" not in r.spec.parallel for r in plain.results
+               if r.choices["tensor.degree"] == 1)

@@ -10,6 +10,7 @@ import attrs
 
 from llmpar.search.dimension import DEGREE, SearchDimension
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE, Choice
+from llmpar.strategy import Layout
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec, Training
@@ -44,6 +45,15 @@ def pins_of(spec: Spec, given: Mapping[str, Any] | None,
     return pins
 
 
+def _neutral_config(strategy: Strategy, layout: Layout) -> Any | None:
+    """The strategy's config that changes nothing (None: there is none)."""
+    neutral = getattr(strategy, "neutral_config", None)
+    if neutral is not None:
+        return neutral(layout)
+    default = strategy.config_type()
+    return attrs.evolve(default, degree=1) if hasattr(default, DEGREE) else default
+
+
 class SpecBuilder:
     """Builds the spec of a layout; caches the parts many layouts share."""
 
@@ -73,28 +83,33 @@ class SpecBuilder:
         return self._training[key]
 
     def parallel(self, choice: Choice) -> dict[str, Any]:
-        """The `[parallel.*]` tables of a layout."""
+        """The `[parallel.*]` tables of a layout: a strategy's table is left out when
+        the spec has none for it and the values chosen make its neutral config (the
+        one that changes nothing, `Strategy.neutral_config`)."""
         tables = {}
+        degrees = {key.removesuffix(f".{DEGREE}"): value for key, value in choice.items()
+                   if key.endswith(f".{DEGREE}")}
+        layout = Layout(degrees=degrees, num_gpus=self.spec.hardware.num_gpus)
         for name in self._order:
             default = self._defaults[name]
             fields = {field: choice[key] for key, field in self._fields.get(name, ())
                       if key in choice}
-            degree = choice.get(f"{name}.{DEGREE}")
-            if degree is not None and hasattr(default, DEGREE):
-                fields[DEGREE] = degree
-            if not self._included(name, choice, fields, default):
-                continue
+            if name in degrees and hasattr(default, DEGREE):
+                fields[DEGREE] = degrees[name]
             base = self.spec.parallel.get(name, default)
-            tables[name] = attrs.evolve(base, **fields) if fields else base
+            config = attrs.evolve(base, **fields) if fields else base
+            if self._included(name, choice, config, layout):
+                tables[name] = config
         return tables
 
-    def _included(self, name: str, choice: Choice, fields: Mapping[str, Any],
-                  default: Any) -> bool:
+    def _included(self, name: str, choice: Choice, config: Any, layout: Layout) -> bool:
         if name in self._presence:
             return bool(choice.get(name, name in self.spec.parallel))
-        if name in self.spec.parallel or self.strategies[name].always_active:
+        strategy = self.strategies[name]
+        if name in self.spec.parallel or strategy.always_active:
             return True
-        return any(value != getattr(default, field) for field, value in fields.items())
+        neutral = _neutral_config(strategy, layout)
+        return neutral is None or config != neutral
 
     def build(self, choice: Choice) -> Spec:
         """The spec of a layout: the searched spec with its tables and training set."""
