@@ -126,7 +126,7 @@ def recomputed_layers(spec: Spec, stage: Stage) -> int:
     return stage.num_layers if limit is None else min(limit, stage.num_layers)
 
 
-def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
+def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
     """The stage's saved tensors; under partial full recomputation its first layers
     keep only their inputs and the others keep everything."""
     assert footprint.activations is not None
@@ -165,7 +165,7 @@ def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
               for c, size in per_parameter.items()}
     inventory, activations = None, None
     if footprint.activations is not None:
-        inventory = split_inventory(_stage_inventory(spec, footprint, stage), transforms)
+        inventory = split_inventory(stage_inventory(spec, footprint, stage), transforms)
         activations = round(inventory.total_bytes * stage.micro_batches_in_flight)
     buffers = round(sum(t.buffer_bytes for t in transforms))
     total = sum(states.values()) + (activations or 0) + buffers

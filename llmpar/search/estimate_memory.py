@@ -130,8 +130,10 @@ def parameters_per_gpu(facts: Facts, n: NodeDegrees, experts: bool) -> float:
 
 
 def fsdp_buffer(facts: Facts, n: NodeDegrees) -> int:
+    if not facts.layers:
+        return 0  # as llmpar.strategies.data: no layers to prefetch
     held = parameters_per_gpu(facts, n, False) + parameters_per_gpu(facts, n, True)
-    per_layer = held * n.p / (facts.layers or 1)
+    per_layer = held * n.p / facts.layers
     return round(FSDP_PREFETCH_LAYERS * per_layer * facts.weight_bytes)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmpar.dtypes import bytes_per_element
-from llmpar.evaluation.memory import _stage_inventory, stage_parameters
+from llmpar.evaluation.memory import stage_inventory, stage_parameters
 from llmpar.evaluation.timing import step_flops
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import (
@@ -119,7 +119,7 @@ class Facts:
             spec = self.training(micro_batch_size, recompute)
             footprint = self.footprint(micro_batch_size)
             found = () if footprint.activations is None else tag_bytes(
-                _stage_inventory(spec, footprint, stage))
+                stage_inventory(spec, footprint, stage))
             self._stage_tags[key] = found
         return found
 

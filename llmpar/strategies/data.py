@@ -180,9 +180,9 @@ def _group_collectives(config: DataConfig, label: str, grad_bytes: float, weight
 
 
 def _fsdp_buffer_bytes(config: DataConfig, ctx: StrategyContext) -> float:
-    if config.stage != 3:
-        return 0.0
-    layers = ctx.spec.model.num_layers or 1
+    layers = ctx.spec.model.num_layers
+    if config.stage != 3 or not layers:
+        return 0.0  # a model given only by its size has no layers to prefetch
     held = parameters_per_gpu(ctx, False) + parameters_per_gpu(ctx, True)
     per_layer = held * ctx.layout.degree("pipeline") / layers
     return FSDP_PREFETCH_LAYERS * per_layer * bytes_per_element(ctx.spec.precision.weights)
