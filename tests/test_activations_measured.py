@@ -168,10 +168,9 @@ def test_old_import_path_and_default_are_unchanged():
                             ).training.activation_model == "korthikanti"
 
 
-# Mixtral 8x7B (validation/measure_hf.py's run log, torch 2.13.0 / transformers 5.24.0, CPU,
-# bf16; its JSON was not written): bytes per layer, 2-layer minus 1-layer runs, and the
-# 1-layer total of the experts' eager loop (measured at b = 1, s = 256 only), without
-# the input ids.
+# Mixtral 8x7B (validation/data/mixtral-8x7b.json, torch 2.13.0 / transformers 5.24.0, CPU,
+# bf16): bytes per layer, 2-layer minus 1-layer runs, and the 1-layer total of the experts'
+# eager loop (measured at b = 1, s = 256 only), without the input ids.
 MIXTRAL = {("eager", "grouped_mm", 1, 256): 104_889_376,
            ("eager", "grouped_mm", 2, 512): 469_889_056,
            ("sdpa", "grouped_mm", 1, 128): 44_596_768,
