@@ -19,10 +19,15 @@ class Gpu:
     memory_bytes: Bytes = attrs.field(validator=v.positive)
     """On-device memory (HBM)."""
     peak_fp32_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
+    """Dense peak of fp32 matrix math, FLOP per second (no structured sparsity)."""
     peak_tf32_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
+    """Dense peak of tf32 matrix math, FLOP per second (no structured sparsity)."""
     peak_bf16_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
+    """Dense peak of bf16 matrix math, FLOP per second (no structured sparsity)."""
     peak_fp16_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
+    """Dense peak of fp16 matrix math, FLOP per second (no structured sparsity)."""
     peak_fp8_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
+    """Dense peak of fp8 matrix math, FLOP per second (no structured sparsity)."""
     hbm_bandwidth_bytes_per_s: ByteRate | None = attrs.field(default=None, validator=v.positive)
     """Memory bandwidth."""
     nvlink_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
@@ -58,7 +63,9 @@ class Hardware:
 
     gpu: Gpu
     num_gpus: int = attrs.field(default=1, validator=v.positive)
+    """GPUs of the whole job."""
     gpus_per_node: int = attrs.field(default=8, validator=v.positive)
+    """GPUs that share one node's fast interconnect (NVLink / NVSwitch domain)."""
     cluster: str | None = None
     """The cluster preset these values came from, if any."""
     intra_node_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
@@ -84,6 +91,7 @@ class Hardware:
     gpu_hour_cost: float | None = attrs.field(default=None, validator=v.positive)
     """Dollars per GPU-hour, for `llmpar search --objective cost`; None: unknown."""
     source: str = ""
+    """Where the cluster's numbers come from (its preset's datasheets)."""
 
     @property
     def intra_node_bandwidth(self) -> float | None:

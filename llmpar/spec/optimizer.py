@@ -57,6 +57,7 @@ class OptimizerState:
     name: str
     """What it holds, e.g. "momentum"."""
     dtype: str = attrs.field(default="fp32", validator=v.dtype)
+    """Format the state is kept in."""
     master: bool = False
     """A high-precision copy of the weights: kept only when the weights are
     stored in a narrower format than this state (mixed-precision training)."""
@@ -94,8 +95,11 @@ class Optimizer:
     """An optimizer's memory: the states it keeps for every trainable parameter."""
 
     name: str = "custom"
+    """Preset name or a label."""
     source: str = ""
+    """Where its memory accounting comes from (paper, implementation)."""
     states: tuple[OptimizerState, ...] = ()
+    """The tensors it keeps per trainable parameter."""
     gradients: str | None = attrs.field(default=None,
                                         validator=attrs.validators.optional(v.dtype))
     """The format gradients are accumulated in, when the optimizer fixes it (Megatron's

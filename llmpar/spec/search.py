@@ -49,6 +49,7 @@ class Search:
     """`[search]`: the objective, how many layouts to return, and limits on the space."""
 
     objective: str = attrs.field(default="step_time", validator=v.one_of(*OBJECTIVES))
+    """What ranks layouts: step_time, tokens_per_second_per_gpu, cost or memory."""
     top: int = attrs.field(default=10, validator=v.positive)
     """How many ranked layouts to return."""
     tensor_within_node: bool = False

@@ -23,9 +23,11 @@ class Precision:
     """Storage formats; `compute` picks which peak rate of the GPU applies."""
 
     weights: str = attrs.field(default="bf16", validator=v.dtype)
+    """Format the weights are stored in on the GPU."""
     gradients: str = attrs.field(default="bf16", validator=v.dtype)
     """"fp32" gives Megatron-style fp32 main gradients."""
     activations: str = attrs.field(default="bf16", validator=v.dtype)
+    """Format of the activations kept for backward."""
     compute: str = attrs.field(
         default=attrs.Factory(lambda self: self.activations, takes_self=True),
         validator=v.dtype,
@@ -50,13 +52,15 @@ class Training:
     mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Assume this model FLOPs utilization instead of modelling it."""
     recompute: str = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
+    """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
     recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
     """With recompute = "full": recompute only the first N layers of each pipeline stage
     and keep every activation of the others (Megatron-LM's --recompute-method block
     --recompute-num-layers N). Default: every layer."""
-    """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
     activation_model: str = attrs.field(default="korthikanti", validator=_known_activation_model)
-    """How activations are counted: "korthikanti" or "coefficient" (k*b*s*L*h*d)."""
+    """How activations are counted: "korthikanti" (Korthikanti et al. 2022), "fused"
+    (FlashAttention and fused kernels), "hf-eager" / "hf-sdpa" (what Hugging Face
+    transformers keeps), or "coefficient" (the founding document's k*b*s*L*h*d)."""
     activation_coefficient: float = attrs.field(default=30.0, validator=v.positive)
     """The founding document's k (measured there at about 30)."""
     attention_flops: str = attrs.field(

@@ -42,7 +42,9 @@ class ContextConfig:
     """`[parallel.context]`."""
 
     degree: int = attrs.field(default=1, validator=positive)
+    """GPUs the sequence is split over."""
     kind: str = attrs.field(default="ring", validator=one_of(*KINDS))
+    """"ring" (K/V passed around, behind attention) or "all-to-all" (Ulysses)."""
 
 
 class ContextParallel(Strategy):

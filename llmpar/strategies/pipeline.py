@@ -43,6 +43,7 @@ class PipelineConfig:
     degree: int = attrs.field(default=1, validator=positive)
     """Stages."""
     schedule: str = attrs.field(default="1f1b", validator=one_of(*SCHEDULES))
+    """"1f1b", "interleaved" (with virtual_stages), "gpipe" or "zero-bubble" (ZB-H1)."""
     virtual_stages: int = attrs.field(default=1, validator=positive)
     """Model chunks per GPU for the interleaved schedule (v)."""
     layers_per_stage: tuple[int, ...] | None = None

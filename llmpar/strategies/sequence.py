@@ -33,6 +33,7 @@ class SequenceConfig:
     """`[parallel.sequence]`: present and enabled turns it on."""
 
     enabled: bool = True
+    """Split the norm and dropout regions by sequence over the tensor group."""
 
 
 class SequenceParallel(Strategy):
