@@ -135,7 +135,7 @@ def _probabilities_eager(ctx: Context) -> list[SavedTensor]:
 
 def _flash(ctx: Context) -> list[SavedTensor]:
     """SDPA's fused kernel keeps Q, K, V as passed (views keep their whole storage), the
-    output (o_proj's input: the kernel writes b x s x a x d) and the fp32 log-sum-exp."""
+    output and the fp32 log-sum-exp per head and query."""
     model = ctx.model
     heads, kv_heads = _heads(ctx)
     gqa = heads != kv_heads and not sdpa_mask_kept(ctx) and (
@@ -158,12 +158,19 @@ def _flash(ctx: Context) -> list[SavedTensor]:
                                   "SDPA input", kv_symbol.replace("d_head", "d_v"),
                                   kv_width // model.qk_head_dim * model.value_head_dim))
     lse = (ctx.sizes.b, ctx.sizes.a, ctx.sizes.s)
-    return tensors + [
+    tensors += [
         saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
               INSIDE_TP),
-        _width(ctx, "attention output", "SDPA output, also the output projection's input",
-               "a*d_v", model.attention_output_width),
+        _width(ctx, "attention output", "kept by SDPA", "a*d_v", model.attention_output_width),
     ]
+    if ctx.family.fused_qkv and ctx.family.rope:
+        # The CPU kernel lays its output out like the query. A query sliced from a fused
+        # projection comes out of RoPE as a new b x a x s x d tensor (Phi-3), so the output
+        # projection needs a transposed copy; otherwise (a b x s x a x d layout) the
+        # transposed output is already contiguous and is the output projection's input.
+        tensors.append(_width(ctx, "output projection input", "the output transposed and "
+                              "made contiguous", "a*d_v", model.attention_output_width))
+    return tensors
 
 
 def _math(ctx: Context) -> list[SavedTensor]:
