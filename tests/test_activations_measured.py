@@ -195,9 +195,9 @@ def test_mixtral_experts_eager_loop():
     assert inventory.total_bytes - 8 * 256 == 150_370_316
 
 
-# DeepSeek-V3 with every measured layer an MoE layer of 32 routed experts (the run log of
-# validation/measure_hf.py, torch 2.13.0 / transformers 5.24.0, CPU, bf16; the 2-layer
-# build did not finish, so no JSON): the 1-layer model's bytes, without the input ids.
+# DeepSeek-V3 with every measured layer an MoE layer of 32 routed experts
+# (validation/data/deepseek-v3.json, variant moe_layers, torch 2.13.0 / transformers 5.24.0,
+# CPU, bf16): the 1-layer model's bytes, without the input ids.
 DEEPSEEK_V3_ONE_MOE_LAYER = {("eager", 1, 128): 180_056_204, ("eager", 2, 512): 1_708_753_028,
                              ("sdpa", 1, 256): 393_666_700, ("sdpa", 2, 128): 376_856_708}
 

@@ -27,17 +27,6 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 PNG = HERE.parent / "docs" / "validation-activations.png"
 K_MODEL, K_SEQUENCE, K_BATCH = "qwen3-4b", 4096, 1
-LOGGED = {
-    "mixtral-8x7b": "the measuring run logged every 1- and 2-layer grouped_mm run and the "
-                    "experts' eager loop (1 layer, b = 1, s = 256) but wrote no JSON; the logged "
-                    "bytes are matched "
-                    "exactly by tests/test_activations_measured.py "
-                    "(test_mixtral_moe_layer_is_exact, test_mixtral_experts_eager_loop)",
-    "deepseek-v3": "the measuring run logged the 1-layer MoE runs (eager and sdpa, every b "
-                   "and s) and stopped before the 2-layer build, so no JSON; the logged "
-                   "bytes are matched exactly by test_deepseek_v3_mla_and_moe_layer",
-}
-"""Architectures checked against the measuring run's log while their JSON is missing."""
 K_MODELS = ("korthikanti", "coefficient", "hf-eager", "hf-sdpa", "fused")
 
 INTRO = """\
@@ -286,12 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(arch_tables(results)))
     missing = sorted({p.stem for p in (HERE / "configs").glob("*.json")}
                      - {d["name"] for d, _ in results})
-    for name in missing:
-        if name in LOGGED:
-            print(f"\n{name}: {LOGGED[name]}.")
-    pending = [name for name in missing if name not in LOGGED]
-    if pending:
-        print(f"\nNot measured yet: {', '.join(pending)}.")
+    if missing:
+        print(f"\nNot measured yet: {', '.join(missing)}.")
     if not args.no_png and plot(results, args.png):
         print(f"\n![predicted against measured bytes per layer]({args.png.name})")
     return 0
