@@ -36,6 +36,9 @@ class Family:
     fused_qkv: bool = False
     """Q, K and V are slices of one projection's output (GPT-2 c_attn, Phi-3 qkv_proj)."""
     rope: bool = True
+    rope_fp32: bool = False
+    """RoPE's cos and sin stay fp32 (OLMo 2's rotary embedding skips the cast to the
+    activations' dtype and casts q and k back after the rotation)."""
     softmax_fp32: bool = True
     """Eager attention takes softmax(dtype=float32).to(dtype) (Llama and its
     descendants); GPT-2 and BERT take the softmax in the activations' dtype."""
@@ -68,7 +71,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "Qwen2MoeForCausalLM": attrs.evolve(LLAMA, name="qwen2-moe", norm_topk=False),
     "Qwen3MoeForCausalLM": attrs.evolve(LLAMA, name="qwen3-moe"),
     "Phi3ForCausalLM": attrs.evolve(LLAMA, name="phi3", fused_qkv=True, residual_dropout=True),
-    "Olmo2ForCausalLM": attrs.evolve(LLAMA, name="olmo2", norm="olmo2"),
+    "Olmo2ForCausalLM": attrs.evolve(LLAMA, name="olmo2", norm="olmo2", rope_fp32=True),
     "Gemma2ForCausalLM": attrs.evolve(LLAMA, name="gemma2", norm="gemma"),
     "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma"),
     "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),

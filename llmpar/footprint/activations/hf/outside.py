@@ -62,8 +62,9 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
     if model.position_embedding == "rope":
         width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
         assert width is not None
+        size = FP32_BYTES if ctx.family.rope_fp32 else ctx.d
         tensors += [saved(f"RoPE {name}", "kept by the products with q and k",
-                          (s.s, ("d_rope", width)), ctx.d, TOKENS_ONLY)
+                          (s.s, ("d_rope", width)), size, TOKENS_ONLY)
                     for name in ("cos", "sin")]
     return tensors + sdpa_mask(ctx)
 
