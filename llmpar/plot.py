@@ -156,3 +156,23 @@ def _stacked_memory(ax: Axes, s: Sweep) -> None:
     ax.stackplot(s.values, *shown.values(), labels=list(shown), alpha=0.85)
     ax.plot(s.values, [p.total_bytes / GiB for p in s.plans], color="black", marker="o",
             linewidth=1, label=f"total ({s.label})")
+
+
+def pareto_figure(points: Sequence, labels: Sequence[str], title: str) -> Figure:
+    """A search's Pareto front: memory per GPU against step time, one point per layout
+    (`points`: the search result's `pareto`, each with total_bytes and step_seconds)."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    ax = figure.add_subplot()
+    timed = [(p, label) for p, label in zip(points, labels) if p.step_seconds is not None]
+    memory = [p.total_bytes / GiB for p, _ in timed]
+    seconds = [p.step_seconds for p, _ in timed]
+    ax.plot(memory, seconds, marker="o", drawstyle="steps-post")
+    for (_, label), x, y in zip(timed, memory, seconds):
+        ax.annotate(_wrap(label, 30), (x, y), xytext=(4, 4), textcoords="offset points",
+                    fontsize=7)
+    ax.set_xlabel("memory per GPU (GiB = 2^30 bytes)")
+    ax.set_ylabel("step time (s)")
+    ax.set_title(title)
+    return figure

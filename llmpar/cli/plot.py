@@ -11,7 +11,7 @@ from pathlib import Path
 from llmpar.cli.common import overrides
 from llmpar.session import Session
 
-KINDS = ("memory", "sequence", "batch")
+KINDS = ("memory", "sequence", "batch", "pareto")
 SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
 
@@ -22,7 +22,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="memory: stacked memory per GPU of each SPEC (several specs, several "
                     "layouts) against capacity. sequence: memory and step time at sequence "
                     "lengths 512, 1024, ... up to max(32768, the spec's). batch: the same at "
-                    "micro_batch_size 1, 2, 4, 8, 16. Needs matplotlib: pip install "
+                    "micro_batch_size 1, 2, 4, 8, 16. pareto: the layout search's front of "
+                    "memory per GPU against step time (first SPEC). Needs matplotlib: pip install "
                     "'llmpar[plot]'.")
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (TOML)")
@@ -56,6 +57,14 @@ def build_figure(session: Session, kind: str, specs: list[str], base: dict[str, 
     """The figure of `kind` for `specs`, each evaluated with the `base` overrides."""
     from llmpar import plot
 
+    if kind == "pareto":
+        from llmpar.search import search
+
+        result = search(specs[0], base, session=session)
+        labels = [_choices_label(point) for point in result.pareto]
+        return plot.pareto_figure(result.pareto, labels,
+                                  f"{Path(specs[0]).stem}: {result.considered:,} layouts "
+                                  "considered, Pareto front")
     if kind == "memory":
         plans = [session.evaluate(spec, base) for spec in specs]
         labels = [f"{Path(spec).stem}: {_layout(plan)}" for spec, plan in zip(specs, plans)]
@@ -80,5 +89,16 @@ def build_figure(session: Session, kind: str, specs: list[str], base: dict[str, 
 
 
 def _layout(plan) -> str:
-    return " x ".join(f"{name} {degree}" for name, degree in plan.layout.items()
+    return _layout_of(plan.layout)
+
+
+def _choices_label(point) -> str:
+    """A front point's degrees, then its other choices (recompute, ZeRO stage...)."""
+    others = ", ".join(f"{key.split('.')[-1]} {value}" for key, value in point.choices.items()
+                       if not key.endswith(".degree"))
+    return _layout_of(point.layout) + (f"; {others}" if others else "")
+
+
+def _layout_of(degrees: dict[str, int]) -> str:
+    return " x ".join(f"{name} {degree}" for name, degree in degrees.items()
                       if degree > 1) or "1 GPU"
