@@ -59,12 +59,18 @@ layer. Versions: {versions}, on the CPU.
   (Gemma 2), per-head (Qwen3) or whole-projection (OLMo 2) q/k norms, views that keep a
   fused projection's whole output alive (GPT-2's c_attn; Phi-3's qkv_proj, DeepSeek's
   kv_b_proj when b = 1), GPT-2's gelu_new written out in Python (four tensors), dropout
-  noise, the MoE router (Mixtral, Qwen-MoE, DeepSeek's fp32 sigmoid router), b * s * k
-  routed token copies with their sort permutations, RoPE cos/sin, the fp32
-  log-probabilities of the loss and the shifted labels.
+  noise, the MoE router (Mixtral, Qwen-MoE, DeepSeek's fp32 sigmoid router, whose
+  group-limited top-k yields only indices and is freed with the forward), b * s * k
+  routed token copies with their sort permutations (or, for the experts' eager loop,
+  torch.where's indices and index_add_'s source), RoPE cos/sin (fp32 in OLMo 2), the
+  fp32 log-probabilities of the causal loss (BERT's MLM loss keeps them in bf16) and
+  the shifted labels (whose padded storage of s + 1 ids stays alive when b = 1).
   With `sdpa`, the CPU runs `_scaled_dot_product_flash_attention_for_cpu`: it keeps Q,
   K, V as passed (K and V at their own head count: transformers passes `enable_gqa`),
-  the output and the fp32 log-sum-exp per head and query, and no s x s tensor. With
+  the output and the fp32 log-sum-exp per head and query, and no s x s tensor. Its
+  output is laid out like the query: b x s x a x d for a query viewed from its
+  projection, so the output is also the output projection's input, but b x a x s x d
+  for Phi-3's RoPE'd slice of the fused qkv, whose output projection gets a copy. With
   dropout, or a value head width different from the query's (MLA), CPU SDPA falls back
   to the math path, which upcasts Q, K and V to fp32 and keeps fp32 scores.
 - `fused`: a Megatron-Core / torchtitan-style stack: FlashAttention-2 (arXiv:2307.08691)
