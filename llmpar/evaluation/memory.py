@@ -221,9 +221,7 @@ def _derivations(spec: Spec, footprint: Footprint, peak: StageMemory,
 
 
 def _activation_source(inventory: ActivationInventory) -> str:
-    if inventory.model == "coefficient":
-        return "the founding document's M = k * b * s * L * h * d"
-    return "Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 4.1 and 4.3, per tensor"
+    return inventory.source or f"activation model {inventory.model!r}"
 
 
 def _rows(inventory: ActivationInventory) -> tuple[SavedTensorRow, ...]:
