@@ -36,6 +36,8 @@ def _attention_tensors(spec: Spec, d: float) -> list[SavedTensor]:
     b, s = ("b", training.micro_batch_size), ("s", training.sequence_length)
     h, a = ("h", model.hidden_size), ("a", model.num_attention_heads)
     q, kv = ("a*d_head", model.query_width), ("kv*d_head", model.kv_width)
+    # MLA: values and the attention output are narrower than queries and keys.
+    v, out = ("kv*d_v", model.value_width), ("a*d_v", model.attention_output_width)
     score = (b, a, s, ("s", training.sequence_length))
     return [
         saved("attention norm input", "input of the first norm", (b, s, h), d, OUTSIDE_TP),
@@ -46,9 +48,9 @@ def _attention_tensors(spec: Spec, d: float) -> list[SavedTensor]:
         saved("attention dropout mask", "dropout on the scores", score, MASK_BYTES,
               INSIDE_TP, True),
         saved("attention dropout output", "operand of scores.V", score, d, INSIDE_TP, True),
-        saved("value", "operand of scores.V", (b, s, kv), d, INSIDE_TP),
+        saved("value", "operand of scores.V", (b, s, v), d, INSIDE_TP),
         saved("output projection input", "input of the attention output projection",
-              (b, s, q), d, INSIDE_TP),
+              (b, s, out), d, INSIDE_TP),
         saved("attention residual dropout mask", "dropout after attention", (b, s, h),
               MASK_BYTES, OUTSIDE_TP),
         saved("mlp norm input", "input of the second norm", (b, s, h), d, OUTSIDE_TP),
