@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -93,24 +93,12 @@ class Session:
             self.plugin_manager.register(plugin, name=entry_point.name)
             self._origins[entry_point.name] = (dist.name, dist.version) if dist else ("?", "?")
 
-    def _call_each(self, hook: Any, **kwargs: Any) -> None:
-        """Call every implementation of `hook`, naming the plugin when one fails."""
-        for impl in hook.get_hookimpls():
-            try:
-                impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
-            except PluginError:
-                raise
-            except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook.name}: "
-                                  f"{type(exc).__name__}: {exc}") from exc
-
     def _collect_strategies(self) -> dict[str, Strategy]:
         found: dict[str, Strategy] = {}
         owners: dict[str, str] = {}
-        hook = self.plugin_manager.hook.llmpar_register_strategies
-        for impl in hook.get_hookimpls():
 
-            def register(strategy: Strategy, plugin: str = impl.plugin_name) -> None:
+        def registrar(plugin: str) -> Callable[[Strategy], None]:
+            def register(strategy: Strategy) -> None:
                 _check_strategy(strategy, plugin)
                 if strategy.name in found:
                     raise PluginError(f"strategy {strategy.name!r} registered by both "
@@ -118,20 +106,17 @@ class Session:
                 found[strategy.name] = strategy
                 owners[strategy.name] = plugin
 
-            try:
-                impl.function(register=register)
-            except PluginError:
-                raise
-            except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} failed to register strategies: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+            return register
+
+        call_each(self.plugin_manager.hook.llmpar_register_strategies, registrar,
+                  "to register strategies")
         self._strategy_owners = owners
         return dict(sorted(found.items(), key=lambda item: (item[1].phase, item[0])))
 
     def _collect_presets(self) -> PresetCatalog:
         folders: list[Path] = []
-        self._call_each(self.plugin_manager.hook.llmpar_register_presets,
-                        register=lambda folder: folders.append(Path(folder)))
+        call_each(self.plugin_manager.hook.llmpar_register_presets,
+                  lambda _plugin: lambda folder: folders.append(Path(folder)))
         # Built-ins first, so a plugin cannot shadow a shipped preset by accident.
         builtin = [f for f in folders if f.resolve().name in ("specs", "_specs")]
         return catalog_of(builtin[:1] + [f for f in folders if f not in builtin[:1]])
@@ -172,6 +157,21 @@ class Session:
         if spec.inference is not None:
             return build_inference_plan(spec, layout, self.strategies)
         return build_plan(spec, layout, self.strategies)
+
+
+def call_each(hook: Any, registrar: Callable[[str], Callable[[Any], None]],
+              doing: str = "") -> None:
+    """Call every implementation of a registering hook with `register =
+    registrar(plugin name)`, naming the plugin (and what it was `doing`) when one
+    fails. Plugins only declare; the caller's registrar owns duplicates and ordering."""
+    for impl in hook.get_hookimpls():
+        try:
+            impl.function(register=registrar(impl.plugin_name))
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {impl.plugin_name!r} failed {doing or 'in ' + hook.name}: "
+                              f"{type(exc).__name__}: {exc}") from exc
 
 
 def _check_strategy(strategy: Strategy, plugin: str) -> None:

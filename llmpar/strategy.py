@@ -30,7 +30,21 @@ tensor group is contiguous, so it stays inside a node when its degree allows."""
 
 
 @attrs.frozen(kw_only=True)
-class Shard:
+class GroupSelection:
+    """Which parameter groups ("attention", "experts"...) something applies to: those
+    in `groups` (None: every group) except those in `excluded`. A model given only by
+    its size has one group, "all"."""
+
+    groups: frozenset[str] | None = None
+    excluded: frozenset[str] = frozenset()
+    """Groups it leaves alone even when `groups` is None."""
+
+    def applies_to(self, group: str) -> bool:
+        return (self.groups is None or group in self.groups) and group not in self.excluded
+
+
+@attrs.frozen(kw_only=True)
+class Shard(GroupSelection):
     """Divide one model-state component by `divisor` on every GPU.
 
     `groups` names the parameter groups it applies to ("attention", "experts"...);
@@ -40,12 +54,6 @@ class Shard:
     component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
     divisor: float = attrs.field(validator=attrs.validators.gt(0))
     reason: str
-    groups: frozenset[str] | None = None
-    excluded: frozenset[str] = frozenset()
-    """Groups it leaves alone even when `groups` is None."""
-
-    def applies_to(self, group: str) -> bool:
-        return (self.groups is None or group in self.groups) and group not in self.excluded
 
 
 @attrs.frozen(kw_only=True)
@@ -83,7 +91,7 @@ class Collective:
 
 
 @attrs.frozen(kw_only=True)
-class Offload:
+class Offload(GroupSelection):
     """Keep one model-state component in host (CPU) memory instead of GPU memory.
 
     Its bytes on each GPU, after every strategy's shards, leave the GPU's total and
@@ -94,12 +102,6 @@ class Offload:
 
     component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
     reason: str
-    groups: frozenset[str] | None = None
-    """Parameter groups it applies to, as for `Shard`; None: every group."""
-    excluded: frozenset[str] = frozenset()
-
-    def applies_to(self, group: str) -> bool:
-        return (self.groups is None or group in self.groups) and group not in self.excluded
 
 
 @attrs.frozen(kw_only=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 
 from llmpar.errors import PluginError
 from llmpar.search.dimension import DEGREE, SearchDimension
+from llmpar.session import call_each
 
 if TYPE_CHECKING:
     from llmpar.session import Session
@@ -20,10 +21,9 @@ def collect_dimensions(session: Session) -> tuple[SearchDimension, ...]:
     then the order each plugin registered them in."""
     found: list[SearchDimension] = []
     owners: dict[str, str] = {}
-    hook = session.plugin_manager.hook.llmpar_search_dimensions
-    for impl in hook.get_hookimpls():
 
-        def register(dimension: SearchDimension, plugin: str = impl.plugin_name) -> None:
+    def registrar(plugin: str) -> Callable[[SearchDimension], None]:
+        def register(dimension: SearchDimension) -> None:
             _check_dimension(dimension, plugin, session.strategies)
             if dimension.key in owners:
                 raise PluginError(f"search dimension {dimension.key!r} declared by both "
@@ -31,13 +31,9 @@ def collect_dimensions(session: Session) -> tuple[SearchDimension, ...]:
             owners[dimension.key] = plugin
             found.append(dimension)
 
-        try:
-            impl.function(register=register)
-        except PluginError:
-            raise
-        except Exception as exc:
-            raise PluginError(f"plugin {impl.plugin_name!r} failed in llmpar_search_dimensions: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        return register
+
+    call_each(session.plugin_manager.hook.llmpar_search_dimensions, registrar)
     strategies = session.strategies
     return tuple(sorted(found, key=lambda d: (strategies[d.strategy].phase, d.strategy)))
 
