@@ -38,6 +38,7 @@ from llmpar.testing.contract import (
     StrategyContract,
     check_strategy_contract,
 )
+from llmpar.testing.profiles import load_hypothesis_profiles
 from llmpar.testing.specs import (
     GPUS,
     REFERENCE_SPECS,
@@ -57,6 +58,7 @@ __all__ = [
     "StrategyContract",
     "architectures",
     "check_strategy_contract",
+    "load_hypothesis_profiles",
     "moe_architectures",
     "parallel_training_specs",
     "plan_problems",

@@ -3,17 +3,10 @@ chosen with HYPOTHESIS_PROFILE; and the session."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, settings
+from llmpar.testing.profiles import load_hypothesis_profiles
 
-settings.register_profile(
-    "ci", derandomize=True, deadline=None, max_examples=60, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile("dev", deadline=None, max_examples=300)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+load_hypothesis_profiles()
 
 
 @pytest.fixture(scope="session")
