@@ -73,12 +73,14 @@ class Hardware:
     """GPU-to-GPU inside a node, one direction. Default: half the GPU's NVLink figure
     (datasheets state both directions together)."""
     intra_node_latency_seconds: Seconds = attrs.field(default=2e-6, validator=v.non_negative)
-    """Per step of a ring inside a node."""
+    """Per step of a ring inside a node. Default 2 us: an assumed order of magnitude for
+    NVLink, not a measurement; set it from nccl-tests on your system."""
     inter_node_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
         default=None, validator=v.positive)
     """Network bandwidth per GPU, one direction (e.g. "400 Gb/s" for one NDR NIC per GPU)."""
     inter_node_latency_seconds: Seconds = attrs.field(default=5e-6, validator=v.non_negative)
-    """Per step of a ring across nodes."""
+    """Per step of a ring across nodes. Default 5 us: an assumed order of magnitude for
+    InfiniBand, not a measurement; set it from nccl-tests on your system."""
     host_bandwidth_bytes_per_s: ByteRate | None = attrs.field(default=None, validator=v.positive)
     """GPU to host memory and back, per GPU and one direction, as the link states it:
     PCIe Gen4 x16 31.5 GB/s and Gen5 x16 63 GB/s (16 and 32 GT/s x 16 lanes, 128b/130b;
@@ -87,7 +89,8 @@ class Hardware:
     host_memory_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
     """CPU memory of one node, which the offloaded states of its GPUs share."""
     collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
-    """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's)."""
+    """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's).
+    Default 0.8: assumed, not measured here; nccl-tests reports bus bandwidth to set it."""
     gpu_hour_cost: float | None = attrs.field(default=None, validator=v.positive)
     """Dollars per GPU-hour, for `llmpar search --objective cost`; None: unknown."""
     source: str = ""
