@@ -86,6 +86,9 @@ class CollectiveCost:
     """All calls of one step together, on one GPU."""
     exposed_seconds: float
     """The part not hidden behind compute."""
+    hides_behind: str = "compute"
+    """What its hidden part runs behind: "compute" (any of the step's) or "attention"
+    (the attention products only)."""
     reason: str = ""
 
 

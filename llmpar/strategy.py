@@ -23,6 +23,7 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 """Per-GPU model-state components a strategy can shard (activations split by tag)."""
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
+HIDING_WORK = ("compute", "attention")
 
 RANK_ORDER = ("tensor", "context", "expert", "data", "pipeline")
 """Default placement of ranks, innermost first (Megatron-Core's tp-cp-ep-dp-pp): the
@@ -87,6 +88,10 @@ class Collective:
     calls_per_step: float = 1.0
     overlap: float = 0.0
     """Share of its time that can run behind compute (0: on the critical path)."""
+    hides_behind: str = attrs.field(default="compute",
+                                    validator=attrs.validators.in_(HIDING_WORK))
+    """The work its overlapping share runs behind: "compute" (any of the step's) or
+    "attention" (only the attention products, as ring attention's exchange)."""
     reason: str = ""
 
 

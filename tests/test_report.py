@@ -82,9 +82,12 @@ def test_bar_fills_by_share_and_flags_overflow():
 
 
 def test_sections_absent_when_plan_has_none(plan):
+    assumed = SESSION.evaluate(example("qwen3-4b-activations"),
+                               overrides={"training.mfu": 0.4})
+    assert assumed.time_model == "assumed-mfu"
+    assert "Step time" not in text_report(assumed)  # no breakdown to show
     text = text_report(plan)
     assert "Collectives" not in text
-    assert "Step time" not in text  # assumed-mfu: no breakdown
     assert "pipeline stage" not in text
 
 

@@ -122,7 +122,7 @@ def test_moe_layouts_include_expert_parallelism():
 
 def test_unmodelled_step_time_ranks_by_memory_and_says_so():
     spec = small_spec()
-    spec["hardware"] = {**spec["hardware"], "cluster": "dgx-h100"}
+    spec["training"] = {**spec["training"], "mfu": 0.4}  # assumed, not modelled
     found = llmpar.search(spec, top=3)
     assert any("not modelled" in warning for warning in found.warnings)
     memory = [r.plan.total_bytes for r in found.results]

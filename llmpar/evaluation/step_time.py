@@ -4,9 +4,12 @@ and optimizer step.
 Modelled (when the spec gives no `[training] mfu` and the GPU states its
 efficiencies):
     compute   = hardware FLOPs per GPU / (peak * matmul_efficiency)
+              + what memory-bound products lose (llmpar.evaluation.matmuls)
               + elementwise bytes / (HBM bandwidth * memory_efficiency)
     exposed   = communication not hidden behind compute (each collective states
-                the share of it that can overlap; hiding is capped by compute)
+                the share of it that can overlap and the work it hides behind;
+                hiding is capped by that work: ring attention's exchange by the
+                attention products' time, everything by compute)
     bubble    = bubble_fraction * compute (pipeline schedules)
     optimizer = optimizer-step bytes / (HBM bandwidth * memory_efficiency), for the
                 optimizer states on the GPU (offloaded ones are updated by the host)
@@ -20,14 +23,18 @@ over the inventory (6 with full recomputation, which runs the forward twice).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from llmpar.communication.collectives import call_seconds
+from llmpar.evaluation.matmuls import RankShape, memory_bound_seconds
 from llmpar.evaluation.memory import Memory, split_inventory, stages_of
 from llmpar.evaluation.offload import OffloadTime, host_work_time, offloaded_share
 from llmpar.evaluation.timing import StepFlops
 from llmpar.footprint.baseline import Footprint
 from llmpar.plan import CollectiveCost, Derivation
+from llmpar.roofline import rates_of
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Transform
 
@@ -77,18 +84,35 @@ def cost_collectives(spec: Spec, transforms: list[Transform]) -> tuple[list[Coll
                 strategy=collective.strategy, operation=collective.operation,
                 buffer_bytes=round(collective.buffer_bytes), group_size=collective.group_size,
                 tier=tier, calls_per_step=collective.calls_per_step, seconds=seconds,
-                exposed_seconds=seconds * (1 - collective.overlap), reason=collective.reason))
+                exposed_seconds=seconds * (1 - collective.overlap),
+                hides_behind=collective.hides_behind, reason=collective.reason))
     return costs, warnings
 
 
-def _hide(costs: list[CollectiveCost], compute: float) -> list[CollectiveCost]:
-    """Cap the hidden share of communication at the compute it hides behind."""
-    hideable = sum(c.seconds - c.exposed_seconds for c in costs)
-    if hideable <= compute or hideable == 0:
+def _cap(costs: list[CollectiveCost], work: float,
+         selected: Callable[[CollectiveCost], bool]) -> list[CollectiveCost]:
+    """Cap the hidden share of the selected collectives at the work they hide behind,
+    scaling each one's hidden share alike."""
+    hideable = sum(c.seconds - c.exposed_seconds for c in costs if selected(c))
+    if hideable <= work or hideable == 0:
         return costs
-    scale = compute / hideable
+    scale = work / hideable
     return [attrs.evolve(c, exposed_seconds=c.seconds - (c.seconds - c.exposed_seconds) * scale)
-            for c in costs]
+            if selected(c) else c for c in costs]
+
+
+def hide(costs: list[CollectiveCost], compute: float,
+         attention: float) -> list[CollectiveCost]:
+    """Hide what overlaps behind the work it can overlap: what hides behind attention at
+    most the attention's time, and all of it together at most the compute."""
+    costs = _cap(costs, attention, lambda c: c.hides_behind == "attention")
+    return _cap(costs, compute, lambda c: True)
+
+
+def rank_shape(spec: Spec, layout: Layout) -> RankShape:
+    return RankShape(tensor=layout.degree("tensor"), context=layout.degree("context"),
+                     expert=layout.degree("expert"),
+                     micro_batch_size=spec.training.micro_batch_size)
 
 
 def _elementwise_bytes(spec: Spec, footprint: Footprint, layout: Layout,
@@ -155,10 +179,14 @@ def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
-    matmul = flops.hardware_flops_per_step / n / (peak * gpu.matmul_efficiency)
+    rate = peak * gpu.matmul_efficiency
+    memory_bound = memory_bound_seconds(
+        spec, rank_shape(spec, layout), rates_of(gpu), spec.training.recompute,
+        memory.recomputed_fraction) / layout.degree("pipeline") * micro_batches
+    matmul = flops.hardware_flops_per_step / n / rate + memory_bound
     elementwise = _elementwise_bytes(spec, footprint, layout, transforms, micro_batches)
     compute = matmul + elementwise / bandwidth
-    costs = _hide(costs, compute)
+    costs = hide(costs, compute, flops.attention_hardware_flops_per_step / n / rate)
     exposed = sum(c.exposed_seconds for c in costs)
     peak_stage = memory.peak
     optimizer_traffic = (ADAM_STEP_PASSES * (peak_stage.optimizer_bytes + peak_stage.weights_bytes)
@@ -173,7 +201,8 @@ def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
         warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
                         f"({compute:.3g} s)")
     rule = "compute + exposed communication + bubble * compute + optimizer step"
-    inputs = {"matmul_seconds": matmul, "elementwise_bytes": elementwise,
+    inputs = {"matmul_seconds": matmul, "memory_bound_matmul_seconds": memory_bound,
+              "elementwise_bytes": elementwise,
               "compute_seconds": compute, "exposed_communication_seconds": exposed,
               "bubble_fraction": bubble, "optimizer_seconds": optimizer,
               "matmul_efficiency": gpu.matmul_efficiency,

@@ -24,6 +24,9 @@ class StepFlops:
     flops_per_step_6nd: float
     flops_method: str
     hardware_flops_per_step: float
+    attention_hardware_flops_per_step: float
+    """The attention products' part (Q.K^T and scores.V, reruns included): what ring
+    context parallelism's exchange hides behind."""
     derivations: tuple[Derivation, ...]
 
 
@@ -75,7 +78,21 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
     hardware = flops + rerun * global_batch + extra_flops
     return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
                      flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
-                     hardware_flops_per_step=hardware, derivations=(derivation,))
+                     hardware_flops_per_step=hardware,
+                     attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
+                         spec, footprint, full_fraction) * global_batch,
+                     derivations=(derivation,))
+
+
+def attention_hardware_flops_per_sequence(spec: Spec, footprint: Footprint,
+                                          full_fraction: float = 1.0) -> float:
+    """Q.K^T and scores.V of one sequence in a training pass, with their reruns."""
+    forward = footprint.forward_flops_per_sequence
+    if forward is None:
+        return 0.0
+    rerun = {"full": full_fraction, "selective": 1.0 + BACKWARD_TO_FORWARD}.get(
+        spec.training.recompute, 0.0)
+    return (1.0 + BACKWARD_TO_FORWARD + rerun) * forward.attention
 
 
 @attrs.frozen(kw_only=True)

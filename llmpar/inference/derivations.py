@@ -9,9 +9,9 @@ from llmpar.inference.formats import quantized_bytes_per_weight
 from llmpar.inference.memory import ServingMemory, prefill_shape
 from llmpar.inference.overhead import Overhead
 from llmpar.inference.phases import PhaseResult, average_decode_context
-from llmpar.inference.roofline import Rates
 from llmpar.inference.serving import Serving
 from llmpar.plan import Derivation
+from llmpar.roofline import Rates
 
 METRICS_SOURCE = ("NVIDIA NIM LLM benchmarking metrics (docs.nvidia.com/nim/benchmarking/llm): "
                   "TTFT, inter-token latency excluding the first token, e2e latency = TTFT + "

@@ -26,9 +26,9 @@ from llmpar.inference.phases import (
     prefill,
     prefill_step,
 )
-from llmpar.inference.roofline import DEFAULT_SOURCE, Rates, rates_of
 from llmpar.inference.serving import Serving
 from llmpar.plan import Derivation, Plan
+from llmpar.roofline import DEFAULT_SOURCE, Rates, rates_of
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 

@@ -33,10 +33,10 @@ from llmpar.footprint.flops import mlp_matmul_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.inference.formats import bytes_per_parameter, matmul_dtype
 from llmpar.inference.kv_cache import kv_bytes_per_token, layer_window
-from llmpar.inference.roofline import Operation
 from llmpar.inference.serving import Serving
 from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
+from llmpar.roofline import Operation
 from llmpar.spec.inference import QUANTIZED_FORMATS
 from llmpar.strategies.tensor import attention_divisor
 

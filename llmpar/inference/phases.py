@@ -18,9 +18,9 @@ from llmpar.inference.capacity import largest_fitting
 from llmpar.inference.communication import cost, step_collectives
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Operation, Step, step_ops
-from llmpar.inference.roofline import Rates, floor_seconds, is_compute_bound, seconds
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost, InferencePhase
+from llmpar.roofline import Rates, floor_seconds, is_compute_bound, seconds
 
 COMPUTE_BOUND_SEARCH_LIMIT = 2**24
 """Largest batch the compute-bound search tries."""

@@ -1,9 +1,11 @@
 """Modelled step time of every layout of a node at once, for the built-in strategies.
 
-It follows `llmpar.evaluation.step_time` (compute + exposed communication + bubble
-+ optimizer step; hiding capped at compute, so exposed = max(sum of unhidden,
-all communication - compute)) with the built-in strategies' collectives written
-out, each costed by `traffic_and_steps` and `link_of` (llmpar.communication):
+It follows `llmpar.evaluation.step_time` (compute, with what memory-bound products
+lose, + exposed communication + bubble + optimizer step; ring attention's exchange
+hidden at most behind the attention products, all hiding capped at compute, so
+exposed = max(sum of unhidden, all communication - compute)) with the built-in
+strategies' collectives written out, each costed by `traffic_and_steps` and
+`link_of` (llmpar.communication):
 - data: all-reduce (ZeRO 0) or reduce-scatter + all-gather of the gradients and
   weights a GPU holds, over data x context ranks (and expert-data ranks);
 - tensor: an all-reduce of the hidden states 4 (6 with full recomputation) times per
@@ -18,13 +20,16 @@ It is an estimate for pruning only; llmpar's evaluation gives every number retur
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llmpar.communication.collectives import link_of, traffic_and_steps
+from llmpar.evaluation.matmuls import RankShape, memory_bound_seconds
 from llmpar.evaluation.memory import recomputed_fraction, whole_model_stage
 from llmpar.evaluation.step_time import ELEMENTWISE_PASSES
+from llmpar.roofline import rates_of
 from llmpar.search.estimate_memory import NodeDegrees, parameters_per_gpu, split_bytes
 from llmpar.search.grid import Grid
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE
@@ -61,6 +66,11 @@ class Communication:
         self.total = self.total + seconds
         self.exposed = self.exposed + seconds * (1.0 - overlap)
 
+    def add_behind(self, seconds: np.ndarray | float, work: np.ndarray | float) -> None:
+        """Communication that overlaps only `work` seconds (ring attention: attention)."""
+        self.total = self.total + seconds
+        self.exposed = self.exposed + np.maximum(0.0, seconds - work)
+
 
 def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
     """Modelled step seconds, grid-shaped; `traffic` is the peak stage's optimizer bytes."""
@@ -70,14 +80,16 @@ def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
     full = grid.array(RECOMPUTE, lambda r: r == "full", "none", bool)
     sequence = grid.array("sequence", lambda on: bool(on) and facts.sequence_enabled,
                           False, bool)
-    compute = _matmul(facts, grid, n) + _elementwise(facts, grid, n, m) / facts.hbm
+    compute = (_matmul(facts, grid, n, facts.hardware_flops)
+               + _memory_bound(facts, grid, n) * m
+               + _elementwise(facts, grid, n, m) / facts.hbm)
     comm = Communication()
     hidden = b * facts.sequence / n.c * facts.hidden * facts.act_bytes
     passes = np.where(full, 2, 1)
     layer_calls = 2 * (passes + 1) * (facts.layers / n.p) * m
     _data(facts, grid, n, m, comm)
     _tensor(facts, n, hidden, layer_calls, sequence, comm)
-    _context(facts, grid, n, b, m, comm)
+    _context(facts, grid, n, b, m, comm, _matmul(facts, grid, n, facts.attention_hardware_flops))
     _expert(facts, n, hidden, passes, m, sequence, comm)
     _pipeline(facts, grid, n, hidden, m, sequence, comm)
     exposed = np.maximum(comm.exposed, comm.total - compute)
@@ -85,20 +97,37 @@ def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
     return compute + exposed + bubble * compute + traffic / facts.hbm
 
 
-def _matmul(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
+def _fraction(facts: Facts, p: int, recompute: str, split: tuple[int, ...] | None) -> float:
+    """Share of layers full recomputation reruns (`recomputed_fraction`)."""
+    return facts.cached(("fraction", recompute, p, split), lambda: recomputed_fraction(
+        facts.training(1, recompute), _stages(facts, p, split)))
+
+
+def _matmul(facts: Facts, grid: Grid, n: NodeDegrees,
+            flops: Callable[[str, float], float]) -> np.ndarray:
+    """Seconds of `flops` (all hardware FLOPs, or the attention products') on one GPU."""
     gpu = facts.spec.hardware.gpu
     rate = facts.num_gpus * facts.peak * (gpu.matmul_efficiency or 1.0)
 
-    def compute(recompute: str, split: tuple[int, ...] | None) -> float:
-        spec = facts.training(1, recompute)
-        fraction = recomputed_fraction(spec, _stages(facts, n.p, split))
-        return facts.hardware_flops(recompute, fraction) / rate
-
     def seconds(recompute: str, split: tuple[int, ...] | None) -> float:
-        return facts.cached(("matmul", recompute, n.p, split), lambda: compute(recompute, split))
+        return flops(recompute, _fraction(facts, n.p, recompute, split)) / rate
 
     return grid.table((RECOMPUTE, "pipeline.layers_per_stage"), seconds, ("none", None),
-                      cache=("matmul", n.p))
+                      cache=("matmul", flops.__name__, n.p))
+
+
+def _memory_bound(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
+    """What memory-bound products lose per micro-batch on one GPU
+    (`llmpar.evaluation.matmuls`)."""
+    rates = rates_of(facts.spec.hardware.gpu)
+
+    def seconds(b: int, recompute: str, split: tuple[int, ...] | None) -> float:
+        shape = RankShape(tensor=n.t, context=n.c, expert=n.e, micro_batch_size=b)
+        return memory_bound_seconds(facts.training(b, recompute), shape, rates, recompute,
+                                    _fraction(facts, n.p, recompute, split)) / n.p
+
+    return grid.table((MICRO_BATCH, RECOMPUTE, "pipeline.layers_per_stage"), seconds,
+                      (1, "none", None), cache=("memory-bound", n.t, n.c, n.e, n.p))
 
 
 def _stages(facts: Facts, p: int, split: tuple[int, ...] | None) -> tuple[Stage, ...]:
@@ -157,7 +186,7 @@ def _tensor(facts: Facts, n: NodeDegrees, hidden: np.ndarray, calls: np.ndarray,
 
 
 def _context(facts: Facts, grid: Grid, n: NodeDegrees, b: np.ndarray, m: np.ndarray,
-             comm: Communication) -> None:
+             comm: Communication, attention: np.ndarray) -> None:
     if n.c == 1:
         return
     model = facts.spec.model
@@ -170,7 +199,7 @@ def _context(facts: Facts, grid: Grid, n: NodeDegrees, b: np.ndarray, m: np.ndar
     swap = seconds_per_call(facts, "all-to-all", chunk * width * facts.act_bytes, n.c, n.t) * (
         2 * layers * m)
     all_to_all = grid.array("context.kind", lambda k: k == "all-to-all", "ring", bool)
-    comm.add(np.where(all_to_all, 0.0, ring), 1.0)
+    comm.add_behind(np.where(all_to_all, 0.0, ring), attention)
     comm.add(np.where(all_to_all, swap, 0.0))
 
 

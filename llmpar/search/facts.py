@@ -13,7 +13,7 @@ import attrs
 
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.memory import stage_inventory, stage_parameters
-from llmpar.evaluation.timing import step_flops
+from llmpar.evaluation.timing import StepFlops, step_flops
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import (
     SPLIT_CONTEXT,
@@ -77,7 +77,7 @@ class Facts:
         self._params: dict[tuple[object, ...], Mapping[str, float]] = {}
         self._stage_tags: dict[tuple[object, ...], TagBytes] = {}
         self._full_tags: dict[int, TagBytes] = {}
-        self._flops: dict[tuple[str, float], float] = {}
+        self._flops: dict[tuple[str, float], StepFlops] = {}
         self._attention: dict[int, float] = {}
         self._memo: dict[tuple[object, ...], Any] = {}
         self.shared: dict[tuple[Any, ...], Any] = {}
@@ -134,11 +134,18 @@ class Facts:
 
     def hardware_flops(self, recompute: str, fraction: float) -> float:
         """Hardware FLOPs of one step, all GPUs (`step_flops`)."""
+        return self._step_flops(recompute, fraction).hardware_flops_per_step
+
+    def attention_hardware_flops(self, recompute: str, fraction: float) -> float:
+        """The attention products' part of `hardware_flops`."""
+        return self._step_flops(recompute, fraction).attention_hardware_flops_per_step
+
+    def _step_flops(self, recompute: str, fraction: float) -> StepFlops:
         key = (recompute, fraction)
         found = self._flops.get(key)
         if found is None:
             spec = self.training(1, recompute)
-            found = step_flops(spec, self.footprint(1), 1, 0.0, fraction).hardware_flops_per_step
+            found = step_flops(spec, self.footprint(1), 1, 0.0, fraction)
             self._flops[key] = found
         return found
 

@@ -96,7 +96,8 @@ class ContextParallel(Strategy):
         return Collective(strategy=self.name, name="context.kv-ring", operation="send-recv",
                           buffer_bytes=kv_bytes, group_size=c,
                           group_stride=layout.stride(self.name), calls_per_step=calls,
-                          overlap=1.0, reason="K/V chunks around the ring, behind attention")
+                          overlap=1.0, hides_behind="attention",
+                          reason="K/V chunks around the ring, behind attention")
 
     def _all_to_all(self, ctx: StrategyContext, c: int) -> Collective:
         spec, layout = ctx.spec, ctx.layout

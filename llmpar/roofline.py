@@ -18,7 +18,7 @@ from llmpar.spec import Gpu
 
 DEFAULT_MATMUL_EFFICIENCY = 0.68
 DEFAULT_MEMORY_EFFICIENCY = 0.8
-DEFAULT_SOURCE = ("llmpar.inference.roofline defaults (the a100-sxm-80gb preset's: matmul "
+DEFAULT_SOURCE = ("llmpar.roofline defaults (the a100-sxm-80gb preset's: matmul "
                   "calibrated on Narayanan et al. 2021 Table 1, memory assumed)")
 
 
