@@ -303,6 +303,10 @@ def _top_level(name: str, meaning: str, default: str) -> tuple[str, str]:
     """What the loader adds to the top-level keys: which it accepts, and defaults."""
     from llmpar.loading.loader import DEFAULT_OPTIMIZER, SECTIONS
 
+    if name == "rank_order":
+        return ('Written `[parallel] order = "tp-cp-ep-dp-pp"` (Megatron-Core\'s names, '
+                "innermost first): see [Parallel strategies](#parallel-strategies)."), \
+            '`"tp-cp-ep-dp-pp"`'
     if name not in SECTIONS:
         return f"Not a key of the file (set by the loader). {meaning}", default
     if name == "optimizer":
@@ -353,6 +357,16 @@ def spec_reference() -> str:
               "Each strategy owns one `[parallel.<name>]` table. An empty table turns a "
               "strategy on with its defaults; the data table applies even when absent. "
               "Strategies are applied in the order below (phase, then name).",
+              "",
+              "`[parallel] order` places the ranks, innermost first, in Megatron-Core's "
+              "names (tp, cp, ep, dp, pp): ranks are numbered with the first varying "
+              "fastest, so a group whose members lie within `gpus_per_node` consecutive "
+              "ranks stays inside a node (`llmpar.placement`). ep, if given, comes right "
+              "before dp (expert ranks are the innermost data ranks) and cp next to them "
+              '(data x context ranks form one block). The default is `"tp-cp-ep-dp-pp"`; '
+              '`"tp-pp-cp-dp"` keeps pipeline neighbours inside a node instead of '
+              "data-parallel peers. Each collective is costed on the slowest link its group "
+              "spans under this placement.",
               ""]
     session = Session(load_entry_points=False)
     for name, strategy in session.strategies.items():

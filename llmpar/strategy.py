@@ -7,13 +7,13 @@ degree), and returns a `Transform`. The evaluator composes the transforms.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from llmpar.errors import Problem
+from llmpar.placement import RANK_ORDER, stride
 
 if TYPE_CHECKING:
     from llmpar.footprint.baseline import Footprint
@@ -24,11 +24,6 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
 HIDING_WORK = ("compute", "attention")
-
-RANK_ORDER = ("tensor", "context", "expert", "data", "pipeline")
-"""Default placement of ranks, innermost first (Megatron-Core's tp-cp-ep-dp-pp): the
-tensor group is contiguous, so it stays inside a node when its degree allows."""
-
 
 @attrs.frozen(kw_only=True)
 class GroupSelection:
@@ -183,19 +178,19 @@ class Layout:
 
     degrees: Mapping[str, int]
     num_gpus: int
+    order: tuple[str, ...] = RANK_ORDER
+    """Placement of ranks, innermost first (`[parallel] order`)."""
 
     def degree(self, strategy: str) -> int:
         """Degree of `strategy`; 1 when it is not in the layout."""
         return self.degrees.get(strategy, 1)
 
     def stride(self, strategy: str) -> int:
-        """Rank distance between members of `strategy`'s group under RANK_ORDER:
-        the product of the degrees placed inside it. The expert group is carved
-        out of the data x context ranks, so it sits right after tensor."""
-        if strategy == "expert":
-            return self.degree("tensor")
-        inner = RANK_ORDER[: RANK_ORDER.index(strategy)] if strategy in RANK_ORDER else RANK_ORDER
-        return math.prod(self.degree(name) for name in inner if name != "expert")
+        """Rank distance between members of `strategy`'s group under `order`
+        (llmpar.placement.stride): the product of the degrees placed inside it. The
+        expert group is carved out of the data x context ranks, so it starts where
+        they start."""
+        return stride(self.order, self.degrees, strategy)
 
 
 @attrs.frozen(kw_only=True)

@@ -30,6 +30,8 @@ SPACES = {
         parallel={"data": {"fsdp": True, "overlap_grad_reduce": False}}),
     "sequence-table-disabled": small_spec(num_gpus=4,
                                           parallel={"sequence": {"enabled": False}}),
+    "pipeline-inside-data-order": small_spec(model=MOE_MODEL,
+                                             parallel={"order": "tp-pp-cp-ep-dp"}),
 }
 
 

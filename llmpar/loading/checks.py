@@ -92,7 +92,7 @@ def resolve_layout(
                                 f"hardware.num_gpus is {num_gpus}"))
     for name in fill:
         fixed[name] = max(1, num_gpus // product) if not problems else 1
-    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus), problems
+    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus, order=spec.rank_order), problems
 
 
 def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:

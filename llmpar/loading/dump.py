@@ -7,6 +7,7 @@ from typing import Any
 import cattrs
 import toml
 
+from llmpar.placement import ORDER_KEY, RANK_ORDER, order_text
 from llmpar.spec import Spec
 
 
@@ -38,6 +39,9 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
         name: converter.unstructure(config, unstructure_as=type(config))
         for name, config in spec.parallel.items()
     }
+    table.pop("rank_order", None)
+    if spec.rank_order != RANK_ORDER:
+        table["parallel"][ORDER_KEY] = order_text(spec.rank_order)
     return _plain(table, drop_none=True)
 
 

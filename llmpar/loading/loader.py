@@ -13,6 +13,7 @@ from llmpar.hf.importer import model_table_from_hf
 from llmpar.loading.converter import structure
 from llmpar.loading.presets import PresetCatalog, PresetNotFound
 from llmpar.loading.reader import SpecSource, apply_overrides, merge, read_source
+from llmpar.placement import ORDER_KEY, RANK_ORDER, parse_order
 from llmpar.spec import (
     SCHEMA_VERSION,
     Hardware,
@@ -123,6 +124,8 @@ def _structure_parallel(
         return {}
     configs: dict[str, Any] = {}
     for name, table in raw.items():
+        if name == ORDER_KEY:
+            continue  # not a strategy: `_structure_order`
         strategy = strategies.get(name)
         if strategy is None:
             known = ", ".join(sorted(strategies))
@@ -139,6 +142,15 @@ def _structure_parallel(
         if strategy.always_active and name not in raw:
             configs[name] = strategy.config_type()
     return configs
+
+
+def _structure_order(raw: Any, problems: list[Problem]) -> tuple[str, ...]:
+    """`[parallel] order`: the rank order string, innermost first."""
+    if not isinstance(raw, Mapping) or ORDER_KEY not in raw:
+        return RANK_ORDER
+    order, found = parse_order(raw[ORDER_KEY], f"$.parallel.{ORDER_KEY}")
+    problems += found
+    return order
 
 
 def _structure_inference(raw: dict[str, Any], converter: cattrs.Converter,
@@ -220,6 +232,7 @@ def structure_spec(
     inference, found = _structure_inference(raw, converter, problems)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
+    rank_order = _structure_order(raw.get("parallel", {}), problems)
     search, found = _structure_search(raw, converter, problems)
     problems += found
 
@@ -227,7 +240,7 @@ def structure_spec(
         return None, problems
     spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
                 training=training, inference=inference, parallel=parallel,
-                search=search, source=label)
+                rank_order=rank_order, search=search, source=label)
     return spec, []
 
 

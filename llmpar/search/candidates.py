@@ -89,7 +89,8 @@ class SpecBuilder:
         tables = {}
         degrees = {key.removesuffix(f".{DEGREE}"): value for key, value in choice.items()
                    if key.endswith(f".{DEGREE}")}
-        layout = Layout(degrees=degrees, num_gpus=self.spec.hardware.num_gpus)
+        layout = Layout(degrees=degrees, num_gpus=self.spec.hardware.num_gpus,
+                        order=self.spec.rank_order)
         for name in self._order:
             default = self._defaults[name]
             fields = {field: choice[key] for key, field in self._fields.get(name, ())

@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from llmpar.evaluation.memory import whole_model_stage
+from llmpar.placement import RANK_ORDER, stride
 from llmpar.search.exact import stage_kind
 from llmpar.search.grid import Grid
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE
@@ -46,12 +47,20 @@ class NodeDegrees:
     d: int
     e: int
     p: int
+    order: tuple[str, ...] = RANK_ORDER
 
     @classmethod
-    def of(cls, degrees: Mapping[str, int]) -> NodeDegrees:
+    def of(cls, degrees: Mapping[str, int],
+           order: tuple[str, ...] = RANK_ORDER) -> NodeDegrees:
         return cls(t=degrees.get("tensor", 1), c=degrees.get("context", 1),
                    d=degrees.get("data", 1), e=degrees.get("expert", 1),
-                   p=degrees.get("pipeline", 1))
+                   p=degrees.get("pipeline", 1), order=order)
+
+    def stride(self, strategy: str) -> int:
+        """`Layout.stride` of these degrees (llmpar.placement)."""
+        degrees = {"tensor": self.t, "context": self.c, "data": self.d, "expert": self.e,
+                   "pipeline": self.p}
+        return stride(self.order, degrees, strategy)
 
 
 def stage_kinds(facts: Facts, p: int, split: tuple[int, ...] | None) -> list[Stage]:

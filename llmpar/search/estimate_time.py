@@ -74,7 +74,7 @@ class Communication:
 
 def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
     """Modelled step seconds, grid-shaped; `traffic` is the peak stage's optimizer bytes."""
-    n = NodeDegrees.of(grid.node.degrees)
+    n = NodeDegrees.of(grid.node.degrees, facts.spec.rank_order)
     b = grid.array(MICRO_BATCH)
     m = np.maximum(1, facts.global_batch // (b.astype(np.int64) * n.d)).astype(float)
     full = grid.array(RECOMPUTE, lambda r: r == "full", "none", bool)
@@ -161,7 +161,8 @@ def _data(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray,
     fsdp = bool(getattr(config, "fsdp", False))
     stage = grid.array("data.zero", lambda z: 3 if fsdp else z, 0)
     dense = n.d * n.c
-    groups = ((dense, n.t, False), (max(1, dense // n.e), n.t * n.e, True))
+    block = n.stride("expert")  # where the data x context ranks start
+    groups = ((dense, block, False), (max(1, dense // n.e), block * n.e, True))
     for size, stride, experts in groups:
         params = parameters_per_gpu(facts, n, experts)
         if size <= 1 or params <= 0:
@@ -180,8 +181,9 @@ def _tensor(facts: Facts, n: NodeDegrees, hidden: np.ndarray, calls: np.ndarray,
             sequence: np.ndarray, comm: Communication) -> None:
     if n.t == 1:
         return
-    reduce = seconds_per_call(facts, "all-reduce", hidden, n.t, 1) * calls
-    gather = seconds_per_call(facts, "all-gather", hidden, n.t, 1) * calls
+    stride = n.stride("tensor")
+    reduce = seconds_per_call(facts, "all-reduce", hidden, n.t, stride) * calls
+    gather = seconds_per_call(facts, "all-gather", hidden, n.t, stride) * calls
     comm.add(np.where(sequence, 2 * gather, reduce))
 
 
@@ -193,10 +195,11 @@ def _context(facts: Facts, grid: Grid, n: NodeDegrees, b: np.ndarray, m: np.ndar
     chunk = b * facts.sequence / n.c
     layers = facts.layers / n.p
     ring_bytes = chunk * 2 * model.kv_width / n.t * facts.act_bytes
-    ring = seconds_per_call(facts, "send-recv", ring_bytes, n.c, n.t) * (
+    ring = seconds_per_call(facts, "send-recv", ring_bytes, n.c, n.stride("context")) * (
         3 * (n.c - 1) * layers * m)
     width = (2 * model.query_width + 2 * model.kv_width) / n.t
-    swap = seconds_per_call(facts, "all-to-all", chunk * width * facts.act_bytes, n.c, n.t) * (
+    swap = seconds_per_call(facts, "all-to-all", chunk * width * facts.act_bytes, n.c,
+                            n.stride("context")) * (
         2 * layers * m)
     all_to_all = grid.array("context.kind", lambda k: k == "all-to-all", "ring", bool)
     comm.add_behind(np.where(all_to_all, 0.0, ring), attention)
@@ -210,7 +213,7 @@ def _expert(facts: Facts, n: NodeDegrees, hidden: np.ndarray, passes: np.ndarray
         return
     tokens = hidden * moe.experts_per_token / np.where(sequence, n.t, 1)
     calls = 2 * (passes + 1) * (facts.moe_layers / n.p) * m
-    comm.add(seconds_per_call(facts, "all-to-all", tokens, n.e, n.t) * calls)
+    comm.add(seconds_per_call(facts, "all-to-all", tokens, n.e, n.stride("expert")) * calls)
 
 
 def _pipeline(facts: Facts, grid: Grid, n: NodeDegrees, hidden: np.ndarray, m: np.ndarray,
@@ -219,7 +222,7 @@ def _pipeline(facts: Facts, grid: Grid, n: NodeDegrees, hidden: np.ndarray, m: n
         return
     boundary = hidden / np.where(sequence, n.t, 1)
     v = grid.array("pipeline.virtual_stages", default=1)
-    sends = seconds_per_call(facts, "send-recv", boundary, 2, n.t * n.c * n.d)
+    sends = seconds_per_call(facts, "send-recv", boundary, 2, n.stride("pipeline"))
     comm.add(sends * 2 * m * v)
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from llmpar.placement import RANK_ORDER
 from llmpar.spec.hardware import Hardware
 from llmpar.spec.inference import Inference
 from llmpar.spec.model import Model
@@ -32,6 +33,8 @@ class Spec:
     inference: Inference | None = None
     """A serving workload (`[inference]`); when set, `training` is unused."""
     parallel: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    rank_order: tuple[str, ...] = RANK_ORDER
+    """`[parallel] order`: where ranks sit, innermost first (llmpar.placement)."""
     version: int = SCHEMA_VERSION
     """Spec schema version."""
     search: Search | None = None

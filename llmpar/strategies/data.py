@@ -20,6 +20,7 @@ import attrs
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
+from llmpar.placement import data_context_stride
 from llmpar.search.dimension import SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import FieldError
@@ -139,10 +140,10 @@ def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
     grad_size = bytes_per_element(spec.gradients_dtype)
     weight_size = bytes_per_element(spec.precision.weights)
     m = micro_batches_per_step(spec, layout)
-    # The data x context group starts past the tensor ranks; the expert-data group
-    # past the tensor and expert ranks (Megatron-Core's tp-cp-ep-dp order).
-    dense_stride = layout.degree("tensor")
-    expert_stride = layout.degree("tensor") * layout.degree("expert")
+    # The data x context ranks are one block (llmpar.placement); the expert-data group
+    # steps over the expert ranks at its start.
+    dense_stride = data_context_stride(layout.order, layout.degrees)
+    expert_stride = dense_stride * layout.degree("expert")
     found = []
     for label, experts, size, stride in (("dense", False, dense, dense_stride),
                                          ("expert", True, expert, expert_stride)):
