@@ -141,6 +141,11 @@ def collectives(plan: Plan) -> Table | None:
                  notes=("buffer: bytes each GPU contributes to one call (MB = 10^6 bytes)",))
 
 
+def _in_flight(count: float) -> str:
+    """Whole micro-batches as integers; interleaved schedules' fractions to 2 places."""
+    return f"{count:.0f}" if count == int(count) else f"{count:.2f}"
+
+
 def stages(plan: Plan) -> Table | None:
     if len(plan.stages) <= 1:
         return None
@@ -150,7 +155,7 @@ def stages(plan: Plan) -> Table | None:
         rows.append((str(s.stage), f"{s.layers:,}", _gib(s.weights_bytes),
                      _gib(s.gradients_bytes), _gib(s.optimizer_bytes), activations,
                      _gib(s.buffers_bytes), _gb(s.total_bytes), _gib(s.total_bytes),
-                     f"{s.micro_batches_in_flight:g}"))
+                     _in_flight(s.micro_batches_in_flight)))
         if s.stage == plan.peak_stage:
             marked.append(i)
     return Table(title="Memory per pipeline stage (per GPU)",
