@@ -13,8 +13,9 @@ strategies' collectives written out, each costed by `traffic_and_steps` and
   reduce-scatter each (Korthikanti et al. 2022, Sec. 4.2.2);
 - context: ring send-recvs of K and V behind attention, or all-to-alls of Q, K, V
   and the output; expert: dispatch and combine all-to-alls of the routed tokens;
-- pipeline: a send per micro-batch, stage boundary and direction; its bubble from
-  `bubble_fraction`.
+- pipeline: a send per micro-batch, stage boundary and direction (a 1/t slice with
+  sequence parallelism or scatter-gather, which adds an all-gather over the tensor
+  group); its bubble from `bubble_fraction`.
 It is an estimate for pruning only; llmpar's evaluation gives every number returned.
 """
 
@@ -220,10 +221,15 @@ def _pipeline(facts: Facts, grid: Grid, n: NodeDegrees, hidden: np.ndarray, m: n
               sequence: np.ndarray, comm: Communication) -> None:
     if n.p == 1:
         return
-    boundary = hidden / np.where(sequence, n.t, 1)
+    scatter = bool(getattr(facts.spec.parallel.get("pipeline"), "scatter_gather", True))
+    boundary = hidden / (n.t if scatter else np.where(sequence, n.t, 1))
     v = grid.array("pipeline.virtual_stages", default=1)
+    calls = 2 * m * v
     sends = seconds_per_call(facts, "send-recv", boundary, 2, n.stride("pipeline"))
-    comm.add(sends * 2 * m * v)
+    comm.add(sends * calls)
+    if scatter and n.t > 1:
+        gather = seconds_per_call(facts, "all-gather", hidden, n.t, n.stride("tensor"))
+        comm.add(np.where(sequence, 0.0, gather) * calls)
 
 
 def _bubble(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:

@@ -48,6 +48,12 @@ class PipelineConfig:
     """Model chunks per GPU for the interleaved schedule (v)."""
     layers_per_stage: tuple[int, ...] | None = None
     """Uneven split, one count per stage; default: equal."""
+    scatter_gather: bool = True
+    """Without sequence parallelism, send each tensor rank's 1/t slice of the boundary
+    activations and all-gather them inside the next stage's tensor group (Narayanan et
+    al. 2021, arXiv:2104.04473, Sec. 4.1, Megatron-LM's default); false: every tensor
+    rank sends the whole tensor. With sequence parallelism the slice is what is sent
+    anyway."""
 
 
 def bubble_fraction(config: PipelineConfig, m: int) -> float:
@@ -130,21 +136,34 @@ class PipelineParallel(Strategy):
         bubble = bubble_fraction(config, m)
         warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
                     ] if bubble > 0.2 else []
+        calls = 2 * m * config.virtual_stages  # forward activations, backward gradients
         sends = Collective(strategy=self.name, name="pipeline.send-recv", operation="send-recv",
-                           buffer_bytes=self._boundary_bytes(ctx), group_size=2,
-                           group_stride=layout.stride(self.name),
-                           calls_per_step=2 * m * config.virtual_stages,
+                           buffer_bytes=self._boundary_bytes(config, ctx), group_size=2,
+                           group_stride=layout.stride(self.name), calls_per_step=calls,
                            reason="activations forward and their gradients backward, per "
                                   "micro-batch and stage boundary")
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
-                         collectives=(sends,), warnings=tuple(warnings))
+                         collectives=(sends, *self._gathers(config, ctx, calls)),
+                         warnings=tuple(warnings))
 
-    def _boundary_bytes(self, ctx: StrategyContext) -> float:
-        # With sequence parallelism Megatron sends the 1/t sequence slice.
+    def _boundary_bytes(self, config: PipelineConfig, ctx: StrategyContext) -> float:
         size = hidden_state_bytes(ctx.spec, ctx.layout)
-        if sequence_parallel(ctx.spec):
+        if sequence_parallel(ctx.spec) or config.scatter_gather:
             size /= ctx.layout.degree("tensor")
         return size
+
+    def _gathers(self, config: PipelineConfig, ctx: StrategyContext,
+                 calls: float) -> tuple[Collective, ...]:
+        """The receiving tensor group rebuilds the whole tensor from the slices (with
+        sequence parallelism the next layer's own all-gather does that)."""
+        t = ctx.layout.degree("tensor")
+        if t == 1 or not config.scatter_gather or sequence_parallel(ctx.spec):
+            return ()
+        return (Collective(strategy=self.name, name="pipeline.boundary-all-gather",
+                           operation="all-gather",
+                           buffer_bytes=hidden_state_bytes(ctx.spec, ctx.layout), group_size=t,
+                           group_stride=ctx.layout.stride("tensor"), calls_per_step=calls,
+                           reason="rebuild the received boundary tensor from its slices"),)
 
 
 @hookimpl
