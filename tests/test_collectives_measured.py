@@ -21,9 +21,9 @@ file marks them with `expected_ratio = [low, high]` and an `expected_reason`, an
 pins their predicted / measured inside that documented range, so a change to the model that
 moves them (for better or worse) fails here until the data file is updated. Today those are
 NVLink SHARP all-reduces (llmpar up to 1.34x pessimistic; on GB200 also 0.72x at 64 MiB),
-every group that spans nodes (3.3x to 18x pessimistic: llmpar charges one NIC per GPU where
-the measured bus bandwidth is near a node's NICs together), and the first size of one
-sendrecv sweep (0.46x, unexplained by its source).
+two-node runs where NCCL's tree beats a ring over the node's NICs (up to 2.25x pessimistic),
+one log excerpt slower than its own source's other run at mid sizes, and the first size of
+one sendrecv sweep (0.46x, unexplained by its source).
 """
 
 from __future__ import annotations

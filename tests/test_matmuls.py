@@ -1,5 +1,6 @@
-"""Shape-dependent compute: memory-bound matrix products (llmpar.evaluation.matmuls) and
-ring attention's exchange hidden only behind attention (llmpar.evaluation.step_time)."""
+"""Shape-dependent compute: what matrix products lose to their shapes
+(llmpar.evaluation.matmuls) and ring attention's exchange hidden only behind attention
+(llmpar.evaluation.step_time)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import pytest
 import llmpar
 from llmpar.evaluation.matmuls import (
     RankShape,
-    layer_matmuls,
-    memory_bound_seconds,
-    output_layer,
+    pass_seconds,
+    products,
+    shape_loss_seconds,
 )
 from llmpar.evaluation.step_time import hide
 from llmpar.evaluation.timing import attention_hardware_flops_per_sequence
 from llmpar.footprint.baseline import baseline_footprint
 from llmpar.plan import CollectiveCost
-from llmpar.roofline import compute_seconds, memory_seconds, rates_of
+from llmpar.roofline import rates_of
 
 SESSION = llmpar.Session(load_entry_points=False)
 
@@ -26,43 +27,59 @@ def spec_of(model: str = "gpt-3-175b", sequence: int = 2048, gpu: str = "a100-sx
                               "training": {"sequence_length": sequence}})
 
 
-def test_large_products_at_training_shapes_are_compute_bound():
-    """GPT-3 175B, TP8, 2048 tokens per micro-batch (Narayanan et al.'s runs)."""
+def lost(spec, product, rates) -> float:
+    """One pass of one product: its time beyond its FLOPs'."""
+    time, flops = pass_seconds(product, spec, rates)
+    return time - flops
+
+
+def test_large_products_lose_only_their_fixed_time():
+    """GPT-3 175B, TP8, 2048 tokens per micro-batch (Narayanan et al.'s runs): every
+    product is compute-bound, so each pass loses the GPU's fixed 6 us; three passes per
+    product, four for layer products under full recomputation."""
     spec = spec_of()
-    assert memory_bound_seconds(spec, RankShape(tensor=8), rates_of(spec.hardware.gpu),
-                                "full", 1.0) == 0.0
+    rates = rates_of(spec.hardware.gpu)
+    fixed = spec.hardware.gpu.matmul_fixed_seconds
+    assert fixed == pytest.approx(6e-6)
+    found = products(spec, RankShape(tensor=8), materialized_scores=False)
+    assert all(lost(spec, p, rates) == pytest.approx(fixed) for p in found)
+    layers = sum(p.count for p in found if p.layer)
+    assert shape_loss_seconds(spec, RankShape(tensor=8), rates, "full", 1.0, False) == (
+        pytest.approx((4 * layers + 3) * fixed))
 
 
-def test_few_tokens_per_gpu_make_products_memory_bound_by_the_roofline_excess():
-    """CP32 leaves 64 tokens per GPU: every product streams more than it computes, and
-    the time lost is memory time - compute time, 3 forward equivalents per layer product
-    (4 with full recomputation) and 3 for the output layer."""
+def test_few_tokens_per_gpu_make_products_memory_bound():
+    """CP32 leaves 64 tokens per GPU: every product streams its weights for few FLOPs,
+    and loses memory time - compute time on top of the fixed time."""
     spec, shape = spec_of(), RankShape(tensor=8, context=32)
     rates = rates_of(spec.hardware.gpu)
-    layers = sum(count * (memory_seconds(op, rates) - compute_seconds(op, rates))
-                 for op, count in layer_matmuls(spec, shape))
-    head = memory_seconds(output_layer(spec, shape), rates) - compute_seconds(
-        output_layer(spec, shape), rates)
-    assert layers > 0 and head > 0
-    assert memory_bound_seconds(spec, shape, rates, "none", 1.0) == pytest.approx(
-        3 * layers + 3 * head)
-    assert memory_bound_seconds(spec, shape, rates, "full", 0.5) == pytest.approx(
-        3.5 * layers + 3 * head)
-    assert memory_bound_seconds(spec, shape, rates, "selective", 1.0) == pytest.approx(
-        3 * layers + 3 * head)
+    fixed = spec.hardware.gpu.matmul_fixed_seconds
+    found = products(spec, shape, materialized_scores=False)
+    assert all(lost(spec, p, rates) > 2 * fixed for p in found)
+    total = sum(3 * p.count * lost(spec, p, rates) for p in found)
+    assert shape_loss_seconds(spec, shape, rates, "none", 0.0, False) == pytest.approx(total)
 
 
-def test_attention_projection_bytes_and_flops_by_hand():
-    """Llama-3-8B (h 4096, 32 heads, 8 KV heads of 128), TP2, 1024 tokens: Q and output
-    4096 x 4096 / 2 each, K and V 4096 x 1024 / 2 each; weights read once in bf16,
-    activations in and out once."""
+def test_attention_projection_shape_by_hand():
+    """Llama-3-8B (h 4096, 32 heads, 8 KV heads of 128), TP2, 1024 tokens: Q, K and V
+    together are 4096 x (2048 + 2 x 512) per rank, the output (4096 / 2) x 4096."""
     spec = spec_of("llama-3-8b", sequence=1024)
-    (attention, layers), *_ = layer_matmuls(spec, RankShape(tensor=2))
-    weights = (2 * 4096 * 4096 + 2 * 4096 * 1024) / 2
-    assert layers == 32
-    assert attention.flops == 2 * 1024 * weights
-    width = (4096 + 2 * 1024 + 4096) / 2  # query, K, V and output per rank
-    assert attention.bytes == 2 * weights + 2 * 1024 * (2 * 4096 + width)
+    qkv, output, *_ = products(spec, RankShape(tensor=2), materialized_scores=False)
+    assert (qkv.m, qkv.n, qkv.k, qkv.count) == (1024, 2048 + 2 * 512, 4096, 32)
+    assert (output.m, output.n, output.k) == (1024, 4096, 2048)
+
+
+def test_scores_are_products_only_where_attention_materializes_them():
+    """Eager attention (activation models that keep the scores) runs Q.K^T and scores.V
+    per head; FlashAttention is not a product here."""
+    spec = spec_of("llama-3-8b", sequence=1024)
+    names = {p.name for p in products(spec, RankShape(tensor=2, micro_batch_size=2), True)}
+    assert {"Q.K^T", "scores.V"} <= names
+    assert not {"Q.K^T", "scores.V"} & {
+        p.name for p in products(spec, RankShape(tensor=2), False)}
+    scores = [p for p in products(spec, RankShape(tensor=2, micro_batch_size=2), True)
+              if p.name == "Q.K^T"][0]
+    assert (scores.m, scores.n, scores.k, scores.count) == (1024, 1024, 128, 2 * 16 * 32)
 
 
 @pytest.mark.parametrize("model", ["llama-3-8b", "gpt-3-175b", "mixtral-8x7b"])
@@ -71,13 +88,17 @@ def test_lost_time_grows_as_tokens_per_gpu_shrink(model, tensor):
     """Per micro-batch as the context degree grows; per token as micro-batches shrink."""
     spec = spec_of(model, sequence=2048)
     rates = rates_of(spec.hardware.gpu)
-    lost = [memory_bound_seconds(spec, RankShape(tensor=tensor, context=c), rates, "none", 0.0)
-            for c in (1, 4, 16, 64, 256)]
-    assert lost == sorted(lost) and lost[-1] > 0
-    per_token = [memory_bound_seconds(spec, RankShape(tensor=tensor, context=64,
-                                                      micro_batch_size=b), rates, "none", 0.0) / b
-                 for b in (1, 2, 4, 8)]
-    assert per_token == sorted(per_token, reverse=True)
+
+    def loss(c, b=1):
+        return shape_loss_seconds(spec, RankShape(tensor=tensor, context=c, micro_batch_size=b),
+                                  rates, "none", 0.0, False)
+
+    found = [loss(c) for c in (1, 4, 16, 64, 256)]
+    assert all(later >= earlier * (1 - 1e-12) for earlier, later in zip(found, found[1:]))
+    assert found[-1] > found[0]
+    per_token = [loss(64, b) / b for b in (1, 2, 4, 8)]
+    assert all(later <= earlier * (1 + 1e-12)
+               for earlier, later in zip(per_token, per_token[1:]))
 
 
 def test_experts_that_see_few_tokens_are_memory_bound_until_expert_parallelism():
@@ -85,13 +106,16 @@ def test_experts_that_see_few_tokens_are_memory_bound_until_expert_parallelism()
     without expert parallelism, and 512 with EP8 (the tokens of 8 GPUs)."""
     spec = spec_of("mixtral-8x7b", sequence=256)
     rates = rates_of(spec.hardware.gpu)
+    fixed = spec.hardware.gpu.matmul_fixed_seconds
 
-    def experts(e):
-        ops = dict((op.name, op) for op, _ in layer_matmuls(spec, RankShape(expert=e)))
-        op = ops["routed experts"]
-        return memory_seconds(op, rates) - compute_seconds(op, rates)
+    def expert_up(e):
+        (product,) = [p for p in products(spec, RankShape(expert=e), False)
+                      if p.name == "expert up"]
+        return product
 
-    assert experts(1) > 0 > experts(8)
+    assert expert_up(1).m == 64 and expert_up(8).m == 512
+    assert lost(spec, expert_up(1), rates) > 2 * fixed
+    assert lost(spec, expert_up(8), rates) == pytest.approx(fixed)
 
 
 def cost(seconds: float, exposed: float, behind: str) -> CollectiveCost:

@@ -41,10 +41,15 @@ def main() -> int:
           "where a source counts model FLOPs its rows run without recomputation, so the two "
           "counts agree.\n")
     print("Each GPU's one calibrated number, its preset's `matmul_efficiency`, was fitted "
-          "once to all the rows of that GPU (A100: Narayanan et al.; H100: dgxc-benchmarking); "
-          "everything else (bubble, exposed communication, memory-bound products, "
-          "elementwise traffic, optimizer step) is modelled, so the spread of the errors "
-          "across rows is what the mechanisms leave unexplained.\n")
+          "once to all the rows of that GPU (A100: the 20 rows of Narayanan et al., "
+          "Korthikanti et al. and BLOOM; H100: the 10 dgxc-benchmarking rows), to the "
+          "smallest largest error; everything else (bubble, the slowest pipeline stage, "
+          "exposed communication, what products lose to their shapes, elementwise traffic, "
+          "optimizer step) is modelled, and the product time law is checked on measured "
+          "GEMMs (validation/published/gemm/), so the spread of the errors across rows is "
+          "what the mechanisms leave unexplained. The A100 rows span three code bases "
+          "(Megatron-LM 2021 and 2022, Megatron-DeepSpeed) whose data files state what each "
+          "overlapped.\n")
     for path in sorted(PUBLISHED.glob("*.toml")):
         source = tomllib.loads(path.read_text())["source"]
         print(f"## {source}\n")

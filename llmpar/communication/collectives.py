@@ -3,31 +3,41 @@
 Per GPU, a ring all-reduce of B bytes over n GPUs sends 2(n-1)/n * B in 2(n-1)
 steps; all-gather and reduce-scatter of a B-byte tensor send (n-1)/n * B in n-1
 steps; an all-to-all of B bytes per GPU sends (n-1)/n * B (pairwise exchange,
-n-1 steps); a send moves B in one step. Thakur, Rabenseifner and Gropp 2005,
+n-1 steps); a send moves B in one step (Thakur, Rabenseifner and Gropp 2005,
 "Optimization of Collective Communication Operations in MPICH", Sec. 4; the
-bus-bandwidth convention of NVIDIA's nccl-tests (doc/PERFORMANCE.md).
+bus-bandwidth convention of NVIDIA's nccl-tests, doc/PERFORMANCE.md). Across nodes
+the ring collectives share the node's NICs (`link_of`) and an all-to-all sends only
+what leaves the node.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 
 from llmpar.spec import Hardware
 from llmpar.strategy import Collective
 
+RING_OPERATIONS = ("all-reduce", "all-gather", "reduce-scatter")
 INTRA_NODE = "intra-node"
 INTER_NODE = "inter-node"
 
 
-def traffic_and_steps(operation: str, buffer_bytes: float, group_size: int) -> tuple[float, int]:
-    """Bytes one GPU sends, and the number of sequential steps, for one call."""
+def traffic_and_steps(operation: str, buffer_bytes: Any, group_size: int,
+                      members_per_node: int = 1) -> tuple[Any, int]:
+    """Bytes one GPU sends over the group's slowest link, and the number of sequential
+    steps, for one call. An all-to-all whose group has `members_per_node` GPUs in each
+    node sends the share bound for other nodes over the network: (n - k)/n of B."""
     n = group_size
     if n <= 1:
         return 0.0, 0
     share = (n - 1) / n
     if operation == "all-reduce":
         return 2 * share * buffer_bytes, 2 * (n - 1)
-    if operation in ("all-gather", "reduce-scatter", "all-to-all"):
+    if operation == "all-to-all":
+        return (n - min(members_per_node, n - 1)) / n * buffer_bytes, n - 1
+    if operation in ("all-gather", "reduce-scatter"):
         return share * buffer_bytes, n - 1
     if operation == "send-recv":
         return buffer_bytes, 1
@@ -46,29 +56,57 @@ class Link:
     latency_seconds: float
 
 
+def members_per_node(group_size: int, group_stride: int, gpus_per_node: int) -> int:
+    """How many of the group's GPUs share one node (the group's ranks stride apart)."""
+    if group_stride >= gpus_per_node:
+        return 1
+    return max(1, min(group_size, gpus_per_node // group_stride))
+
+
 def link_of(collective: Collective, hardware: Hardware) -> Link:
-    """The slowest link the group spans."""
+    """The slowest link the group spans.
+
+    Across nodes, a ring collective whose group has k GPUs in each node runs one ring
+    (NCCL channel) per NIC, so each node's k NICs carry the ring's traffic together:
+    the link is k x the per-GPU network bandwidth, at most the intra-node link (NCCL
+    builds a ring per NIC, each crossing the network once per node; measured busbw on
+    multi-node DGX/HGX systems sits near the node's total network bandwidth,
+    docs/validation-collectives.md). Sends and all-to-alls use each GPU's own NIC."""
     if collective.operation == "send-recv":
         # Consecutive pipeline stages sit group_stride ranks apart.
         crosses = collective.group_stride >= hardware.gpus_per_node
     else:
         crosses = spans_nodes(collective, hardware.gpus_per_node)
-    if crosses and hardware.num_gpus > hardware.gpus_per_node:
-        return Link(tier=INTER_NODE,
-                    bandwidth_bytes_per_s=hardware.inter_node_bandwidth_bytes_per_s,
-                    latency_seconds=hardware.inter_node_latency_seconds)
-    return Link(tier=INTRA_NODE, bandwidth_bytes_per_s=hardware.intra_node_bandwidth,
-                latency_seconds=hardware.intra_node_latency_seconds)
+    intra = hardware.intra_node_bandwidth
+    if not (crosses and hardware.num_gpus > hardware.gpus_per_node):
+        return Link(tier=INTRA_NODE, bandwidth_bytes_per_s=intra,
+                    latency_seconds=hardware.intra_node_latency_seconds)
+    bandwidth = hardware.inter_node_bandwidth_bytes_per_s
+    if bandwidth is not None and collective.operation in RING_OPERATIONS:
+        k = members_per_node(collective.group_size, collective.group_stride,
+                             hardware.gpus_per_node)
+        bandwidth = min(k * bandwidth, intra) if intra is not None else k * bandwidth
+    return Link(tier=INTER_NODE, bandwidth_bytes_per_s=bandwidth,
+                latency_seconds=hardware.inter_node_latency_seconds)
 
 
-def call_seconds(collective: Collective, hardware: Hardware) -> tuple[float | None, str]:
-    """Seconds of one call on its link, and the tier; None when the link is unknown."""
+def seconds_of(collective: Collective, hardware: Hardware,
+               buffer_bytes: Any = None) -> tuple[Any, str]:
+    """Seconds of one call on its link (of `buffer_bytes`, a number or an array, in place
+    of the collective's own), and the tier; None when the link is unknown."""
     link = link_of(collective, hardware)
-    sent, steps = traffic_and_steps(collective.operation, collective.buffer_bytes,
-                                    collective.group_size)
+    buffer = collective.buffer_bytes if buffer_bytes is None else buffer_bytes
+    k = members_per_node(collective.group_size, collective.group_stride,
+                         hardware.gpus_per_node) if link.tier == INTER_NODE else 1
+    sent, steps = traffic_and_steps(collective.operation, buffer, collective.group_size, k)
     if steps == 0:
         return 0.0, link.tier
     if link.bandwidth_bytes_per_s is None:
         return None, link.tier
     bandwidth = link.bandwidth_bytes_per_s * hardware.collective_efficiency
     return sent / bandwidth + steps * link.latency_seconds, link.tier
+
+
+def call_seconds(collective: Collective, hardware: Hardware) -> tuple[float | None, str]:
+    """Seconds of one call on its link, and the tier; None when the link is unknown."""
+    return seconds_of(collective, hardware)

@@ -1,24 +1,37 @@
-"""The matrix products of a training step on one GPU, and the time they lose when they
-are memory-bound.
+"""The matrix products of a training step on one GPU, and the time their shapes cost
+beyond their FLOPs.
 
-Compute time counts FLOPs at the GPU's matmul efficiency; that holds while a product
-does enough arithmetic per byte it moves. A product whose weights and operands take
-longer to stream from HBM than its FLOPs take to compute runs at the memory's pace
-instead: the roofline of `llmpar.roofline` (Williams et al. 2009). In training that
-happens where few tokens meet many weights: a small micro-batch x sequence / context
-degree per GPU, thin slices (hidden size / tensor degree), experts that each see a
-few tokens. Per layer and micro-batch, on one GPU:
-- attention projections: Q, K, V and output (MLA: its own), weights split as tensor
-  parallelism splits them (KV heads copied past t > kv);
-- MLP, or router + routed experts + shared experts: tokens routed evenly, so the
-  E/e experts of a GPU see k x tokens x e / E tokens each and all their weights are
-  read;
+Compute time counts FLOPs at the GPU's matmul efficiency, the rate large products
+reach. A product of C[m x n] = A[m x k] B[k x n] takes
+
+    fixed + max(FLOPs / (peak * matmul_efficiency),
+                bytes / (HBM bandwidth * memory_efficiency))
+
+every product pays a launch and first-tile latency (`matmul_fixed_seconds`; once per
+launch for batched and grouped products), and a
+product whose weights and operands take longer to stream from HBM than its FLOPs take
+to compute runs at the memory's pace (the roofline, Williams et al. 2009). This law
+is checked against measured GEMMs (validation/published/gemm/,
+tests/test_matmul_shapes.py). Small token counts per GPU (micro-batch x sequence /
+context degree), thin slices (hidden size / tensor degree), attention products over
+short head widths and experts that each see few tokens are where training loses
+time.
+
+The products, on one GPU, per micro-batch, along the whole pipeline:
+- attention projections: Q, K and V together and the output (MLA: its down and up
+  projections and the output), split as tensor parallelism splits them (KV heads
+  copied past t > kv);
+- MLP (gate and up together, then down), or router + routed experts + shared
+  experts: tokens routed evenly, so each of a GPU's E/e experts sees k x tokens x
+  e / E tokens;
+- where attention materializes its scores (activation models that keep them, i.e.
+  not FlashAttention): Q.K^T and scores.V as batched products per head, reducing over
+  the head width and the sequence;
 - once per model: the output layer.
-Bytes: the weights once (in the weights' format), the input and output activations
-once. Each product's backward pass (input and weight gradients) computes and moves
-twice what its forward does; full recomputation reruns the forward. Attention itself
-(Q.K^T, scores.V) runs as FlashAttention, compute-bound at training lengths, and adds
-nothing here.
+Each runs forward, and backward as the input gradient and the weight gradient (the
+same FLOPs and, to this accounting, the same bytes); full recomputation reruns the
+forward of the recomputed layers, selective recomputation the attention products.
+Bytes: A, B and C once, B in the weights' format when it is a weight.
 """
 
 from __future__ import annotations
@@ -26,12 +39,8 @@ from __future__ import annotations
 import attrs
 
 from llmpar.dtypes import bytes_per_element
-from llmpar.footprint.flops import BACKWARD_TO_FORWARD, mlp_matmul_weights
-from llmpar.footprint.parameters import attention_matmul_weights
-from llmpar.inference.workspace import attention_width, mlp_width
-from llmpar.roofline import Operation, Rates, compute_seconds, memory_seconds
+from llmpar.roofline import Rates
 from llmpar.spec import Spec
-from llmpar.strategies.tensor import attention_divisor
 
 
 @attrs.frozen(kw_only=True)
@@ -44,91 +53,160 @@ class RankShape:
     micro_batch_size: int = 1
 
 
+@attrs.frozen(kw_only=True)
+class Product:
+    """`count` products C[m x n] = A[m x k] B[k x n] of one micro-batch on one GPU."""
+
+    name: str
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+    batch: float = 1.0
+    """Products one kernel launch runs together (heads of a batched product, experts of
+    a grouped one): the fixed time is paid once per launch."""
+    weights: bool = True
+    """B is a weight matrix (else both operands are activations)."""
+    layer: bool = True
+    """Part of a layer (recomputation reruns it), not the output layer."""
+
+
 def _tokens(spec: Spec, shape: RankShape) -> float:
     return shape.micro_batch_size * spec.training.sequence_length / shape.context
 
 
-def _operation(name: str, flops: float, weights: float, io: float, spec: Spec) -> Operation:
-    weight_bytes = bytes_per_element(spec.precision.weights)
-    act_bytes = bytes_per_element(spec.precision.activations)
-    return Operation(name=name, flops=flops, bytes=weights * weight_bytes + io * act_bytes,
-                     dtype=spec.precision.compute)
+def _attention(spec: Spec, shape: RankShape, tokens: float, layers: float) -> list[Product]:
+    model, t = spec.model, shape.tensor
+    assert model.hidden_size is not None and model.num_attention_heads is not None
+    h, a = model.hidden_size, model.num_attention_heads
+    mla = model.mla
+    if mla is None:
+        assert model.head_dim is not None and model.num_kv_heads is not None
+        kv = max(1.0, model.num_kv_heads / t) * model.head_dim
+        return [Product(name="Q/K/V", m=tokens, n=model.query_width / t + 2 * kv, k=h,
+                        count=layers),
+                Product(name="attention output", m=tokens, n=h,
+                        k=model.attention_output_width / t, count=layers)]
+    found = []
+    if mla.q_lora_rank is None:
+        found.append(Product(name="Q", m=tokens, n=a * mla.qk_head_dim / t, k=h, count=layers))
+    else:
+        found += [Product(name="Q down", m=tokens, n=mla.q_lora_rank, k=h, count=layers),
+                  Product(name="Q up", m=tokens, n=a * mla.qk_head_dim / t, k=mla.q_lora_rank,
+                          count=layers)]
+    return found + [
+        Product(name="KV down", m=tokens, n=mla.kv_lora_rank + mla.qk_rope_head_dim, k=h,
+                count=layers),
+        Product(name="KV up", m=tokens, n=a * (mla.qk_nope_head_dim + mla.v_head_dim) / t,
+                k=mla.kv_lora_rank, count=layers),
+        Product(name="attention output", m=tokens, n=h, k=a * mla.v_head_dim / t,
+                count=layers),
+    ]
 
 
-def _attention(spec: Spec, shape: RankShape, tokens: float) -> Operation:
+def _scores(spec: Spec, shape: RankShape, layers: float) -> list[Product]:
+    """Q.K^T and scores.V per head, as eager attention runs them."""
+    model = spec.model
+    assert model.num_attention_heads is not None
+    s = spec.training.sequence_length
+    heads = shape.micro_batch_size * model.num_attention_heads / shape.tensor * layers
+    queries = s / shape.context
+    per_launch = heads / layers
+    return [Product(name="Q.K^T", m=queries, n=s, k=model.qk_head_dim, count=heads,
+                    batch=per_launch, weights=False),
+            Product(name="scores.V", m=queries, n=model.value_head_dim, k=s, count=heads,
+                    batch=per_launch, weights=False)]
+
+
+def _mlp(spec: Spec, tokens: float, width: float, t: int, count: float,
+         label: str, batch: float = 1.0) -> list[Product]:
     model = spec.model
     assert model.hidden_size is not None
-    weights = attention_matmul_weights(model) / attention_divisor(spec, shape.tensor)
-    io = tokens * (2 * model.hidden_size + attention_width(model, shape.tensor))
-    return _operation("attention projections", 2 * tokens * weights, weights, io, spec)
+    up = (2 if model.gated else 1) * width / t
+    return [Product(name=f"{label} up", m=tokens, n=up, k=model.hidden_size, count=count,
+                    batch=batch),
+            Product(name=f"{label} down", m=tokens, n=model.hidden_size, k=width / t,
+                    count=count, batch=batch)]
 
 
-def _mlp(spec: Spec, shape: RankShape, tokens: float) -> Operation:
-    model, t = spec.model, shape.tensor
-    assert model.hidden_size is not None and model.ffn_hidden_size is not None
-    weights = mlp_matmul_weights(model, model.ffn_hidden_size) / t
-    io = tokens * (2 * model.hidden_size + 2 * mlp_width(model, model.ffn_hidden_size, t))
-    return _operation("mlp", 2 * tokens * weights, weights, io, spec)
-
-
-def _moe(spec: Spec, shape: RankShape, tokens: float) -> list[Operation]:
-    model, t, e = spec.model, shape.tensor, shape.expert
+def _moe(spec: Spec, shape: RankShape, tokens: float, layers: float) -> list[Product]:
+    model = spec.model
     moe = model.moe
     assert moe is not None and model.hidden_size is not None
-    h, width = model.hidden_size, moe.expert_ffn_hidden_size
-    routed = tokens * moe.experts_per_token
-    expert_weights = mlp_matmul_weights(model, width) / t
-    shared_width = moe.shared_expert_ffn_hidden_size or width
-    shared = moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t
-    ops = [
-        _operation("router", 2 * tokens * h * moe.num_experts, h * moe.num_experts,
-                   tokens * (h + moe.num_experts), spec),
-        _operation("routed experts", 2 * routed * expert_weights,
-                   moe.num_experts / e * expert_weights,
-                   routed * (2 * h + 2 * mlp_width(model, width, t)), spec),
-    ]
-    if shared:
-        io = tokens * 2 * (h + moe.num_shared_experts * mlp_width(model, shared_width, t))
-        ops.append(_operation("shared experts", 2 * tokens * shared, shared, io, spec))
-    return ops
+    per_expert = tokens * moe.experts_per_token * shape.expert / moe.num_experts
+    local = moe.num_experts / shape.expert
+    found = [Product(name="router", m=tokens, n=moe.num_experts, k=model.hidden_size,
+                     count=layers)]
+    found += _mlp(spec, per_expert, moe.expert_ffn_hidden_size, shape.tensor, local * layers,
+                  "expert", batch=local)  # grouped: one launch for a GPU's experts
+    if moe.num_shared_experts:
+        width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
+                                          or moe.expert_ffn_hidden_size)
+        found += _mlp(spec, tokens, width, shape.tensor, layers, "shared expert")
+    return found
 
 
-def layer_matmuls(spec: Spec, shape: RankShape) -> list[tuple[Operation, float]]:
-    """Each product of one micro-batch's forward pass through every layer, on one GPU
-    of each pipeline stage, with how many layers run it."""
-    model = spec.model
-    tokens = _tokens(spec, shape)
-    ops: list[tuple[Operation, float]] = [(_attention(spec, shape, tokens),
-                                           float(model.num_layers or 0))]
-    if model.num_dense_layers:
-        ops.append((_mlp(spec, shape, tokens), float(model.num_dense_layers)))
-    if model.moe is not None and model.num_moe_layers:
-        ops += [(op, float(model.num_moe_layers)) for op in _moe(spec, shape, tokens)]
-    return ops
-
-
-def output_layer(spec: Spec, shape: RankShape) -> Operation:
+def products(spec: Spec, shape: RankShape, materialized_scores: bool) -> list[Product]:
+    """Every product of one micro-batch's forward pass, on one GPU of each stage."""
     model = spec.model
     assert model.hidden_size is not None and model.vocab_size is not None
     tokens = _tokens(spec, shape)
-    head = model.hidden_size * model.vocab_size / shape.tensor
-    io = tokens * (model.hidden_size + model.vocab_size / shape.tensor)
-    return _operation("output layer", 2 * tokens * head, head, io, spec)
+    layers = float(model.num_layers or 0)
+    found = _attention(spec, shape, tokens, layers)
+    if materialized_scores:
+        found += _scores(spec, shape, layers)
+    if model.num_dense_layers:
+        assert model.ffn_hidden_size is not None
+        found += _mlp(spec, tokens, model.ffn_hidden_size, shape.tensor,
+                      float(model.num_dense_layers), "mlp")
+    if model.moe is not None and model.num_moe_layers:
+        found += _moe(spec, shape, tokens, float(model.num_moe_layers))
+    found.append(Product(name="output layer", m=tokens, n=model.vocab_size / shape.tensor,
+                         k=model.hidden_size, layer=False))
+    return found
 
 
-def _excess(op: Operation, rates: Rates) -> float:
-    return max(0.0, memory_seconds(op, rates) - compute_seconds(op, rates))
+def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[float, float]:
+    """(time, time of its FLOPs alone) of one pass of one of `product`'s instances, its
+    share of its launch's fixed time included."""
+    flops = 2 * product.m * product.n * product.k
+    compute = flops / (rates.peak(spec.precision.compute) * rates.matmul_efficiency)
+    act = bytes_per_element(spec.precision.activations)
+    weight = bytes_per_element(spec.precision.weights) if product.weights else act
+    moved = (product.m * product.k + product.m * product.n) * act + product.k * product.n * weight
+    memory = moved / (rates.bandwidth * rates.memory_efficiency)
+    fixed = (rates.gpu.matmul_fixed_seconds or 0.0) / product.batch
+    return fixed + max(compute, memory), compute
 
 
-def memory_bound_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: str,
-                         recomputed_fraction: float) -> float:
-    """Seconds one micro-batch's products spend beyond their FLOPs' time in a training
-    pass, summed along the pipeline: max(0, memory time - compute time) per product,
-    times its forward-pass equivalents (forward, backward = 2 x forward, and the rerun
-    of the recomputed share of layers)."""
+def shape_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[float, float]:
+    """(forward, backward) seconds all `count` products lose to their shape: their time
+    beyond their FLOPs' at the matmul efficiency. The backward pass is two products of
+    the forward's size (input and weight gradients)."""
+    time, flops = pass_seconds(product, spec, rates)
+    lost = product.count * (time - flops)
+    return lost, 2 * lost
+
+
+def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: str,
+                       recomputed_fraction: float, materialized_scores: bool) -> float:
+    """Seconds one micro-batch's products lose to their shapes in a training pass,
+    summed along the pipeline: forward, backward, and the reruns recomputation adds."""
     if not spec.model.has_architecture:
         return 0.0
-    passes = 1.0 + BACKWARD_TO_FORWARD
-    rerun = recomputed_fraction if recompute == "full" else 0.0
-    layers = sum(count * _excess(op, rates) for op, count in layer_matmuls(spec, shape))
-    return layers * (passes + rerun) + _excess(output_layer(spec, shape), rates) * passes
+    total = 0.0
+    for product in products(spec, shape, materialized_scores):
+        forward, backward = shape_seconds(product, spec, rates)
+        total += forward * (1.0 + _reruns(product, recompute, recomputed_fraction)) + backward
+    return total
+
+
+def _reruns(product: Product, recompute: str, recomputed_fraction: float) -> float:
+    """Extra forward passes recomputation makes of `product`: full recomputation reruns
+    the recomputed share of the layers, selective recomputation the attention products
+    (Korthikanti et al. 2022, Sec. 5)."""
+    if recompute == "full" and product.layer:
+        return recomputed_fraction
+    if recompute == "selective" and not product.weights:
+        return 1.0
+    return 0.0

@@ -4,7 +4,10 @@ and optimizer step.
 Modelled (when the spec gives no `[training] mfu` and the GPU states its
 efficiencies):
     compute   = hardware FLOPs per GPU / (peak * matmul_efficiency)
-              + what memory-bound products lose (llmpar.evaluation.matmuls)
+                * the slowest pipeline stage's work over the average stage's
+                  (llmpar.evaluation.balance)
+              + what products lose to their shapes: short reductions, launches,
+                memory-bound products (llmpar.evaluation.matmuls)
               + elementwise bytes / (HBM bandwidth * memory_efficiency)
     exposed   = communication not hidden behind compute (each collective states
                 the share of it that can overlap and the work it hides behind;
@@ -28,7 +31,8 @@ from collections.abc import Callable
 import attrs
 
 from llmpar.communication.collectives import call_seconds
-from llmpar.evaluation.matmuls import RankShape, memory_bound_seconds
+from llmpar.evaluation.balance import slowest_stage_factor
+from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import Memory, split_inventory, stages_of
 from llmpar.evaluation.offload import OffloadTime, host_work_time, offloaded_share
 from llmpar.evaluation.timing import StepFlops
@@ -109,6 +113,12 @@ def hide(costs: list[CollectiveCost], compute: float,
     return _cap(costs, compute, lambda c: True)
 
 
+def materialized_scores(footprint: Footprint) -> bool:
+    """Whether attention runs as eager products over materialized scores (activation
+    models that keep the scores), not FlashAttention."""
+    return footprint.activations is not None and footprint.activations.has_attention_scores
+
+
 def rank_shape(spec: Spec, layout: Layout) -> RankShape:
     return RankShape(tensor=layout.degree("tensor"), context=layout.degree("context"),
                      expert=layout.degree("expert"),
@@ -180,10 +190,13 @@ def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
     rate = peak * gpu.matmul_efficiency
-    memory_bound = memory_bound_seconds(
+    shape_loss = shape_loss_seconds(
         spec, rank_shape(spec, layout), rates_of(gpu), spec.training.recompute,
-        memory.recomputed_fraction) / layout.degree("pipeline") * micro_batches
-    matmul = flops.hardware_flops_per_step / n / rate + memory_bound
+        memory.recomputed_fraction, materialized_scores(footprint)
+    ) / layout.degree("pipeline") * micro_batches
+    stages = stages_of(spec, transforms)
+    slowest = slowest_stage_factor(spec, stages, memory.recomputed_fraction)
+    matmul = flops.hardware_flops_per_step / n / rate * slowest + shape_loss
     elementwise = _elementwise_bytes(spec, footprint, layout, transforms, micro_batches)
     compute = matmul + elementwise / bandwidth
     costs = hide(costs, compute, flops.attention_hardware_flops_per_step / n / rate)
@@ -191,7 +204,7 @@ def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
     peak_stage = memory.peak
     optimizer_traffic = (ADAM_STEP_PASSES * (peak_stage.optimizer_bytes + peak_stage.weights_bytes)
                          + peak_stage.gradients_bytes)
-    stage = stages_of(spec, transforms)[peak_stage.stage]
+    stage = stages[peak_stage.stage]
     on_gpu = 1 - offloaded_share(spec, footprint, stage, transforms, "optimizer")
     optimizer = optimizer_traffic * on_gpu / bandwidth
     bubble_seconds = bubble * compute
@@ -201,7 +214,8 @@ def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops
         warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
                         f"({compute:.3g} s)")
     rule = "compute + exposed communication + bubble * compute + optimizer step"
-    inputs = {"matmul_seconds": matmul, "memory_bound_matmul_seconds": memory_bound,
+    inputs = {"matmul_seconds": matmul, "matmul_shape_seconds": shape_loss,
+              "slowest_stage_factor": slowest,
               "elementwise_bytes": elementwise,
               "compute_seconds": compute, "exposed_communication_seconds": exposed,
               "bubble_fraction": bubble, "optimizer_seconds": optimizer,

@@ -1,15 +1,16 @@
 """Modelled step time of every layout of a node at once, for the built-in strategies.
 
-It follows `llmpar.evaluation.step_time` (compute, with what memory-bound products
-lose, + exposed communication + bubble + optimizer step; ring attention's exchange
-hidden at most behind the attention products, all hiding capped at compute, so
-exposed = max(sum of unhidden, all communication - compute)) with the built-in
-strategies' collectives written out, each costed by `traffic_and_steps` and
-`link_of` (llmpar.communication):
+It follows `llmpar.evaluation.step_time` (compute, paced by the slowest pipeline
+stage, with what products lose to their shapes; + exposed communication + bubble +
+optimizer step; ring attention's exchange hidden at most behind the attention
+products, all hiding capped at compute, so exposed = max(sum of unhidden, all
+communication - compute)) with the built-in strategies' collectives written out,
+each costed by `seconds_of` (llmpar.communication):
 - data: all-reduce (ZeRO 0) or reduce-scatter + all-gather of the gradients and
   weights a GPU holds, over data x context ranks (and expert-data ranks);
 - tensor: an all-reduce of the hidden states 4 (6 with full recomputation) times per
-  layer and micro-batch, or with sequence parallelism an all-gather and a
+  layer and micro-batch (2 of them, the backward input gradients, behind the weight
+  gradients with `overlap_backward`), or with sequence parallelism an all-gather and a
   reduce-scatter each (Korthikanti et al. 2022, Sec. 4.2.2);
 - context: ring send-recvs of K and V behind attention, or all-to-alls of Q, K, V
   and the output; expert: dispatch and combine all-to-alls of the routed tokens;
@@ -26,10 +27,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llmpar.communication.collectives import link_of, traffic_and_steps
-from llmpar.evaluation.matmuls import RankShape, memory_bound_seconds
+from llmpar.communication.collectives import seconds_of
+from llmpar.evaluation.balance import slowest_stage_factor
+from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import recomputed_fraction, whole_model_stage
-from llmpar.evaluation.step_time import ELEMENTWISE_PASSES
+from llmpar.evaluation.step_time import ELEMENTWISE_PASSES, materialized_scores
 from llmpar.roofline import rates_of
 from llmpar.search.estimate_memory import NodeDegrees, parameters_per_gpu, split_bytes
 from llmpar.search.grid import Grid
@@ -48,12 +50,8 @@ def seconds_per_call(facts: Facts, operation: str, buffer: np.ndarray | float, s
         return 0.0
     probe = Collective(strategy="search", name="probe", operation=operation, buffer_bytes=0.0,
                        group_size=size, group_stride=stride)
-    link = link_of(probe, facts.spec.hardware)
-    if link.bandwidth_bytes_per_s is None:
-        return 0.0
-    sent, steps = traffic_and_steps(operation, buffer, size)
-    bandwidth = link.bandwidth_bytes_per_s * facts.spec.hardware.collective_efficiency
-    return sent / bandwidth + steps * link.latency_seconds
+    seconds, _ = seconds_of(probe, facts.spec.hardware, buffer)
+    return 0.0 if seconds is None else seconds
 
 
 class Communication:
@@ -82,15 +80,17 @@ def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
     sequence = grid.array("sequence", lambda on: bool(on) and facts.sequence_enabled,
                           False, bool)
     compute = (_matmul(facts, grid, n, facts.hardware_flops)
-               + _memory_bound(facts, grid, n) * m
+               + _shape_loss(facts, grid, n) * m
                + _elementwise(facts, grid, n, m) / facts.hbm)
     comm = Communication()
     hidden = b * facts.sequence / n.c * facts.hidden * facts.act_bytes
     passes = np.where(full, 2, 1)
     layer_calls = 2 * (passes + 1) * (facts.layers / n.p) * m
+    backward_calls = 2 * (facts.layers / n.p) * m
     _data(facts, grid, n, m, comm)
-    _tensor(facts, n, hidden, layer_calls, sequence, comm)
-    _context(facts, grid, n, b, m, comm, _matmul(facts, grid, n, facts.attention_hardware_flops))
+    _tensor(facts, n, hidden, layer_calls, backward_calls, sequence, comm)
+    attention = _matmul(facts, grid, n, facts.attention_hardware_flops, slowest=False)
+    _context(facts, grid, n, b, m, comm, attention)
     _expert(facts, n, hidden, passes, m, sequence, comm)
     _pipeline(facts, grid, n, hidden, m, sequence, comm)
     exposed = np.maximum(comm.exposed, comm.total - compute)
@@ -105,30 +105,35 @@ def _fraction(facts: Facts, p: int, recompute: str, split: tuple[int, ...] | Non
 
 
 def _matmul(facts: Facts, grid: Grid, n: NodeDegrees,
-            flops: Callable[[str, float], float]) -> np.ndarray:
-    """Seconds of `flops` (all hardware FLOPs, or the attention products') on one GPU."""
+            flops: Callable[[str, float], float], slowest: bool = True) -> np.ndarray:
+    """Seconds of `flops` (all hardware FLOPs, paced by the slowest pipeline stage, or
+    the attention products') on one GPU."""
     gpu = facts.spec.hardware.gpu
     rate = facts.num_gpus * facts.peak * (gpu.matmul_efficiency or 1.0)
 
     def seconds(recompute: str, split: tuple[int, ...] | None) -> float:
-        return flops(recompute, _fraction(facts, n.p, recompute, split)) / rate
+        fraction = _fraction(facts, n.p, recompute, split)
+        factor = slowest_stage_factor(facts.training(1, recompute),
+                                      _stages(facts, n.p, split), fraction) if slowest else 1.0
+        return flops(recompute, fraction) / rate * factor
 
     return grid.table((RECOMPUTE, "pipeline.layers_per_stage"), seconds, ("none", None),
-                      cache=("matmul", flops.__name__, n.p))
+                      cache=("matmul", flops.__name__, slowest, n.p))
 
 
-def _memory_bound(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
-    """What memory-bound products lose per micro-batch on one GPU
+def _shape_loss(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
+    """What products lose to their shapes per micro-batch on one GPU
     (`llmpar.evaluation.matmuls`)."""
     rates = rates_of(facts.spec.hardware.gpu)
 
     def seconds(b: int, recompute: str, split: tuple[int, ...] | None) -> float:
         shape = RankShape(tensor=n.t, context=n.c, expert=n.e, micro_batch_size=b)
-        return memory_bound_seconds(facts.training(b, recompute), shape, rates, recompute,
-                                    _fraction(facts, n.p, recompute, split)) / n.p
+        return shape_loss_seconds(facts.training(b, recompute), shape, rates, recompute,
+                                  _fraction(facts, n.p, recompute, split),
+                                  materialized_scores(facts.footprint(b))) / n.p
 
     return grid.table((MICRO_BATCH, RECOMPUTE, "pipeline.layers_per_stage"), seconds,
-                      (1, "none", None), cache=("memory-bound", n.t, n.c, n.e, n.p))
+                      (1, "none", None), cache=("shape-loss", n.t, n.c, n.e, n.p))
 
 
 def _stages(facts: Facts, p: int, split: tuple[int, ...] | None) -> tuple[Stage, ...]:
@@ -179,13 +184,24 @@ def _data(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray,
 
 
 def _tensor(facts: Facts, n: NodeDegrees, hidden: np.ndarray, calls: np.ndarray,
-            sequence: np.ndarray, comm: Communication) -> None:
+            backward: np.ndarray, sequence: np.ndarray, comm: Communication) -> None:
+    """`calls` per-layer collectives, of which `backward` (the input gradients) may run
+    behind the weight gradients."""
     if n.t == 1:
         return
     stride = n.stride("tensor")
-    reduce = seconds_per_call(facts, "all-reduce", hidden, n.t, stride) * calls
-    gather = seconds_per_call(facts, "all-gather", hidden, n.t, stride) * calls
-    comm.add(np.where(sequence, 2 * gather, reduce))
+    reduce = seconds_per_call(facts, "all-reduce", hidden, n.t, stride)
+    gather = seconds_per_call(facts, "all-gather", hidden, n.t, stride)
+    tensor = _overlap_backward(facts, "tensor")
+    sequence_overlap = _overlap_backward(facts, "sequence")
+    comm.add(np.where(sequence, gather * (2 * calls - backward), reduce * (calls - backward)))
+    comm.add(np.where(sequence, 0.0, reduce * backward), tensor)
+    comm.add(np.where(sequence, gather * backward, 0.0), sequence_overlap)
+
+
+def _overlap_backward(facts: Facts, strategy: str) -> float:
+    config = facts.spec.parallel.get(strategy)
+    return 1.0 if getattr(config, "overlap_backward", True) else 0.0
 
 
 def _context(facts: Facts, grid: Grid, n: NodeDegrees, b: np.ndarray, m: np.ndarray,

@@ -40,8 +40,11 @@ class Gpu:
     memory_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
     """Share of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
     the optimizer step) reach."""
+    matmul_fixed_seconds: Seconds | None = attrs.field(default=None, validator=v.non_negative)
+    """Time every matrix product takes besides its work: launch and the first tile's
+    latency. Unset: none."""
     efficiency_source: str = ""
-    """Where the two efficiencies come from."""
+    """Where the efficiencies and `matmul_fixed_seconds` come from."""
     achievable_mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Model FLOPs utilization that large training runs reach on this GPU."""
     achievable_mfu_source: str = ""

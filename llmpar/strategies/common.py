@@ -46,6 +46,13 @@ def forward_passes_per_micro_batch(spec: Spec) -> int:
     return 2 if spec.training.recompute == "full" else 1
 
 
+def backward_input_gradient_calls(spec: Spec, layout: Layout) -> float:
+    """Calls per step of the backward pass's two input-gradient reductions per layer (of
+    the column-parallel Q/K/V and first MLP projections), over the layers of one stage:
+    the part of `layer_collective_calls` that can run behind the weight gradients."""
+    return 2 * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+
+
 def layer_collective_calls(spec: Spec, layout: Layout) -> float:
     """Calls per step of a per-layer collective issued twice per forward pass (attention
     and MLP) and twice per backward pass: 4 per layer and micro-batch, 6 with full

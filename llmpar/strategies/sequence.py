@@ -16,8 +16,12 @@ import attrs
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
 from llmpar.search.dimension import Point, SearchDimension
-from llmpar.strategies.common import hidden_state_bytes, layer_collective_calls
-from llmpar.strategies.tensor import LAYER_OUTPUT
+from llmpar.strategies.common import (
+    backward_input_gradient_calls,
+    hidden_state_bytes,
+    layer_collective_calls,
+)
+from llmpar.strategies.tensor import INPUT_GRADIENT, LAYER_OUTPUT
 from llmpar.strategy import (
     ActivationSplit,
     Collective,
@@ -34,6 +38,10 @@ class SequenceConfig:
 
     enabled: bool = True
     """Split the norm and dropout regions by sequence over the tensor group."""
+    overlap_backward: bool = True
+    """Run the backward pass's input-gradient reduce-scatters of the column-parallel
+    projections behind their weight-gradient products (Megatron-LM,
+    `LinearWithGradAccumulationAndAsyncCommunication`); false: on the critical path."""
 
 
 class SequenceParallel(Strategy):
@@ -53,8 +61,9 @@ class SequenceParallel(Strategy):
             return Transform(strategy=self.name)
         spec, layout = ctx.spec, ctx.layout
         calls = layer_collective_calls(spec, layout)
+        backward = backward_input_gradient_calls(spec, layout)
         common = dict(strategy=self.name, buffer_bytes=hidden_state_bytes(spec, layout),
-                      group_size=t, group_stride=layout.stride("tensor"), calls_per_step=calls)
+                      group_size=t, group_stride=layout.stride("tensor"))
         return Transform(
             strategy=self.name,
             activation_splits=(ActivationSplit(tag=SPLIT_SEQUENCE, divisor=t,
@@ -62,11 +71,20 @@ class SequenceParallel(Strategy):
                                                       "sequence"),),
             collectives=(
                 Collective(name="sequence.all-gather", operation="all-gather",
+                           calls_per_step=calls,
                            reason="gather the sequence before each split block", **common),
                 Collective(name="sequence.reduce-scatter", operation="reduce-scatter",
+                           calls_per_step=calls - backward,
                            reason="scatter each split block's output by sequence", **common),
+                Collective(name="sequence.input-gradient-reduce-scatter",
+                           operation="reduce-scatter", calls_per_step=backward,
+                           overlap=1.0 if config.overlap_backward else 0.0,
+                           reason="input gradients of the Q/K/V and first MLP projections "
+                                  "(backward)" + (", behind the weight gradients"
+                                                  if config.overlap_backward else ""),
+                           **common),
             ),
-            replaces=(LAYER_OUTPUT,))
+            replaces=(LAYER_OUTPUT, INPUT_GRADIENT))
 
 
 @hookimpl

@@ -4,7 +4,8 @@ Splits each attention block by heads and each MLP by its inner width over the
 tensor group, and the vocabulary of the embedding and output layer. Activations
 inside the block split with them (Korthikanti et al. 2022, Eq. 2:
 sbh(10 + 24/t + 5as/(ht))). Each layer all-reduces its attention and MLP outputs
-in the forward pass and their input gradients in the backward pass. When the
+in the forward pass and their input gradients in the backward pass; the backward
+all-reduces can run behind the weight-gradient products (`overlap_backward`). When the
 degree exceeds the key/value heads, each rank keeps a copy of one KV head
 (grouped-query attention as Megatron-Core and vLLM implement it).
 """
@@ -23,6 +24,7 @@ from llmpar.spec import Spec
 from llmpar.spec.validators import positive
 from llmpar.strategies.common import (
     TENSOR_SPLIT_GROUPS,
+    backward_input_gradient_calls,
     hidden_state_bytes,
     layer_collective_calls,
 )
@@ -37,6 +39,7 @@ from llmpar.strategy import (
 )
 
 LAYER_OUTPUT = "tensor.layer-output"
+INPUT_GRADIENT = "tensor.input-gradient"
 COMPONENTS = ("weights", "gradients", "optimizer")
 
 
@@ -46,6 +49,11 @@ class TensorConfig:
 
     degree: int = attrs.field(default=1, validator=positive)
     """GPUs each layer is split over."""
+    overlap_backward: bool = True
+    """Run the backward pass's input-gradient all-reduces of the column-parallel
+    projections behind their weight-gradient products (Megatron-LM's asynchronous
+    tensor-parallel all-reduce, `LinearWithGradAccumulationAndAsyncCommunication`);
+    false: every all-reduce on the critical path."""
 
 
 def attention_divisor(spec: Spec, t: int) -> float:
@@ -101,17 +109,28 @@ class TensorParallel(Strategy):
             strategy=self.name, shards=tuple(shards),
             activation_splits=(ActivationSplit(tag=SPLIT_TENSOR, divisor=t,
                                                reason="tensors inside the split block"),),
-            collectives=(self._layer_outputs(ctx, t),),
+            collectives=self._layer_outputs(config, ctx, t),
             warnings=tuple(warnings))
 
-    def _layer_outputs(self, ctx: StrategyContext, t: int) -> Collective:
+    def _layer_outputs(self, config: TensorConfig, ctx: StrategyContext,
+                       t: int) -> tuple[Collective, ...]:
         spec, layout = ctx.spec, ctx.layout
-        calls = layer_collective_calls(spec, layout)
-        return Collective(strategy=self.name, name=LAYER_OUTPUT, operation="all-reduce",
-                          buffer_bytes=hidden_state_bytes(spec, layout), group_size=t,
-                          group_stride=layout.stride(self.name), calls_per_step=calls,
-                          reason="attention and MLP outputs (forward), their input gradients "
-                                 "(backward)")
+        backward = backward_input_gradient_calls(spec, layout)
+        common = dict(strategy=self.name, operation="all-reduce",
+                      buffer_bytes=hidden_state_bytes(spec, layout), group_size=t,
+                      group_stride=layout.stride(self.name))
+        return (
+            Collective(name=LAYER_OUTPUT, calls_per_step=layer_collective_calls(spec, layout)
+                       - backward, reason="attention and MLP outputs (forward, and again "
+                                          "when recomputed), their output gradients "
+                                          "(backward)", **common),
+            Collective(name=INPUT_GRADIENT, calls_per_step=backward,
+                       overlap=1.0 if config.overlap_backward else 0.0,
+                       reason="input gradients of the Q/K/V and first MLP projections "
+                              "(backward)" + (", behind the weight gradients"
+                                              if config.overlap_backward else ""),
+                       **common),
+        )
 
 
 @hookimpl

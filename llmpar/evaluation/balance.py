@@ -1,0 +1,62 @@
+"""The pipeline runs at the pace of its slowest stage.
+
+Every stage processes every micro-batch, so a step takes as long as the stage with the
+most work: with uneven layer counts, or with the output layer on the last stage (a
+large vocabulary: Llama 3's 128K, BLOOM's 250K), that stage sets the pace and the others
+wait (Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2: the step is bounded by the
+slowest stage; Megatron-LM's --decoder-first/last-pipeline-num-layers exist to even it
+out). Per stage: its layers' products (attention projections, MLP or MoE, attention
+scores and values) at their training-pass multiple, and the output layer's on the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmpar.footprint.flops import BACKWARD_TO_FORWARD, mlp_matmul_weights, moe_matmul_weights
+from llmpar.footprint.parameters import attention_matmul_weights
+from llmpar.spec import Spec
+from llmpar.strategy import Stage
+
+TRAINING_PASSES = 1.0 + BACKWARD_TO_FORWARD
+
+
+def _layer_flops(spec: Spec, index: int, rerun: float, attention_rerun: float) -> float:
+    """Hardware FLOPs of layer `index` for one token, per unit of 2 x sequence."""
+    model = spec.model
+    if model.is_moe_layer(index):
+        block = moe_matmul_weights(model)
+    else:
+        assert model.ffn_hidden_size is not None
+        block = mlp_matmul_weights(model, model.ffn_hidden_size)
+    projections = attention_matmul_weights(model) + block
+    s = spec.training.sequence_length
+    scores = s * (model.query_width + model.attention_output_width)
+    if spec.training.attention_flops == "causal":
+        scores /= 2
+    return (projections * (TRAINING_PASSES + rerun)
+            + scores * (TRAINING_PASSES + rerun + attention_rerun))
+
+
+def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float) -> list[float]:
+    """Hardware FLOPs of each stage for one token (up to a common factor)."""
+    model = spec.model
+    assert model.hidden_size is not None and model.vocab_size is not None
+    recompute = spec.training.recompute
+    rerun = recomputed_fraction if recompute == "full" else 0.0
+    attention_rerun = TRAINING_PASSES if recompute == "selective" else 0.0
+    head = model.hidden_size * model.vocab_size * TRAINING_PASSES
+    return [sum(_layer_flops(spec, i, rerun, attention_rerun)
+                for i in range(stage.first_layer, stage.first_layer + stage.num_layers))
+            + (head if stage.has_head else 0.0)
+            for stage in stages]
+
+
+def slowest_stage_factor(spec: Spec, stages: Sequence[Stage],
+                         recomputed_fraction: float) -> float:
+    """The slowest stage's work over the average stage's: how much longer the pipeline
+    takes than an even split of the same FLOPs (1 without a pipeline)."""
+    if len(stages) <= 1 or not spec.model.has_architecture:
+        return 1.0
+    work = stage_flops(spec, stages, recomputed_fraction)
+    return max(work) * len(work) / sum(work)
