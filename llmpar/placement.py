@@ -22,6 +22,8 @@ RANK_ORDER = ("tensor", "context", "expert", "data", "pipeline")
 """Default placement of ranks, innermost first (Megatron-Core's tp-cp-ep-dp-pp): the
 tensor group is contiguous, so it stays inside a node when its degree allows."""
 
+EXPERT_TENSOR = "expert_tensor"
+"""The layout key of the expert tensor degree (`[parallel.expert] tensor_degree`)."""
 ORDER_KEY = "order"
 """`[parallel] order`: the one key of `[parallel]` that is not a strategy's table."""
 
@@ -71,17 +73,23 @@ def parse_order(text: object, path: str = "$.parallel.order") -> tuple[tuple[str
 def stride(order: tuple[str, ...], degrees: Mapping[str, int], strategy: str) -> int:
     """Rank distance between members of `strategy`'s group: the product of the degrees
     placed inside it (the expert degree excepted: its ranks are data ranks). Expert
-    groups start where the data x context block starts; a strategy outside the order
-    sits outside all of it."""
+    groups start where the data x context block starts, or inside the tensor ranks
+    when experts split over fewer of them; a strategy outside the order sits outside
+    all of it."""
     def degree(name: str) -> int:
         return degrees.get(name, 1)
 
     if strategy == "expert":
-        return min(stride(order, degrees, "context"), stride(order, degrees, "data"))
+        expert_tensor = degrees.get(EXPERT_TENSOR, degree("tensor"))
+        if expert_tensor < degree("tensor"):
+            # Experts split over fewer ranks than the layers: expert ranks fold into the
+            # tensor ranks (Megatron-Core's MoE parallel folding).
+            return stride(order, degrees, "tensor") * expert_tensor
+        return data_context_stride(order, degrees)
     inner = order[: order.index(strategy)] if strategy in order else order
     return math.prod(degree(name) for name in inner if name != "expert")
 
 
 def data_context_stride(order: tuple[str, ...], degrees: Mapping[str, int]) -> int:
     """Where the data x context block starts: the stride of its innermost ranks."""
-    return stride(order, degrees, "expert")
+    return min(stride(order, degrees, "context"), stride(order, degrees, "data"))

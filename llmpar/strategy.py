@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from llmpar.errors import Problem
-from llmpar.placement import RANK_ORDER, stride
+from llmpar.placement import EXPERT_TENSOR, RANK_ORDER, stride
 
 if TYPE_CHECKING:
     from llmpar.footprint.baseline import Footprint
@@ -185,6 +185,12 @@ class Layout:
         """Degree of `strategy`; 1 when it is not in the layout."""
         return self.degrees.get(strategy, 1)
 
+    @property
+    def expert_tensor(self) -> int:
+        """Ranks each routed expert is split over: `[parallel.expert] tensor_degree`,
+        by default the tensor degree."""
+        return self.degrees.get(EXPERT_TENSOR, self.degree("tensor"))
+
     def stride(self, strategy: str) -> int:
         """Rank distance between members of `strategy`'s group under `order`
         (llmpar.placement.stride): the product of the degrees placed inside it. The
@@ -223,6 +229,11 @@ class Strategy:
     def degree(self, config: Any) -> int:
         """This strategy's degree; -1 takes every GPU the others leave."""
         return int(getattr(config, "degree", 1))
+
+    def side_degrees(self, config: Any) -> Mapping[str, int]:
+        """Further degrees the layout should carry for other strategies to see, named
+        (expert parallelism's expert tensor degree); none by default."""
+        return {}
 
     def check(self, config: Any, spec: Spec, layout: Layout) -> list[Problem]:
         """Problems of this strategy with the rest of the spec; quote every operand."""

@@ -32,6 +32,8 @@ SPACES = {
                                           parallel={"sequence": {"enabled": False}}),
     "pipeline-inside-data-order": small_spec(model=MOE_MODEL,
                                              parallel={"order": "tp-pp-cp-ep-dp"}),
+    "experts-folded-into-tensor-ranks": small_spec(
+        model=MOE_MODEL, parallel={"expert": {"tensor_degree": 1}}),
 }
 
 

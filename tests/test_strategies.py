@@ -260,3 +260,40 @@ def test_full_recompute_of_the_first_layers_of_each_stage():
     extra_full = full.hardware_flops_per_step - none.hardware_flops_per_step
     extra_partial = partial.hardware_flops_per_step - none.hardware_flops_per_step
     assert extra_partial == pytest.approx(extra_full * 2 / 6, rel=1e-9)
+
+
+def mixtral(expert: dict, sequence: bool = True):
+    parallel = {"tensor": {"degree": 2}, "expert": expert, "data": {"zero": 1}}
+    if sequence:
+        parallel["sequence"] = {}
+    return {"model": "mixtral-8x7b", "hardware": {"cluster": "dgx-h100", "num_gpus": 16},
+            "training": {"sequence_length": 4096, "global_batch_size": 64,
+                         "recompute": "full"},
+            "parallel": parallel}
+
+
+def test_expert_tensor_degree_folds_expert_ranks_into_the_tensor_ranks():
+    """Mixtral-8x7B on 16 H100, TP2 with sequence parallelism, EP8. With the default
+    expert tensor degree (= TP2) the expert ranks step over the tensor ranks and the
+    all-to-all spans both nodes; with expert tensor degree 1 (MoE parallel folding) the
+    8 expert ranks are 8 neighbours in one node, each holding whole experts."""
+    default = llmpar.evaluate(mixtral({"degree": 8}))
+    folded = llmpar.evaluate(mixtral({"degree": 8, "tensor_degree": 1}))
+    a2a = {p: [c for c in plan.collectives if c.strategy == "expert"][0]
+           for p, plan in (("default", default), ("folded", folded))}
+    assert a2a["default"].tier == "inter-node" and a2a["folded"].tier == "intra-node"
+    experts = 45_097_156_608  # Mixtral-8x7B's routed-expert parameters
+    bytes_per_weight = 2
+    assert default.weights_bytes - folded.weights_bytes == pytest.approx(
+        -experts / 8 / 2 * bytes_per_weight, rel=1e-3)
+
+
+@pytest.mark.parametrize(("expert", "sequence", "says"), [
+    ({"degree": 8, "tensor_degree": 4}, True, "must divide the tensor degree"),
+    ({"degree": 8, "tensor_degree": 1}, False, "needs [parallel.sequence]"),
+])
+def test_expert_tensor_degree_errors(expert, sequence, says):
+    with pytest.raises(llmpar.SpecError) as error:
+        llmpar.evaluate(mixtral(expert, sequence))
+    assert any(p.path == "$.parallel.expert.tensor_degree" and says in p.message
+               for p in error.value.problems)

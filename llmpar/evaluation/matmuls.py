@@ -50,7 +50,13 @@ class RankShape:
     tensor: int = 1
     context: int = 1
     expert: int = 1
+    expert_tensor: int | None = None
+    """Ranks each routed expert splits over; unset: the tensor degree."""
     micro_batch_size: int = 1
+
+    @property
+    def experts_split(self) -> int:
+        return self.tensor if self.expert_tensor is None else self.expert_tensor
 
 
 @attrs.frozen(kw_only=True)
@@ -133,11 +139,14 @@ def _moe(spec: Spec, shape: RankShape, tokens: float, layers: float) -> list[Pro
     model = spec.model
     moe = model.moe
     assert moe is not None and model.hidden_size is not None
-    per_expert = tokens * moe.experts_per_token * shape.expert / moe.num_experts
+    # With fewer expert tensor ranks than tensor ranks each GPU routes only its
+    # sequence-parallel slice of the tokens (x / t of them).
+    x = shape.experts_split
+    per_expert = tokens * moe.experts_per_token * shape.expert / moe.num_experts * x / shape.tensor
     local = moe.num_experts / shape.expert
     found = [Product(name="router", m=tokens, n=moe.num_experts, k=model.hidden_size,
                      count=layers)]
-    found += _mlp(spec, per_expert, moe.expert_ffn_hidden_size, shape.tensor, local * layers,
+    found += _mlp(spec, per_expert, moe.expert_ffn_hidden_size, x, local * layers,
                   "expert", batch=local)  # grouped: one launch for a GPU's experts
     if moe.num_shared_experts:
         width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size

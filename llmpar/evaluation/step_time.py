@@ -121,7 +121,7 @@ def materialized_scores(footprint: Footprint) -> bool:
 
 def rank_shape(spec: Spec, layout: Layout) -> RankShape:
     return RankShape(tensor=layout.degree("tensor"), context=layout.degree("context"),
-                     expert=layout.degree("expert"),
+                     expert=layout.degree("expert"), expert_tensor=layout.expert_tensor,
                      micro_batch_size=spec.training.micro_batch_size)
 
 

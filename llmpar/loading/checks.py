@@ -67,6 +67,7 @@ def resolve_layout(
     side: dict[str, int] = {}  # degrees that split ranks counted elsewhere (expert)
     fill: list[str] = []
     for name, config in spec.parallel.items():
+        side.update(strategies[name].side_degrees(config))
         if not hasattr(config, "degree"):
             continue  # a strategy without a degree of its own (sequence parallelism)
         degree = strategies[name].degree(config)

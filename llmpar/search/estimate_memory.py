@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from llmpar.evaluation.memory import whole_model_stage
-from llmpar.placement import RANK_ORDER, stride
+from llmpar.placement import EXPERT_TENSOR, RANK_ORDER, stride
 from llmpar.search.exact import stage_kind
 from llmpar.search.grid import Grid
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE
@@ -48,18 +48,33 @@ class NodeDegrees:
     e: int
     p: int
     order: tuple[str, ...] = RANK_ORDER
+    pinned_expert_tensor: int | None = None
+    """`[parallel.expert] tensor_degree` when the spec pins it."""
 
     @classmethod
-    def of(cls, degrees: Mapping[str, int],
-           order: tuple[str, ...] = RANK_ORDER) -> NodeDegrees:
+    def of(cls, degrees: Mapping[str, int], facts: Facts | None = None) -> NodeDegrees:
+        spec = None if facts is None else facts.spec
         return cls(t=degrees.get("tensor", 1), c=degrees.get("context", 1),
                    d=degrees.get("data", 1), e=degrees.get("expert", 1),
-                   p=degrees.get("pipeline", 1), order=order)
+                   p=degrees.get("pipeline", 1),
+                   order=RANK_ORDER if spec is None else spec.rank_order,
+                   pinned_expert_tensor=None if spec is None else getattr(
+                       spec.parallel.get("expert"), "tensor_degree", None))
+
+    @property
+    def x(self) -> int:
+        """Expert tensor degree (`Layout.expert_tensor`)."""
+        return self.t if self.pinned_expert_tensor is None else self.pinned_expert_tensor
+
+    @property
+    def expert_data(self) -> int:
+        """Ranks sharding expert states (data.shard_degrees)."""
+        return max(1, self.d * self.c * self.t // self.x // self.e)
 
     def stride(self, strategy: str) -> int:
         """`Layout.stride` of these degrees (llmpar.placement)."""
         degrees = {"tensor": self.t, "context": self.c, "data": self.d, "expert": self.e,
-                   "pipeline": self.p}
+                   "pipeline": self.p, EXPERT_TENSOR: self.x}
         return stride(self.order, degrees, strategy)
 
 
@@ -96,9 +111,11 @@ def states(facts: Facts, parameters: Mapping[str, float], n: NodeDegrees,
         for group, count in parameters.items():
             divisors: list[float] = []
             if stage >= level:
-                divisors.append(max(1, dense // n.e) if group in EXPERT_GROUPS else dense)
+                divisors.append(n.expert_data if group in EXPERT_GROUPS else dense)
             if n.t > 1 and group == "attention":
                 divisors.append(facts.attention_divisor(n.t))
+            elif group in EXPERT_GROUPS:
+                divisors.append(n.x)
             elif n.t > 1 and group in TENSOR_SPLIT_GROUPS:
                 divisors.append(n.t)
             if moe and n.e > 1 and group in EXPERT_GROUPS:
@@ -130,10 +147,10 @@ def parameters_per_gpu(facts: Facts, n: NodeDegrees, experts: bool) -> float:
         if (group in EXPERT_GROUPS) != experts:
             continue
         divisor = n.p
-        if group in TENSOR_SPLIT_GROUPS or group == "all":
-            divisor *= n.t
         if group in EXPERT_GROUPS:
-            divisor *= n.e
+            divisor *= n.e * n.x
+        elif group in TENSOR_SPLIT_GROUPS or group == "all":
+            divisor *= n.t
         total += count / divisor
     return total
 
@@ -153,7 +170,7 @@ def zero_stages(facts: Facts, grid: Grid) -> list[int]:
 
 def memory(facts: Facts, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     """(peak bytes per GPU, optimizer-step traffic of the peak stage), grid-shaped."""
-    n = NodeDegrees.of(grid.node.degrees)
+    n = NodeDegrees.of(grid.node.degrees, facts)
     zeros = zero_stages(facts, grid)
     data_axis = grid.axis("data.zero")
     buffer = grid.along(data_axis, [fsdp_buffer(facts, n) if z == 3 else 0 for z in zeros])

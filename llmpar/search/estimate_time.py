@@ -73,7 +73,7 @@ class Communication:
 
 def step_seconds(facts: Facts, grid: Grid, traffic: np.ndarray) -> np.ndarray:
     """Modelled step seconds, grid-shaped; `traffic` is the peak stage's optimizer bytes."""
-    n = NodeDegrees.of(grid.node.degrees, facts.spec.rank_order)
+    n = NodeDegrees.of(grid.node.degrees, facts)
     b = grid.array(MICRO_BATCH)
     m = np.maximum(1, facts.global_batch // (b.astype(np.int64) * n.d)).astype(float)
     full = grid.array(RECOMPUTE, lambda r: r == "full", "none", bool)
@@ -127,7 +127,8 @@ def _shape_loss(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
     rates = rates_of(facts.spec.hardware.gpu)
 
     def seconds(b: int, recompute: str, split: tuple[int, ...] | None) -> float:
-        shape = RankShape(tensor=n.t, context=n.c, expert=n.e, micro_batch_size=b)
+        shape = RankShape(tensor=n.t, context=n.c, expert=n.e, expert_tensor=n.x,
+                          micro_batch_size=b)
         return shape_loss_seconds(facts.training(b, recompute), shape, rates, recompute,
                                   _fraction(facts, n.p, recompute, split),
                                   materialized_scores(facts.footprint(b))) / n.p
@@ -167,8 +168,8 @@ def _data(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray,
     fsdp = bool(getattr(config, "fsdp", False))
     stage = grid.array("data.zero", lambda z: 3 if fsdp else z, 0)
     dense = n.d * n.c
-    block = n.stride("expert")  # where the data x context ranks start
-    groups = ((dense, block, False), (max(1, dense // n.e), block * n.e, True))
+    block = min(n.stride("context"), n.stride("data"))  # the data x context ranks
+    groups = ((dense, block, False), (n.expert_data, n.stride("expert") * n.e, True))
     for size, stride, experts in groups:
         params = parameters_per_gpu(facts, n, experts)
         if size <= 1 or params <= 0:

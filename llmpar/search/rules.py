@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llmpar.search.estimate_memory import NodeDegrees
 from llmpar.search.grid import Grid
 from llmpar.search.space import MICRO_BATCH
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 
 PATHS = ("$.training.global_batch_size", "$.parallel.tensor.degree",
          "$.parallel.context.degree", "$.parallel.context.kind", "$.parallel.expert.degree",
-         "$.parallel.pipeline.degree", "$.parallel.pipeline.layers_per_stage",
-         "$.parallel.pipeline.virtual_stages", "$.parallel.pipeline.schedule")
+         "$.parallel.expert.tensor_degree", "$.parallel.pipeline.degree",
+         "$.parallel.pipeline.layers_per_stage", "$.parallel.pipeline.virtual_stages",
+         "$.parallel.pipeline.schedule")
 """Rejection reasons; a layout's code is 1 + the index of its reason, 0 when valid."""
 CODE = {path: index + 1 for index, path in enumerate(PATHS)}
 
@@ -41,8 +43,7 @@ def reason_codes(facts: Facts, grid: Grid) -> np.ndarray:
     reason = _first(reason, facts.global_batch % (b * d) != 0, "$.training.global_batch_size")
     reason = _first(reason, _tensor_fails(facts, t), "$.parallel.tensor.degree")
     reason = _context(facts, grid, reason, t, c)
-    reason = _first(reason, _expert_fails(facts, degrees.get("expert", 1), d * c),
-                    "$.parallel.expert.degree")
+    reason = _expert(facts, grid, reason, NodeDegrees.of(degrees, facts))
     return _pipeline(facts, grid, reason, b, d)
 
 
@@ -68,12 +69,26 @@ def _context(facts: Facts, grid: Grid, reason: np.ndarray, t: int, c: int) -> np
     return _first(reason, kind_fails, "$.parallel.context.kind")
 
 
-def _expert_fails(facts: Facts, e: int, data_context: int) -> bool:
-    """ExpertParallel.check: needs MoE; e divides the experts and data x context."""
+def _expert(facts: Facts, grid: Grid, reason: np.ndarray, n: NodeDegrees) -> np.ndarray:
+    """ExpertParallel.check: needs MoE; e divides the experts and data x context; a
+    smaller expert tensor degree divides t, e x it divides t x c x d, and it needs
+    sequence parallelism and the tensor ranks right inside the data x context ranks."""
     moe = facts.spec.model.moe
     if moe is None:
-        return e != 1
-    return bool(moe.num_experts % e) or bool(data_context % e)
+        return _first(reason, n.e != 1, "$.parallel.expert.degree")
+    if n.x == n.t:
+        return _first(reason, bool(moe.num_experts % n.e) or bool(n.d * n.c % n.e),
+                      "$.parallel.expert.degree")
+    reason = _first(reason, bool(moe.num_experts % n.e), "$.parallel.expert.degree")
+    path = "$.parallel.expert.tensor_degree"
+    if n.x > n.t or n.t % n.x:
+        return _first(reason, True, path)
+    sequence = grid.array("sequence", lambda on: bool(on) and facts.sequence_enabled,
+                          False, bool)
+    block = min(n.stride("context"), n.stride("data"))
+    fails = (bool(n.t * n.c * n.d % (n.e * n.x)) | ~sequence
+             | (block != n.stride("tensor") * n.t))
+    return _first(reason, fails, path)
 
 
 def _pipeline(facts: Facts, grid: Grid, reason: np.ndarray, b: np.ndarray,

@@ -63,10 +63,12 @@ class DataConfig:
 
 
 def shard_degrees(ctx: StrategyContext) -> tuple[int, int]:
-    """(ranks sharding dense weights, ranks sharding expert weights)."""
+    """(ranks sharding dense weights, ranks sharding expert weights): data x context,
+    and the expert-data ranks, tensor x data x context / (expert x expert tensor)."""
     layout = ctx.layout
     dense = layout.degree("data") * layout.degree("context")
-    return dense, max(1, dense // layout.degree("expert"))
+    folded = dense * layout.degree("tensor") // layout.expert_tensor
+    return dense, max(1, folded // layout.degree("expert"))
 
 
 def parameters_per_gpu(ctx: StrategyContext, experts: bool) -> float:
@@ -79,10 +81,10 @@ def parameters_per_gpu(ctx: StrategyContext, experts: bool) -> float:
         if (group in EXPERT_GROUPS) != experts:
             continue
         divisor = layout.degree("pipeline")
-        if group in TENSOR_SPLIT_GROUPS or group == "all":
-            divisor *= layout.degree("tensor")
         if group in EXPERT_GROUPS:
-            divisor *= layout.degree("expert")
+            divisor *= layout.degree("expert") * layout.expert_tensor
+        elif group in TENSOR_SPLIT_GROUPS or group == "all":
+            divisor *= layout.degree("tensor")
         total += count / divisor
     return total
 
@@ -141,9 +143,10 @@ def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
     weight_size = bytes_per_element(spec.precision.weights)
     m = micro_batches_per_step(spec, layout)
     # The data x context ranks are one block (llmpar.placement); the expert-data group
-    # steps over the expert ranks at its start.
+    # steps over the expert ranks (folded into the tensor ranks when experts split over
+    # fewer of them).
     dense_stride = data_context_stride(layout.order, layout.degrees)
-    expert_stride = dense_stride * layout.degree("expert")
+    expert_stride = layout.stride("expert") * layout.degree("expert")
     found = []
     for label, experts, size, stride in (("dense", False, dense, dense_stride),
                                          ("expert", True, expert, expert_stride)):

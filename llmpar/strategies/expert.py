@@ -2,8 +2,10 @@
 
 The routed experts of each MoE layer are split over the expert ranks, which are
 carved out of the data x context ranks (Megatron-Core: EP x expert-DP = DP x CP,
-with the expert tensor degree equal to the tensor degree), so the degree does
-not multiply the GPU count. Each MoE layer sends every token's hidden state to
+with the expert tensor degree equal to the tensor degree), or, with a smaller
+expert tensor degree, out of the tensor x data x context ranks (MoE parallel
+folding, Liu et al. 2025, arXiv:2504.14960), so the degree does not multiply the
+GPU count. Each MoE layer sends every token's hidden state to
 its k experts and back (dispatch and combine all-to-alls) in the forward pass,
 and the gradients the same way in the backward pass (Lepikhin et al. 2020,
 GShard, arXiv:2006.16668; Fedus et al. 2021, Switch Transformer, arXiv:2101.03961).
@@ -17,6 +19,7 @@ import attrs
 
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
+from llmpar.placement import EXPERT_TENSOR
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
 from llmpar.spec.validators import positive
@@ -36,6 +39,11 @@ class ExpertConfig:
 
     degree: int = attrs.field(default=1, validator=positive)
     """Ranks the routed experts are split over."""
+    tensor_degree: int | None = attrs.field(default=None, validator=positive)
+    """Ranks each routed expert's matrices are split over (Megatron-Core's
+    --expert-tensor-parallel-size); unset: the tensor degree. Below it, the expert
+    ranks fold into the tensor ranks (MoE parallel folding: expert x expert tensor x
+    expert data = tensor x context x data), which needs sequence parallelism."""
 
 
 class ExpertParallel(Strategy):
@@ -43,6 +51,9 @@ class ExpertParallel(Strategy):
     config_type = ExpertConfig
     phase = 35
     multiplies_gpus = False
+
+    def side_degrees(self, config: ExpertConfig) -> dict[str, int]:
+        return {} if config.tensor_degree is None else {EXPERT_TENSOR: config.tensor_degree}
 
     def check(self, config: ExpertConfig, spec: Spec, layout: Layout) -> list[Problem]:
         e, moe = config.degree, spec.model.moe
@@ -53,11 +64,38 @@ class ExpertParallel(Strategy):
         if moe.num_experts % e:
             problems.append(Problem(path, f"expert degree ({e}) must divide "
                                           f"model.moe.num_experts ({moe.num_experts})"))
-        ranks = layout.degree("data") * layout.degree("context")
-        if ranks % e:
-            problems.append(Problem(path, f"expert degree ({e}) must divide data x context "
-                                          f"degree ({layout.degree('data')} x "
-                                          f"{layout.degree('context')} = {ranks})"))
+        t, x = layout.degree("tensor"), layout.expert_tensor
+        if x == t:
+            ranks = layout.degree("data") * layout.degree("context")
+            if ranks % e:
+                problems.append(Problem(path, f"expert degree ({e}) must divide data x context "
+                                              f"degree ({layout.degree('data')} x "
+                                              f"{layout.degree('context')} = {ranks})"))
+            return problems
+        return problems + self._folding_problems(spec, layout, e, t, x)
+
+    def _folding_problems(self, spec: Spec, layout: Layout, e: int, t: int,
+                          x: int) -> list[Problem]:
+        path = "$.parallel.expert.tensor_degree"
+        if x > t or t % x:
+            return [Problem(path, f"expert tensor degree ({x}) must divide the tensor degree "
+                                  f"({t})")]
+        problems = []
+        ranks = t * layout.degree("context") * layout.degree("data")
+        if ranks % (e * x):
+            problems.append(Problem(path, f"expert degree x expert tensor degree ({e} x {x} = "
+                                          f"{e * x}) must divide tensor x context x data "
+                                          f"degree ({ranks})"))
+        if not sequence_parallel(spec):
+            problems.append(Problem(path, f"an expert tensor degree ({x}) below the tensor "
+                                          f"degree ({t}) needs [parallel.sequence]: each tensor "
+                                          "rank routes its own slice of the tokens"))
+        tensor, block = layout.stride("tensor"), min(layout.stride("context"),
+                                                      layout.stride("data"))
+        if block != tensor * t:
+            problems.append(Problem(path, "folding expert ranks into the tensor ranks needs "
+                                          "the tensor ranks right inside the data x context "
+                                          "ranks in [parallel] order"))
         return problems
 
     def transform(self, config: ExpertConfig, ctx: StrategyContext) -> Transform:

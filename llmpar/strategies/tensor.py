@@ -23,6 +23,7 @@ from llmpar.search.dimension import SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import positive
 from llmpar.strategies.common import (
+    EXPERT_GROUPS,
     TENSOR_SPLIT_GROUPS,
     backward_input_gradient_calls,
     hidden_state_bytes,
@@ -94,12 +95,17 @@ class TensorParallel(Strategy):
             return Transform(strategy=self.name)
         attention = attention_divisor(ctx.spec, t)
         shards = []
+        experts = ctx.layout.expert_tensor
         for component in COMPONENTS:
             shards.append(Shard(component=component, divisor=t, reason="split over tensor ranks",
-                                groups=TENSOR_SPLIT_GROUPS - {"attention"}))
+                                groups=TENSOR_SPLIT_GROUPS - {"attention"} - EXPERT_GROUPS))
             shards.append(Shard(component=component, divisor=attention,
                                 reason="heads split over tensor ranks", groups=frozenset(
                                     {"attention"})))
+            if experts > 1:
+                shards.append(Shard(component=component, divisor=experts,
+                                    reason="routed experts split over expert tensor ranks",
+                                    groups=EXPERT_GROUPS))
         warnings = []
         kv = ctx.spec.model.num_kv_heads
         if kv is not None and t > kv:
