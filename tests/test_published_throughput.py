@@ -1,29 +1,62 @@
 """Modelled step time against published training throughput (docs/validation-throughput.md).
 
 Each row of validation/published/*.toml is a real run with its citation; llmpar must
-predict its teraFLOP/s per GPU within 10%.
+predict its teraFLOP/s per GPU (FLOPs counted as the source counts them) within 10%.
+A row whose data file documents a discrepancy (`expected_error = [low, high]` with its
+`expected_reason`) is held to that range instead, so that the gap stays visible and a
+change to the model that moves it fails here until the data file says why.
 """
 
 from __future__ import annotations
 
-import tomllib
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 import llmpar
-from llmpar.loading.reader import merge
 
-PUBLISHED = Path(__file__).resolve().parent.parent / "validation" / "published"
-ROWS = [(path.stem, row, tomllib.loads(path.read_text())["base"])
-        for path in sorted(PUBLISHED.glob("*.toml"))
-        for row in tomllib.loads(path.read_text())["rows"]]
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "validation" / "published_throughput.py"
+if not SCRIPT.is_file():  # an sdist ships no validation/
+    pytest.skip("validation/ is not part of this tree", allow_module_level=True)
+
+TOLERANCE = 0.10
 
 
-@pytest.mark.parametrize(("table", "row", "base"), ROWS,
-                         ids=[f"{table}-{row['label']}" for table, row, _ in ROWS])
-def test_predicted_throughput_within_10_percent(table, row, base):
-    plan = llmpar.evaluate(merge(base, row["spec"]))
+def _load_report():
+    spec = importlib.util.spec_from_file_location("llmpar_published_throughput", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report = _load_report()
+ROWS = [(path.stem, row) for path in sorted(report.PUBLISHED.glob("*.toml"))
+        for row in report.rows(path)]
+
+
+@pytest.mark.parametrize(("table", "row"), ROWS, ids=[f"{t}-{r.label}" for t, r in ROWS])
+def test_predicted_throughput(table, row):
+    plan = llmpar.evaluate(row.spec)
     assert plan.time_model == "modelled"
-    predicted = plan.hardware_flops_per_step / plan.num_gpus / plan.step_seconds / 1e12
-    assert predicted == pytest.approx(row["reported_tflops_per_gpu"], rel=0.10)
+    error = report.predicted_tflops_per_gpu(plan, row.flops_counted) / (
+        row.reported_tflops_per_gpu) - 1
+    if row.expected_error is None:
+        assert abs(error) <= TOLERANCE, f"{error:+.1%}"
+    else:
+        low, high = row.expected_error
+        assert low <= error <= high, (
+            f"{error:+.1%} left the documented range [{low:+.0%}, {high:+.0%}] "
+            f"({row.expected_reason}): update the data file if the model changed")
+
+
+def test_documented_discrepancies_are_discrepancies():
+    """A documented range must lie at least partly outside the tolerance, and few rows
+    may carry one: the rest is what the model is held to."""
+    marked = [row for _, row in ROWS if row.expected_error is not None]
+    for row in marked:
+        low, high = row.expected_error
+        assert row.expected_reason and (low < -TOLERANCE or high > TOLERANCE), row.label
+    assert len(marked) <= len(ROWS) // 3
