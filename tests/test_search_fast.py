@@ -34,6 +34,7 @@ SPACES = {
                                              parallel={"order": "tp-pp-cp-ep-dp"}),
     "experts-folded-into-tensor-ranks": small_spec(
         model=MOE_MODEL, parallel={"expert": {"tensor_degree": 1}}),
+    "deepep-dispatch": small_spec(model=MOE_MODEL, parallel={"expert": {"dispatcher": "deepep"}}),
 }
 
 

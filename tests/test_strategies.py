@@ -297,3 +297,24 @@ def test_expert_tensor_degree_errors(expert, sequence, says):
         llmpar.evaluate(mixtral(expert, sequence))
     assert any(p.path == "$.parallel.expert.tensor_degree" and says in p.message
                for p in error.value.problems)
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    """DeepSeek-V3's top-8 over EP64 on 8 nodes of 8: NCCL's all-to-all sends 7/8 of the
+    8 routed copies over the network, DeepEP each token once per other node hosting one
+    of its experts, 7 x (1 - (7/8)^8) = 4.59 on average under uniform routing."""
+    from llmpar.strategies.expert import network_copies
+    nccl, deepep = network_copies("all-to-all", 8, 64, 8), network_copies("deepep", 8, 64, 8)
+    assert nccl * 56 / 64 == pytest.approx(7.0)
+    assert deepep * 56 / 64 == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert network_copies("deepep", 8, 8, 8) == 8.0  # one node: NVLink only, as NCCL
+
+
+def test_deepep_dispatch_costs_less_across_nodes():
+    spec = mixtral({"degree": 8}, sequence=True)
+    nccl = llmpar.evaluate(spec)
+    spec["parallel"]["expert"] = {"degree": 8, "dispatcher": "deepep"}
+    deepep = llmpar.evaluate(spec)
+    (a, ), (b, ) = ([c for c in p.collectives if c.strategy == "expert"] for p in (nccl, deepep))
+    assert a.tier == b.tier == "inter-node"
+    assert b.seconds < a.seconds

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llmpar.communication.collectives import seconds_of
+from llmpar.communication.collectives import members_per_node, seconds_of
 from llmpar.evaluation.balance import slowest_stage_factor
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import recomputed_fraction, whole_model_stage
@@ -36,6 +36,7 @@ from llmpar.roofline import rates_of
 from llmpar.search.estimate_memory import NodeDegrees, parameters_per_gpu, split_bytes
 from llmpar.search.grid import Grid
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE
+from llmpar.strategies.expert import network_copies
 from llmpar.strategies.pipeline import PipelineConfig, bubble_fraction, stage_layer_counts
 from llmpar.strategy import Collective, Stage
 
@@ -229,9 +230,13 @@ def _expert(facts: Facts, n: NodeDegrees, hidden: np.ndarray, passes: np.ndarray
     moe = facts.spec.model.moe
     if moe is None or n.e == 1:
         return
-    tokens = hidden * moe.experts_per_token / np.where(sequence, n.t, 1)
+    stride = n.stride("expert")
+    dispatcher = getattr(facts.spec.parallel.get("expert"), "dispatcher", "all-to-all")
+    copies = network_copies(dispatcher, moe.experts_per_token, n.e,
+                            members_per_node(n.e, stride, facts.gpus_per_node))
+    tokens = hidden * copies / np.where(sequence, n.t, 1)
     calls = 2 * (passes + 1) * (facts.moe_layers / n.p) * m
-    comm.add(seconds_per_call(facts, "all-to-all", tokens, n.e, n.stride("expert")) * calls)
+    comm.add(seconds_per_call(facts, "all-to-all", tokens, n.e, stride) * calls)
 
 
 def _pipeline(facts: Facts, grid: Grid, n: NodeDegrees, hidden: np.ndarray, m: np.ndarray,

@@ -17,12 +17,13 @@ from collections.abc import Callable
 
 import attrs
 
+from llmpar.communication.collectives import members_per_node
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import EXPERT_TENSOR
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
-from llmpar.spec.validators import positive
+from llmpar.spec.validators import one_of, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
     forward_passes_per_micro_batch,
@@ -32,6 +33,23 @@ from llmpar.strategies.common import (
 )
 from llmpar.strategy import Collective, Layout, Shard, Strategy, StrategyContext, Transform
 
+DISPATCHERS = ("all-to-all", "deepep")
+
+
+def network_copies(dispatcher: str, k: int, e: int, members: int) -> float:
+    """Copies of a token's hidden state, per token, in the buffer of the expert
+    all-to-all. NCCL's all-to-all sends each of its k routed copies to its expert. DeepEP
+    (DeepSeek-AI 2024, arXiv:2412.19437, Sec. 3.2.2; github.com/deepseek-ai/DeepEP) sends
+    a token over the network once per remote node that hosts one of its experts, on
+    average (N - 1)(1 - (1 - 1/N)^k) of the N nodes the e expert ranks span under uniform
+    routing, and forwards it over NVLink there; the returned count makes the all-to-all's
+    network share, (e - members) / e of the buffer, equal to that."""
+    nodes = e / members
+    if dispatcher != "deepep" or nodes <= 1:
+        return float(k)
+    remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)
+    return remote_nodes * e / (e - members)
+
 
 @attrs.frozen(kw_only=True)
 class ExpertConfig:
@@ -39,6 +57,10 @@ class ExpertConfig:
 
     degree: int = attrs.field(default=1, validator=positive)
     """Ranks the routed experts are split over."""
+    dispatcher: str = attrs.field(default="all-to-all", validator=one_of(*DISPATCHERS))
+    """"all-to-all" (NCCL: each routed copy of a token travels to its expert's GPU) or
+    "deepep" (DeepEP: a token crosses the network once per node that hosts one of its
+    experts, then NVLink forwards it)."""
     tensor_degree: int | None = attrs.field(default=None, validator=positive)
     """Ranks each routed expert's matrices are split over (Megatron-Core's
     --expert-tensor-parallel-size); unset: the tensor degree. Below it, the expert
@@ -105,22 +127,28 @@ class ExpertParallel(Strategy):
         shards = tuple(Shard(component=component, divisor=e, groups=EXPERT_GROUPS,
                              reason="experts split over expert ranks")
                        for component in ("weights", "gradients", "optimizer"))
-        return Transform(strategy=self.name, shards=shards, collectives=(self._a2a(ctx, e),))
+        return Transform(strategy=self.name, shards=shards,
+                         collectives=(self._a2a(config, ctx, e),))
 
-    def _a2a(self, ctx: StrategyContext, e: int) -> Collective:
+    def _a2a(self, config: ExpertConfig, ctx: StrategyContext, e: int) -> Collective:
         spec, layout = ctx.spec, ctx.layout
         moe = spec.model.moe
         assert moe is not None
-        tokens_bytes = hidden_state_bytes(spec, layout) * moe.experts_per_token
+        stride = layout.stride(self.name)
+        members = members_per_node(e, stride, spec.hardware.gpus_per_node)
+        copies = network_copies(config.dispatcher, moe.experts_per_token, e, members)
+        tokens_bytes = hidden_state_bytes(spec, layout) * copies
         if sequence_parallel(spec):
             tokens_bytes /= layout.degree("tensor")  # each tensor rank routes its slice
         moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
         per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)  # dispatch + combine
         calls = per_micro_batch * moe_layers * micro_batches_per_step(spec, layout)
         return Collective(strategy=self.name, name="expert.all-to-all", operation="all-to-all",
-                          buffer_bytes=tokens_bytes, group_size=e,
-                          group_stride=layout.stride(self.name), calls_per_step=calls,
-                          reason="token dispatch and combine, forward and backward")
+                          buffer_bytes=tokens_bytes, group_size=e, group_stride=stride,
+                          calls_per_step=calls,
+                          reason="token dispatch and combine, forward and backward"
+                                 + (" (DeepEP: once per remote node, then NVLink)"
+                                    if config.dispatcher == "deepep" else ""))
 
 
 @hookimpl
