@@ -6,8 +6,9 @@ insightful visual performance model", CACM 52(4)):
 
 An operation is compute-bound when its first term is the larger. Efficiencies come from the
 GPU preset; where it states none, DEFAULT_MATMUL_EFFICIENCY and DEFAULT_MEMORY_EFFICIENCY
-apply (and the plan warns): the a100-sxm-80gb preset's values, matmul calibrated on
-Narayanan et al. 2021 (arXiv:2104.04473) Table 1, memory assumed at 80% of HBM bandwidth.
+apply (and the plan warns): the a100-sxm-80gb preset's values, matmul calibrated on the
+published A100 training runs in validation/published/ (Narayanan et al. 2021, Korthikanti
+et al. 2022, BLOOM-176B), memory assumed at 80% of HBM bandwidth.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import attrs
 
 from llmpar.spec import Gpu
 
-DEFAULT_MATMUL_EFFICIENCY = 0.68
+DEFAULT_MATMUL_EFFICIENCY = 0.675
 DEFAULT_MEMORY_EFFICIENCY = 0.8
 DEFAULT_SOURCE = ("llmpar.roofline defaults (the a100-sxm-80gb preset's: matmul "
-                  "calibrated on Narayanan et al. 2021 Table 1, memory assumed)")
+                  "calibrated on published A100 training runs, memory assumed)")
 
 
 @attrs.frozen(kw_only=True)
