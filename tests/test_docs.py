@@ -9,6 +9,7 @@ import argparse
 import doctest
 import importlib.util
 import re
+import shlex
 import typing
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ import attrs
 import pytest
 
 import llmpar
+from llmpar.cli.main import main
 from llmpar.spec import Spec
 from llmpar.units import GB, GiB
 
@@ -279,3 +281,26 @@ def test_concepts_expert_table(degree):
     cost = f"{a2a[0].tier}, {a2a[0].seconds:.2f} s" if a2a else "-"
     quoted(f"| {degree} | " + " | ".join(f"{b / GB:.2f}" for b in memory)
            + f" | {'yes' if p.fits else 'no'} | {cost} |")
+
+
+# --------------------------------------------------------------------------------------
+# Console sessions in the docs show what the commands print
+
+CONSOLE = re.compile(r"```console\n\$ llmpar (evaluate|diff|explain) ([^\n]+)\n(.*?)```", re.S)
+SESSIONS = [(name, m.group(1), m.group(2), m.group(3))
+            for name in ("quickstart.md", "concepts.md", "inference.md")
+            for m in CONSOLE.finditer(page(name))]
+
+
+@pytest.mark.parametrize(("name", "command", "arguments", "shown"), SESSIONS,
+                         ids=[f"{s[0]}-{s[1]}-{i}" for i, s in enumerate(SESSIONS)])
+def test_console_sessions_show_current_output(name, command, arguments, shown, capsys,
+                                              monkeypatch):
+    """Every line a console block shows (but elisions, "...") is a line the command prints
+    today, run from the repository root."""
+    monkeypatch.chdir(ROOT)
+    assert main([command, *shlex.split(arguments)]) == 0
+    printed = {line.rstrip() for line in capsys.readouterr().out.splitlines()}
+    shown_lines = [line.rstrip() for line in shown.splitlines()
+                   if line.strip() and "..." not in line]
+    assert [line for line in shown_lines if line not in printed] == []
