@@ -44,8 +44,22 @@ def test_large_products_lose_only_their_fixed_time():
     found = products(spec, RankShape(tensor=8), materialized_scores=False)
     assert all(lost(spec, p, rates) == pytest.approx(fixed) for p in found)
     layers = sum(p.count for p in found if p.layer)
+    attention = 96 * 3  # one FlashAttention kernel per layer: forward, backward, rerun
     assert shape_loss_seconds(spec, RankShape(tensor=8), rates, "full", 1.0, False) == (
-        pytest.approx((4 * layers + 3) * fixed))
+        pytest.approx((4 * layers + 3 + attention) * fixed))
+
+
+def test_ring_context_parallelism_launches_attention_once_per_step():
+    """Ring attention runs one FlashAttention kernel per ring step; Ulysses one."""
+    spec = spec_of()
+    rates = rates_of(spec.hardware.gpu)
+    fixed = spec.hardware.gpu.matmul_fixed_seconds
+
+    def loss(ring):
+        return shape_loss_seconds(spec, RankShape(tensor=8, context=4, context_ring=ring),
+                                  rates, "none", 0.0, False)
+
+    assert loss(True) - loss(False) == pytest.approx(96 * (4 - 1) * 2 * fixed)
 
 
 def test_few_tokens_per_gpu_make_products_memory_bound():
@@ -57,7 +71,9 @@ def test_few_tokens_per_gpu_make_products_memory_bound():
     found = products(spec, shape, materialized_scores=False)
     assert all(lost(spec, p, rates) > 2 * fixed for p in found)
     total = sum(3 * p.count * lost(spec, p, rates) for p in found)
-    assert shape_loss_seconds(spec, shape, rates, "none", 0.0, False) == pytest.approx(total)
+    attention = 96 * 32 * 2 * fixed  # a FlashAttention kernel per ring step and pass
+    assert shape_loss_seconds(spec, shape, rates, "none", 0.0, False) == pytest.approx(
+        total + attention)
 
 
 def test_attention_projection_shape_by_hand():

@@ -26,7 +26,9 @@ The products, on one GPU, per micro-batch, along the whole pipeline:
   e / E tokens;
 - where attention materializes its scores (activation models that keep them, i.e.
   not FlashAttention): Q.K^T and scores.V as batched products per head, reducing over
-  the head width and the sequence;
+  the head width and the sequence; otherwise FlashAttention's kernels, compute-bound at
+  training lengths, which pay the fixed time once per layer and pass, and once per ring
+  step under ring context parallelism;
 - once per model: the output layer.
 Each runs forward, and backward as the input gradient and the weight gradient (the
 same FLOPs and, to this accounting, the same bytes); full recomputation reruns the
@@ -53,6 +55,8 @@ class RankShape:
     expert_tensor: int | None = None
     """Ranks each routed expert splits over; unset: the tensor degree."""
     micro_batch_size: int = 1
+    context_ring: bool = True
+    """Context parallelism runs as a ring (one attention kernel per ring step)."""
 
     @property
     def experts_split(self) -> int:
@@ -111,17 +115,22 @@ def _attention(spec: Spec, shape: RankShape, tokens: float, layers: float) -> li
 
 
 def _scores(spec: Spec, shape: RankShape, layers: float) -> list[Product]:
-    """Q.K^T and scores.V per head, as eager attention runs them."""
+    """Q.K^T and scores.V per head, as eager attention runs them: under ring context
+    parallelism one pair per ring step, each over the chunk of keys at hand; under
+    all-to-all context parallelism over the whole sequence for 1/c of the heads."""
     model = spec.model
     assert model.num_attention_heads is not None
-    s = spec.training.sequence_length
+    s, c = spec.training.sequence_length, shape.context
     heads = shape.micro_batch_size * model.num_attention_heads / shape.tensor * layers
-    queries = s / shape.context
+    steps = c if shape.context_ring else 1
+    queries, keys = (s / c, s / c) if shape.context_ring else (s, s)
+    if not shape.context_ring:
+        heads /= c
     per_launch = heads / layers
-    return [Product(name="Q.K^T", m=queries, n=s, k=model.qk_head_dim, count=heads,
+    return [Product(name="Q.K^T", m=queries, n=keys, k=model.qk_head_dim, count=heads * steps,
                     batch=per_launch, weights=False),
-            Product(name="scores.V", m=queries, n=model.value_head_dim, k=s, count=heads,
-                    batch=per_launch, weights=False)]
+            Product(name="scores.V", m=queries, n=model.value_head_dim, k=keys,
+                    count=heads * steps, batch=per_launch, weights=False)]
 
 
 def _mlp(spec: Spec, tokens: float, width: float, t: int, count: float,
@@ -207,7 +216,21 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: st
     for product in products(spec, shape, materialized_scores):
         forward, backward = shape_seconds(product, spec, rates)
         total += forward * (1.0 + _reruns(product, recompute, recomputed_fraction)) + backward
+    if not materialized_scores:
+        total += _fused_attention_launches(spec, shape, recompute, recomputed_fraction) * (
+            rates.gpu.matmul_fixed_seconds or 0.0)
     return total
+
+
+def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: str,
+                              recomputed_fraction: float) -> float:
+    """FlashAttention kernels of one micro-batch along the pipeline: one per layer and
+    pass, and under ring context parallelism one per ring step (each step attends to the
+    chunk at hand; Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun."""
+    steps = shape.context if shape.context_ring else 1
+    reruns = recomputed_fraction if recompute == "full" else (
+        1.0 if recompute == "selective" else 0.0)
+    return (spec.model.num_layers or 0) * steps * (2.0 + reruns)
 
 
 def _reruns(product: Product, recompute: str, recomputed_fraction: float) -> float:

@@ -120,9 +120,11 @@ def materialized_scores(footprint: Footprint) -> bool:
 
 
 def rank_shape(spec: Spec, layout: Layout) -> RankShape:
+    context = spec.parallel.get("context")
     return RankShape(tensor=layout.degree("tensor"), context=layout.degree("context"),
                      expert=layout.degree("expert"), expert_tensor=layout.expert_tensor,
-                     micro_batch_size=spec.training.micro_batch_size)
+                     micro_batch_size=spec.training.micro_batch_size,
+                     context_ring=getattr(context, "kind", "ring") == "ring")
 
 
 def _elementwise_bytes(spec: Spec, footprint: Footprint, layout: Layout,

@@ -127,15 +127,20 @@ def _shape_loss(facts: Facts, grid: Grid, n: NodeDegrees) -> np.ndarray:
     (`llmpar.evaluation.matmuls`)."""
     rates = rates_of(facts.spec.hardware.gpu)
 
-    def seconds(b: int, recompute: str, split: tuple[int, ...] | None) -> float:
+    def seconds(b: int, recompute: str, split: tuple[int, ...] | None, kind: str) -> float:
         shape = RankShape(tensor=n.t, context=n.c, expert=n.e, expert_tensor=n.x,
-                          micro_batch_size=b)
+                          micro_batch_size=b, context_ring=kind == "ring")
         return shape_loss_seconds(facts.training(b, recompute), shape, rates, recompute,
                                   _fraction(facts, n.p, recompute, split),
                                   materialized_scores(facts.footprint(b))) / n.p
 
-    return grid.table((MICRO_BATCH, RECOMPUTE, "pipeline.layers_per_stage"), seconds,
-                      (1, "none", None), cache=("shape-loss", n.t, n.c, n.e, n.p))
+    return grid.table((MICRO_BATCH, RECOMPUTE, "pipeline.layers_per_stage", "context.kind"),
+                      seconds, (1, "none", None, _pinned_context_kind(facts)),
+                      cache=("shape-loss", n.t, n.c, n.e, n.x, n.p))
+
+
+def _pinned_context_kind(facts: Facts) -> str:
+    return getattr(facts.spec.parallel.get("context"), "kind", "ring")
 
 
 def _stages(facts: Facts, p: int, split: tuple[int, ...] | None) -> tuple[Stage, ...]:
