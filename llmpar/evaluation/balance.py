@@ -1,11 +1,11 @@
 """The pipeline runs at the pace of its slowest stage.
 
-Every stage processes every micro-batch, so a step takes as long as the stage with the
-most work: with uneven layer counts, or with the output layer on the last stage (a
-large vocabulary: Llama 3's 128K, BLOOM's 250K), that stage sets the pace and the others
-wait (Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2: the step is bounded by the
-slowest stage; Megatron-LM's --decoder-first/last-pipeline-num-layers exist to even it
-out). Per stage: its layers' products (attention projections, MLP or MoE, attention
+Every stage processes every micro-batch and hands it to the next, so in a synchronous
+schedule a step takes as long as the stage with the most work: with uneven layer
+counts, or with the output layer on the last stage (a large vocabulary: Llama 3's 128K,
+BLOOM's 250K), that stage sets the pace and the others wait (Megatron-LM's
+--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers exist to
+even it out). Per stage: its layers' products (attention projections, MLP or MoE, attention
 scores and values) at their training-pass multiple, and the output layer's on the last.
 """
 

@@ -8,14 +8,13 @@ reach. A product of C[m x n] = A[m x k] B[k x n] takes
                 bytes / (HBM bandwidth * memory_efficiency))
 
 every product pays a launch and first-tile latency (`matmul_fixed_seconds`; once per
-launch for batched and grouped products), and a
-product whose weights and operands take longer to stream from HBM than its FLOPs take
-to compute runs at the memory's pace (the roofline, Williams et al. 2009). This law
-is checked against measured GEMMs (validation/published/gemm/,
-tests/test_matmul_shapes.py). Small token counts per GPU (micro-batch x sequence /
-context degree), thin slices (hidden size / tensor degree), attention products over
-short head widths and experts that each see few tokens are where training loses
-time.
+launch for batched and grouped products), and a product whose weights and operands
+take longer to stream from HBM than its FLOPs take to compute runs at the memory's
+pace (the roofline, Williams et al. 2009). This law is checked against measured GEMMs
+(validation/published/gemm/, tests/test_matmul_shapes.py). Small token counts per GPU
+(micro-batch x sequence / context degree), thin slices (hidden size / tensor degree),
+attention products over short head widths and experts that each see few tokens are
+where training loses time.
 
 The products, on one GPU, per micro-batch, along the whole pipeline:
 - attention projections: Q, K and V together and the output (MLA: its down and up
@@ -23,7 +22,8 @@ The products, on one GPU, per micro-batch, along the whole pipeline:
   copied past t > kv);
 - MLP (gate and up together, then down), or router + routed experts + shared
   experts: tokens routed evenly, so each of a GPU's E/e experts sees k x tokens x
-  e / E tokens;
+  e / E tokens (x / t of that with an expert tensor degree x below the tensor degree
+  t), one grouped launch for them;
 - where attention materializes its scores (activation models that keep them, i.e.
   not FlashAttention): Q.K^T and scores.V as batched products per head, reducing over
   the head width and the sequence; otherwise FlashAttention's kernels, compute-bound at

@@ -6,8 +6,8 @@ efficiencies):
     compute   = hardware FLOPs per GPU / (peak * matmul_efficiency)
                 * the slowest pipeline stage's work over the average stage's
                   (llmpar.evaluation.balance)
-              + what products lose to their shapes: short reductions, launches,
-                memory-bound products (llmpar.evaluation.matmuls)
+              + what products lose to their shapes: launches, memory-bound
+                products (llmpar.evaluation.matmuls)
               + elementwise bytes / (HBM bandwidth * memory_efficiency)
     exposed   = communication not hidden behind compute (each collective states
                 the share of it that can overlap and the work it hides behind;
