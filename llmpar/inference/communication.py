@@ -18,12 +18,13 @@ spans: latency-bound for the small buffers of decode).
 
 from __future__ import annotations
 
-from llmpar.communication.collectives import call_seconds
+from llmpar.communication.collectives import call_seconds, members_per_node
 from llmpar.dtypes import bytes_per_element
 from llmpar.inference.kv_cache import kv_bytes_per_token
 from llmpar.inference.operations import Step
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
+from llmpar.strategies.expert import network_copies
 from llmpar.strategy import Collective
 
 RING = "inference.context-ring"
@@ -60,10 +61,16 @@ def expert_collectives(serving: Serving, step: Step) -> list[Collective]:
         return []
     assert model.hidden_size is not None
     act = bytes_per_element(serving.spec.precision.activations)
-    buffer = step.tokens * model.moe.experts_per_token * model.hidden_size * act
+    e = serving.degree("expert")
+    dispatcher = getattr(serving.spec.parallel.get("expert"), "dispatcher", "all-to-all")
+    members = members_per_node(e, serving.layout.stride("expert"),
+                               serving.spec.hardware.gpus_per_node)
+    copies = network_copies(dispatcher, model.moe.experts_per_token, e, members)
+    buffer = step.tokens * copies * model.hidden_size * act
     return [_collective(serving, "expert", "inference.expert-all-to-all", "all-to-all", buffer,
-                        serving.degree("expert"), 2 * model.num_moe_layers,
-                        f"{step.phase}: token dispatch and combine of every MoE layer")]
+                        e, 2 * model.num_moe_layers,
+                        f"{step.phase}: token dispatch and combine of every MoE layer"
+                        + (" (DeepEP)" if dispatcher == "deepep" else ""))]
 
 
 def pipeline_collectives(serving: Serving, step: Step) -> list[Collective]:
