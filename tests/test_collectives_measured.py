@@ -28,29 +28,12 @@ one sendrecv sweep (0.46x, unexplained by its source).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "validation" / "collective_bandwidth.py"
-
-if not SCRIPT.is_file():  # an sdist ships no validation/
-    pytest.skip("validation/ is not part of this tree", allow_module_level=True)
+from validation_scripts import load_script
 
 TOLERANCE = 0.25
 
-
-def _load_report():
-    spec = importlib.util.spec_from_file_location("llmpar_collective_bandwidth", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-report = _load_report()
+report = load_script("collective_bandwidth")
 
 ROWS = [(path.stem, index, row)
         for path, data in report.sources()

@@ -9,30 +9,14 @@ change to the model that moves it fails here until the data file says why.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from validation_scripts import load_script
 
 import llmpar
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "validation" / "published_throughput.py"
-if not SCRIPT.is_file():  # an sdist ships no validation/
-    pytest.skip("validation/ is not part of this tree", allow_module_level=True)
-
 TOLERANCE = 0.10
 
-
-def _load_report():
-    spec = importlib.util.spec_from_file_location("llmpar_published_throughput", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-report = _load_report()
+report = load_script("published_throughput")
 ROWS = [(path.stem, row) for path in sorted(report.PUBLISHED.glob("*.toml"))
         for row in report.rows(path)]
 
