@@ -84,7 +84,8 @@ def training_specs(draw: st.DrawFn, model: Any = None) -> dict[str, Any]:
 def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
     """A training run under a drawn layout of llmpar's own strategies: tensor (with or
     without sequence parallelism), pipeline (1F1B), context (ring or all-to-all),
-    ZeRO stage and, for an MoE model, expert parallelism. Every degree divides what
+    ZeRO stage, a rank order and, for an MoE model, expert parallelism (NCCL or DeepEP
+    dispatch, experts folded into the tensor ranks or not). Every degree divides what
     it must (heads, layers, sequence, experts), so the spec loads and plans."""
     pipeline = draw(st.sampled_from([1, 2, 4]))
     moe = draw(st.booleans())
@@ -98,7 +99,13 @@ def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
     if kind == "all-to-all" and heads % (context * tensor):
         kind = "ring"
     data = draw(st.sampled_from([1, 2, 4]))
-    expert = draw(st.sampled_from([e for e in (1, 2, 4) if (data * context) % e == 0
+    sequence = tensor > 1 and draw(st.booleans())
+    order = draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-pp-cp-ep-dp", "tp-ep-dp-cp-pp"]))
+    # Folding expert ranks into the tensor ranks needs sequence parallelism and the
+    # tensor ranks right inside the data x context ranks.
+    fold = moe and sequence and order != "tp-pp-cp-ep-dp" and draw(st.booleans())
+    ranks = data * context * (tensor if fold else 1)
+    expert = draw(st.sampled_from([e for e in (1, 2, 4) if ranks % e == 0
                                    and model["moe"]["num_experts"] % e == 0])) if moe else 1
     spec = draw(training_specs(model=model))
     micro_batch = spec["training"]["micro_batch_size"]
@@ -114,9 +121,13 @@ def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
     if context > 1:
         parallel["context"] = {"degree": context, "kind": kind}
     if expert > 1:
-        parallel["expert"] = {"degree": expert}
-    if tensor > 1 and draw(st.booleans()):
+        parallel["expert"] = {"degree": expert,
+                              "dispatcher": draw(st.sampled_from(["all-to-all", "deepep"]))}
+        if fold:
+            parallel["expert"]["tensor_degree"] = 1
+    if sequence:
         parallel["sequence"] = {}
+    parallel["order"] = order
     spec["parallel"] = parallel
     return spec
 
