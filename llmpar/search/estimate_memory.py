@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from llmpar.evaluation.memory import whole_model_stage
-from llmpar.placement import EXPERT_TENSOR, RANK_ORDER, stride
+from llmpar.placement import EXPERT_TENSOR, RANK_ORDER, data_context_stride, stride
 from llmpar.search.exact import stage_kind
 from llmpar.search.grid import Grid
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE
@@ -71,11 +71,19 @@ class NodeDegrees:
         """Ranks sharding expert states (data.shard_degrees)."""
         return max(1, self.d * self.c * self.t // self.x // self.e)
 
+    @property
+    def degrees(self) -> dict[str, int]:
+        return {"tensor": self.t, "context": self.c, "data": self.d, "expert": self.e,
+                "pipeline": self.p, EXPERT_TENSOR: self.x}
+
     def stride(self, strategy: str) -> int:
         """`Layout.stride` of these degrees (llmpar.placement)."""
-        degrees = {"tensor": self.t, "context": self.c, "data": self.d, "expert": self.e,
-                   "pipeline": self.p, EXPERT_TENSOR: self.x}
-        return stride(self.order, degrees, strategy)
+        return stride(self.order, self.degrees, strategy)
+
+    @property
+    def data_context_stride(self) -> int:
+        """Where the data x context ranks start (llmpar.placement)."""
+        return data_context_stride(self.order, self.degrees)
 
 
 def stage_kinds(facts: Facts, p: int, split: tuple[int, ...] | None) -> list[Stage]:

@@ -174,7 +174,7 @@ def _data(facts: Facts, grid: Grid, n: NodeDegrees, m: np.ndarray,
     fsdp = bool(getattr(config, "fsdp", False))
     stage = grid.array("data.zero", lambda z: 3 if fsdp else z, 0)
     dense = n.d * n.c
-    block = min(n.stride("context"), n.stride("data"))  # the data x context ranks
+    block = n.data_context_stride
     groups = ((dense, block, False), (n.expert_data, n.stride("expert") * n.e, True))
     for size, stride, experts in groups:
         params = parameters_per_gpu(facts, n, experts)

@@ -85,7 +85,7 @@ def _expert(facts: Facts, grid: Grid, reason: np.ndarray, n: NodeDegrees) -> np.
         return _first(reason, True, path)
     sequence = grid.array("sequence", lambda on: bool(on) and facts.sequence_enabled,
                           False, bool)
-    block = min(n.stride("context"), n.stride("data"))
+    block = n.data_context_stride
     fails = (bool(n.t * n.c * n.d % (n.e * n.x)) | ~sequence
              | (block != n.stride("tensor") * n.t))
     return _first(reason, fails, path)

@@ -20,7 +20,7 @@ import attrs
 from llmpar.communication.collectives import members_per_node
 from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
-from llmpar.placement import EXPERT_TENSOR
+from llmpar.placement import EXPERT_TENSOR, data_context_stride
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
@@ -112,8 +112,8 @@ class ExpertParallel(Strategy):
             problems.append(Problem(path, f"an expert tensor degree ({x}) below the tensor "
                                           f"degree ({t}) needs [parallel.sequence]: each tensor "
                                           "rank routes its own slice of the tokens"))
-        tensor, block = layout.stride("tensor"), min(layout.stride("context"),
-                                                      layout.stride("data"))
+        tensor = layout.stride("tensor")
+        block = data_context_stride(layout.order, layout.degrees)
         if block != tensor * t:
             problems.append(Problem(path, "folding expert ranks into the tensor ranks needs "
                                           "the tensor ranks right inside the data x context "
