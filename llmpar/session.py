@@ -1,23 +1,22 @@
-"""A Session owns a plugin manager, the strategies and presets it found, and a
-converter: a hermetic planner. `llmpar.evaluate` uses a default one made on
-first use; embedders make their own, e.g. `Session(load_entry_points=False,
-plugins=[my_plugin])`.
+"""A Session owns a plugin manager, the strategies, presets and search dimensions its
+plugins registered, and a converter: a hermetic planner. `llmpar.evaluate` uses a
+default one made on first use; embedders make their own, e.g.
+`Session(load_entry_points=False, plugins=[my_plugin])`. Loading plugins, blocking them
+and setting aside broken ones is `llmpar.plugins`.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import attrs
-import pluggy
 
-from llmpar import hookspecs
-from llmpar.errors import PluginError, SpecError
+from llmpar import plugins as plugin_loading
+from llmpar.errors import PluginError, Problem, SpecError
 from llmpar.evaluation.evaluate import build_plan
 from llmpar.inference.evaluate import build_inference_plan
 from llmpar.loading.checks import resolve_layout, spec_problems
@@ -27,75 +26,50 @@ from llmpar.loading.loader import load
 from llmpar.loading.presets import PresetCatalog, catalog_of
 from llmpar.loading.reader import SpecSource
 from llmpar.plan import Plan
+from llmpar.plugins import PluginInfo
+from llmpar.search.dimension import SearchDimension
+from llmpar.search.dimensions import gather_dimensions
 from llmpar.spec import Spec
 from llmpar.strategies import BUILTIN_PLUGINS
 from llmpar.strategy import Strategy
 
-ENTRY_POINT_GROUP = "llmpar"
-
-
-@attrs.frozen
-class PluginInfo:
-    """A loaded plugin: its name, where it came from, and what it registered."""
-
-    name: str
-    distribution: str
-    version: str
-    strategies: tuple[str, ...] = ()
-
-
-def _own_version() -> str:
-    try:
-        return importlib.metadata.version("llmpar")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+ENTRY_POINT_GROUP = plugin_loading.ENTRY_POINT_GROUP
+__all__ = ["ENTRY_POINT_GROUP", "PluginInfo", "Session"]
 
 
 class Session:
-    """Plugins, strategies, presets and the spec converter, made once."""
+    """Plugins, strategies, presets and the spec converter, made once.
 
-    def __init__(self, *, plugins: Iterable[object] = (), load_entry_points: bool = True):
-        self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-        self.plugin_manager.add_hookspecs(hookspecs)
-        self._origins: dict[str, tuple[str, str]] = {}
-        self._register_builtins()
-        if load_entry_points:
-            self._load_entry_points()
-        for plugin in plugins:
-            name = self.plugin_manager.register(plugin)
-            if name is not None:
-                self._origins[name] = ("(registered in code)", "")
-        try:
-            self.plugin_manager.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin {exc.plugin!r} implements an unknown hook: {exc}") from exc
+    `load_entry_points` None follows `LLMPAR_DISABLE_PLUGIN_AUTOLOAD`; `blocked` adds to
+    `LLMPAR_BLOCK_PLUGINS`; `environ` (default `os.environ`) is where both are read, so
+    `environ={}` ignores them. A plugin that breaks is set aside (`plugins()` lists it
+    as broken); `strict=True` raises PluginError instead, for plugin authors' tests.
+    """
+
+    def __init__(self, *, plugins: Iterable[object] = (), load_entry_points: bool | None = None,
+                 blocked: Iterable[str] = (), environ: Mapping[str, str] | None = None,
+                 strict: bool = False):
+        environ = os.environ if environ is None else environ
+        if load_entry_points is None:
+            load_entry_points = not plugin_loading.autoload_disabled(environ)
+        self._plugins = plugin_loading.PluginSet(
+            builtins=BUILTIN_PLUGINS, plugins=plugins, load_entry_points=load_entry_points,
+            blocked=plugin_loading.blocked_names(environ, blocked))
+        self.plugin_manager = self._plugins.manager
+        self._strategy_owners: dict[str, str] = {}
         self.strategies: Mapping[str, Strategy] = MappingProxyType(self._collect_strategies())
         self.presets: PresetCatalog = self._collect_presets()
+        self.search_dimensions: tuple[SearchDimension, ...] = gather_dimensions(
+            self._plugins, self.strategies)
+        self._drop_strategies_of_broken_plugins()
+        if strict and self._plugins.broken:
+            raise PluginError("; ".join(f"plugin {name!r}: {error}"
+                                        for name, error in self._plugins.broken.items()))
         self.converter = make_converter()
-
-    def _register_builtins(self) -> None:
-        version = _own_version()
-        for name, module in BUILTIN_PLUGINS:
-            self.plugin_manager.register(importlib.import_module(module), name=name)
-            self._origins[name] = ("llmpar", version)
-
-    def _load_entry_points(self) -> None:
-        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if self.plugin_manager.get_plugin(entry_point.name) is not None:
-                continue  # llmpar's own, registered above under the same name
-            dist = entry_point.dist
-            label = f"{dist.name} {dist.version}" if dist else "unknown distribution"
-            try:
-                plugin = entry_point.load()
-            except Exception as exc:
-                raise PluginError(f"error importing plugin {entry_point.name!r} ({label}): "
-                                  f"{type(exc).__name__}: {exc}") from exc
-            self.plugin_manager.register(plugin, name=entry_point.name)
-            self._origins[entry_point.name] = (dist.name, dist.version) if dist else ("?", "?")
 
     def _collect_strategies(self) -> dict[str, Strategy]:
         found: dict[str, Strategy] = {}
-        owners: dict[str, str] = {}
+        owners = self._strategy_owners
 
         def registrar(plugin: str) -> Callable[[Strategy], None]:
             def register(strategy: Strategy) -> None:
@@ -108,28 +82,55 @@ class Session:
 
             return register
 
-        call_each(self.plugin_manager.hook.llmpar_register_strategies, registrar,
-                  "to register strategies")
-        self._strategy_owners = owners
+        self._plugins.call_registering("llmpar_register_strategies", registrar,
+                                       "to register strategies")
+        self._forget_broken(found)
         return dict(sorted(found.items(), key=lambda item: (item[1].phase, item[0])))
 
+    def _forget_broken(self, found: dict[str, Strategy]) -> None:
+        """A plugin set aside keeps none of the strategies it registered."""
+        for name in [s for s, owner in self._strategy_owners.items()
+                     if owner in self._plugins.broken]:
+            found.pop(name, None)
+            del self._strategy_owners[name]
+
+    def _drop_strategies_of_broken_plugins(self) -> None:
+        """A plugin set aside after its strategies were taken (its search dimensions
+        broke) takes them, and every dimension of theirs, with it."""
+        kept = dict(self.strategies)
+        self._forget_broken(kept)
+        if len(kept) != len(self.strategies):
+            self.strategies = MappingProxyType(kept)
+            self.search_dimensions = tuple(d for d in self.search_dimensions
+                                           if d.strategy in kept)
+
     def _collect_presets(self) -> PresetCatalog:
-        folders: list[Path] = []
-        call_each(self.plugin_manager.hook.llmpar_register_presets,
-                  lambda _plugin: lambda folder: folders.append(Path(folder)))
+        folders: list[tuple[str, Path]] = []
+
+        def registrar(plugin: str) -> Callable[[Path], None]:
+            def register(folder: Path) -> None:
+                if not isinstance(folder, (str, Path)):
+                    raise PluginError(f"plugin {plugin!r} registered {folder!r} as a preset "
+                                      "folder, not a path")
+                folders.append((plugin, Path(folder)))
+
+            return register
+
+        self._plugins.call_registering("llmpar_register_presets", registrar,
+                                       "to register presets")
+        kept = [folder for plugin, folder in folders if plugin not in self._plugins.broken]
         # Built-ins first, so a plugin cannot shadow a shipped preset by accident.
-        builtin = [f for f in folders if f.resolve().name in ("specs", "_specs")]
-        return catalog_of(builtin[:1] + [f for f in folders if f not in builtin[:1]])
+        builtin = [f for f in kept if f.resolve().name in ("specs", "_specs")]
+        return catalog_of(builtin[:1] + [f for f in kept if f not in builtin[:1]])
 
     def plugins(self) -> list[PluginInfo]:
-        """Loaded plugins with their distributions, versions and strategies."""
-        infos = []
-        for name, _plugin in self.plugin_manager.list_name_plugin():
-            dist, version = self._origins.get(name, ("?", "?"))
-            strategies = tuple(s for s, owner in self._strategy_owners.items() if owner == name)
-            infos.append(PluginInfo(name=name, distribution=dist, version=version,
-                                    strategies=strategies))
-        return sorted(infos, key=lambda info: info.name)
+        """Every plugin offered to the session, with its distribution, version and
+        strategies, and whether it is loaded, broken (with the error) or blocked."""
+        return self._plugins.info(self._strategy_owners)
+
+    def unavailable(self, name: str) -> str | None:
+        """Why the plugin `name` offers nothing here (broken, blocked), or None."""
+        return self._plugins.unavailable(name)
 
     def load_spec(self, source: SpecSource | Spec,
                   overrides: Mapping[str, Any] | None = None) -> Spec:
@@ -137,15 +138,28 @@ class Session:
 
         `overrides` sets dotted keys before structuring: {"hardware.num_gpus": 8}.
         """
-        if isinstance(source, Spec) and not overrides:
-            spec = source
-        else:
-            table = spec_to_dict(source) if isinstance(source, Spec) else source
-            spec = load(table, self.presets, self.strategies, self.converter, overrides)
-        problems = spec_problems(spec, self.strategies)
-        if problems:
-            raise SpecError(problems, spec.source)
+        try:
+            if isinstance(source, Spec) and not overrides:
+                spec = source
+            else:
+                table = spec_to_dict(source) if isinstance(source, Spec) else source
+                spec = load(table, self.presets, self.strategies, self.converter, overrides)
+            problems = spec_problems(spec, self.strategies)
+            if problems:
+                raise SpecError(problems, spec.source)
+        except SpecError as error:
+            raise self._name_missing_plugins(error) from None
         return spec
+
+    def _name_missing_plugins(self, error: SpecError) -> SpecError:
+        """Say which broken or blocked plugin an unknown `[parallel.<name>]` needs."""
+        problems = []
+        for problem in error.problems:
+            name = problem.path.removeprefix("$.parallel.")
+            why = self.unavailable(name) if problem.path.count(".") == 2 else None
+            problems.append(Problem(problem.path, f"{problem.message}; {why}") if why and
+                            problem.path.startswith("$.parallel.") else problem)
+        return SpecError(problems, error.source)
 
     def evaluate(self, source: SpecSource | Spec,
                  overrides: Mapping[str, Any] | None = None) -> Plan:
@@ -157,21 +171,6 @@ class Session:
         if spec.inference is not None:
             return build_inference_plan(spec, layout, self.strategies)
         return build_plan(spec, layout, self.strategies)
-
-
-def call_each(hook: Any, registrar: Callable[[str], Callable[[Any], None]],
-              doing: str = "") -> None:
-    """Call every implementation of a registering hook with `register =
-    registrar(plugin name)`, naming the plugin (and what it was `doing`) when one
-    fails. Plugins only declare; the caller's registrar owns duplicates and ordering."""
-    for impl in hook.get_hookimpls():
-        try:
-            impl.function(register=registrar(impl.plugin_name))
-        except PluginError:
-            raise
-        except Exception as exc:
-            raise PluginError(f"plugin {impl.plugin_name!r} failed {doing or 'in ' + hook.name}: "
-                              f"{type(exc).__name__}: {exc}") from exc
 
 
 def _check_strategy(strategy: Strategy, plugin: str) -> None:

@@ -98,25 +98,60 @@ def test_plan_does_not_depend_on_registration_order():
     assert list(one.strategies) == list(two.strategies)
 
 
-def test_duplicate_strategy_names_name_both_plugins():
+def _status(session, name):
+    (info,) = [info for info in session.plugins() if info.name == name]
+    return info
+
+
+def test_duplicate_strategy_names_set_the_later_plugin_aside():
     class Again:
         @llmpar.hookimpl
         def llmpar_register_strategies(self, register):
             register(HalvesWeights())
 
+    session = llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin(), Again()])
+    assert "halves" in session.strategies
+    broken = [info for info in session.plugins() if info.status == "broken"]
+    assert len(broken) == 1 and "registered by both" in broken[0].error
     with pytest.raises(PluginError, match="registered by both"):
-        llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin(), Again()])
+        llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin(), Again()], strict=True)
 
 
-def test_a_failing_plugin_is_named():
-    class Broken:
-        @llmpar.hookimpl
-        def llmpar_register_strategies(self, register):
-            raise RuntimeError("boom")
+class Broken:
+    @llmpar.hookimpl
+    def llmpar_register_strategies(self, register):
+        register(HalvesWeights())
+        raise RuntimeError("boom")
 
-    with pytest.raises(PluginError, match="boom") as caught:
-        llmpar.Session(load_entry_points=False, plugins=[Broken()])
-    assert "failed to register strategies" in str(caught.value)
+
+def test_a_failing_plugin_is_named_and_set_aside():
+    session = llmpar.Session(load_entry_points=False, plugins=[Broken(), BufferPlugin()])
+    broken = [info for info in session.plugins() if info.status == "broken"]
+    assert len(broken) == 1
+    assert "failed to register strategies: RuntimeError: boom" in broken[0].error
+    # What it registered before it broke is gone; the other plugin works.
+    assert "halves" not in session.strategies and "buffer" in session.strategies
+    assert session.evaluate({**SPEC, "parallel": {"buffer": {"degree": 3}}}).buffers_bytes == 3000
+    with pytest.raises(PluginError, match="boom"):
+        llmpar.Session(load_entry_points=False, plugins=[Broken()], strict=True)
+
+
+def test_a_spec_that_needs_a_broken_plugin_says_so(monkeypatch):
+    class FakeEntryPoint:
+        name, value, dist = "halves", "no_such_module_anywhere", None
+
+        def load(self):
+            import no_such_module_anywhere  # noqa: F401
+
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [*real(group=group), FakeEntryPoint()])
+    session = llmpar.Session(load_entry_points=True, environ={})
+    info = _status(session, "halves")
+    assert info.status == "broken" and "failed to import: ModuleNotFoundError" in info.error
+    assert session.evaluate(SPEC).fits is not None  # specs without it work
+    with pytest.raises(llmpar.SpecError, match="plugin 'halves' .* is broken: failed to import"):
+        session.load_spec({**SPEC, "parallel": {"halves": {"degree": 2}}})
 
 
 def test_unknown_hook_is_refused():
@@ -125,8 +160,11 @@ def test_unknown_hook_is_refused():
         def llmpar_register_strategy(self, register):
             pass
 
+    session = llmpar.Session(load_entry_points=False, plugins=[Typo()])
+    (info,) = [info for info in session.plugins() if info.status == "broken"]
+    assert "unknown hook" in info.error and "llmpar_register_strategy" in info.error
     with pytest.raises(PluginError, match="unknown hook"):
-        llmpar.Session(load_entry_points=False, plugins=[Typo()])
+        llmpar.Session(load_entry_points=False, plugins=[Typo()], strict=True)
 
 
 def test_strategy_config_must_be_attrs():
@@ -140,7 +178,63 @@ def test_strategy_config_must_be_attrs():
             register(Bad())
 
     with pytest.raises(PluginError, match="attrs class"):
-        llmpar.Session(load_entry_points=False, plugins=[BadPlugin()])
+        llmpar.Session(load_entry_points=False, plugins=[BadPlugin()], strict=True)
+    assert "bad" not in llmpar.Session(load_entry_points=False, plugins=[BadPlugin()]).strategies
+
+
+def test_plugins_are_blocked_by_name_and_environment():
+    session = llmpar.Session(load_entry_points=False, plugins=[HalvesPlugin(), BufferPlugin()],
+                             blocked=["BufferPlugin"],
+                             environ={"LLMPAR_BLOCK_PLUGINS": "context, "})
+    assert "buffer" not in session.strategies and "context" not in session.strategies
+    assert "halves" in session.strategies
+    statuses = {info.name: info.status for info in session.plugins()}
+    assert statuses["context"] == "blocked"
+    with pytest.raises(llmpar.SpecError, match="plugin 'context' is blocked"):
+        session.load_spec({**SPEC, "parallel": {"context": {"degree": 2}}})
+
+
+def test_autoload_is_switched_off_by_the_environment():
+    on = llmpar.Session(environ={})
+    off = llmpar.Session(environ={"LLMPAR_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    builtin = {name for name, _ in BUILTIN_PLUGINS}
+    assert {info.name for info in off.plugins()} == builtin
+    assert {info.name for info in on.plugins()} >= builtin
+
+
+def test_registration_hooks_go_through_pluggy():
+    """Hookwrappers run around a plugin's own registration, and pluggy's tracing
+    sees the calls."""
+    seen = []
+
+    class Wraps:
+        @llmpar.hookimpl(wrapper=True)
+        def llmpar_register_strategies(self, register):
+            seen.append("before")
+            result = yield
+            seen.append("after")
+            return result
+
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):  # noqa: F811
+            register(HalvesWeights())
+
+    class WrapsOnly:
+        @llmpar.hookimpl(wrapper=True)
+        def llmpar_register_strategies(self, register):
+            seen.append("wrapped")
+            return (yield)
+
+    session = llmpar.Session(load_entry_points=False, plugins=[WrapsOnly(), HalvesPlugin()])
+    assert "halves" in session.strategies and "wrapped" in seen
+    traced = []
+    manager = session.plugin_manager
+    undo = manager.add_hookcall_monitoring(lambda name, impls, kwargs: traced.append(name),
+                                           lambda outcome, name, impls, kwargs: None)
+    manager.subset_hook_caller("llmpar_register_strategies", remove_plugins=[])(
+        register=lambda strategy: None)
+    undo()
+    assert traced == ["llmpar_register_strategies"]
 
 
 def test_plugin_presets_are_found(tmp_path):

@@ -106,8 +106,13 @@ def test_bad_dimensions_are_plugin_errors(dimension, message):
         def llmpar_search_dimensions(self, register: Callable) -> None:
             register(dimension)
 
-    with pytest.raises(llmpar.PluginError, match=message):
-        collect_dimensions(session_with(Bad()))
+    session = session_with(Bad())
+    (broken,) = [info for info in session.plugins() if info.status == "broken"]
+    assert message in broken.error
+    # Set aside whole: its strategy and dimensions go, the built-ins' stay.
+    assert "chunked_loss" not in session.strategies
+    assert {d.strategy for d in collect_dimensions(session)} <= set(session.strategies)
+    assert any(d.key == "tensor.degree" for d in collect_dimensions(session))
 
 
 class StickyLoss(ChunkedLoss):

@@ -27,13 +27,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"llmpar.cli.{name}").add_parser(commands)
+    for command in commands.choices.values():
+        command.add_argument("--no-plugin", action="append", default=[], metavar="NAME",
+                             dest="no_plugin",
+                             help="do not load plugin NAME (repeatable; as "
+                                  "LLMPAR_BLOCK_PLUGINS=NAME,...)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(Session(), args)
+        return args.run(Session(blocked=args.no_plugin), args)
     except SpecError as error:
         print(error, file=sys.stderr)
         return EXIT_SPEC_ERROR

@@ -8,14 +8,23 @@ from llmpar.session import Session
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("plugins", help="list loaded plugins with versions",
-                                 description="List plugins, their distributions and strategies.")
+    parser = commands.add_parser(
+        "plugins", help="list plugins: versions, strategies, loaded, broken or blocked",
+        description="List plugins, their distributions, strategies and status; a broken one "
+                    "is shown with its error.")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
-    print(f"{'plugin':<16}{'distribution':<24}{'version':<12}strategies")
+    print(f"{'plugin':<16}{'distribution':<24}{'version':<12}{'status':<10}strategies")
+    broken = []
     for info in session.plugins():
         strategies = ", ".join(info.strategies) or "-"
-        print(f"{info.name:<16}{info.distribution:<24}{info.version:<12}{strategies}")
+        print(f"{info.name:<16}{info.distribution:<24}{info.version:<12}{info.status:<10}"
+              f"{strategies}")
+        if info.error:
+            broken.append(f"{info.name}: {info.error}")
+    if broken:
+        print("\nbroken plugins (set aside; specs that need them fail, the rest work):")
+        print("\n".join(f"  {line}" for line in broken))
     return 0

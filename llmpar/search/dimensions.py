@@ -9,33 +9,41 @@ import attrs
 
 from llmpar.errors import PluginError
 from llmpar.search.dimension import DEGREE, SearchDimension
-from llmpar.session import call_each
 
 if TYPE_CHECKING:
+    from llmpar.plugins import PluginSet
     from llmpar.session import Session
     from llmpar.strategy import Strategy
 
 
 def collect_dimensions(session: Session) -> tuple[SearchDimension, ...]:
-    """Every dimension the session's plugins declare, by strategy phase, then name,
-    then the order each plugin registered them in."""
-    found: list[SearchDimension] = []
+    """The search dimensions the session's plugins declared."""
+    return session.search_dimensions
+
+
+def gather_dimensions(plugins: PluginSet,
+                      strategies: Mapping[str, Strategy]) -> tuple[SearchDimension, ...]:
+    """Every dimension the plugins declare, by strategy phase, then name, then the
+    order each plugin registered them in; a plugin that declares a bad one is set
+    aside with all of its dimensions."""
+    found: list[tuple[str, SearchDimension]] = []
     owners: dict[str, str] = {}
 
     def registrar(plugin: str) -> Callable[[SearchDimension], None]:
         def register(dimension: SearchDimension) -> None:
-            _check_dimension(dimension, plugin, session.strategies)
+            _check_dimension(dimension, plugin, strategies)
             if dimension.key in owners:
                 raise PluginError(f"search dimension {dimension.key!r} declared by both "
                                   f"{owners[dimension.key]!r} and {plugin!r}")
             owners[dimension.key] = plugin
-            found.append(dimension)
+            found.append((plugin, dimension))
 
         return register
 
-    call_each(session.plugin_manager.hook.llmpar_search_dimensions, registrar)
-    strategies = session.strategies
-    return tuple(sorted(found, key=lambda d: (strategies[d.strategy].phase, d.strategy)))
+    plugins.call_registering("llmpar_search_dimensions", registrar,
+                             "to declare search dimensions")
+    kept = [d for plugin, d in found if plugin not in plugins.broken]
+    return tuple(sorted(kept, key=lambda d: (strategies[d.strategy].phase, d.strategy)))
 
 
 def _check_dimension(dimension: object, plugin: str,

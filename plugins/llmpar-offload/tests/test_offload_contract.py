@@ -39,7 +39,7 @@ def test_llmpar_plugins_lists_it_with_distribution_and_version(capsys):
     assert main(["plugins"]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines()
               if line.startswith("offload")]
-    assert row.split() == ["offload", "llmpar-offload", __version__, "offload"]
+    assert row.split() == ["offload", "llmpar-offload", __version__, "loaded", "offload"]
 
 
 def test_keeps_the_whole_contract_on_the_reference_specs(session):
