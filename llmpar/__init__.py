@@ -14,7 +14,7 @@ from typing import Any
 from llmpar.errors import PluginError, Problem, SpecError
 from llmpar.hf import model_from_hf
 from llmpar.hookspecs import hookimpl
-from llmpar.loading.dump import dump_spec, spec_to_dict
+from llmpar.loading import dump as _dump
 from llmpar.loading.reader import SpecSource
 from llmpar.plan import Derivation, Plan
 from llmpar.search import SearchResult, search, sweep
@@ -72,6 +72,17 @@ def default_session() -> Session:
 def load_spec(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None) -> Spec:
     """Read and check a spec with the default session (see `Session.load_spec`)."""
     return default_session().load_spec(source, overrides)
+
+
+def dump_spec(spec: Spec) -> str:
+    """The spec as TOML that `llmpar.load_spec` reads back to an equal Spec (`[parallel]
+    order` in the default session's axis tokens)."""
+    return _dump.dump_spec(spec, default_session().axes)
+
+
+def spec_to_dict(spec: Spec) -> dict[str, Any]:
+    """The spec as a fully resolved table (see `llmpar.loading.dump.spec_to_dict`)."""
+    return _dump.spec_to_dict(spec, default_session().axes)
 
 
 def evaluate(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None) -> Plan:

@@ -1,95 +1,140 @@
-"""Where ranks sit: the rank order, and the rank distance between a group's members.
+"""Where ranks sit: the axes strategies declare, the rank order, and the rank distance
+between a group's members.
 
-Ranks are numbered with the first dimension of the order varying fastest, as
-Megatron-Core's `RankGenerator` does with its order string (default
-"tp-cp-ep-dp-pp": tensor innermost, pipeline outermost). A group whose members
-lie within `gpus_per_node` consecutive ranks stays inside a node.
+Each strategy whose degree places ranks declares an `Axis`: the token it contributes to
+`[parallel] order` and where it may sit (torchtitan's `ParallelDims` keeps every
+degree in one record the same way). Ranks are numbered with the first axis of the
+order varying fastest, as Megatron-Core's `RankGenerator` does with its order string
+(default "tp-cp-ep-dp-pp": tensor innermost, pipeline outermost). A group whose
+members lie within `gpus_per_node` consecutive ranks stays inside a node.
 
-Expert parallelism does not multiply the GPU count: its ranks are the innermost
-part of the data x context ranks (Megatron-Core's expert ranks), so the order keeps
-"ep" right before "dp", and "cp" next to them, which keeps data x context one
-contiguous block of ranks.
+An axis may be `nested`: its ranks are carved out of other axes' ranks instead of
+multiplying the GPU count (Megatron-Core's expert ranks are the innermost data x
+context ranks), so it adds nothing to the strides of the others.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+
+import attrs
 
 from llmpar.errors import Problem
 
 RANK_ORDER = ("tensor", "context", "expert", "data", "pipeline")
-"""Default placement of ranks, innermost first (Megatron-Core's tp-cp-ep-dp-pp): the
-tensor group is contiguous, so it stays inside a node when its degree allows."""
+"""The default order of llmpar's own axes, innermost first (Megatron-Core's
+tp-cp-ep-dp-pp): the tensor group is contiguous, so it stays inside a node when its
+degree allows. `default_order` derives it from the declarations."""
 
-EXPERT_TENSOR = "expert_tensor"
-"""The layout key of the expert tensor degree (`[parallel.expert] tensor_degree`)."""
 ORDER_KEY = "order"
 """`[parallel] order`: the one key of `[parallel]` that is not a strategy's table."""
 
-TOKENS = {"tp": "tensor", "cp": "context", "ep": "expert", "dp": "data", "pp": "pipeline"}
-"""The order string's names (Megatron-Core's) for the strategies."""
+
+@attrs.frozen(kw_only=True)
+class Axis:
+    """How a strategy's ranks are placed (`Strategy.axis`)."""
+
+    token: str
+    """Its name in `[parallel] order` ("tp")."""
+    rank: int
+    """Its place in the default order, innermost first (lower is further in)."""
+    optional: bool = False
+    """May be left out of an order string (then it goes where `right_before` says)."""
+    right_before: str | None = None
+    """The strategy whose axis it must come right before (expert ranks right before
+    the data ranks they are carved out of)."""
+    beside: str | None = None
+    """The strategy whose axis (with the axes right before it) it must sit next to, so
+    that the two form one block of ranks (context beside data)."""
+    nested: bool = False
+    """Its ranks are other axes' ranks: it adds nothing to their strides."""
 
 
-def order_text(order: tuple[str, ...]) -> str:
-    """"tp-cp-ep-dp-pp" for RANK_ORDER."""
-    names = {strategy: token for token, strategy in TOKENS.items()}
-    return "-".join(names[strategy] for strategy in order)
+def default_order(axes: Mapping[str, Axis]) -> tuple[str, ...]:
+    """Every declared axis by its `rank`, innermost first."""
+    return tuple(sorted(axes, key=lambda name: (axes[name].rank, name)))
 
 
-def parse_order(text: object, path: str = "$.parallel.order") -> tuple[tuple[str, ...],
-                                                                         list[Problem]]:
+def order_text(order: Iterable[str], axes: Mapping[str, Axis]) -> str:
+    """"tp-cp-ep-dp-pp" for the default order of the built-in axes."""
+    return "-".join(axes[name].token for name in order if name in axes)
+
+
+def parse_order(text: object, axes: Mapping[str, Axis],
+                path: str = "$.parallel.order") -> tuple[tuple[str, ...], list[Problem]]:
     """The order a string like "tp-pp-cp-ep-dp" names, innermost first, or problems.
 
-    Every one of tp, cp, dp and pp once; ep, if given, right before dp (else it is put
-    there); cp next to the ep-dp block."""
-    expected = ('a string of tp, cp, dp and pp (and ep) joined by "-", innermost first, '
-                'e.g. "tp-cp-ep-dp-pp"')
+    Every axis that is not optional once; an axis with `right_before` right before
+    that axis (put there when left out); an axis with `beside` next to that axis's
+    block."""
+    default = default_order(axes)
+    tokens_of = {axis.token: name for name, axis in axes.items()}
+    tokens_of.update({name: name for name in axes})
+    example = order_text(default, axes)
+    expected = (f"a string of {', '.join(axes[n].token for n in default)} joined by \"-\", "
+                f"innermost first, e.g. {example!r}")
     if not isinstance(text, str):
-        return RANK_ORDER, [Problem(path, f"expected {expected}, got {text!r}")]
-    tokens = text.split("-")
-    unknown = [t for t in tokens if t not in TOKENS]
+        return default, [Problem(path, f"expected {expected}, got {text!r}")]
+    tokens = [axes[tokens_of[t]].token if t in tokens_of else t for t in text.split("-")]
+    unknown = [t for t in tokens if t not in tokens_of]
     if unknown:
-        return RANK_ORDER, [Problem(path, f"unknown {', '.join(map(repr, unknown))} in "
-                                          f"{text!r}: expected {expected}")]
-    missing = [t for t in ("tp", "cp", "dp", "pp") if t not in tokens]
+        return default, [Problem(path, f"unknown {', '.join(map(repr, unknown))} in "
+                                       f"{text!r}: expected {expected}")]
+    required = [axes[n].token for n in default if not axes[n].optional]
+    missing = [t for t in required if t not in tokens]
     repeated = sorted({t for t in tokens if tokens.count(t) > 1})
     if missing or repeated:
         what = "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
                                        repeated and f"repeated {', '.join(repeated)}"]))
-        return RANK_ORDER, [Problem(path, f"{text!r}: {what}; expected {expected}")]
-    if "ep" in tokens and tokens[tokens.index("ep") + 1:][:1] != ["dp"]:
-        return RANK_ORDER, [Problem(path, f"{text!r}: ep must come right before dp (expert "
-                                          "ranks are the innermost data ranks)")]
-    if "ep" not in tokens:
-        tokens.insert(tokens.index("dp"), "ep")
-    block = (tokens.index("ep"), tokens.index("dp"))
-    if tokens.index("cp") not in (block[0] - 1, block[1] + 1):
-        return RANK_ORDER, [Problem(path, f"{text!r}: cp must sit next to dp (or ep-dp), so "
-                                          "that data x context ranks form one block")]
-    return tuple(TOKENS[t] for t in tokens), []
+        return default, [Problem(path, f"{text!r}: {what}; expected {expected}")]
+    names = [tokens_of[t] for t in tokens]
+    problem = _place_right_before(names, axes, text) or _check_beside(names, axes, text)
+    if problem:
+        return default, [Problem(path, problem)]
+    return tuple(names), []
 
 
-def stride(order: tuple[str, ...], degrees: Mapping[str, int], strategy: str) -> int:
+def _place_right_before(names: list[str], axes: Mapping[str, Axis], text: str) -> str | None:
+    """Insert left-out optional axes; say which one is not right before its axis."""
+    for name, axis in axes.items():
+        target = axis.right_before
+        if target is None or target not in names:
+            continue
+        if name not in names:
+            names.insert(names.index(target), name)
+        elif names[names.index(name) + 1:][:1] != [target]:
+            return (f"{text!r}: {axis.token} must come right before {axes[target].token} "
+                    f"({name} ranks are the innermost {target} ranks)")
+    return None
+
+
+def _check_beside(names: list[str], axes: Mapping[str, Axis], text: str) -> str | None:
+    for name, axis in axes.items():
+        target = axis.beside
+        if target is None or target not in names or name not in names:
+            continue
+        block = [names.index(target)] + [names.index(n) for n, a in axes.items()
+                                         if a.right_before == target and n in names]
+        if names.index(name) not in (min(block) - 1, max(block) + 1):
+            return (f"{text!r}: {axis.token} must sit next to {axes[target].token} (or the "
+                    f"block of axes right before it), so that {target} x {name} ranks form "
+                    "one block")
+    return None
+
+
+def stride(order: tuple[str, ...], degrees: Mapping[str, int], strategy: str,
+           nested: Iterable[str]) -> int:
     """Rank distance between members of `strategy`'s group: the product of the degrees
-    placed inside it (the expert degree excepted: its ranks are data ranks). Expert
-    groups start where the data x context block starts, or inside the tensor ranks
-    when experts split over fewer of them; a strategy outside the order sits outside
-    all of it."""
-    def degree(name: str) -> int:
-        return degrees.get(name, 1)
-
-    if strategy == "expert":
-        expert_tensor = degrees.get(EXPERT_TENSOR, degree("tensor"))
-        if expert_tensor < degree("tensor"):
-            # Experts split over fewer ranks than the layers: expert ranks fold into the
-            # tensor ranks (Megatron-Core's MoE parallel folding).
-            return stride(order, degrees, "tensor") * expert_tensor
-        return data_context_stride(order, degrees)
+    of the axes placed inside it, nested axes excepted (their ranks are the others').
+    A strategy outside the order sits outside all of it."""
+    skip = frozenset(nested)
     inner = order[: order.index(strategy)] if strategy in order else order
-    return math.prod(degree(name) for name in inner if name != "expert")
+    return math.prod(degrees.get(name, 1) for name in inner if name not in skip)
 
 
-def data_context_stride(order: tuple[str, ...], degrees: Mapping[str, int]) -> int:
-    """Where the data x context block starts: the stride of its innermost ranks."""
-    return min(stride(order, degrees, "context"), stride(order, degrees, "data"))
+def block_stride(order: tuple[str, ...], degrees: Mapping[str, int], strategies: Iterable[str],
+                 nested: Iterable[str]) -> int:
+    """Where a block of adjacent axes starts: the stride of its innermost one."""
+    return min(stride(order, degrees, name, nested) for name in strategies)
+

@@ -76,6 +76,9 @@ class CollectiveCost:
     strategy: str
     operation: str
     """all-reduce, all-gather, reduce-scatter, all-to-all or send-recv."""
+    name: str = ""
+    """The strategy's public name for it ("tensor.layer-output"): what another strategy's
+    `Transform.replaces` names."""
     buffer_bytes: int
     """Bytes each GPU contributes to one call."""
     group_size: int

@@ -19,12 +19,13 @@ from llmpar import plugins as plugin_loading
 from llmpar.errors import PluginError, Problem, SpecError
 from llmpar.evaluation.evaluate import build_plan
 from llmpar.inference.evaluate import build_inference_plan
-from llmpar.loading.checks import resolve_layout, spec_problems
+from llmpar.loading.checks import nested_axes, resolve_layout, spec_problems
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
 from llmpar.loading.loader import load
 from llmpar.loading.presets import PresetCatalog, catalog_of
 from llmpar.loading.reader import SpecSource
+from llmpar.placement import Axis
 from llmpar.plan import Plan
 from llmpar.plugins import PluginInfo
 from llmpar.search.dimension import SearchDimension
@@ -57,11 +58,16 @@ class Session:
             blocked=plugin_loading.blocked_names(environ, blocked))
         self.plugin_manager = self._plugins.manager
         self._strategy_owners: dict[str, str] = {}
-        self.strategies: Mapping[str, Strategy] = MappingProxyType(self._collect_strategies())
+        self.strategies: Mapping[str, Strategy[Any]] = MappingProxyType(
+            self._collect_strategies())
         self.presets: PresetCatalog = self._collect_presets()
         self.search_dimensions: tuple[SearchDimension, ...] = gather_dimensions(
             self._plugins, self.strategies)
         self._drop_strategies_of_broken_plugins()
+        self.axes: Mapping[str, Axis] = MappingProxyType(
+            {name: s.axis for name, s in self.strategies.items() if s.axis is not None})
+        """Where each strategy's ranks may sit (`[parallel] order`)."""
+        self.nested_axes = nested_axes(self.strategies)
         if strict and self._plugins.broken:
             raise PluginError("; ".join(f"plugin {name!r}: {error}"
                                         for name, error in self._plugins.broken.items()))

@@ -1,19 +1,29 @@
 """What a parallel strategy is, and what it hands back to the evaluator.
 
-A strategy never reads another strategy's settings or results: it sees the spec,
-the baseline footprint of one unsplit replica and the layout (every strategy's
-degree), and returns a `Transform`. The evaluator composes the transforms.
+A strategy never reads another strategy's settings or results: it sees the spec (its
+own table), the baseline footprint of one unsplit replica and the layout (every
+strategy's degree, which strategies are on, where ranks sit), and returns a
+`Transform`. The evaluator composes the transforms.
+
+One formula serves one layout and many: a strategy that sets `vectorised = True` writes
+its `transform` and `rules` so that they also take arrays (`llmpar.arrays`): the
+settings a search varies (its own table's fields, `[training] micro_batch_size` and
+`recompute`, whether another strategy is on) arrive as numpy arrays over a node of the
+search, degrees stay plain integers, and every number of the Transform may be an array
+of the same shape. The search then evaluates a node in one call; the contract suite
+checks that the call agrees with evaluating each layout alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import attrs
+import numpy as np
 
 from llmpar.errors import Problem
-from llmpar.placement import EXPERT_TENSOR, RANK_ORDER, stride
+from llmpar.placement import RANK_ORDER, Axis, block_stride, stride
 
 if TYPE_CHECKING:
     from llmpar.footprint.baseline import Footprint
@@ -24,6 +34,21 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
 HIDING_WORK = ("compute", "attention")
+
+ConfigT = TypeVar("ConfigT")
+
+
+def _at_least(bound: float) -> Callable[[Any, Any, Any], None]:
+    """A validator for a number or an array of numbers, each at least `bound`."""
+
+    def check(_instance: Any, attribute: Any, value: Any) -> None:
+        if value is None:
+            return
+        if not bool(np.all(np.asarray(value) >= bound)):
+            raise ValueError(f"{attribute.name} must be >= {bound}, got {value!r}")
+
+    return check
+
 
 @attrs.frozen(kw_only=True)
 class GroupSelection:
@@ -45,10 +70,23 @@ class Shard(GroupSelection):
 
     `groups` names the parameter groups it applies to ("attention", "experts"...);
     None applies to every group. A model given only by its size has one group.
+    A divisor of 1 changes nothing (the vectorised form states a shard everywhere and
+    divides by 1 where it does not apply).
     """
 
     component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
-    divisor: float = attrs.field(validator=attrs.validators.gt(0))
+    divisor: Any = attrs.field(validator=_at_least(1))
+    """A number >= 1, or an array of them."""
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class Copy(GroupSelection):
+    """Hold `copies` of one model-state component on every GPU (DualPipe keeps two
+    stages' weights on each GPU, Liu et al. 2024, arXiv:2412.19437, Sec. 3.2.1)."""
+
+    component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
+    copies: Any = attrs.field(validator=_at_least(1))
     reason: str
 
 
@@ -57,7 +95,8 @@ class ActivationSplit:
     """Divide the saved activations tagged `tag` by `divisor` (see the inventory)."""
 
     tag: str
-    divisor: int = attrs.field(validator=attrs.validators.ge(1))
+    divisor: Any = attrs.field(validator=_at_least(1))
+    """An integer >= 1, or an array of them."""
     reason: str
 
 
@@ -67,27 +106,39 @@ class Collective:
 
     `buffer_bytes` is the logical buffer: the tensor all-reduced, the whole tensor
     an all-gather produces or a reduce-scatter consumes, what one GPU exchanges in
-    an all-to-all, or what one send carries.
+    an all-to-all, or what one send carries. A collective of model states can state
+    it per parameter instead (`bytes_per_parameter` with `component` and the groups):
+    the evaluator multiplies by the parameters one GPU holds after every other
+    strategy's shards, so strategies compose and frozen parameters reduce nothing.
     """
 
     strategy: str
     name: str
-    """Identifies it, so another strategy can replace it (sequence parallelism
-    replaces tensor parallelism's all-reduces)."""
+    """Public and documented: another strategy replaces it by this name (sequence
+    parallelism replaces tensor parallelism's all-reduces); plans list it."""
     operation: str = attrs.field(validator=attrs.validators.in_(COLLECTIVES))
-    buffer_bytes: float
+    buffer_bytes: Any = 0.0
     group_size: int
     group_stride: int = 1
     """Rank distance between members; with group_size it decides whether the group
     stays inside a node."""
-    calls_per_step: float = 1.0
-    overlap: float = 0.0
+    calls_per_step: Any = 1.0
+    """0 where it does not run (the vectorised form states every collective it may)."""
+    overlap: Any = 0.0
     """Share of its time that can run behind compute (0: on the critical path)."""
     hides_behind: str = attrs.field(default="compute",
                                     validator=attrs.validators.in_(HIDING_WORK))
     """The work its overlapping share runs behind: "compute" (any of the step's) or
     "attention" (only the attention products, as ring attention's exchange)."""
     reason: str = ""
+    bytes_per_parameter: Any = None
+    """With `component`: the buffer is this many bytes per parameter of `component` that
+    one GPU holds after every other strategy's shards (and the trainable ones only,
+    for gradients and optimizer states), on average over the pipeline stages;
+    `parameter_groups` selects the groups."""
+    component: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(COMPONENTS)))
+    parameter_groups: GroupSelection = GroupSelection()
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +153,8 @@ class Offload(GroupSelection):
 
     component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
     reason: str
+    active: Any = True
+    """Where it applies: True, or a boolean array (the vectorised form)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -117,11 +170,11 @@ class HostWork:
     strategy: str
     name: str
     component: str = attrs.field(validator=attrs.validators.in_(COMPONENTS))
-    seconds_per_parameter: float = attrs.field(validator=attrs.validators.ge(0))
-    passes_per_step: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
-    overlap: float = attrs.field(default=0.0, validator=[attrs.validators.ge(0),
-                                                         attrs.validators.le(1)])
-    """Share of its time that can run behind the GPU's compute (0: on the critical path)."""
+    seconds_per_parameter: Any = attrs.field(validator=_at_least(0))
+    passes_per_step: Any = attrs.field(default=1.0, validator=_at_least(0))
+    overlap: Any = attrs.field(default=0.0, validator=_at_least(0))
+    """Share of its time (in [0, 1]) that can run behind the GPU's compute (0: on the
+    critical path)."""
     reason: str = ""
 
 
@@ -134,8 +187,30 @@ class Stage:
     num_layers: int
     has_embedding: bool
     has_head: bool
-    micro_batches_in_flight: float
-    """Micro-batches whose activations the stage holds at its peak."""
+    micro_batches_in_flight: Any
+    """Micro-batches whose activations the stage holds at its peak (a number, or an
+    array in the vectorised form)."""
+
+
+@attrs.frozen(kw_only=True)
+class ProductSplit:
+    """How a strategy splits the matrix products one GPU runs (the shapes that
+    `llmpar.evaluation.matmuls` costs). Each field is a factor; the evaluator
+    multiplies the factors of every transform."""
+
+    width: int = 1
+    """Attention heads, the MLP's inner width and the vocabulary, split this many ways
+    (column- and row-parallel products: tensor parallelism)."""
+    tokens: int = 1
+    """Tokens per GPU divided this many ways (context parallelism)."""
+    attention_steps: Any = 1
+    """Attention kernels per layer and pass, each over 1/steps of the keys (ring
+    attention: one per ring step); 1 with `tokens` > 1 means attention runs over the
+    whole sequence for 1/tokens of the heads (all-to-all)."""
+    experts: int = 1
+    """Routed experts per GPU divided this many ways (expert parallelism)."""
+    expert_width: int | None = None
+    """Ranks each routed expert's matrices split over, when not `width`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -143,29 +218,43 @@ class Transform:
     """One strategy's effect on one GPU's memory, compute and communication.
 
     Every field defaults to "no effect", so degree 1 of any strategy is the
-    identity and a strategy states only what it changes.
+    identity and a strategy states only what it changes. Sizes, FLOPs and times are
+    >= 0, divisors and copies >= 1; the evaluator checks every transform before it
+    composes them.
     """
 
     strategy: str
     shards: tuple[Shard, ...] = ()
+    copies: tuple[Copy, ...] = ()
+    """Model-state components held more than once on a GPU."""
     activation_splits: tuple[ActivationSplit, ...] = ()
+    added_activation_bytes: Any = 0.0
+    """Activation bytes the strategy adds per micro-batch in flight on one GPU (its own
+    buffers kept for backward), after splits."""
     stages: tuple[Stage, ...] = ()
     """Pipeline stages; empty means one stage holding everything."""
-    micro_batches_per_step: int | None = None
+    micro_batches_per_step: Any = None
     """Micro-batches each replica runs per optimizer step (gradient accumulation)."""
     collectives: tuple[Collective, ...] = ()
     replaces: tuple[str, ...] = ()
     """Names of other strategies' collectives this one's replace."""
-    extra_flops_per_step: float = 0.0
+    replaces_where: Any = True
+    """Where the replacement holds: True, or a boolean array (the vectorised form)."""
+    extra_flops_per_step: Any = 0.0
     """Hardware FLOPs beyond the model's (recomputation), all GPUs together."""
-    bubble_fraction: float = 0.0
+    skipped_flops_per_step: Any = 0.0
+    """Hardware FLOPs of the model's that are not run (frozen weights' gradient
+    products), all GPUs together; at most the model's."""
+    bubble_fraction: Any = 0.0
     """Idle time as a share of compute time (pipeline bubble)."""
-    buffer_bytes: float = 0.0
+    buffer_bytes: Any = 0.0
     """Extra per-GPU memory the strategy needs (gathered weights, communication)."""
     offloads: tuple[Offload, ...] = ()
     """Model-state components kept in host memory instead of on the GPU."""
     host_work: tuple[HostWork, ...] = ()
     """Per-step work on model states outside the GPU (host-link copies, CPU updates)."""
+    product_split: ProductSplit | None = None
+    """How it splits each GPU's matrix products (None: not at all)."""
     notes: tuple[str, ...] = ()
     """What the strategy did, for reports."""
     warnings: tuple[str, ...] = ()
@@ -174,29 +263,38 @@ class Transform:
 
 @attrs.frozen(kw_only=True)
 class Layout:
-    """The degree of every active strategy, and the GPUs they multiply to."""
+    """The degree of every active strategy, the GPUs they multiply to, which
+    strategies are on, and where ranks sit."""
 
     degrees: Mapping[str, int]
     num_gpus: int
     order: tuple[str, ...] = RANK_ORDER
     """Placement of ranks, innermost first (`[parallel] order`)."""
+    active: Mapping[str, Any] = attrs.field(factory=dict)
+    """Strategies whose table is in the spec and switched on (`Strategy.active`): True,
+    or a boolean array over the layouts of a search node."""
+    nested: frozenset[str] = frozenset()
+    """Axes whose ranks are other axes' ranks (`Axis.nested`; the session fills it from
+    the strategies' declarations)."""
 
     def degree(self, strategy: str) -> int:
         """Degree of `strategy`; 1 when it is not in the layout."""
         return self.degrees.get(strategy, 1)
 
-    @property
-    def expert_tensor(self) -> int:
-        """Ranks each routed expert is split over: `[parallel.expert] tensor_degree`,
-        by default the tensor degree."""
-        return self.degrees.get(EXPERT_TENSOR, self.degree("tensor"))
+    def is_active(self, strategy: str) -> Any:
+        """Whether `strategy`'s table is in the spec and on (an array when it varies)."""
+        return self.active.get(strategy, False)
 
     def stride(self, strategy: str) -> int:
         """Rank distance between members of `strategy`'s group under `order`
-        (llmpar.placement.stride): the product of the degrees placed inside it. The
-        expert group is carved out of the data x context ranks, so it starts where
-        they start."""
-        return stride(self.order, self.degrees, strategy)
+        (llmpar.placement.stride): the product of the degrees placed inside it,
+        nested axes excepted."""
+        return stride(self.order, self.degrees, strategy, self.nested)
+
+    def block_stride(self, strategies: Sequence[str]) -> int:
+        """Where the block of ranks of adjacent `strategies` starts: the stride of its
+        innermost one (data x context: `("data", "context")`)."""
+        return block_stride(self.order, self.degrees, strategies, self.nested)
 
 
 @attrs.frozen(kw_only=True)
@@ -207,43 +305,84 @@ class StrategyContext:
     footprint: Footprint
     layout: Layout
 
+    @property
+    def trainable_by_group(self) -> Mapping[str, float]:
+        """Parameters that get gradients and optimizer states, by group (every
+        parameter in pre-training)."""
+        return self.footprint.trainable_by_group
 
-class Strategy:
+
+@attrs.frozen
+class Rule:
+    """One check of a strategy: `fails` (a bool, or a boolean array in the vectorised
+    form) and, where it fails, the problem at `path` that `message()` words for one
+    layout (quoting every operand)."""
+
+    path: str
+    fails: Any
+    message: Callable[[], str]
+
+
+def problems_of(rules: Sequence[Rule]) -> list[Problem]:
+    """The problems of the rules that fail (one layout: plain booleans)."""
+    return [Problem(rule.path, rule.message()) for rule in rules if bool(rule.fails)]
+
+
+class Strategy(Generic[ConfigT]):
     """Base class for parallel strategies, built-in or third-party.
 
     Subclasses set `name` (the `[parallel.<name>]` table), `config_type` (an
     attrs class: the table's schema, every field with a default) and `phase`
     (the evaluator applies strategies by phase, then name, never by plugin
-    order), and override what they change.
+    order), and override what they change. A strategy whose degree places ranks
+    declares its `axis`; one whose `transform` and `rules` take arrays sets
+    `vectorised` (see the module docstring).
     """
 
     name: ClassVar[str]
-    config_type: ClassVar[type]
+    config_type: ClassVar[type[Any]]
     phase: ClassVar[int] = 100
     always_active: ClassVar[bool] = False
     """Active even when the spec has no table for it (data parallelism)."""
     multiplies_gpus: ClassVar[bool] = True
     """Whether its degree multiplies the GPU count (expert parallelism instead
     splits ranks the other strategies already count)."""
+    axis: ClassVar[Axis | None] = None
+    """Where its ranks sit in `[parallel] order`; None for a strategy whose degree does
+    not place ranks of its own (it sits outside every declared axis)."""
+    vectorised: ClassVar[bool] = False
+    """`transform` and `rules` take arrays (the fast form the search uses)."""
 
-    def degree(self, config: Any) -> int:
+    def degree(self, config: ConfigT) -> int:
         """This strategy's degree; -1 takes every GPU the others leave."""
         return int(getattr(config, "degree", 1))
 
-    def side_degrees(self, config: Any) -> Mapping[str, int]:
+    def side_degrees(self, config: ConfigT) -> Mapping[str, int]:
         """Further degrees the layout should carry for other strategies to see, named
         (expert parallelism's expert tensor degree); none by default."""
         return {}
 
-    def check(self, config: Any, spec: Spec, layout: Layout) -> list[Problem]:
-        """Problems of this strategy with the rest of the spec; quote every operand."""
-        return []
+    def active(self, config: ConfigT) -> Any:
+        """Whether the table, when present, switches the strategy on (sequence
+        parallelism's `enabled`); True by default."""
+        return True
 
-    def transform(self, config: Any, ctx: StrategyContext) -> Transform:
+    def rules(self, config: ConfigT, spec: Spec, layout: Layout) -> Sequence[Rule] | None:
+        """The checks of this strategy with the rest of the spec, as rules (see `Rule`);
+        None: the strategy states them only in `check`."""
+        return None
+
+    def check(self, config: ConfigT, spec: Spec, layout: Layout) -> list[Problem]:
+        """Problems of this strategy with the rest of the spec; quote every operand.
+        The default words the failing `rules`."""
+        rules = self.rules(config, spec, layout)
+        return [] if rules is None else problems_of(rules)
+
+    def transform(self, config: ConfigT, ctx: StrategyContext) -> Transform:
         """This strategy's effect; the default is the identity."""
         return Transform(strategy=self.name)
 
-    def neutral_config(self, layout: Layout) -> Any | None:
+    def neutral_config(self, layout: Layout) -> ConfigT | None:
         """A config under which this strategy changes nothing among the other
         strategies' degrees `layout`: memory, FLOPs and communication equal those of the
         spec without its table; None where no config does. The contract suite
@@ -252,5 +391,14 @@ class Strategy:
         not neutral (a flag that is on by default)."""
         config = self.config_type()
         if "degree" in attrs.fields_dict(self.config_type):
-            return attrs.evolve(config, degree=1)
-        return config
+            return attrs.evolve(config, degree=1)  # type: ignore[no-any-return]
+        return config  # type: ignore[no-any-return]
+
+
+def fast_capable(strategy: Strategy[Any]) -> bool:
+    """Whether the search can evaluate the strategy over a node at once: it is
+    vectorised, and its checks are rules (or it has none)."""
+    if not strategy.vectorised:
+        return False
+    overrides_check = type(strategy).check is not Strategy.check
+    return not overrides_check

@@ -7,7 +7,7 @@ import pytest
 import llmpar
 from llmpar.evaluation.balance import slowest_stage_factor, stage_flops
 from llmpar.evaluation.evaluate import transforms_of
-from llmpar.evaluation.memory import stages_of
+from llmpar.evaluation.stages import stages_of
 from llmpar.footprint.baseline import baseline_footprint
 from llmpar.loading.checks import resolve_layout
 

@@ -219,8 +219,8 @@ def test_a_shard_that_multiplies_is_caught():
             return Transform(strategy=self.name, shards=(
                 Shard(component="weights", divisor=0.5, reason="toy"),))
 
-    assert "divisor 0.5 < 1" in violation(Bad(), "well-formed-transform",
-                                          dict(REFERENCE_SPECS[0]))
+    assert "divisor must be >= 1, got 0.5" in violation(Bad(), "well-formed-transform",
+                                                        dict(REFERENCE_SPECS[0]))
 
 
 def test_a_degree_without_a_validator_is_caught():

@@ -5,16 +5,39 @@ from __future__ import annotations
 import pytest
 
 import llmpar
-from llmpar.placement import RANK_ORDER, data_context_stride, order_text, parse_order, stride
+from llmpar.placement import (
+    RANK_ORDER,
+    Axis,
+    block_stride,
+    default_order,
+    order_text,
+    parse_order,
+    stride,
+)
+from llmpar.strategies.common import data_context_stride, expert_group_stride
 
 SESSION = llmpar.Session(load_entry_points=False)
+AXES = SESSION.axes
+NESTED = SESSION.nested_axes
 DEGREES = {"tensor": 2, "context": 4, "expert": 2, "data": 8, "pipeline": 3}
 
 
-def test_default_order_is_megatron_cores():
-    assert order_text(RANK_ORDER) == "tp-cp-ep-dp-pp"
-    assert parse_order("tp-cp-ep-dp-pp") == (RANK_ORDER, [])
-    assert parse_order("tp-cp-dp-pp") == (RANK_ORDER, [])  # ep goes before dp
+def test_default_order_is_megatron_cores_and_comes_from_the_declarations():
+    assert default_order(AXES) == RANK_ORDER
+    assert order_text(RANK_ORDER, AXES) == "tp-cp-ep-dp-pp"
+    assert parse_order("tp-cp-ep-dp-pp", AXES) == (RANK_ORDER, [])
+    assert parse_order("tp-cp-dp-pp", AXES) == (RANK_ORDER, [])  # ep goes before dp
+    assert parse_order("tensor-context-data-pipeline", AXES) == (RANK_ORDER, [])
+    assert frozenset({"expert"}) == NESTED
+
+
+def test_a_plugin_axis_takes_part_in_the_order():
+    axes = {**AXES, "hybrid": Axis(token="hp", rank=45)}
+    order, problems = parse_order("tp-cp-ep-dp-hp-pp", axes)
+    assert problems == [] and order.index("hybrid") == order.index("data") + 1
+    assert "missing hp" in parse_order("tp-cp-ep-dp-pp", axes)[1][0].message
+    degrees = {**DEGREES, "hybrid": 2}
+    assert stride(order, degrees, "pipeline", NESTED) == 2 * 4 * 8 * 2
 
 
 @pytest.mark.parametrize(("order", "expected"), [
@@ -25,14 +48,15 @@ def test_default_order_is_megatron_cores():
     ("cp-ep-dp-tp-pp", (32, 1, 1, 4, 64)),  # tensor outside the data x context block
 ])
 def test_strides_are_the_degrees_placed_inside(order, expected):
-    parsed, problems = parse_order(order)
+    parsed, problems = parse_order(order, AXES)
     assert problems == []
-    found = tuple(stride(parsed, DEGREES, name)
+    layout = llmpar.Layout(degrees=DEGREES, num_gpus=96, order=parsed, nested=NESTED)
+    found = tuple(expert_group_stride(layout) if name == "expert" else layout.stride(name)
                   for name in ("tensor", "context", "expert", "data", "pipeline"))
     assert found == expected
     # the data x context ranks are one block; experts are its innermost ranks
-    block = data_context_stride(parsed, DEGREES)
-    assert block == found[2] == min(found[1], found[3])
+    block = block_stride(parsed, DEGREES, ("data", "context"), NESTED)
+    assert block == found[2] == min(found[1], found[3]) == data_context_stride(layout)
 
 
 @pytest.mark.parametrize(("order", "says"), [

@@ -165,11 +165,7 @@ def test_jobs_split_the_space_and_find_the_same(result):
     assert split.considered == result.considered
 
 
-def test_without_the_fast_path_every_layout_is_evaluated_and_the_best_is_the_same(
-        result, monkeypatch):
-    from llmpar.search import run
-
-    monkeypatch.setattr(run, "unsupported", lambda *_: "numpy is not installed")
-    slow = llmpar.search(small_spec(), top=5)
+def test_one_layout_at_a_time_finds_the_same(result):
+    slow = llmpar.search(small_spec(), top=5, exact=True)
     assert [r.choices for r in slow.results] == [r.choices for r in result.results]
-    assert any("numpy is not installed" in warning for warning in slow.warnings)
+    assert (slow.evaluated, slow.rejected) == (result.evaluated, result.rejected)

@@ -1,4 +1,5 @@
-"""The search's exact scorer gives `llmpar.evaluate`'s numbers with fewer stages."""
+"""The search's one-by-one scorer gives `llmpar.evaluate`'s numbers, computing each kind
+of stage once."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import pytest
 from search_specs import MOE_MODEL, SMALL_MODEL
 
 import llmpar
+from llmpar.evaluation.evaluate import score
+from llmpar.evaluation.facts import stage_kinds
+from llmpar.footprint.baseline import baseline_footprint
 from llmpar.loading.checks import resolve_layout
-from llmpar.search.exact import ExactScorer, peak_candidates
 from llmpar.strategies.pipeline import PipelineConfig, in_flight
 from llmpar.strategy import Stage
 
@@ -39,9 +42,9 @@ def test_scores_equal_evaluate(model, parallel, recompute):
         "parallel": {**parallel, "data": {**parallel.get("data", {}), "degree": 2}}})
     session = llmpar.default_session()
     layout, _ = resolve_layout(spec, session.strategies)
-    score = ExactScorer(session.strategies).score(spec, layout)
+    total, seconds, _ = score(spec, layout, session.strategies, baseline_footprint(spec))
     plan = llmpar.evaluate(spec)
-    assert (score.total_bytes, score.step_seconds) == (plan.total_bytes, plan.step_seconds)
+    assert (total, seconds) == (plan.total_bytes, plan.step_seconds)
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "gpipe", "zero-bubble"])
@@ -54,8 +57,10 @@ def test_earlier_stages_hold_no_fewer_micro_batches(schedule):
         assert held == sorted(held, reverse=True)
 
 
-def test_one_stage_per_kind_is_kept():
+def test_stages_are_grouped_by_kind():
     spec = llmpar.load_spec({"model": SMALL_MODEL, "hardware": {"gpu": "a100-sxm-80gb"}})
     stages = tuple(Stage(index=i, first_layer=i, num_layers=1, has_embedding=i == 0,
                          has_head=i == 3, micro_batches_in_flight=4 - i) for i in range(4))
-    assert [s.index for s in peak_candidates(spec, stages)] == [0, 1, 3]
+    kinds = stage_kinds(spec, stages)
+    assert [s.index for s in kinds.representatives] == [0, 1, 3]
+    assert kinds.members == ((0,), (1, 2), (3,)) and kinds.kind_of == (0, 1, 1, 2)

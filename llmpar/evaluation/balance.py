@@ -21,10 +21,10 @@ from llmpar.strategy import Stage
 TRAINING_PASSES = 1.0 + BACKWARD_TO_FORWARD
 
 
-def _layer_flops(spec: Spec, index: int, rerun: float, attention_rerun: float) -> float:
-    """Hardware FLOPs of layer `index` for one token, per unit of 2 x sequence."""
+def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float) -> float:
+    """Hardware FLOPs of one dense (or MoE) layer for one token, per unit of 2 x sequence."""
     model = spec.model
-    if model.is_moe_layer(index):
+    if moe:
         block = moe_matmul_weights(model)
     else:
         assert model.ffn_hidden_size is not None
@@ -39,17 +39,23 @@ def _layer_flops(spec: Spec, index: int, rerun: float, attention_rerun: float) -
 
 
 def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float) -> list[float]:
-    """Hardware FLOPs of each stage for one token (up to a common factor)."""
+    """Hardware FLOPs of each stage for one token (up to a common factor), counted by
+    kind of layer in closed form."""
     model = spec.model
     assert model.hidden_size is not None and model.vocab_size is not None
     recompute = spec.training.recompute
     rerun = recomputed_fraction if recompute == "full" else 0.0
     attention_rerun = TRAINING_PASSES if recompute == "selective" else 0.0
     head = model.hidden_size * model.vocab_size * TRAINING_PASSES
-    return [sum(_layer_flops(spec, i, rerun, attention_rerun)
-                for i in range(stage.first_layer, stage.first_layer + stage.num_layers))
-            + (head if stage.has_head else 0.0)
-            for stage in stages]
+    dense_layer = (_layer_flops(spec, False, rerun, attention_rerun)
+                   if model.ffn_hidden_size is not None else 0.0)
+    moe_layer = _layer_flops(spec, True, rerun, attention_rerun) if model.moe else 0.0
+    found = []
+    for stage in stages:
+        moe = model.moe_layers_in(stage.first_layer, stage.num_layers)
+        found.append((stage.num_layers - moe) * dense_layer + moe * moe_layer
+                     + (head if stage.has_head else 0.0))
+    return found
 
 
 def slowest_stage_factor(spec: Spec, stages: Sequence[Stage],

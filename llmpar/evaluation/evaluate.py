@@ -1,28 +1,54 @@
-"""evaluate: spec -> baseline footprint -> strategy transforms -> Plan."""
+"""evaluate: spec -> baseline footprint -> strategy transforms -> Plan.
+
+`evaluate_core` composes the transforms into memory and step time; it runs on plain
+numbers for one spec and on arrays for every layout of a search node
+(`llmpar.search.vectorised`), the same code either way. `build_plan` adds what a Plan
+shows of one layout: every stage, every collective, the saved tensors, derivations
+and warnings.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import PluginError
-from llmpar.evaluation.memory import per_gpu_memory
+from llmpar.evaluation.compose import Composition
+from llmpar.evaluation.facts import StageKinds, TrainingFacts, stage_kinds, training_facts
+from llmpar.evaluation.memory import (
+    MemoryCore,
+    memory_core,
+    memory_derivations,
+    stage_records,
+    tensor_rows,
+)
 from llmpar.evaluation.offload import host_memory_warning
-from llmpar.evaluation.step_time import StepTime, step_time
-from llmpar.evaluation.timing import StepFlops, run_length, step_flops
+from llmpar.evaluation.stages import (
+    split_inventory,
+    stage_inventory,
+    stage_parameters,
+    stages_of,
+)
+from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
+from llmpar.evaluation.time_records import StepTime, step_time_record
+from llmpar.evaluation.timing import run_length, step_flops
+from llmpar.evaluation.validity import transform_problems
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import Derivation, Plan
 from llmpar.spec import Spec
-from llmpar.strategy import Layout, StrategyContext, Transform
+from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
 
 
 def transforms_of(spec: Spec, footprint: Footprint, layout: Layout,
-                  strategies: Mapping[str, Strategy]) -> list[Transform]:
-    """Each active strategy's transform, by phase then name (never plugin order)."""
+                  strategies: Mapping[str, Strategy[Any]]) -> list[Transform]:
+    """Each active strategy's transform, by phase then name (never plugin order), each
+    checked before it is composed."""
     ctx = StrategyContext(spec=spec, footprint=footprint, layout=layout)
     transforms = []
     for name in sorted(spec.parallel, key=lambda n: (strategies[n].phase, n)):
@@ -32,8 +58,58 @@ def transforms_of(spec: Spec, footprint: Footprint, layout: Layout,
         except Exception as exc:
             raise PluginError(f"strategy {name!r} failed to transform the spec: "
                               f"{type(exc).__name__}: {exc}") from exc
+        problems = transform_problems(transform, name, spec)
+        if problems:
+            raise PluginError(f"strategy {name!r} returned a transform the contract does not "
+                              f"allow: {'; '.join(problems)}")
         transforms.append(transform)
     return transforms
+
+
+@attrs.frozen(kw_only=True)
+class Evaluation:
+    """Memory and step time of one layout, or of every layout of a search node."""
+
+    composition: Composition
+    stages: tuple[Stage, ...]
+    kinds: StageKinds
+    parameters: tuple[dict[str, float], ...]
+    """Each kind of stage's parameters by group, before shards."""
+    facts: TrainingFacts
+    memory: MemoryCore
+    time: TimeCore
+
+
+def global_batch_of(spec: Spec, layout: Layout) -> int:
+    """Sequences per step: `[training] global_batch_size`, or a micro-batch per replica."""
+    training = spec.training
+    return training.global_batch_size or training.micro_batch_size * layout.degree("data")
+
+
+def structure_of(spec: Spec, footprint: Footprint, transforms: Sequence[Transform]
+                 ) -> tuple[tuple[Stage, ...], StageKinds, tuple[dict[str, float], ...]]:
+    """The stages, their kinds, and each kind's parameters."""
+    stages = stages_of(spec, transforms)
+    kinds = stage_kinds(spec, stages)
+    parameters = tuple(stage_parameters(spec, footprint, stage)
+                       for stage in kinds.representatives)
+    return stages, kinds, parameters
+
+
+def evaluate_core(spec: Spec, footprint: Footprint, layout: Layout,
+                  transforms: Sequence[Transform], facts: TrainingFacts | None = None
+                  ) -> Evaluation:
+    """Compose the transforms; `facts` (per training table, arrays in a search) are
+    computed here when not given."""
+    composition = Composition(transforms)
+    stages, kinds, parameters = structure_of(spec, footprint, transforms)
+    if facts is None:
+        facts = training_facts(spec, footprint, stages, kinds, global_batch_of(spec, layout))
+    memory = memory_core(spec, composition, facts, stages, kinds, parameters)
+    scores = footprint.activations is not None and footprint.activations.has_attention_scores
+    time = time_core(spec, composition, facts, memory, kinds, parameters, scores)
+    return Evaluation(composition=composition, stages=stages, kinds=kinds,
+                      parameters=parameters, facts=facts, memory=memory, time=time)
 
 
 def activation_k(spec: Spec, footprint: Footprint) -> float | None:
@@ -47,21 +123,7 @@ def activation_k(spec: Spec, footprint: Footprint) -> float | None:
     return footprint.activations.total_bytes / denominator
 
 
-def _micro_batches(transforms: list[Transform]) -> int:
-    counts = [t.micro_batches_per_step for t in transforms if t.micro_batches_per_step]
-    return counts[0] if counts else 1
-
-
-def _utilization(flops: StepFlops, time: StepTime, spec: Spec) -> tuple[float | None,
-                                                                        float | None]:
-    peak = spec.hardware.gpu.peak_flops_per_s(spec.precision.compute)
-    if time.step_seconds is None or peak is None:
-        return None, None
-    capacity = spec.hardware.num_gpus * peak * time.step_seconds
-    return flops.flops_per_step / capacity, flops.hardware_flops_per_step / capacity
-
-
-def _warnings(spec: Spec, footprint: Footprint, transforms: list[Transform], total: int,
+def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform], total: int,
               capacity: int, time: StepTime) -> list[str]:
     warnings = list(time.warnings)
     if footprint.activations_unavailable:
@@ -80,32 +142,30 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: list[Transform], tot
     return warnings
 
 
-def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -> Plan:
+def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
+               footprint: Footprint | None = None) -> Plan:
     """Compose the plan of a validated spec under a resolved layout."""
-    footprint = baseline_footprint(spec)
+    footprint = footprint or baseline_footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
-    memory = per_gpu_memory(spec, footprint, transforms)
-    extra = sum(t.extra_flops_per_step for t in transforms)
-    flops = step_flops(spec, footprint, layout.degree("data"), extra, memory.recomputed_fraction)
-    micro_batches = _micro_batches(transforms)
-    time = step_time(spec, footprint, layout, flops, transforms, memory, micro_batches)
+    core = evaluate_core(spec, footprint, layout, transforms)
+    records, peak_index = stage_records(core.memory, core.stages, core.kinds)
+    peak = records[peak_index]
+    inventory = None
+    if footprint.activations is not None:
+        inventory = split_inventory(stage_inventory(spec, footprint, core.stages[peak_index]),
+                                    transforms)
+    extra = (core.composition.sum_of("extra_flops_per_step")
+             - core.composition.sum_of("skipped_flops_per_step"))
+    flops = step_flops(spec, footprint, layout.degree("data"), extra,
+                       core.facts.recomputed_fraction)
+    collectives, link_warnings = cost_records(core.time.costs)
+    time = step_time_record(spec, core, collectives, link_warnings, flops)
     source = time.derivations[0].source if time.derivations else ""
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
-    peak, capacity = memory.peak, spec.hardware.gpu.memory_bytes
-    mfu, hfu = _utilization(flops, time, spec)
-    total_rule = Derivation(
-        quantity="total_bytes", value=peak.total_bytes, unit="bytes",
-        rule="weights + gradients + optimizer + activations + buffers of the peak stage",
-        source="sum of the per-GPU components above",
-        inputs={"capacity_bytes": capacity, "peak_stage": peak.stage})
-    host_bytes = max(stage.host_bytes for stage in memory.stages)
-    host_rules = (Derivation(
-        quantity="host_bytes", value=host_bytes, unit="bytes",
-        rule=("offloaded components' bytes on one GPU after shards (busiest stage), taken "
-              "out of weights, gradients and optimizer bytes"),
-        source="the strategies' Transform.offloads: " + "; ".join(
-            f"{o.component}: {o.reason}" for t in transforms for o in t.offloads),
-        inputs={"gpus_per_node": spec.hardware.gpus_per_node}),) if host_bytes else ()
+    capacity = spec.hardware.gpu.memory_bytes
+    mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
+                            time.step_seconds)
+    host_bytes = max(stage.host_bytes for stage in records)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
@@ -118,7 +178,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
         parameters_by_group=dict(footprint.parameters.by_group),
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
-        global_batch_size=flops.global_batch_size, micro_batches_per_step=micro_batches,
+        global_batch_size=flops.global_batch_size,
+        micro_batches_per_step=int(core.composition.micro_batches_per_step()),
         tokens_per_step=flops.tokens_per_step, flops_per_step=flops.flops_per_step,
         flops_per_step_6nd=flops.flops_per_step_6nd, flops_method=flops.flops_method,
         hardware_flops_per_step=flops.hardware_flops_per_step,
@@ -129,16 +190,62 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
         train_flops=run.train_flops, train_seconds=run.train_seconds, gpu_hours=run.gpu_hours,
         activation_model=spec.training.activation_model,
         activation_k=activation_k(spec, footprint),
-        activation_tensors=memory.activation_tensors,
+        activation_tensors=tensor_rows(inventory) if inventory is not None else (),
         time_model=time.time_model, compute_seconds=time.compute_seconds,
         communication_seconds=time.communication_seconds,
         exposed_communication_seconds=time.exposed_communication_seconds,
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
         optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
         exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
-        peak_stage=peak.stage, stages=memory.stages,
+        peak_stage=peak.stage, stages=records,
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
-        derivations=(memory.derivations + (total_rule,) + host_rules + flops.derivations
-                     + time.derivations + run.derivations),
+        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory)
+                     + (_total_rule(peak, capacity),)
+                     + _host_rules(spec, host_bytes, transforms)
+                     + flops.derivations + time.derivations + run.derivations),
     )
+
+
+def _utilization(spec: Spec, flops: float, hardware_flops: float,
+                 step_seconds: float | None) -> tuple[float | None, float | None]:
+    peak = spec.hardware.gpu.peak_flops_per_s(spec.precision.compute)
+    if step_seconds is None or peak is None:
+        return None, None
+    capacity = spec.hardware.num_gpus * peak * step_seconds
+    return flops / capacity, hardware_flops / capacity
+
+
+def _total_rule(peak: Any, capacity: int) -> Derivation:
+    return Derivation(
+        quantity="total_bytes", value=peak.total_bytes, unit="bytes",
+        rule="weights + gradients + optimizer + activations + buffers of the peak stage",
+        source="sum of the per-GPU components above",
+        inputs={"capacity_bytes": capacity, "peak_stage": peak.stage})
+
+
+def _host_rules(spec: Spec, host_bytes: int,
+                transforms: Sequence[Transform]) -> tuple[Derivation, ...]:
+    if not host_bytes:
+        return ()
+    return (Derivation(
+        quantity="host_bytes", value=host_bytes, unit="bytes",
+        rule=("offloaded components' bytes on one GPU after shards (busiest stage), taken "
+              "out of weights, gradients and optimizer bytes"),
+        source="the strategies' Transform.offloads: " + "; ".join(
+            f"{o.component}: {o.reason}" for t in transforms for o in t.offloads),
+        inputs={"gpus_per_node": spec.hardware.gpus_per_node}),)
+
+
+def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
+          footprint: Footprint) -> tuple[int, float | None, str]:
+    """(total bytes, step seconds, time model) of one layout, without building a Plan."""
+    transforms = transforms_of(spec, footprint, layout, strategies)
+    core = evaluate_core(spec, footprint, layout, transforms)
+    step = core.time.step
+    return int(core.memory.peak_total), None if step is None else float(step), \
+        core.time.time_model
+
+
+__all__ = ["Evaluation", "MemoryCore", "TimeCore", "build_plan", "evaluate_core",
+           "global_batch_of", "score", "structure_of", "transforms_of"]

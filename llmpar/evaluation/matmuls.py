@@ -38,8 +38,11 @@ Bytes: A, B and C once, B in the weights' format when it is a weight.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
+from llmpar.arrays import Value, logical_and, maximum, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.roofline import Rates
 from llmpar.spec import Spec
@@ -54,9 +57,11 @@ class RankShape:
     expert: int = 1
     expert_tensor: int | None = None
     """Ranks each routed expert splits over; unset: the tensor degree."""
-    micro_batch_size: int = 1
-    context_ring: bool = True
-    """Context parallelism runs as a ring (one attention kernel per ring step)."""
+    micro_batch_size: Any = 1
+    """Sequences per micro-batch (an array over a search node where it varies)."""
+    context_ring: Any = True
+    """Context parallelism runs as a ring (one attention kernel per ring step); a
+    boolean array where it varies."""
 
     @property
     def experts_split(self) -> int:
@@ -68,11 +73,11 @@ class Product:
     """`count` products C[m x n] = A[m x k] B[k x n] of one micro-batch on one GPU."""
 
     name: str
-    m: float
-    n: float
-    k: float
-    count: float = 1.0
-    batch: float = 1.0
+    m: Any
+    n: Any
+    k: Any
+    count: Any = 1.0
+    batch: Any = 1.0
     """Products one kernel launch runs together (heads of a batched product, experts of
     a grouped one): the fixed time is paid once per launch."""
     weights: bool = True
@@ -81,11 +86,11 @@ class Product:
     """Part of a layer (recomputation reruns it), not the output layer."""
 
 
-def _tokens(spec: Spec, shape: RankShape) -> float:
+def _tokens(spec: Spec, shape: RankShape) -> Value:
     return shape.micro_batch_size * spec.training.sequence_length / shape.context
 
 
-def _attention(spec: Spec, shape: RankShape, tokens: float, layers: float) -> list[Product]:
+def _attention(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> list[Product]:
     model, t = spec.model, shape.tensor
     assert model.hidden_size is not None and model.num_attention_heads is not None
     h, a = model.hidden_size, model.num_attention_heads
@@ -120,20 +125,19 @@ def _scores(spec: Spec, shape: RankShape, layers: float) -> list[Product]:
     all-to-all context parallelism over the whole sequence for 1/c of the heads."""
     model = spec.model
     assert model.num_attention_heads is not None
-    s, c = spec.training.sequence_length, shape.context
+    s, c, ring = spec.training.sequence_length, shape.context, shape.context_ring
     heads = shape.micro_batch_size * model.num_attention_heads / shape.tensor * layers
-    steps = c if shape.context_ring else 1
-    queries, keys = (s / c, s / c) if shape.context_ring else (s, s)
-    if not shape.context_ring:
-        heads /= c
+    steps = where(ring, c, 1)
+    length = where(ring, s / c, s)
+    heads = heads / where(ring, 1, c)
     per_launch = heads / layers
-    return [Product(name="Q.K^T", m=queries, n=keys, k=model.qk_head_dim, count=heads * steps,
+    return [Product(name="Q.K^T", m=length, n=length, k=model.qk_head_dim, count=heads * steps,
                     batch=per_launch, weights=False),
-            Product(name="scores.V", m=queries, n=model.value_head_dim, k=keys,
+            Product(name="scores.V", m=length, n=model.value_head_dim, k=length,
                     count=heads * steps, batch=per_launch, weights=False)]
 
 
-def _mlp(spec: Spec, tokens: float, width: float, t: int, count: float,
+def _mlp(spec: Spec, tokens: Value, width: float, t: int, count: float,
          label: str, batch: float = 1.0) -> list[Product]:
     model = spec.model
     assert model.hidden_size is not None
@@ -144,7 +148,7 @@ def _mlp(spec: Spec, tokens: float, width: float, t: int, count: float,
                     count=count, batch=batch)]
 
 
-def _moe(spec: Spec, shape: RankShape, tokens: float, layers: float) -> list[Product]:
+def _moe(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> list[Product]:
     model = spec.model
     moe = model.moe
     assert moe is not None and model.hidden_size is not None
@@ -184,7 +188,7 @@ def products(spec: Spec, shape: RankShape, materialized_scores: bool) -> list[Pr
     return found
 
 
-def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[float, float]:
+def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Value]:
     """(time, time of its FLOPs alone) of one pass of one of `product`'s instances, its
     share of its launch's fixed time included."""
     flops = 2 * product.m * product.n * product.k
@@ -194,10 +198,10 @@ def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[float, flo
     moved = (product.m * product.k + product.m * product.n) * act + product.k * product.n * weight
     memory = moved / (rates.bandwidth * rates.memory_efficiency)
     fixed = (rates.gpu.matmul_fixed_seconds or 0.0) / product.batch
-    return fixed + max(compute, memory), compute
+    return fixed + maximum(compute, memory), compute
 
 
-def shape_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[float, float]:
+def shape_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Value]:
     """(forward, backward) seconds all `count` products lose to their shape: their time
     beyond their FLOPs' at the matmul efficiency. The backward pass is two products of
     the forward's size (input and weight gradients)."""
@@ -206,39 +210,38 @@ def shape_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[float, fl
     return lost, 2 * lost
 
 
-def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: str,
-                       recomputed_fraction: float, materialized_scores: bool) -> float:
+def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: Any,
+                       recomputed_fraction: Any, materialized_scores: bool) -> Value:
     """Seconds one micro-batch's products lose to their shapes in a training pass,
     summed along the pipeline: forward, backward, and the reruns recomputation adds."""
     if not spec.model.has_architecture:
         return 0.0
-    total = 0.0
+    total: Value = 0.0
     for product in products(spec, shape, materialized_scores):
         forward, backward = shape_seconds(product, spec, rates)
-        total += forward * (1.0 + _reruns(product, recompute, recomputed_fraction)) + backward
+        total = total + (forward * (1.0 + _reruns(product, recompute, recomputed_fraction))
+                         + backward)
     if not materialized_scores:
-        total += _fused_attention_launches(spec, shape, recompute, recomputed_fraction) * (
+        total = total + _fused_attention_launches(spec, shape, recompute, recomputed_fraction) * (
             rates.gpu.matmul_fixed_seconds or 0.0)
     return total
 
 
-def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: str,
-                              recomputed_fraction: float) -> float:
+def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
+                              recomputed_fraction: Any) -> Value:
     """FlashAttention kernels of one micro-batch along the pipeline: one per layer and
     pass, and under ring context parallelism one per ring step (each step attends to the
     chunk at hand; Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun."""
-    steps = shape.context if shape.context_ring else 1
-    reruns = recomputed_fraction if recompute == "full" else (
-        1.0 if recompute == "selective" else 0.0)
+    steps = where(shape.context_ring, shape.context, 1)
+    reruns = where(recompute == "full", recomputed_fraction,
+                   where(recompute == "selective", 1.0, 0.0))
     return (spec.model.num_layers or 0) * steps * (2.0 + reruns)
 
 
-def _reruns(product: Product, recompute: str, recomputed_fraction: float) -> float:
+def _reruns(product: Product, recompute: Any, recomputed_fraction: Any) -> Value:
     """Extra forward passes recomputation makes of `product`: full recomputation reruns
     the recomputed share of the layers, selective recomputation the attention products
     (Korthikanti et al. 2022, Sec. 5)."""
-    if recompute == "full" and product.layer:
-        return recomputed_fraction
-    if recompute == "selective" and not product.weights:
-        return 1.0
-    return 0.0
+    full = where(logical_and(recompute == "full", product.layer), recomputed_fraction, 0.0)
+    selective = where(logical_and(recompute == "selective", not product.weights), 1.0, 0.0)
+    return full + selective

@@ -1,211 +1,163 @@
 """Per-GPU memory of each pipeline stage: model states and activations under the
-strategies' transforms."""
+strategies' transforms, computed once per kind of stage.
+
+    states(c)    = sum over groups g the stage holds of N_g * bytes(c) * copies / shards,
+                   less what strategies offload to the host
+    activations  = (saved tensors of one micro-batch after splits + what strategies add)
+                   * micro-batches in flight
+    total        = weights + gradients + optimizer + activations + buffers
+
+Stages of one kind (same layers, same embedding and output layer: `stage_kind`) hold the
+same states; among them the one with the most micro-batches in flight holds the most,
+so the peak is found over kinds. Every number may be an array over a search node.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
+from llmpar.arrays import Value, largest, rounded, where
 from llmpar.dtypes import bytes_per_element
-from llmpar.footprint.baseline import Footprint
-from llmpar.footprint.inventory import (
-    ActivationInventory,
-    SavedTensor,
-    drop_attention_scores,
-    keep_layer_inputs,
-)
+from llmpar.evaluation.compose import Composition
+from llmpar.evaluation.facts import StageKinds, TrainingFacts
+from llmpar.footprint.inventory import ActivationInventory, SavedTensor
 from llmpar.plan import Derivation, SavedTensorRow, StageMemory
 from llmpar.spec import Spec
-from llmpar.strategy import Stage, Transform
+from llmpar.strategy import Stage
 
 MODEL_STATE_SOURCE = (
     "ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054, Sec. 3.1): weights and gradients in "
     "their formats, plus the optimizer's states per parameter"
 )
-PER_LAYER_GROUPS = ("attention", "norms", "all")
-DENSE_GROUPS = ("mlp",)
-MOE_GROUPS = ("experts", "shared_experts", "router")
+COMPONENTS = ("weights", "gradients", "optimizer")
+
+
+def bytes_per_parameter(spec: Spec) -> dict[str, float]:
+    """Bytes of each model-state component per parameter."""
+    precision = spec.precision
+    return {"weights": bytes_per_element(precision.weights),
+            "gradients": bytes_per_element(spec.gradients_dtype),
+            "optimizer": spec.optimizer.bytes_per_parameter(precision.weights)}
 
 
 @attrs.frozen(kw_only=True)
-class Memory:
-    """The peak stage's bytes on one GPU, every stage's, and their derivations."""
+class KindMemory:
+    """One kind of stage on one GPU: rounded bytes of each state on the GPU, in host
+    memory, and the activations of one micro-batch after splits (None: no estimate)."""
 
-    peak: StageMemory
-    stages: tuple[StageMemory, ...]
-    recomputed_fraction: float
-    """Share of layers full recomputation reruns (1 without recompute_layers)."""
-    activation_tensors: tuple[SavedTensorRow, ...]
-    derivations: tuple[Derivation, ...]
+    states: Mapping[str, Value]
+    held: Mapping[str, Value]
+    """Each state's bytes before offloading (unrounded)."""
+    offloaded: Mapping[str, Value]
+    """The part of each that is in host memory (unrounded)."""
+    host: Value
+    activations: Value | None
+    in_flight: Value
+    """The most micro-batches in flight on a stage of this kind."""
 
-
-def whole_model_stage(spec: Spec) -> Stage:
-    """One stage holding everything: the layout without pipeline parallelism."""
-    return Stage(index=0, first_layer=0, num_layers=spec.model.num_layers or 0,
-                 has_embedding=True, has_head=True, micro_batches_in_flight=1.0)
-
-
-def stages_of(spec: Spec, transforms: Iterable[Transform]) -> tuple[Stage, ...]:
-    for transform in transforms:
-        if transform.stages:
-            return transform.stages
-    return (whole_model_stage(spec),)
+    @property
+    def states_bytes(self) -> Value:
+        return self.states["weights"] + self.states["gradients"] + self.states["optimizer"]
 
 
-def _layer_kinds(spec: Spec, stage: Stage) -> tuple[int, int]:
-    """(dense layers, MoE layers) of a stage."""
-    indices = range(stage.first_layer, stage.first_layer + stage.num_layers)
-    moe = sum(spec.model.is_moe_layer(i) for i in indices)
-    return stage.num_layers - moe, moe
+@attrs.frozen(kw_only=True)
+class MemoryCore:
+    """Memory of every kind of stage, and the peak."""
+
+    kinds: tuple[KindMemory, ...]
+    buffers: Value
+    totals: tuple[Value, ...]
+    """Each kind's total at its most micro-batches in flight."""
+    peak_total: Value
+
+    def at_peak(self, values: Sequence[Value]) -> Value:
+        """Of one value per kind, the peak kind's: the first kind with the largest total."""
+        best, found = self.totals[0], values[0]
+        for total, value in zip(self.totals[1:], values[1:]):
+            better = total > best
+            found = where(better, value, found)
+            best = where(better, total, best)
+        return found
 
 
-def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str, float]:
-    """Parameters by group that one stage holds, before any sharding."""
-    model = spec.model
-    by_group = footprint.parameters.by_group or {"all": footprint.parameters.total}
-    if not model.num_layers:  # a model given by its size: one stage holds it all
-        return dict(by_group)
-    layers = model.num_layers
-    dense, moe = _layer_kinds(spec, stage)
-    share = {"embedding": float(stage.has_embedding), "head": float(stage.has_head)}
-    share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
-    share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
-    share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
-    return {group: count * share.get(group, stage.num_layers / layers)
-            for group, count in by_group.items()}
+def kind_memory(spec: Spec, composition: Composition, parameters: Mapping[str, float],
+                tags: Mapping[frozenset[str], Value] | None, in_flight: Value) -> KindMemory:
+    per_parameter = bytes_per_parameter(spec)
+    held, offloaded, states, host = {}, {}, {}, 0.0
+    for component in COMPONENTS:
+        size = per_parameter[component]
+        held[component] = composition.held(parameters, size, component)
+        offloaded[component] = composition.offloaded(parameters, size, component)
+        moved = rounded(offloaded[component])
+        states[component] = rounded(held[component]) - moved
+        host = host + moved
+    activations = None
+    if tags is not None:
+        activations = composition.split_bytes(tags) + composition.added_activation_bytes()
+    return KindMemory(states=states, held=held, offloaded=offloaded, host=host,
+                      activations=activations, in_flight=in_flight)
 
 
-def component_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
-                    component: str, transforms: Iterable[Transform]) -> float:
-    """Bytes of one model-state component on one GPU, each group under its shards."""
-    shards = [s for t in transforms for s in t.shards if s.component == component]
-    return sum(count * bytes_per_parameter
-               / math.prod(s.divisor for s in shards if s.applies_to(group))
-               for group, count in parameters.items())
+def activation_bytes(kind: KindMemory, in_flight: Value) -> Value:
+    return 0.0 if kind.activations is None else rounded(kind.activations * in_flight)
 
 
-def offloaded_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
-                    component: str, transforms: Iterable[Transform]) -> float:
-    """The part of `component_bytes` that strategies keep in host memory instead
-    (`Transform.offloads`; ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840)."""
-    transforms = list(transforms)
-    offloads = [o for t in transforms for o in t.offloads if o.component == component]
-    moved = {g: n for g, n in parameters.items() if any(o.applies_to(g) for o in offloads)}
-    return component_bytes(moved, bytes_per_parameter, component, transforms)
+def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stages: Sequence[Stage],
+                kinds: StageKinds, parameters: Sequence[Mapping[str, float]]) -> MemoryCore:
+    """Every kind's memory; `parameters` are each kind's unsharded parameters."""
+    found = []
+    for position, members in enumerate(kinds.members):
+        tags = facts.stage_tags[position] if facts.stage_tags else None
+        in_flight = largest(stages[i].micro_batches_in_flight for i in members)
+        found.append(kind_memory(spec, composition, parameters[position], tags, in_flight))
+    buffers = rounded(composition.buffer_bytes())
+    totals = tuple(k.states_bytes + activation_bytes(k, k.in_flight) + buffers for k in found)
+    return MemoryCore(kinds=tuple(found), buffers=buffers, totals=totals,
+                      peak_total=largest(totals))
 
 
-def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
-    """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5)."""
-    mode = spec.training.recompute
-    if mode == "selective":
-        return drop_attention_scores(inventory)
-    if mode == "full":
-        assert spec.model.hidden_size is not None
-        return keep_layer_inputs(inventory, spec.training.micro_batch_size,
-                                 spec.training.sequence_length, spec.model.hidden_size,
-                                 bytes_per_element(spec.precision.activations))
-    return inventory
+def stage_records(core: MemoryCore, stages: Sequence[Stage],
+                  kinds: StageKinds) -> tuple[tuple[StageMemory, ...], int]:
+    """Every stage's memory (one layout), and the peak stage: the stage of the peak kind
+    with the most micro-batches in flight."""
+    records = []
+    for stage, kind_index in zip(stages, kinds.kind_of):
+        kind = core.kinds[kind_index]
+        activations = activation_bytes(kind, stage.micro_batches_in_flight)
+        records.append(StageMemory(
+            stage=stage.index, layers=stage.num_layers,
+            weights_bytes=int(kind.states["weights"]),
+            gradients_bytes=int(kind.states["gradients"]),
+            optimizer_bytes=int(kind.states["optimizer"]),
+            activations_bytes=None if kind.activations is None else int(activations),
+            buffers_bytes=int(core.buffers),
+            total_bytes=int(kind.states_bytes + activations + core.buffers),
+            micro_batches_in_flight=float(stage.micro_batches_in_flight),
+            host_bytes=int(kind.host)))
+    peak_kind = core.at_peak(list(range(len(core.kinds))))
+    members = kinds.members[int(peak_kind)]
+    peak = max(members, key=lambda i: (stages[i].micro_batches_in_flight, -i))
+    return tuple(records), peak
 
 
-def split_inventory(inventory: ActivationInventory,
-                    transforms: Iterable[Transform]) -> ActivationInventory:
-    """Apply every strategy's activation splits."""
-    for transform in transforms:
-        for split in transform.activation_splits:
-            inventory = inventory.split(split.tag, split.divisor)
-    return inventory
-
-
-def recomputed_layers(spec: Spec, stage: Stage) -> int:
-    """Layers of `stage` that full recomputation reruns."""
-    if spec.training.recompute != "full":
-        return 0
-    limit = spec.training.recompute_layers
-    return stage.num_layers if limit is None else min(limit, stage.num_layers)
-
-
-def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
-    """The stage's saved tensors; under partial full recomputation its first layers
-    keep only their inputs and the others keep everything."""
-    assert footprint.activations is not None
-    inventory = footprint.activations
-    rerun = recomputed_layers(spec, stage)
-    if rerun in (0, stage.num_layers):
-        dense, moe = _layer_kinds(spec, stage)
-        staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head)
-        return recomputed(staged, spec)
-    head = attrs.evolve(stage, num_layers=rerun)
-    tail = attrs.evolve(stage, first_layer=stage.first_layer + rerun,
-                        num_layers=stage.num_layers - rerun)
-    checkpoints = recomputed(inventory.for_stage(*_layer_kinds(spec, head), False, False), spec)
-    kept = inventory.for_stage(*_layer_kinds(spec, tail), stage.has_embedding, stage.has_head)
-    return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
-
-
-def recomputed_fraction(spec: Spec, stages: tuple[Stage, ...]) -> float:
-    """Share of all layers whose forward full recomputation reruns."""
-    layers = sum(stage.num_layers for stage in stages)
-    return sum(recomputed_layers(spec, s) for s in stages) / layers if layers else 0.0
-
-
-def _stage_memory(spec: Spec, footprint: Footprint, stage: Stage,
-                  transforms: list[Transform]) -> tuple[StageMemory, ActivationInventory | None]:
+def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
+                       inventory: ActivationInventory | None) -> tuple[Derivation, ...]:
     precision = spec.precision
-    parameters = stage_parameters(spec, footprint, stage)
-    per_parameter = {
-        "weights": bytes_per_element(precision.weights),
-        "gradients": bytes_per_element(spec.gradients_dtype),
-        "optimizer": spec.optimizer.bytes_per_parameter(precision.weights),
-    }
-    host = {c: round(offloaded_bytes(parameters, size, c, transforms))
-            for c, size in per_parameter.items()}
-    states = {c: round(component_bytes(parameters, size, c, transforms)) - host[c]
-              for c, size in per_parameter.items()}
-    inventory, activations = None, None
-    if footprint.activations is not None:
-        inventory = split_inventory(stage_inventory(spec, footprint, stage), transforms)
-        activations = round(inventory.total_bytes * stage.micro_batches_in_flight)
-    buffers = round(sum(t.buffer_bytes for t in transforms))
-    total = sum(states.values()) + (activations or 0) + buffers
-    memory = StageMemory(stage=stage.index, layers=stage.num_layers,
-                         weights_bytes=states["weights"], gradients_bytes=states["gradients"],
-                         optimizer_bytes=states["optimizer"], activations_bytes=activations,
-                         buffers_bytes=buffers, total_bytes=total,
-                         micro_batches_in_flight=stage.micro_batches_in_flight,
-                         host_bytes=sum(host.values()))
-    return memory, inventory
-
-
-def per_gpu_memory(spec: Spec, footprint: Footprint, transforms: list[Transform]) -> Memory:
-    """Every stage's memory; the peak stage's components with their derivations."""
-    stages = stages_of(spec, transforms)
-    results = [_stage_memory(spec, footprint, stage, transforms) for stage in stages]
-    peak_index = max(range(len(results)), key=lambda i: results[i][0].total_bytes)
-    peak, inventory = results[peak_index]
-    return Memory(peak=peak, stages=tuple(r[0] for r in results),
-                  recomputed_fraction=recomputed_fraction(spec, stages),
-                  activation_tensors=_rows(inventory) if inventory else (),
-                  derivations=_derivations(spec, footprint, peak, inventory))
-
-
-def _derivations(spec: Spec, footprint: Footprint, peak: StageMemory,
-                 inventory: ActivationInventory | None) -> tuple[Derivation, ...]:
-    precision, n = spec.precision, footprint.parameters.total
     states = spec.optimizer.kept_states(precision.weights)
     listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
     rule = "sum over parameter groups held by the stage of N_g * {} / (shards applying to g)"
     found = [
         Derivation(quantity="weights_bytes", value=peak.weights_bytes, unit="bytes",
                    rule=rule.format(f"bytes({precision.weights})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": n, "stage": peak.stage}),
+                   inputs={"N": parameters_total, "stage": peak.stage}),
         Derivation(quantity="gradients_bytes", value=peak.gradients_bytes, unit="bytes",
                    rule=rule.format(f"bytes({spec.gradients_dtype})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": n, "stage": peak.stage}),
+                   inputs={"N": parameters_total, "stage": peak.stage}),
         Derivation(quantity="optimizer_bytes", value=peak.optimizer_bytes, unit="bytes",
                    rule=rule.format(f"({listed})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": n, "bytes_per_parameter":
+                   inputs={"N": parameters_total, "bytes_per_parameter":
                            spec.optimizer.bytes_per_parameter(precision.weights)}),
     ]
     if inventory is not None:
@@ -213,18 +165,15 @@ def _derivations(spec: Spec, footprint: Footprint, peak: StageMemory,
             quantity="activations_bytes", value=peak.activations_bytes, unit="bytes",
             rule=("(stage layers' saved tensors + embedding/output tensors it holds) * "
                   f"micro_batches_in_flight, after splits; recompute = {spec.training.recompute}"),
-            source=_activation_source(inventory),
+            source=inventory.source or f"activation model {inventory.model!r}",
             inputs={"layers": inventory.num_layers, "layers_bytes": inventory.layers_bytes,
                     "outside_layers_bytes": inventory.fixed_bytes,
                     "micro_batches_in_flight": peak.micro_batches_in_flight}))
     return tuple(found)
 
 
-def _activation_source(inventory: ActivationInventory) -> str:
-    return inventory.source or f"activation model {inventory.model!r}"
-
-
-def _rows(inventory: ActivationInventory) -> tuple[SavedTensorRow, ...]:
+def tensor_rows(inventory: ActivationInventory) -> tuple[SavedTensorRow, ...]:
+    """The saved tensors of one micro-batch on one GPU, after splits, for the plan."""
     def row(tensor: SavedTensor, kind: str, layers: int) -> SavedTensorRow:
         return SavedTensorRow(name=tensor.name, reason=tensor.reason, shape=tensor.shape_text,
                               bytes_per_element=tensor.bytes_per_element, bytes=tensor.bytes,

@@ -17,35 +17,39 @@ efficiencies):
     optimizer = optimizer-step bytes / (HBM bandwidth * memory_efficiency), for the
                 optimizer states on the GPU (offloaded ones are updated by the host)
     offload   = host work on offloaded states not hidden behind compute
-                (llmpar.evaluation.offload; 0 without offloading)
+                (0 without offloading)
     step      = compute + exposed + bubble + optimizer + offload
 Elementwise bytes: every saved activation is written and read in the forward
 pass and read with its gradient written and read in the backward pass, 4 passes
 over the inventory (6 with full recomputation, which runs the forward twice).
+
+Every number may be an array over a search node (`llmpar.arrays`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from llmpar.communication.collectives import call_seconds
-from llmpar.evaluation.balance import slowest_stage_factor
+from llmpar.arrays import Value, minimum, where
+from llmpar.communication.collectives import seconds_of
+from llmpar.evaluation.compose import Composition
+from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
-from llmpar.evaluation.memory import Memory, split_inventory, stages_of
-from llmpar.evaluation.offload import OffloadTime, host_work_time, offloaded_share
-from llmpar.evaluation.timing import StepFlops
-from llmpar.footprint.baseline import Footprint
-from llmpar.plan import CollectiveCost, Derivation
+from llmpar.evaluation.memory import MemoryCore
+from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
 from llmpar.spec import Spec
-from llmpar.strategy import Layout, Transform
+from llmpar.strategy import Collective
 
 ASSUMED_SOURCE = ("T = C / (n * F_peak * MFU), the founding document's training-time rule; "
                   "Narayanan et al. 2021 (arXiv:2104.04473), Sec. 5.1")
 MODELLED_SOURCE = ("llmpar.evaluation.step_time: compute + exposed communication + bubble + "
                    "optimizer")
+OFFLOAD_SOURCE = ("ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840, Sec. 4) and ZeRO-Infinity "
+                  "(Rajbhandari et al. 2021, arXiv:2104.07857, Sec. 6); per-parameter costs "
+                  "from the strategies: ")
 ELEMENTWISE_PASSES = 4
 ADAM_STEP_PASSES = 2
 """The optimizer reads and writes its states and the weights once each, and reads the
@@ -53,187 +57,244 @@ gradients (a fused Adam kernel, e.g. apex FusedAdam / torch `fused=True`)."""
 
 
 @attrs.frozen(kw_only=True)
-class StepTime:
+class Cost:
+    """One collective's calls of a step on one GPU, on its link."""
+
+    collective: Collective
+    buffer_bytes: Value
+    calls: Value
+    tier: str
+    seconds: Value
+    exposed: Value
+    costed: bool
+    """False when the hardware states no bandwidth for its link (then 0 s)."""
+
+
+@attrs.frozen(kw_only=True)
+class HostTime:
+    """Host work of one step on one GPU of the busiest kind of stage."""
+
+    seconds: Value = 0.0
+    overlappable: Value = 0.0
+    by_work: tuple[Value, ...] = ()
+    kind: Value = 0
+
+    def exposed(self, compute_seconds: Value) -> Value:
+        """Seconds the step waits for: what cannot overlap, and what compute cannot hide."""
+        return self.seconds - minimum(self.overlappable, compute_seconds)
+
+
+@attrs.frozen(kw_only=True)
+class TimeCore:
+    """Step time and its parts (None: the spec determines no step time)."""
+
     time_model: str
-    step_seconds: float | None
-    compute_seconds: float | None = None
-    communication_seconds: float = 0.0
-    exposed_communication_seconds: float = 0.0
-    bubble_fraction: float = 0.0
-    bubble_seconds: float = 0.0
-    optimizer_seconds: float = 0.0
-    offload_seconds: float = 0.0
-    exposed_offload_seconds: float = 0.0
-    collectives: tuple[CollectiveCost, ...] = ()
-    warnings: tuple[str, ...] = ()
-    derivations: tuple[Derivation, ...] = ()
+    step: Value | None
+    costs: tuple[Cost, ...]
+    host: HostTime
+    compute: Value | None = None
+    matmul: Value = 0.0
+    shape_loss: Value = 0.0
+    slowest: Value = 1.0
+    elementwise_bytes: Value = 0.0
+    exposed: Value = 0.0
+    bubble_fraction: Value = 0.0
+    bubble: Value = 0.0
+    optimizer: Value = 0.0
+    on_gpu: Value = 1.0
+    exposed_host: Value = 0.0
+    mfu: float | None = None
+    mfu_source: str = ""
+
+    @property
+    def communication(self) -> Value:
+        return sum((c.seconds for c in self.costs), start=0.0)
 
 
-def cost_collectives(spec: Spec, transforms: list[Transform]) -> tuple[list[CollectiveCost],
-                                                                        list[str]]:
+def parameters_per_gpu(composition: Composition, kinds: StageKinds,
+                       parameters: Sequence[Mapping[str, float]], collective: Collective
+                       ) -> Value:
+    """Parameters of `collective.component` in its groups one GPU holds after every
+    other strategy's shards, on average over the pipeline stages."""
+    assert collective.component is not None
+    selection = collective.parameter_groups
+    total: Value = 0.0
+    for members, held in zip(kinds.members, parameters):
+        for group, count in held.items():
+            if selection.applies_to(group):
+                total = total + len(members) * count / composition.divisor(
+                    collective.component, group, without=collective.strategy)
+    return total / len(kinds.kind_of)
+
+
+def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
+                     parameters: Sequence[Mapping[str, float]]) -> tuple[Cost, ...]:
     """Every collective still in force, costed on its link, for one step on one GPU."""
-    replaced = {name for t in transforms for name in t.replaces}
-    costs, warnings = [], []
-    for transform in transforms:
-        for collective in transform.collectives:
-            if collective.name in replaced or collective.group_size <= 1:
-                continue
-            per_call, tier = call_seconds(collective, spec.hardware)
-            if per_call is None:
-                warnings.append(f"{collective.name}: no {tier} bandwidth in [hardware]; "
-                                "not costed")
-                per_call = 0.0
-            seconds = per_call * collective.calls_per_step
-            costs.append(CollectiveCost(
-                strategy=collective.strategy, operation=collective.operation,
-                buffer_bytes=round(collective.buffer_bytes), group_size=collective.group_size,
-                tier=tier, calls_per_step=collective.calls_per_step, seconds=seconds,
-                exposed_seconds=seconds * (1 - collective.overlap),
-                hides_behind=collective.hides_behind, reason=collective.reason))
-    return costs, warnings
+    found = []
+    for collective, calls in composition.active_collectives():
+        buffer = collective.buffer_bytes
+        if collective.bytes_per_parameter is not None and collective.component is not None:
+            buffer = collective.bytes_per_parameter * parameters_per_gpu(
+                composition, kinds, parameters, collective)
+        per_call, tier = seconds_of(collective, spec.hardware, buffer)
+        seconds = (0.0 if per_call is None else per_call) * calls
+        found.append(Cost(collective=collective, buffer_bytes=buffer, calls=calls, tier=tier,
+                          seconds=seconds, exposed=seconds * (1 - collective.overlap),
+                          costed=per_call is not None))
+    return tuple(found)
 
 
-def _cap(costs: list[CollectiveCost], work: float,
-         selected: Callable[[CollectiveCost], bool]) -> list[CollectiveCost]:
+def _capped(costs: Sequence[Cost], work: Value, selected: Callable[[Cost], bool]
+            ) -> tuple[Cost, ...]:
     """Cap the hidden share of the selected collectives at the work they hide behind,
     scaling each one's hidden share alike."""
-    hideable = sum(c.seconds - c.exposed_seconds for c in costs if selected(c))
-    if hideable <= work or hideable == 0:
-        return costs
-    scale = work / hideable
-    return [attrs.evolve(c, exposed_seconds=c.seconds - (c.seconds - c.exposed_seconds) * scale)
-            if selected(c) else c for c in costs]
+    chosen = [c for c in costs if selected(c)]
+    if not chosen:
+        return tuple(costs)
+    hideable = sum((c.seconds - c.exposed for c in chosen), start=0.0)
+    over = hideable > work
+    scale = where(over, work / where(over, hideable, 1.0), 1.0)
+    return tuple(attrs.evolve(c, exposed=c.seconds - (c.seconds - c.exposed) * scale)
+                 if selected(c) else c for c in costs)
 
 
-def hide(costs: list[CollectiveCost], compute: float,
-         attention: float) -> list[CollectiveCost]:
+def hide_costs(costs: Sequence[Cost], compute: Value, attention: Value) -> tuple[Cost, ...]:
     """Hide what overlaps behind the work it can overlap: what hides behind attention at
     most the attention's time, and all of it together at most the compute."""
-    costs = _cap(costs, attention, lambda c: c.hides_behind == "attention")
-    return _cap(costs, compute, lambda c: True)
+    costs = _capped(costs, attention, lambda c: c.collective.hides_behind == "attention")
+    return _capped(costs, compute, lambda c: True)
 
 
-def materialized_scores(footprint: Footprint) -> bool:
-    """Whether attention runs as eager products over materialized scores (activation
-    models that keep the scores), not FlashAttention."""
-    return footprint.activations is not None and footprint.activations.has_attention_scores
+def hide(costs: list[CollectiveCost], compute: float, attention: float) -> list[CollectiveCost]:
+    """`hide_costs` for the plan's records."""
+    probes = [Cost(collective=Collective(strategy=c.strategy, name=c.name or c.strategy,
+                                         operation=c.operation, group_size=c.group_size,
+                                         hides_behind=c.hides_behind),
+                   buffer_bytes=c.buffer_bytes, calls=c.calls_per_step, tier=c.tier,
+                   seconds=c.seconds, exposed=c.exposed_seconds, costed=True) for c in costs]
+    hidden = hide_costs(probes, compute, attention)
+    return [attrs.evolve(c, exposed_seconds=h.exposed) for c, h in zip(costs, hidden)]
 
 
-def rank_shape(spec: Spec, layout: Layout) -> RankShape:
-    context = spec.parallel.get("context")
-    return RankShape(tensor=layout.degree("tensor"), context=layout.degree("context"),
-                     expert=layout.degree("expert"), expert_tensor=layout.expert_tensor,
+def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]]) -> HostTime:
+    """The strategies' host work, on the kind of stage where it takes longest."""
+    work = composition.host_work
+    if not work:
+        return HostTime()
+    best: HostTime | None = None
+    for kind, held in enumerate(parameters):
+        costed = tuple(w.passes_per_step * composition.held(held, 1.0, w.component)
+                       * w.seconds_per_parameter for w in work)
+        seconds = sum(costed, start=0.0)
+        overlappable = sum((s * w.overlap for s, w in zip(costed, work)), start=0.0)
+        here = HostTime(seconds=seconds, overlappable=overlappable, by_work=costed, kind=kind)
+        if best is None:
+            best = here
+            continue
+        better = seconds > best.seconds
+        best = HostTime(seconds=where(better, seconds, best.seconds),
+                        overlappable=where(better, overlappable, best.overlappable),
+                        by_work=tuple(where(better, a, b) for a, b in zip(costed, best.by_work)),
+                        kind=where(better, kind, best.kind))
+    assert best is not None
+    return best
+
+
+def rank_shape(spec: Spec, composition: Composition) -> RankShape:
+    """What decides the shapes of one GPU's products, from the strategies' splits."""
+    split = composition.product_splits()
+    tokens, steps = split["tokens"], split["attention_steps"]
+    return RankShape(tensor=split["width"], context=tokens, expert=split["experts"],
+                     expert_tensor=split["expert_width"],
                      micro_batch_size=spec.training.micro_batch_size,
-                     context_ring=getattr(context, "kind", "ring") == "ring")
+                     context_ring=steps == tokens)
 
 
-def _elementwise_bytes(spec: Spec, footprint: Footprint, layout: Layout,
-                       transforms: list[Transform], micro_batches: int) -> float:
-    if footprint.activations is None:
-        return 0.0
-    per_gpu = split_inventory(footprint.activations, transforms).total_bytes
-    passes = ELEMENTWISE_PASSES + (2 if spec.training.recompute == "full" else 0)
-    return passes * per_gpu / layout.degree("pipeline") * micro_batches
-
-
-def step_time(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops,
-              transforms: list[Transform], memory: Memory, micro_batches: int) -> StepTime:
-    """How long one optimizer step takes, and why."""
+def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
+              kinds: StageKinds, parameters: Sequence[Mapping[str, float]],
+              materialized_scores: bool) -> TimeCore:
+    """How long one optimizer step takes, in parts."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     peak = gpu.peak_flops_per_s(spec.precision.compute)
-    costs, warnings = cost_collectives(spec, transforms)
-    bubble = sum(t.bubble_fraction for t in transforms)
-    communication = sum(c.seconds for c in costs)
-    offload = host_work_time(spec, footprint, transforms)
+    costs = collective_costs(spec, composition, kinds, parameters)
+    host = host_time(composition, parameters)
+    bubble = composition.sum_of("bubble_fraction")
     if peak is None:
-        warnings.append(f"GPU {gpu.name!r} states no {spec.precision.compute} peak; no step time")
-        return StepTime(time_model="none", step_seconds=None, collectives=tuple(costs),
-                        communication_seconds=communication, offload_seconds=offload.seconds,
-                        warnings=tuple(warnings), derivations=offload.derivations)
-    mfu, mfu_source = spec.training.mfu, "[training] mfu"
+        return TimeCore(time_model="none", step=None, costs=costs, host=host,
+                        bubble_fraction=bubble)
+    mfu, source = spec.training.mfu, "[training] mfu"
     modelled = (mfu is None and gpu.matmul_efficiency is not None
                 and gpu.memory_efficiency is not None and gpu.hbm_bandwidth_bytes_per_s)
     if not modelled:
         if mfu is None and gpu.achievable_mfu is not None:
-            mfu, mfu_source = gpu.achievable_mfu, f"GPU preset: {gpu.achievable_mfu_source}"
+            mfu, source = gpu.achievable_mfu, f"GPU preset: {gpu.achievable_mfu_source}"
         if mfu is None:
-            warnings.append("no utilization known: set [training] mfu, or use a GPU preset "
-                            "with achievable_mfu or efficiencies; no step time")
-            return StepTime(time_model="none", step_seconds=None, collectives=tuple(costs),
-                            communication_seconds=communication, offload_seconds=offload.seconds,
-                            warnings=tuple(warnings), derivations=offload.derivations)
-        assumed = flops.flops_per_step / (n * peak * mfu)
-        exposed_offload = offload.exposed(assumed)
-        step = assumed + exposed_offload
-        inputs = {"flops_per_step": flops.flops_per_step, "num_gpus": n,
-                  f"peak_{spec.precision.compute}_flops_per_s": peak, "mfu": mfu}
-        rule = "flops_per_step / (num_gpus * peak * mfu)"
-        if offload.seconds:
-            rule += " + exposed offload"
-            inputs["exposed_offload_seconds"] = exposed_offload
-        return StepTime(
-            time_model="assumed-mfu", step_seconds=step, collectives=tuple(costs),
-            communication_seconds=communication, bubble_fraction=bubble,
-            offload_seconds=offload.seconds, exposed_offload_seconds=exposed_offload,
-            warnings=tuple(warnings),
-            derivations=(Derivation(
-                quantity="step_seconds", value=step, unit="s", rule=rule,
-                source=f"{ASSUMED_SOURCE}; mfu from {mfu_source}",
-                inputs=inputs),) + offload.derivations)
-    return _modelled(spec, footprint, layout, flops, transforms, memory, micro_batches, peak,
-                     costs, bubble, warnings, offload)
+            return TimeCore(time_model="none", step=None, costs=costs, host=host,
+                            bubble_fraction=bubble)
+        assumed = facts.flops_per_step / (n * peak * mfu)
+        exposed_host = host.exposed(assumed)
+        return TimeCore(time_model="assumed-mfu", step=assumed + exposed_host, costs=costs,
+                        host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
+                        mfu_source=source)
+    return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
+                     peak, materialized_scores)
 
 
-def _modelled(spec: Spec, footprint: Footprint, layout: Layout, flops: StepFlops,
-              transforms: list[Transform], memory: Memory, micro_batches: int, peak: float,
-              costs: list[CollectiveCost], bubble: float, warnings: list[str],
-              offload: OffloadTime) -> StepTime:
+def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
+              stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value, peak: float,
+              materialized_scores: bool) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
     rate = peak * gpu.matmul_efficiency
+    m = composition.micro_batches_per_step()
     shape_loss = shape_loss_seconds(
-        spec, rank_shape(spec, layout), rates_of(gpu), spec.training.recompute,
-        memory.recomputed_fraction, materialized_scores(footprint)
-    ) / layout.degree("pipeline") * micro_batches
-    stages = stages_of(spec, transforms)
-    slowest = slowest_stage_factor(spec, stages, memory.recomputed_fraction)
-    matmul = flops.hardware_flops_per_step / n / rate * slowest + shape_loss
-    elementwise = _elementwise_bytes(spec, footprint, layout, transforms, micro_batches)
+        spec, rank_shape(spec, composition), rates_of(gpu), spec.training.recompute,
+        facts.recomputed_fraction, materialized_scores) / stages * m
+    hardware = (facts.hardware_flops_per_step + composition.sum_of("extra_flops_per_step")
+                - composition.sum_of("skipped_flops_per_step"))
+    matmul = hardware / n / rate * facts.slowest_stage_factor + shape_loss
+    passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
+    elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
     compute = matmul + elementwise / bandwidth
-    costs = hide(costs, compute, flops.attention_hardware_flops_per_step / n / rate)
-    exposed = sum(c.exposed_seconds for c in costs)
-    peak_stage = memory.peak
-    optimizer_traffic = (ADAM_STEP_PASSES * (peak_stage.optimizer_bytes + peak_stage.weights_bytes)
-                         + peak_stage.gradients_bytes)
-    stage = stages[peak_stage.stage]
-    on_gpu = 1 - offloaded_share(spec, footprint, stage, transforms, "optimizer")
-    optimizer = optimizer_traffic * on_gpu / bandwidth
+    costs = hide_costs(costs, compute, facts.attention_hardware_flops_per_step / n / rate)
+    exposed = sum((c.exposed for c in costs), start=0.0)
+    states = [k.states for k in memory.kinds]
+    traffic = memory.at_peak([ADAM_STEP_PASSES * (s["optimizer"] + s["weights"]) + s["gradients"]
+                              for s in states])
+    on_gpu = memory.at_peak([1 - _share(k.offloaded["optimizer"], k.held["optimizer"])
+                             for k in memory.kinds])
+    optimizer = traffic * on_gpu / bandwidth
     bubble_seconds = bubble * compute
-    exposed_offload = offload.exposed(compute)
-    step = compute + exposed + bubble_seconds + optimizer + exposed_offload
-    if exposed > compute:
-        warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
-                        f"({compute:.3g} s)")
-    rule = "compute + exposed communication + bubble * compute + optimizer step"
-    inputs = {"matmul_seconds": matmul, "matmul_shape_seconds": shape_loss,
-              "slowest_stage_factor": slowest,
-              "elementwise_bytes": elementwise,
-              "compute_seconds": compute, "exposed_communication_seconds": exposed,
-              "bubble_fraction": bubble, "optimizer_seconds": optimizer,
-              "matmul_efficiency": gpu.matmul_efficiency,
-              "memory_efficiency": gpu.memory_efficiency}
-    if offload.seconds:
-        rule += " + exposed offload"
-        inputs.update(exposed_offload_seconds=exposed_offload, optimizer_share_on_gpu=on_gpu)
-    derivation = Derivation(
-        quantity="step_seconds", value=step, unit="s", rule=rule,
-        source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
-        inputs=inputs)
-    return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
-                    communication_seconds=sum(c.seconds for c in costs),
-                    exposed_communication_seconds=exposed, bubble_fraction=bubble,
-                    bubble_seconds=bubble_seconds, optimizer_seconds=optimizer,
-                    offload_seconds=offload.seconds, exposed_offload_seconds=exposed_offload,
-                    collectives=tuple(costs), warnings=tuple(warnings),
-                    derivations=(derivation,) + offload.derivations)
+    exposed_host = host.exposed(compute)
+    step = compute + exposed + bubble_seconds + optimizer + exposed_host
+    return TimeCore(time_model="modelled", step=step, costs=costs, host=host, compute=compute,
+                    matmul=matmul, shape_loss=shape_loss, slowest=facts.slowest_stage_factor,
+                    elementwise_bytes=elementwise, exposed=exposed, bubble_fraction=bubble,
+                    bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
+                    exposed_host=exposed_host)
+
+
+def _share(part: Value, whole: Value) -> Value:
+    """part / whole, 0 where whole is 0."""
+    return where(whole > 0, part / where(whole > 0, whole, 1.0), 0.0)
+
+
+def cost_records(costs: Sequence[Cost]) -> tuple[tuple[CollectiveCost, ...], list[str]]:
+    """The plan's collective records (one layout) and warnings for uncosted links."""
+    records, warnings = [], []
+    for cost in costs:
+        collective = cost.collective
+        if not cost.costed:
+            warnings.append(f"{collective.name}: no {cost.tier} bandwidth in [hardware]; "
+                            "not costed")
+        if cost.calls == 0:
+            continue
+        records.append(CollectiveCost(
+            strategy=collective.strategy, name=collective.name, operation=collective.operation,
+            buffer_bytes=round(cost.buffer_bytes), group_size=collective.group_size,
+            tier=cost.tier, calls_per_step=float(cost.calls), seconds=float(cost.seconds),
+            exposed_seconds=float(cost.exposed), hides_behind=collective.hides_behind,
+            reason=collective.reason))
+    return tuple(records), warnings
+

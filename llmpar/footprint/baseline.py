@@ -22,6 +22,17 @@ class Footprint:
     activations_unavailable: str | None = None
     """Why there is no activation estimate, when there is none."""
 
+    @property
+    def parameters_by_group(self) -> dict[str, float]:
+        """Parameters by group; one group "all" for a model given by its size."""
+        return dict(self.parameters.by_group) or {"all": self.parameters.total}
+
+    @property
+    def trainable_by_group(self) -> dict[str, float]:
+        """Parameters that get gradients and optimizer states, by group: all of them in
+        pre-training."""
+        return self.parameters_by_group
+
     def train_flops_per_sequence(self) -> float | None:
         """Forward plus backward model FLOPs of one sequence."""
         if self.forward_flops_per_sequence is None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from llmpar.evaluation.evaluate import transforms_of
-from llmpar.evaluation.memory import stages_of
+from llmpar.evaluation.stages import stages_of
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.parameters import count_parameters
 from llmpar.inference import derivations as d

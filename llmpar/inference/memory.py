@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from llmpar.evaluation.memory import stage_parameters
+from llmpar.evaluation.stages import stage_parameters
 from llmpar.inference.kv_cache import kv_cache_bytes
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.serving import Serving

@@ -1,14 +1,14 @@
 """Weights on one GPU under the layout: each parameter group at its format, divided by
 the shards the strategies state (tensor: heads, with KV heads copied past t > n_kv, see
 `llmpar.strategies.tensor.attention_divisor`; expert: the routed experts), for the
-layers a pipeline stage holds (`llmpar.evaluation.memory.stage_parameters`).
+layers a pipeline stage holds (`llmpar.evaluation.stages.stage_parameters`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llmpar.evaluation.memory import component_bytes
+from llmpar.evaluation.compose import component_bytes
 from llmpar.inference.formats import bytes_per_parameter
 from llmpar.spec import Spec
 from llmpar.strategy import Transform

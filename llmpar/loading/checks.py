@@ -93,7 +93,15 @@ def resolve_layout(
                                 f"hardware.num_gpus is {num_gpus}"))
     for name in fill:
         fixed[name] = max(1, num_gpus // product) if not problems else 1
-    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus, order=spec.rank_order), problems
+    active = {name: strategies[name].active(config) for name, config in spec.parallel.items()}
+    return Layout(degrees={**fixed, **side}, num_gpus=num_gpus, order=spec.rank_order,
+                  active=active, nested=nested_axes(strategies)), problems
+
+
+def nested_axes(strategies: Mapping[str, Strategy]) -> frozenset[str]:
+    """Strategies whose axis is carved out of the others' ranks (`Axis.nested`)."""
+    return frozenset(name for name, strategy in strategies.items()
+                     if strategy.axis is not None and strategy.axis.nested)
 
 
 def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:

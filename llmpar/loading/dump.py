@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import cattrs
 import toml
 
-from llmpar.placement import ORDER_KEY, RANK_ORDER, order_text
+from llmpar.placement import ORDER_KEY, RANK_ORDER, Axis, order_text
 from llmpar.spec import Spec
 
 
@@ -28,8 +29,10 @@ def _plain(value: Any, drop_none: bool) -> Any:
     return value
 
 
-def spec_to_dict(spec: Spec) -> dict[str, Any]:
-    """The spec as a fully resolved table (no preset references, no None)."""
+def spec_to_dict(spec: Spec, axes: Mapping[str, Axis] | None = None) -> dict[str, Any]:
+    """The spec as a fully resolved table (no preset references, no None). `[parallel]
+    order` is written in the axes' tokens when `axes` are given, else in strategy names
+    (the loader reads both)."""
     converter = plain_converter()
     table = converter.unstructure(spec)
     table.pop("source", None)
@@ -41,10 +44,12 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
     }
     table.pop("rank_order", None)
     if spec.rank_order != RANK_ORDER:
-        table["parallel"][ORDER_KEY] = order_text(spec.rank_order)
+        named = axes is not None and all(name in axes for name in spec.rank_order)
+        table["parallel"][ORDER_KEY] = (order_text(spec.rank_order, axes) if named and axes
+                                        else "-".join(spec.rank_order))
     return _plain(table, drop_none=True)
 
 
-def dump_spec(spec: Spec) -> str:
+def dump_spec(spec: Spec, axes: Mapping[str, Axis] | None = None) -> str:
     """The spec as TOML that `llmpar.load_spec` reads back to an equal Spec."""
-    return toml.dumps(spec_to_dict(spec))
+    return toml.dumps(spec_to_dict(spec, axes))

@@ -144,11 +144,14 @@ def _structure_parallel(
     return configs
 
 
-def _structure_order(raw: Any, problems: list[Problem]) -> tuple[str, ...]:
-    """`[parallel] order`: the rank order string, innermost first."""
+def _structure_order(raw: Any, strategies: Mapping[str, Strategy],
+                     problems: list[Problem]) -> tuple[str, ...]:
+    """`[parallel] order`: the rank order string, innermost first, in the tokens the
+    strategies' axes declare."""
     if not isinstance(raw, Mapping) or ORDER_KEY not in raw:
         return RANK_ORDER
-    order, found = parse_order(raw[ORDER_KEY], f"$.parallel.{ORDER_KEY}")
+    axes = {name: s.axis for name, s in strategies.items() if s.axis is not None}
+    order, found = parse_order(raw[ORDER_KEY], axes, f"$.parallel.{ORDER_KEY}")
     problems += found
     return order
 
@@ -232,7 +235,7 @@ def structure_spec(
     inference, found = _structure_inference(raw, converter, problems)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
-    rank_order = _structure_order(raw.get("parallel", {}), problems)
+    rank_order = _structure_order(raw.get("parallel", {}), strategies, problems)
     search, found = _structure_search(raw, converter, problems)
     problems += found
 

@@ -57,6 +57,10 @@ class SearchDimension:
     values: Values = None
     description: str = ""
     """What the values are and why, for `llmpar search --help`-style listings."""
+    vectorised: bool = True
+    """Whether the strategy's fast form takes this field as an array; False for a field
+    that changes the transform's structure (how many pipeline stages hold which
+    layers): the search then evaluates each of its values apart."""
 
     @property
     def key(self) -> str:

@@ -68,7 +68,7 @@ def finish(session: Session, prepared: Prepared, tally: Tally, seconds: float) -
     return SearchResult(
         objective=objective, considered=considered, evaluated=tally.evaluated,
         rejected=dict(sorted(tally.rejected.items())), examples=dict(tally.examples),
-        ranked=len(tally.entries), seconds=seconds,
+        ranked=tally.fitting, seconds=seconds,
         results=ranked, pareto=pareto,
         warnings=tuple(_warnings(spec, objective, tally)))
 

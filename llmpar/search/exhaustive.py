@@ -1,25 +1,36 @@
-"""Evaluating layouts one by one with the strategies' own checks and the exact scorer.
-
-Every layout the fast path keeps goes through `judge`; with `exact=True` (or when a
-plugin takes part, which the fast estimate does not model) every layout does.
-"""
+"""Evaluating layouts one by one with the strategies' own checks and evaluation's
+scorer: with `exact=True` every layout, else the layouts a strategy without a fast form
+takes part in."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from llmpar.errors import Problem
+from llmpar.evaluation.evaluate import score
+from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.loading.checks import resolve_layout, spec_problems
 from llmpar.search.candidates import SpecBuilder
-from llmpar.search.exact import ExactScorer, Score
 from llmpar.search.ranking import Entry
 from llmpar.search.result import REJECTED_MEMORY
 from llmpar.search.tally import Tally
 
 if TYPE_CHECKING:
     from llmpar.search.prepare import Prepared
+    from llmpar.spec import Spec, Training
     from llmpar.strategy import Strategy
+
+
+@attrs.frozen(kw_only=True)
+class Score:
+    """What ranking needs of a layout's plan."""
+
+    total_bytes: int
+    step_seconds: float | None
+    time_model: str
 
 Progress = Callable[[str, int, int], None]
 """Called with (what is being done, how many done, how many in all): "estimating"
@@ -29,11 +40,18 @@ layouts, or "evaluating" them exactly."""
 class Judge:
     """Checks and scores single layouts of one prepared search."""
 
-    def __init__(self, prepared: Prepared, strategies: Mapping[str, Strategy]):
+    def __init__(self, prepared: Prepared, strategies: Mapping[str, Strategy[Any]]):
         self.prepared = prepared
         self.strategies = strategies
         self.builder = SpecBuilder(prepared.spec, strategies, prepared.space.dimensions)
-        self.scorer = ExactScorer(strategies)
+        self._footprints: dict[Training, Footprint] = {}
+
+    def footprint(self, spec: Spec) -> Footprint:
+        """The baseline footprint, once per `[training]` table (it never reads the layout)."""
+        found = self._footprints.get(spec.training)
+        if found is None:
+            found = self._footprints[spec.training] = baseline_footprint(spec)
+        return found
 
     def examine(self, index: int) -> tuple[Problem | None, Score | None]:
         """The layout's first problem, or its exact score."""
@@ -42,7 +60,8 @@ class Judge:
         if problems:
             return problems[0], None
         layout, _ = resolve_layout(spec, self.strategies)
-        return None, self.scorer.score(spec, layout)
+        total, seconds, model = score(spec, layout, self.strategies, self.footprint(spec))
+        return None, Score(total_bytes=total, step_seconds=seconds, time_model=model)
 
     def judge(self, index: int, tally: Tally) -> Entry | None:
         """The layout's entry if it is valid and fits; else count why not."""
@@ -73,6 +92,7 @@ def run_exhaustive(judge: Judge, indices: Iterable[int], total: int,
     for done, index in enumerate(indices, 1):
         entry = judge.judge(index, tally)
         if entry is not None:
+            tally.fitting += 1
             tally.entries.append(entry)
         if progress is not None and done % 256 == 0:
             progress("evaluating", done, total)

@@ -6,7 +6,6 @@ from typing import Any
 
 import attrs
 
-from llmpar.loading.dump import dump_spec
 from llmpar.plan import Plan
 from llmpar.spec import Spec
 
@@ -43,7 +42,9 @@ class Ranked:
 
     def to_toml(self) -> str:
         """The layout's spec as TOML that `llmpar evaluate` runs."""
-        return dump_spec(self.spec)
+        import llmpar
+
+        return llmpar.dump_spec(self.spec)
 
 
 @attrs.frozen(kw_only=True)

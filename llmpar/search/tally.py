@@ -14,12 +14,13 @@ class Tally:
     """Valid layouts that fit (as entries), rejections by reason, exact evaluations."""
 
     entries: list[Entry] = attrs.field(factory=list)
+    """Layouts that can be among the top ones or on the Pareto front."""
+    fitting: int = 0
+    """Valid layouts that fit."""
     rejected: dict[str, int] = attrs.field(factory=dict)
     examples: dict[str, str] = attrs.field(factory=dict)
     evaluated: int = 0
     time_models: set[str] = attrs.field(factory=set)
-    drift: float = 0.0
-    """Largest relative gap seen between the estimate and the exact numbers."""
     notes: list[str] = attrs.field(factory=list)
     """Warnings for the result."""
 
@@ -35,10 +36,10 @@ def merge(parts: Iterable[Tally]) -> Tally:
     total = Tally()
     for part in parts:
         total.entries += part.entries
+        total.fitting += part.fitting
         for reason, count in part.rejected.items():
             total.reject(reason, count, part.examples.get(reason, ""))
         total.evaluated += part.evaluated
         total.time_models |= part.time_models
-        total.drift = max(total.drift, part.drift)
         total.notes += [note for note in part.notes if note not in total.notes]
     return total

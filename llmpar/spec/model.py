@@ -198,10 +198,21 @@ class Model:
             return False
         return index >= moe.dense_layers and (index + 1) % moe.layer_frequency == 0
 
+    def moe_layers_in(self, first: int, count: int) -> int:
+        """Layers with experts among `count` layers from `first`, in closed form: the
+        layers i >= dense_layers with (i + 1) a multiple of layer_frequency."""
+        moe = self.moe
+        if moe is None or count <= 0:
+            return 0
+        low, end = max(first, moe.dense_layers), first + count
+        if end <= low:
+            return 0
+        return end // moe.layer_frequency - low // moe.layer_frequency
+
     @property
     def num_moe_layers(self) -> int:
         """Layers with experts."""
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers or 0))
+        return self.moe_layers_in(0, self.num_layers or 0)
 
     @property
     def num_dense_layers(self) -> int:

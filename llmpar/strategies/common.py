@@ -1,7 +1,16 @@
-"""Small facts several strategies need about the model and workload on one GPU."""
+"""Facts several strategies need about the model, the workload and the layout on one GPU.
+
+These are public: a third-party strategy uses them instead of carrying its own copy.
+Every function takes array settings as well as plain ones (`llmpar.arrays`): the micro-
+batch size and the recomputation mode may be arrays over a search node, and whether a
+strategy is on may be a boolean array.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from llmpar.arrays import logical_and, maximum, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
@@ -11,15 +20,23 @@ TENSOR_SPLIT_GROUPS = frozenset({"embedding", "attention", "mlp", "experts", "sh
 """Parameter groups Megatron-style tensor parallelism splits (norms and router stay whole)."""
 EXPERT_GROUPS = frozenset({"experts"})
 """Parameters that live on expert-parallel ranks."""
+EXPERT_TENSOR = "expert_tensor"
+"""The layout key of the expert tensor degree (`[parallel.expert] tensor_degree`)."""
+
+__all__ = ["EXPERT_GROUPS", "EXPERT_TENSOR", "TENSOR_SPLIT_GROUPS", "backward_input_gradient_calls",
+           "bytes_per_element", "data_context_stride", "expert_group_stride",
+           "expert_tensor_degree", "forward_passes_per_micro_batch", "hidden_state_bytes",
+           "layer_collective_calls", "layers_per_stage", "micro_batches_per_step",
+           "sequence_parallel"]
 
 
-def micro_batches_per_step(spec: Spec, layout: Layout) -> int:
-    """Gradient-accumulation steps: global batch / (micro-batch x data degree)."""
+def micro_batches_per_step(spec: Spec, layout: Layout) -> Any:
+    """Gradient-accumulation steps: global batch / (micro-batch x data degree), at least 1."""
     training = spec.training
     if training.global_batch_size is None:
         return 1
-    return max(1, training.global_batch_size // (training.micro_batch_size
-                                                 * layout.degree("data")))
+    return maximum(1, training.global_batch_size // (training.micro_batch_size
+                                                     * layout.degree("data")))
 
 
 def layers_per_stage(spec: Spec, layout: Layout) -> float:
@@ -27,7 +44,7 @@ def layers_per_stage(spec: Spec, layout: Layout) -> float:
     return (spec.model.num_layers or 0) / layout.degree("pipeline")
 
 
-def hidden_state_bytes(spec: Spec, layout: Layout) -> float:
+def hidden_state_bytes(spec: Spec, layout: Layout) -> Any:
     """One micro-batch's hidden states on one context rank: b * (s / cp) * h * d."""
     training = spec.training
     hidden = spec.model.hidden_size or 0
@@ -35,27 +52,48 @@ def hidden_state_bytes(spec: Spec, layout: Layout) -> float:
     return tokens * hidden * bytes_per_element(spec.precision.activations)
 
 
-def sequence_parallel(spec: Spec) -> bool:
-    """Whether sequence parallelism is on: `[parallel.sequence]` present and enabled."""
-    config = spec.parallel.get("sequence")
-    return config is not None and bool(getattr(config, "enabled", True))
+def sequence_parallel(layout: Layout) -> Any:
+    """Whether sequence parallelism is on over a tensor group of more than one GPU."""
+    return logical_and(layout.is_active("sequence"), layout.degree("tensor") > 1)
 
 
-def forward_passes_per_micro_batch(spec: Spec) -> int:
+def forward_passes_per_micro_batch(spec: Spec) -> Any:
     """Forward passes over the layers per micro-batch: 2 under full recomputation."""
-    return 2 if spec.training.recompute == "full" else 1
+    return where(spec.training.recompute == "full", 2, 1)
 
 
-def backward_input_gradient_calls(spec: Spec, layout: Layout) -> float:
+def backward_input_gradient_calls(spec: Spec, layout: Layout) -> Any:
     """Calls per step of the backward pass's two input-gradient reductions per layer (of
     the column-parallel Q/K/V and first MLP projections), over the layers of one stage:
     the part of `layer_collective_calls` that can run behind the weight gradients."""
     return 2 * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
 
 
-def layer_collective_calls(spec: Spec, layout: Layout) -> float:
+def layer_collective_calls(spec: Spec, layout: Layout) -> Any:
     """Calls per step of a per-layer collective issued twice per forward pass (attention
     and MLP) and twice per backward pass: 4 per layer and micro-batch, 6 with full
     recomputation (Narayanan et al. 2021, Sec. 3.2), over the layers of one stage."""
     per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)
     return per_micro_batch * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+
+
+def expert_tensor_degree(layout: Layout) -> int:
+    """Ranks each routed expert's matrices split over: `[parallel.expert] tensor_degree`,
+    by default the tensor degree."""
+    return layout.degrees.get(EXPERT_TENSOR, layout.degree("tensor"))
+
+
+def data_context_stride(layout: Layout) -> int:
+    """Where Megatron-Core's data x context block of ranks starts."""
+    return layout.block_stride(("data", "context"))
+
+
+def expert_group_stride(layout: Layout) -> int:
+    """Rank distance between the members of an expert group. Expert ranks are the
+    innermost data x context ranks, or, when experts split over fewer ranks than the
+    layers (MoE parallel folding, Liu et al. 2025, arXiv:2504.14960), they fold into the
+    tensor ranks."""
+    tensor, folded = layout.degree("tensor"), expert_tensor_degree(layout)
+    if folded < tensor:
+        return layout.stride("tensor") * folded
+    return data_context_stride(layout)

@@ -14,13 +14,15 @@ needs all keys and values:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from llmpar.arrays import logical_and, where
 from llmpar.dtypes import bytes_per_element
-from llmpar.errors import Problem
 from llmpar.footprint.inventory import SPLIT_CONTEXT
 from llmpar.hookspecs import hookimpl
+from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
@@ -29,12 +31,18 @@ from llmpar.strategy import (
     ActivationSplit,
     Collective,
     Layout,
+    ProductSplit,
+    Rule,
     Strategy,
     StrategyContext,
     Transform,
 )
 
 KINDS = ("ring", "all-to-all")
+KV_RING = "context.kv-ring"
+"""Ring attention's K/V chunks (and their gradients) passed around the ring."""
+ALL_TO_ALL = "context.all-to-all"
+"""Ulysses' all-to-alls of Q, K, V and the attention output."""
 
 
 @attrs.frozen(kw_only=True)
@@ -47,73 +55,77 @@ class ContextConfig:
     """"ring" (K/V passed around, behind attention) or "all-to-all" (Ulysses)."""
 
 
-class ContextParallel(Strategy):
+class ContextParallel(Strategy[ContextConfig]):
     name = "context"
     config_type = ContextConfig
     phase = 30
+    axis = Axis(token="cp", rank=20, beside="data")
+    vectorised = True
 
-    def check(self, config: ContextConfig, spec: Spec, layout: Layout) -> list[Problem]:
+    def rules(self, config: ContextConfig, spec: Spec, layout: Layout) -> list[Rule]:
         c, s = config.degree, spec.training.sequence_length
         model = spec.model
+        path = "$.parallel.context"
         if c > 1 and not model.has_architecture:
-            return [Problem("$.parallel.context.degree",
-                            "context parallelism needs the model's architecture (hidden_size, "
-                            "heads, head_dim), not just its parameter count")]
-        problems = []
-        if c > 1 and s % (2 * c):
-            problems.append(Problem("$.parallel.context.degree",
-                                    f"training.sequence_length ({s}) must be divisible by 2 x "
-                                    f"context degree ({2 * c}) for load-balanced causal "
-                                    "attention"))
+            return [Rule(f"{path}.degree", True,
+                         lambda: "context parallelism needs the model's architecture "
+                                 "(hidden_size, heads, head_dim), not just its parameter count")]
         heads, t = spec.model.num_attention_heads, layout.degree("tensor")
-        if config.kind == "all-to-all" and heads is not None and heads % (c * t):
-            problems.append(Problem("$.parallel.context.kind",
-                                    f"all-to-all needs num_attention_heads ({heads}) divisible by "
-                                    f"context x tensor degree ({c} x {t} = {c * t})"))
-        return problems
+        return [
+            Rule(f"{path}.degree", c > 1 and s % (2 * c) != 0,
+                 lambda: f"training.sequence_length ({s}) must be divisible by 2 x context "
+                         f"degree ({2 * c}) for load-balanced causal attention"),
+            Rule(f"{path}.kind", logical_and(config.kind == "all-to-all",
+                                             heads is not None and heads % (c * t) != 0),
+                 lambda: f"all-to-all needs num_attention_heads ({heads}) divisible by "
+                         f"context x tensor degree ({c} x {t} = {c * t})"),
+        ]
 
     def transform(self, config: ContextConfig, ctx: StrategyContext) -> Transform:
         c = config.degree
         if c == 1:
             return Transform(strategy=self.name)
-        collective = self._ring(ctx, c) if config.kind == "ring" else self._all_to_all(ctx, c)
+        ring = config.kind == "ring"
         return Transform(strategy=self.name,
                          activation_splits=(ActivationSplit(tag=SPLIT_CONTEXT, divisor=c,
                                                             reason="sequence split"),),
-                         collectives=(collective,))
+                         collectives=(self._ring(ctx, c, ring), self._all_to_all(ctx, c, ring)),
+                         product_split=ProductSplit(tokens=c, attention_steps=where(ring, c, 1)))
 
-    def _chunk_elements(self, ctx: StrategyContext, c: int) -> float:
+    def _chunk_elements(self, ctx: StrategyContext, c: int) -> Any:
         training = ctx.spec.training
         return training.micro_batch_size * training.sequence_length / c
 
-    def _ring(self, ctx: StrategyContext, c: int) -> Collective:
+    def _ring(self, ctx: StrategyContext, c: int, ring: Any) -> Collective:
         spec, layout = ctx.spec, ctx.layout
         model = spec.model
         kv_bytes = (self._chunk_elements(ctx, c) * 2 * model.kv_width / layout.degree("tensor")
                     * bytes_per_element(spec.precision.activations))
         # c-1 sends of K,V forward; backward sends K,V and dK,dV: 3 x (c-1) per layer.
         calls = 3 * (c - 1) * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
-        return Collective(strategy=self.name, name="context.kv-ring", operation="send-recv",
+        return Collective(strategy=self.name, name=KV_RING, operation="send-recv",
                           buffer_bytes=kv_bytes, group_size=c,
-                          group_stride=layout.stride(self.name), calls_per_step=calls,
+                          group_stride=layout.stride(self.name),
+                          calls_per_step=where(ring, calls, 0.0),
                           overlap=1.0, hides_behind="attention",
                           reason="K/V chunks around the ring, behind attention")
 
-    def _all_to_all(self, ctx: StrategyContext, c: int) -> Collective:
+    def _all_to_all(self, ctx: StrategyContext, c: int, ring: Any) -> Collective:
         spec, layout = ctx.spec, ctx.layout
         model = spec.model
         width = (2 * model.query_width + 2 * model.kv_width) / layout.degree("tensor")
         exchanged = (self._chunk_elements(ctx, c) * width
                      * bytes_per_element(spec.precision.activations))
         calls = 2 * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
-        return Collective(strategy=self.name, name="context.all-to-all", operation="all-to-all",
+        return Collective(strategy=self.name, name=ALL_TO_ALL, operation="all-to-all",
                           buffer_bytes=exchanged, group_size=c,
-                          group_stride=layout.stride(self.name), calls_per_step=calls,
+                          group_stride=layout.stride(self.name),
+                          calls_per_step=where(ring, 0.0, calls),
                           reason="Q, K, V in and the output back, forward and backward")
 
 
 @hookimpl
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(ContextParallel())
 
 

@@ -17,15 +17,31 @@ from typing import Any
 
 import attrs
 
+from llmpar.arrays import is_array, where
 from llmpar.dtypes import bytes_per_element
-from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
-from llmpar.placement import data_context_stride
+from llmpar.placement import Axis
 from llmpar.search.dimension import SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import FieldError
-from llmpar.strategies.common import EXPERT_GROUPS, TENSOR_SPLIT_GROUPS, micro_batches_per_step
-from llmpar.strategy import Collective, Layout, Shard, Strategy, StrategyContext, Transform
+from llmpar.strategies.common import (
+    EXPERT_GROUPS,
+    TENSOR_SPLIT_GROUPS,
+    data_context_stride,
+    expert_group_stride,
+    expert_tensor_degree,
+    micro_batches_per_step,
+)
+from llmpar.strategy import (
+    Collective,
+    GroupSelection,
+    Layout,
+    Rule,
+    Shard,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
 
 FSDP_PREFETCH_LAYERS = 2
 """FSDP keeps the gathered weights of the running layer and the prefetched next one
@@ -67,76 +83,86 @@ def shard_degrees(ctx: StrategyContext) -> tuple[int, int]:
     and the expert-data ranks, tensor x data x context / (expert x expert tensor)."""
     layout = ctx.layout
     dense = layout.degree("data") * layout.degree("context")
-    folded = dense * layout.degree("tensor") // layout.expert_tensor
+    folded = dense * layout.degree("tensor") // expert_tensor_degree(layout)
     return dense, max(1, folded // layout.degree("expert"))
 
 
 def parameters_per_gpu(ctx: StrategyContext, experts: bool) -> float:
     """Expert (or all other) parameters one GPU holds before ZeRO: split by tensor
     (in the groups it splits), expert (experts) and pipeline ranks, on average."""
-    by_group = ctx.footprint.parameters.by_group or {"all": ctx.footprint.parameters.total}
     layout = ctx.layout
     total = 0.0
-    for group, count in by_group.items():
+    for group, count in ctx.footprint.parameters_by_group.items():
         if (group in EXPERT_GROUPS) != experts:
             continue
         divisor = layout.degree("pipeline")
         if group in EXPERT_GROUPS:
-            divisor *= layout.degree("expert") * layout.expert_tensor
+            divisor *= layout.degree("expert") * expert_tensor_degree(layout)
         elif group in TENSOR_SPLIT_GROUPS or group == "all":
             divisor *= layout.degree("tensor")
         total += count / divisor
     return total
 
 
-class DataParallel(Strategy):
+def zero_stage(config: DataConfig) -> Any:
+    """The ZeRO stage: `zero`, or 3 under FSDP (an array where `zero` is one)."""
+    return where(config.fsdp, 3, config.zero)
+
+
+class DataParallel(Strategy[DataConfig]):
     name = "data"
     config_type = DataConfig
     phase = 10
     always_active = True
+    axis = Axis(token="dp", rank=40)
+    vectorised = True
 
     def neutral_config(self, layout: Layout) -> DataConfig | None:
         # Context ranks share the data group: one replica still shards over them and
         # reduces its gradients across them (Megatron-Core's DP x CP group).
         return DataConfig(degree=1) if layout.degree("context") == 1 else None
 
-    def check(self, config: DataConfig, spec: Spec, layout: Layout) -> list[Problem]:
+    def rules(self, config: DataConfig, spec: Spec, layout: Layout) -> list[Rule]:
         training = spec.training
         degree = layout.degree(self.name)
         per_pass = training.micro_batch_size * degree
         batch = training.global_batch_size
-        if batch is not None and batch % per_pass:
-            return [Problem("$.training.global_batch_size",
-                            f"global_batch_size ({batch}) must be a multiple of "
-                            f"micro_batch_size ({training.micro_batch_size}) x data degree "
-                            f"({degree}) = {per_pass}")]
-        return []
+        if batch is None:
+            return []
+        return [Rule("$.training.global_batch_size", batch % per_pass != 0,
+                     lambda: f"global_batch_size ({batch}) must be a multiple of "
+                             f"micro_batch_size ({training.micro_batch_size}) x data degree "
+                             f"({degree}) = {per_pass}")]
 
     def transform(self, config: DataConfig, ctx: StrategyContext) -> Transform:
         dense, expert = shard_degrees(ctx)
+        stage = zero_stage(config)
+        notes = () if is_array(stage) else (
+            f"{ctx.layout.degree(self.name)} replicas, ZeRO stage {stage}",)
         return Transform(
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
-            shards=_shards(config.stage, dense, expert),
-            collectives=_collectives(config, ctx, dense, expert),
-            buffer_bytes=_fsdp_buffer_bytes(config, ctx),
-            notes=(f"{ctx.layout.degree(self.name)} replicas, ZeRO stage {config.stage}",),
+            shards=_shards(stage, dense, expert),
+            collectives=_collectives(config, ctx, stage, dense, expert),
+            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx), 0.0),
+            notes=notes,
         )
 
 
-def _shards(stage: int, dense: int, expert: int) -> tuple[Shard, ...]:
-    components = ("optimizer", "gradients", "weights")[:stage]
+def _shards(stage: Any, dense: int, expert: int) -> tuple[Shard, ...]:
+    if dense == 1 and expert == 1:
+        return ()
     shards = []
-    for component in components:
-        reason = f"ZeRO-{stage} shards {component} across data ranks"
-        shards.append(Shard(component=component, divisor=dense, reason=reason,
-                            excluded=EXPERT_GROUPS))
-        shards.append(Shard(component=component, divisor=expert, reason=reason,
-                            groups=EXPERT_GROUPS))
+    for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
+        reason = f"ZeRO-{level} and above shard {component} across data ranks"
+        shards.append(Shard(component=component, divisor=where(stage >= level, dense, 1),
+                            reason=reason, excluded=EXPERT_GROUPS))
+        shards.append(Shard(component=component, divisor=where(stage >= level, expert, 1),
+                            reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
 
 
-def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
+def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, dense: int,
                  expert: int) -> tuple[Collective, ...]:
     spec, layout = ctx.spec, ctx.layout
     grad_size = bytes_per_element(spec.gradients_dtype)
@@ -145,47 +171,46 @@ def _collectives(config: DataConfig, ctx: StrategyContext, dense: int,
     # The data x context ranks are one block (llmpar.placement); the expert-data group
     # steps over the expert ranks (folded into the tensor ranks when experts split over
     # fewer of them).
-    dense_stride = data_context_stride(layout.order, layout.degrees)
-    expert_stride = layout.stride("expert") * layout.degree("expert")
+    dense_stride = data_context_stride(layout)
+    expert_stride = expert_group_stride(layout) * layout.degree("expert")
+    has_experts = any(g in EXPERT_GROUPS for g in ctx.footprint.parameters_by_group)
     found = []
-    for label, experts, size, stride in (("dense", False, dense, dense_stride),
-                                         ("expert", True, expert, expert_stride)):
-        params = parameters_per_gpu(ctx, experts)
-        if size <= 1 or params <= 0:
+    for label, selection, size, stride in (
+            ("dense", GroupSelection(excluded=EXPERT_GROUPS), dense, dense_stride),
+            ("expert", GroupSelection(groups=EXPERT_GROUPS), expert, expert_stride)):
+        if size <= 1 or (label == "expert" and not has_experts):
             continue
-        found += _group_collectives(config, label, params * grad_size, params * weight_size,
-                                    size, stride, m)
+        common: dict[str, Any] = dict(strategy="data", group_size=size, group_stride=stride,
+                                      parameter_groups=selection)
+        found += _group_collectives(config, label, stage, m, grad_size, weight_size, common)
     return tuple(found)
 
 
-def _group_collectives(config: DataConfig, label: str, grad_bytes: float, weight_bytes: float,
-                       size: int, stride: int, m: int) -> list[Collective]:
-    stage = config.stage
+def _group_collectives(config: DataConfig, label: str, stage: Any, m: Any, grad_size: float,
+                       weight_size: float, common: dict[str, Any]) -> list[Collective]:
     grad_overlap = 1.0 if config.overlap_grad_reduce else 0.0
     gather_overlap = 1.0 if config.overlap_param_gather else 0.0
-    common = dict(strategy="data", group_size=size, group_stride=stride)
-    if stage == 0:
-        found = [Collective(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
-                            buffer_bytes=grad_bytes, overlap=grad_overlap,
-                            reason="sum gradients across replicas", **common)]
-    else:
-        calls = m if stage == 3 else 1
-        found = [Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
-                            buffer_bytes=grad_bytes, calls_per_step=calls, overlap=grad_overlap,
-                            reason="sum gradient shards across replicas", **common)]
-    gathers = 2 * m if stage == 3 else (1 if stage >= 1 else 0)
-    if gathers:
-        found.append(Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
-                                buffer_bytes=weight_bytes, calls_per_step=gathers,
-                                overlap=gather_overlap,
-                                reason=("gather weights for forward and backward" if stage == 3
-                                        else "gather updated weight shards"), **common))
-    return found
+    gradients = dict(bytes_per_parameter=grad_size, component="gradients", **common)
+    return [
+        Collective(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
+                   calls_per_step=where(stage == 0, 1.0, 0.0), overlap=grad_overlap,
+                   reason="sum gradients across replicas", **gradients),
+        Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
+                   calls_per_step=where(stage == 3, m, where(stage >= 1, 1.0, 0.0)),
+                   overlap=grad_overlap, reason="sum gradient shards across replicas",
+                   **gradients),
+        Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
+                   bytes_per_parameter=weight_size, component="weights",
+                   calls_per_step=where(stage == 3, 2 * m, where(stage >= 1, 1.0, 0.0)),
+                   overlap=gather_overlap,
+                   reason="gather weights for forward and backward (ZeRO-3), or the "
+                          "updated weight shards (ZeRO-1 and -2)", **common),
+    ]
 
 
-def _fsdp_buffer_bytes(config: DataConfig, ctx: StrategyContext) -> float:
+def _fsdp_buffer_bytes(ctx: StrategyContext) -> float:
     layers = ctx.spec.model.num_layers
-    if config.stage != 3 or not layers:
+    if not layers:
         return 0.0  # a model given only by its size has no layers to prefetch
     held = parameters_per_gpu(ctx, False) + parameters_per_gpu(ctx, True)
     per_layer = held * ctx.layout.degree("pipeline") / layers
@@ -193,7 +218,7 @@ def _fsdp_buffer_bytes(config: DataConfig, ctx: StrategyContext) -> float:
 
 
 @hookimpl
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(DataParallel())
 
 

@@ -14,26 +14,42 @@ GShard, arXiv:2006.16668; Fedus et al. 2021, Switch Transformer, arXiv:2101.0396
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from llmpar.arrays import logical_not, where
 from llmpar.communication.collectives import members_per_node
-from llmpar.errors import Problem
 from llmpar.hookspecs import hookimpl
-from llmpar.placement import EXPERT_TENSOR, data_context_stride
+from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
+    EXPERT_TENSOR,
+    data_context_stride,
+    expert_group_stride,
+    expert_tensor_degree,
     forward_passes_per_micro_batch,
     hidden_state_bytes,
     micro_batches_per_step,
     sequence_parallel,
 )
-from llmpar.strategy import Collective, Layout, Shard, Strategy, StrategyContext, Transform
+from llmpar.strategy import (
+    Collective,
+    Layout,
+    ProductSplit,
+    Rule,
+    Shard,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
 
 DISPATCHERS = ("all-to-all", "deepep")
+ALL_TO_ALL = "expert.all-to-all"
+"""Token dispatch to the experts and combine back, forward and backward."""
 
 
 def network_copies(dispatcher: str, k: int, e: int, members: int) -> float:
@@ -68,57 +84,52 @@ class ExpertConfig:
     expert data = tensor x context x data), which needs sequence parallelism."""
 
 
-class ExpertParallel(Strategy):
+class ExpertParallel(Strategy[ExpertConfig]):
     name = "expert"
     config_type = ExpertConfig
     phase = 35
     multiplies_gpus = False
+    axis = Axis(token="ep", rank=30, optional=True, right_before="data", nested=True)
+    vectorised = True
 
     def side_degrees(self, config: ExpertConfig) -> dict[str, int]:
         return {} if config.tensor_degree is None else {EXPERT_TENSOR: config.tensor_degree}
 
-    def check(self, config: ExpertConfig, spec: Spec, layout: Layout) -> list[Problem]:
+    def rules(self, config: ExpertConfig, spec: Spec, layout: Layout) -> list[Rule]:
         e, moe = config.degree, spec.model.moe
         path = "$.parallel.expert.degree"
         if moe is None:
-            return [] if e == 1 else [Problem(path, "expert parallelism needs [model.moe]")]
-        problems = []
-        if moe.num_experts % e:
-            problems.append(Problem(path, f"expert degree ({e}) must divide "
-                                          f"model.moe.num_experts ({moe.num_experts})"))
-        t, x = layout.degree("tensor"), layout.expert_tensor
+            return [Rule(path, e != 1, lambda: "expert parallelism needs [model.moe]")]
+        found = [Rule(path, moe.num_experts % e != 0,
+                      lambda: f"expert degree ({e}) must divide model.moe.num_experts "
+                              f"({moe.num_experts})")]
+        t, x = layout.degree("tensor"), expert_tensor_degree(layout)
         if x == t:
-            ranks = layout.degree("data") * layout.degree("context")
-            if ranks % e:
-                problems.append(Problem(path, f"expert degree ({e}) must divide data x context "
-                                              f"degree ({layout.degree('data')} x "
-                                              f"{layout.degree('context')} = {ranks})"))
-            return problems
-        return problems + self._folding_problems(spec, layout, e, t, x)
+            d, c = layout.degree("data"), layout.degree("context")
+            return found + [Rule(path, (d * c) % e != 0,
+                                 lambda: f"expert degree ({e}) must divide data x context "
+                                         f"degree ({d} x {c} = {d * c})")]
+        return found + self._folding_rules(layout, e, t, x)
 
-    def _folding_problems(self, spec: Spec, layout: Layout, e: int, t: int,
-                          x: int) -> list[Problem]:
+    def _folding_rules(self, layout: Layout, e: int, t: int, x: int) -> list[Rule]:
         path = "$.parallel.expert.tensor_degree"
         if x > t or t % x:
-            return [Problem(path, f"expert tensor degree ({x}) must divide the tensor degree "
-                                  f"({t})")]
-        problems = []
+            return [Rule(path, True, lambda: f"expert tensor degree ({x}) must divide the "
+                                             f"tensor degree ({t})")]
         ranks = t * layout.degree("context") * layout.degree("data")
-        if ranks % (e * x):
-            problems.append(Problem(path, f"expert degree x expert tensor degree ({e} x {x} = "
-                                          f"{e * x}) must divide tensor x context x data "
-                                          f"degree ({ranks})"))
-        if not sequence_parallel(spec):
-            problems.append(Problem(path, f"an expert tensor degree ({x}) below the tensor "
-                                          f"degree ({t}) needs [parallel.sequence]: each tensor "
-                                          "rank routes its own slice of the tokens"))
-        tensor = layout.stride("tensor")
-        block = data_context_stride(layout.order, layout.degrees)
-        if block != tensor * t:
-            problems.append(Problem(path, "folding expert ranks into the tensor ranks needs "
-                                          "the tensor ranks right inside the data x context "
-                                          "ranks in [parallel] order"))
-        return problems
+        inside = data_context_stride(layout) == layout.stride("tensor") * t
+        return [
+            Rule(path, ranks % (e * x) != 0,
+                 lambda: f"expert degree x expert tensor degree ({e} x {x} = {e * x}) must "
+                         f"divide tensor x context x data degree ({ranks})"),
+            Rule(path, logical_not(sequence_parallel(layout)),
+                 lambda: f"an expert tensor degree ({x}) below the tensor degree ({t}) needs "
+                         "[parallel.sequence]: each tensor rank routes its own slice of the "
+                         "tokens"),
+            Rule(path, not inside,
+                 lambda: "folding expert ranks into the tensor ranks needs the tensor ranks "
+                         "right inside the data x context ranks in [parallel] order"),
+        ]
 
     def transform(self, config: ExpertConfig, ctx: StrategyContext) -> Transform:
         e = config.degree
@@ -127,23 +138,27 @@ class ExpertParallel(Strategy):
         shards = tuple(Shard(component=component, divisor=e, groups=EXPERT_GROUPS,
                              reason="experts split over expert ranks")
                        for component in ("weights", "gradients", "optimizer"))
+        layout = ctx.layout
+        x = expert_tensor_degree(layout)
+        split = ProductSplit(experts=e,
+                             expert_width=None if x == layout.degree("tensor") else x)
         return Transform(strategy=self.name, shards=shards,
-                         collectives=(self._a2a(config, ctx, e),))
+                         collectives=(self._a2a(config, ctx, e),), product_split=split)
 
     def _a2a(self, config: ExpertConfig, ctx: StrategyContext, e: int) -> Collective:
         spec, layout = ctx.spec, ctx.layout
         moe = spec.model.moe
         assert moe is not None
-        stride = layout.stride(self.name)
+        stride = expert_group_stride(layout)
         members = members_per_node(e, stride, spec.hardware.gpus_per_node)
         copies = network_copies(config.dispatcher, moe.experts_per_token, e, members)
-        tokens_bytes = hidden_state_bytes(spec, layout) * copies
-        if sequence_parallel(spec):
-            tokens_bytes /= layout.degree("tensor")  # each tensor rank routes its slice
+        # each tensor rank routes its own slice of the tokens under sequence parallelism
+        tokens_bytes = (hidden_state_bytes(spec, layout) * copies
+                        / where(sequence_parallel(layout), layout.degree("tensor"), 1))
         moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
         per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)  # dispatch + combine
         calls = per_micro_batch * moe_layers * micro_batches_per_step(spec, layout)
-        return Collective(strategy=self.name, name="expert.all-to-all", operation="all-to-all",
+        return Collective(strategy=self.name, name=ALL_TO_ALL, operation="all-to-all",
                           buffer_bytes=tokens_bytes, group_size=e, group_stride=stride,
                           calls_per_step=calls,
                           reason="token dispatch and combine, forward and backward"
@@ -152,7 +167,7 @@ class ExpertParallel(Strategy):
 
 
 @hookimpl
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(ExpertParallel())
 
 

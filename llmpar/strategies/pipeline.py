@@ -18,11 +18,13 @@ too when they are tied, to keep the tied gradient in sync, as Megatron-LM does).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
-from llmpar.errors import Problem
+from llmpar.arrays import is_array, logical_and, logical_not, logical_or, minimum, where
 from llmpar.hookspecs import hookimpl
+from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive
@@ -31,9 +33,13 @@ from llmpar.strategies.common import (
     micro_batches_per_step,
     sequence_parallel,
 )
-from llmpar.strategy import Collective, Layout, Stage, Strategy, StrategyContext, Transform
+from llmpar.strategy import Collective, Layout, Rule, Stage, Strategy, StrategyContext, Transform
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zero-bubble")
+SEND_RECV = "pipeline.send-recv"
+"""Activations to the next stage (forward) and their gradients back (backward)."""
+BOUNDARY_ALL_GATHER = "pipeline.boundary-all-gather"
+"""Rebuilds a received boundary tensor from its 1/t slices (scatter-gather)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -56,27 +62,21 @@ class PipelineConfig:
     anyway."""
 
 
-def bubble_fraction(config: PipelineConfig, m: int) -> float:
+def bubble_fraction(config: PipelineConfig, m: Any) -> Any:
     """Idle time over compute time, per schedule (see the module docstring)."""
     p = config.degree
     if p == 1:
         return 0.0
-    if config.schedule == "interleaved":
-        return (p - 1) / (config.virtual_stages * m)
-    if config.schedule == "zero-bubble":
-        return (p - 1) / (3 * m)
-    return (p - 1) / m
+    schedule = config.schedule
+    return where(schedule == "interleaved", (p - 1) / (config.virtual_stages * m),
+                 where(schedule == "zero-bubble", (p - 1) / (3 * m), (p - 1) / m))
 
 
-def in_flight(config: PipelineConfig, stage: int, m: int) -> float:
+def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
     """Micro-batches whose activations stage `stage` holds at its peak."""
-    p, v = config.degree, config.virtual_stages
-    if config.schedule == "gpipe":
-        return float(m)
-    held = float(min(m, p - stage))
-    if config.schedule == "interleaved":
-        held *= 1 + (p - 1) / (p * v)
-    return held
+    p, v, schedule = config.degree, config.virtual_stages, config.schedule
+    held = minimum(m, p - stage) * where(schedule == "interleaved", 1 + (p - 1) / (p * v), 1.0)
+    return where(schedule == "gpipe", m, held) * 1.0
 
 
 def stage_layer_counts(config: PipelineConfig, num_layers: int) -> tuple[int, ...]:
@@ -85,40 +85,43 @@ def stage_layer_counts(config: PipelineConfig, num_layers: int) -> tuple[int, ..
     return (num_layers // config.degree,) * config.degree
 
 
-class PipelineParallel(Strategy):
+class PipelineParallel(Strategy[PipelineConfig]):
     name = "pipeline"
     config_type = PipelineConfig
     phase = 40
+    axis = Axis(token="pp", rank=50)
+    vectorised = True
 
-    def check(self, config: PipelineConfig, spec: Spec, layout: Layout) -> list[Problem]:
+    def rules(self, config: PipelineConfig, spec: Spec, layout: Layout) -> list[Rule]:
         p, v, layers = config.degree, config.virtual_stages, spec.model.num_layers
         path = "$.parallel.pipeline"
-        problems = []
         if p > 1 and layers is None:
-            return [Problem(f"{path}.degree", "pipeline stages need model.num_layers")]
-        if config.layers_per_stage is not None:
-            counts = config.layers_per_stage
-            if len(counts) != p or layers is not None and sum(counts) != layers:
-                problems.append(Problem(f"{path}.layers_per_stage",
-                                        f"needs {p} counts summing to model.num_layers "
-                                        f"({layers}); got {list(counts)} (sum {sum(counts)})"))
-            if any(count < 1 for count in counts):
-                problems.append(Problem(f"{path}.layers_per_stage",
-                                        f"every stage needs a layer; got {list(counts)}"))
-        elif layers is not None and layers % (p * v):
-            problems.append(Problem(f"{path}.degree",
-                                    f"model.num_layers ({layers}) must be divisible by degree "
-                                    f"({p}) x virtual_stages ({v}) = {p * v}, or give "
-                                    "layers_per_stage"))
-        if config.schedule != "interleaved" and v != 1:
-            problems.append(Problem(f"{path}.virtual_stages",
-                                    f"virtual_stages ({v}) needs schedule = 'interleaved'"))
+            return [Rule(f"{path}.degree", True,
+                         lambda: "pipeline stages need model.num_layers")]
+        found = []
+        counts = config.layers_per_stage
+        if counts is not None:
+            found += [
+                Rule(f"{path}.layers_per_stage",
+                     len(counts) != p or layers is not None and sum(counts) != layers,
+                     lambda: f"needs {p} counts summing to model.num_layers ({layers}); got "
+                             f"{list(counts)} (sum {sum(counts)})"),
+                Rule(f"{path}.layers_per_stage", any(count < 1 for count in counts),
+                     lambda: f"every stage needs a layer; got {list(counts)}")]
+        elif layers is not None:
+            found.append(Rule(f"{path}.degree", layers % (p * v) != 0,
+                              lambda: f"model.num_layers ({layers}) must be divisible by "
+                                      f"degree ({p}) x virtual_stages ({v}) = {p * v}, or give "
+                                      "layers_per_stage"))
+        interleaved = config.schedule == "interleaved"
+        found.append(Rule(f"{path}.virtual_stages", logical_and(logical_not(interleaved),
+                                                                  v != 1),
+                          lambda: f"virtual_stages ({v}) needs schedule = 'interleaved'"))
         m = micro_batches_per_step(spec, layout)
-        if config.schedule == "interleaved" and p > 1 and m % p:
-            problems.append(Problem(f"{path}.schedule",
-                                    f"the interleaved schedule needs micro-batches per step "
-                                    f"({m}) to be a multiple of the pipeline degree ({p})"))
-        return problems
+        found.append(Rule(f"{path}.schedule", logical_and(interleaved, (m % p != 0) & (p > 1)),
+                          lambda: f"the interleaved schedule needs micro-batches per step "
+                                  f"({m}) to be a multiple of the pipeline degree ({p})"))
+        return found
 
     def transform(self, config: PipelineConfig, ctx: StrategyContext) -> Transform:
         p = config.degree
@@ -135,9 +138,9 @@ class PipelineParallel(Strategy):
             first += count
         bubble = bubble_fraction(config, m)
         warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
-                    ] if bubble > 0.2 else []
+                    ] if not is_array(bubble) and bubble > 0.2 else []
         calls = 2 * m * config.virtual_stages  # forward activations, backward gradients
-        sends = Collective(strategy=self.name, name="pipeline.send-recv", operation="send-recv",
+        sends = Collective(strategy=self.name, name=SEND_RECV, operation="send-recv",
                            buffer_bytes=self._boundary_bytes(config, ctx), group_size=2,
                            group_stride=layout.stride(self.name), calls_per_step=calls,
                            reason="activations forward and their gradients backward, per "
@@ -146,28 +149,28 @@ class PipelineParallel(Strategy):
                          collectives=(sends, *self._gathers(config, ctx, calls)),
                          warnings=tuple(warnings))
 
-    def _boundary_bytes(self, config: PipelineConfig, ctx: StrategyContext) -> float:
+    def _boundary_bytes(self, config: PipelineConfig, ctx: StrategyContext) -> Any:
         size = hidden_state_bytes(ctx.spec, ctx.layout)
-        if sequence_parallel(ctx.spec) or config.scatter_gather:
-            size /= ctx.layout.degree("tensor")
-        return size
+        sliced = logical_or(sequence_parallel(ctx.layout), config.scatter_gather)
+        return size / where(sliced, ctx.layout.degree("tensor"), 1)
 
     def _gathers(self, config: PipelineConfig, ctx: StrategyContext,
-                 calls: float) -> tuple[Collective, ...]:
+                 calls: Any) -> tuple[Collective, ...]:
         """The receiving tensor group rebuilds the whole tensor from the slices (with
         sequence parallelism the next layer's own all-gather does that)."""
         t = ctx.layout.degree("tensor")
-        if t == 1 or not config.scatter_gather or sequence_parallel(ctx.spec):
+        if t == 1 or not config.scatter_gather:
             return ()
-        return (Collective(strategy=self.name, name="pipeline.boundary-all-gather",
+        return (Collective(strategy=self.name, name=BOUNDARY_ALL_GATHER,
                            operation="all-gather",
                            buffer_bytes=hidden_state_bytes(ctx.spec, ctx.layout), group_size=t,
-                           group_stride=ctx.layout.stride("tensor"), calls_per_step=calls,
+                           group_stride=ctx.layout.stride("tensor"),
+                           calls_per_step=where(sequence_parallel(ctx.layout), 0.0, calls),
                            reason="rebuild the received boundary tensor from its slices"),)
 
 
 @hookimpl
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(PipelineParallel())
 
 
@@ -213,5 +216,5 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
                              description="interleaved: every divisor above 1 of the layers "
                                          "per stage"))
     register(SearchDimension(strategy="pipeline", field="layers_per_stage",
-                             values=_layer_splits,
+                             values=_layer_splits, vectorised=False,
                              description="an even split, else balanced_layers"))

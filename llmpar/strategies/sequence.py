@@ -10,9 +10,11 @@ of the same total traffic.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from llmpar.arrays import anywhere, where
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
 from llmpar.search.dimension import Point, SearchDimension
@@ -31,6 +33,13 @@ from llmpar.strategy import (
     Transform,
 )
 
+ALL_GATHER = "sequence.all-gather"
+"""Gathers the sequence before each tensor-parallel block (forward, and backward)."""
+REDUCE_SCATTER = "sequence.reduce-scatter"
+"""Scatters each block's output by sequence (forward), and output gradients (backward)."""
+INPUT_GRADIENT_REDUCE_SCATTER = "sequence.input-gradient-reduce-scatter"
+"""Reduce-scatters the input gradients of the column-parallel projections (backward)."""
+
 
 @attrs.frozen(kw_only=True)
 class SequenceConfig:
@@ -44,39 +53,44 @@ class SequenceConfig:
     `LinearWithGradAccumulationAndAsyncCommunication`); false: on the critical path."""
 
 
-class SequenceParallel(Strategy):
+class SequenceParallel(Strategy[SequenceConfig]):
     name = "sequence"
     config_type = SequenceConfig
     phase = 25
+    vectorised = True
 
     def degree(self, config: SequenceConfig) -> int:
         return 1  # it reuses the tensor group
+
+    def active(self, config: SequenceConfig) -> Any:
+        return config.enabled
 
     def neutral_config(self, layout: Layout) -> SequenceConfig:
         return SequenceConfig(enabled=False)
 
     def transform(self, config: SequenceConfig, ctx: StrategyContext) -> Transform:
         t = ctx.layout.degree("tensor")
-        if not config.enabled or t == 1:
+        if t == 1 or not anywhere(config.enabled):
             return Transform(strategy=self.name)
         spec, layout = ctx.spec, ctx.layout
-        calls = layer_collective_calls(spec, layout)
-        backward = backward_input_gradient_calls(spec, layout)
-        common = dict(strategy=self.name, buffer_bytes=hidden_state_bytes(spec, layout),
-                      group_size=t, group_stride=layout.stride("tensor"))
+        on = config.enabled
+        calls = where(on, layer_collective_calls(spec, layout), 0.0)
+        backward = where(on, backward_input_gradient_calls(spec, layout), 0.0)
+        common: dict[str, Any] = dict(strategy=self.name,
+                                      buffer_bytes=hidden_state_bytes(spec, layout),
+                                      group_size=t, group_stride=layout.stride("tensor"))
         return Transform(
             strategy=self.name,
-            activation_splits=(ActivationSplit(tag=SPLIT_SEQUENCE, divisor=t,
+            activation_splits=(ActivationSplit(tag=SPLIT_SEQUENCE, divisor=where(on, t, 1),
                                                reason="norm and dropout regions split by "
                                                       "sequence"),),
             collectives=(
-                Collective(name="sequence.all-gather", operation="all-gather",
-                           calls_per_step=calls,
+                Collective(name=ALL_GATHER, operation="all-gather", calls_per_step=calls,
                            reason="gather the sequence before each split block", **common),
-                Collective(name="sequence.reduce-scatter", operation="reduce-scatter",
+                Collective(name=REDUCE_SCATTER, operation="reduce-scatter",
                            calls_per_step=calls - backward,
                            reason="scatter each split block's output by sequence", **common),
-                Collective(name="sequence.input-gradient-reduce-scatter",
+                Collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
                            operation="reduce-scatter", calls_per_step=backward,
                            overlap=1.0 if config.overlap_backward else 0.0,
                            reason="input gradients of the Q/K/V and first MLP projections "
@@ -84,11 +98,11 @@ class SequenceParallel(Strategy):
                                                   if config.overlap_backward else ""),
                            **common),
             ),
-            replaces=(LAYER_OUTPUT, INPUT_GRADIENT))
+            replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
 
 
 @hookimpl
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(SequenceParallel())
 
 

@@ -13,12 +13,13 @@ degree exceeds the key/value heads, each rank keeps a copy of one KV head
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
-from llmpar.errors import Problem
 from llmpar.footprint.inventory import SPLIT_TENSOR
 from llmpar.hookspecs import hookimpl
+from llmpar.placement import Axis
 from llmpar.search.dimension import SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import positive
@@ -26,6 +27,7 @@ from llmpar.strategies.common import (
     EXPERT_GROUPS,
     TENSOR_SPLIT_GROUPS,
     backward_input_gradient_calls,
+    expert_tensor_degree,
     hidden_state_bytes,
     layer_collective_calls,
 )
@@ -33,6 +35,8 @@ from llmpar.strategy import (
     ActivationSplit,
     Collective,
     Layout,
+    ProductSplit,
+    Rule,
     Shard,
     Strategy,
     StrategyContext,
@@ -40,7 +44,10 @@ from llmpar.strategy import (
 )
 
 LAYER_OUTPUT = "tensor.layer-output"
+"""The all-reduces of the attention and MLP outputs (forward) and of their output
+gradients (backward)."""
 INPUT_GRADIENT = "tensor.input-gradient"
+"""The all-reduces of the input gradients of the column-parallel projections (backward)."""
 COMPONENTS = ("weights", "gradients", "optimizer")
 
 
@@ -68,26 +75,26 @@ def attention_divisor(spec: Spec, t: int) -> float:
     return (2 * h * qw + 2 * h * kvw) / per_rank
 
 
-class TensorParallel(Strategy):
+class TensorParallel(Strategy[TensorConfig]):
     name = "tensor"
     config_type = TensorConfig
     phase = 20
+    axis = Axis(token="tp", rank=10)
+    vectorised = True
 
-    def check(self, config: TensorConfig, spec: Spec, layout: Layout) -> list[Problem]:
+    def rules(self, config: TensorConfig, spec: Spec, layout: Layout) -> list[Rule]:
         t, model = config.degree, spec.model
-        problems = []
-        checks = [("num_attention_heads", model.num_attention_heads),
-                  ("ffn_hidden_size", model.ffn_hidden_size)]
-        for field, value in checks:
-            if value is not None and value % t:
-                problems.append(Problem("$.parallel.tensor.degree",
-                                        f"tensor degree ({t}) must divide model.{field} ({value})"))
+        path = "$.parallel.tensor.degree"
+        found = [Rule(path, value is not None and value % t != 0,
+                      lambda field=field, value=value:
+                      f"tensor degree ({t}) must divide model.{field} ({value})")
+                 for field, value in (("num_attention_heads", model.num_attention_heads),
+                                      ("ffn_hidden_size", model.ffn_hidden_size))]
         kv = model.num_kv_heads
-        if kv is not None and t > 1 and kv % t and t % kv:
-            problems.append(Problem("$.parallel.tensor.degree",
-                                    f"tensor degree ({t}) and model.num_kv_heads ({kv}) must "
-                                    "divide one another"))
-        return problems
+        found.append(Rule(path, kv is not None and t > 1 and kv % t != 0 and t % kv != 0,
+                          lambda: f"tensor degree ({t}) and model.num_kv_heads ({kv}) must "
+                                  "divide one another"))
+        return found
 
     def transform(self, config: TensorConfig, ctx: StrategyContext) -> Transform:
         t = config.degree
@@ -95,7 +102,7 @@ class TensorParallel(Strategy):
             return Transform(strategy=self.name)
         attention = attention_divisor(ctx.spec, t)
         shards = []
-        experts = ctx.layout.expert_tensor
+        experts = expert_tensor_degree(ctx.layout)
         for component in COMPONENTS:
             shards.append(Shard(component=component, divisor=t, reason="split over tensor ranks",
                                 groups=TENSOR_SPLIT_GROUPS - {"attention"} - EXPERT_GROUPS))
@@ -116,15 +123,16 @@ class TensorParallel(Strategy):
             activation_splits=(ActivationSplit(tag=SPLIT_TENSOR, divisor=t,
                                                reason="tensors inside the split block"),),
             collectives=self._layer_outputs(config, ctx, t),
+            product_split=ProductSplit(width=t),
             warnings=tuple(warnings))
 
     def _layer_outputs(self, config: TensorConfig, ctx: StrategyContext,
                        t: int) -> tuple[Collective, ...]:
         spec, layout = ctx.spec, ctx.layout
         backward = backward_input_gradient_calls(spec, layout)
-        common = dict(strategy=self.name, operation="all-reduce",
-                      buffer_bytes=hidden_state_bytes(spec, layout), group_size=t,
-                      group_stride=layout.stride(self.name))
+        common: dict[str, Any] = dict(strategy=self.name, operation="all-reduce",
+                                      buffer_bytes=hidden_state_bytes(spec, layout),
+                                      group_size=t, group_stride=layout.stride(self.name))
         return (
             Collective(name=LAYER_OUTPUT, calls_per_step=layer_collective_calls(spec, layout)
                        - backward, reason="attention and MLP outputs (forward, and again "
@@ -140,7 +148,7 @@ class TensorParallel(Strategy):
 
 
 @hookimpl
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(TensorParallel())
 
 

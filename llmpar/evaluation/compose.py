@@ -1,0 +1,140 @@
+"""Composing the strategies' transforms: what divides, multiplies, moves or splits each
+parameter group's model states and each tag of saved activations on one GPU.
+
+Every number may be an array over a search node (`llmpar.arrays`); the composition
+is the same for one layout and for many.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from llmpar.arrays import Value, logical_or, where
+from llmpar.strategy import Collective, Transform
+
+
+class Composition:
+    """The transforms of one layout (or node), indexed for the evaluator's questions."""
+
+    def __init__(self, transforms: Sequence[Transform]):
+        self.transforms = tuple(transforms)
+        self.shards = [(t.strategy, s) for t in self.transforms for s in t.shards]
+        self.copies = [c for t in self.transforms for c in t.copies]
+        self.offloads = [o for t in self.transforms for o in t.offloads]
+        self.host_work = [w for t in self.transforms for w in t.host_work]
+        self._divisors: dict[tuple[str, str, str | None], Value] = {}
+        self._tags: dict[str, Value] = {}
+        for transform in self.transforms:
+            for split in transform.activation_splits:
+                self._tags[split.tag] = self._tags.get(split.tag, 1) * split.divisor
+
+    def divisor(self, component: str, group: str, without: str | None = None) -> Value:
+        """What `component` of `group` is divided by on one GPU: the product of the
+        divisors of every shard that applies (but those of strategy `without`)."""
+        key = (component, group, without)
+        found = self._divisors.get(key)
+        if found is None:
+            found = math.prod((s.divisor for strategy, s in self.shards
+                               if s.component == component and strategy != without
+                               and s.applies_to(group)), start=1)
+            self._divisors[key] = found
+        return found
+
+    def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
+             component: str, without: str | None = None) -> Value:
+        """Bytes of `component` one GPU holds of `parameters`, each group under its
+        shards and copies."""
+        total: Value = 0.0
+        for group, count in parameters.items():
+            copies = math.prod((c.copies for c in self.copies
+                                if c.component == component and c.applies_to(group)), start=1)
+            total = total + count * bytes_per_parameter * copies / self.divisor(
+                component, group, without)
+        return total
+
+    def offloaded(self, parameters: Mapping[str, float], bytes_per_parameter: float,
+                  component: str) -> Value:
+        """The part of `held` that strategies keep in host memory instead."""
+        moved = [o for o in self.offloads if o.component == component]
+        if not moved:
+            return 0.0
+        total: Value = 0.0
+        for group, count in parameters.items():
+            where_moved: Value = False
+            for offload in moved:
+                if offload.applies_to(group):
+                    where_moved = logical_or(where_moved, offload.active)
+            total = total + where(where_moved, self.held({group: count}, bytes_per_parameter,
+                                                         component), 0.0)
+        return total
+
+    def tag_divisor(self, tags: Iterable[str]) -> Value:
+        """What a saved tensor carrying `tags` is divided by."""
+        return math.prod((self._tags[tag] for tag in tags if tag in self._tags), start=1)
+
+    def split_bytes(self, tag_bytes: Mapping[frozenset[str], Value]) -> Value:
+        """Activation bytes after every strategy's splits."""
+        total: Value = 0.0
+        for tags, size in tag_bytes.items():
+            total = total + size / self.tag_divisor(tags)
+        return total
+
+    def buffer_bytes(self) -> Value:
+        return sum((t.buffer_bytes for t in self.transforms), start=0.0)
+
+    def added_activation_bytes(self) -> Value:
+        return sum((t.added_activation_bytes for t in self.transforms), start=0.0)
+
+    def sum_of(self, field: str) -> Value:
+        return sum((getattr(t, field) for t in self.transforms), start=0.0)
+
+    def micro_batches_per_step(self) -> Value:
+        """The first transform's gradient accumulation that states one (by phase), or 1."""
+        for transform in self.transforms:
+            if transform.micro_batches_per_step is not None:
+                return transform.micro_batches_per_step
+        return 1
+
+    def active_collectives(self) -> list[tuple[Collective, Value]]:
+        """Every collective with a group of more than one GPU, and where it still runs:
+        its calls per step, 0 where another strategy replaces it."""
+        replaced: dict[str, Value] = {}
+        for transform in self.transforms:
+            for name in transform.replaces:
+                replaced[name] = logical_or(replaced.get(name, False), transform.replaces_where)
+        found = []
+        for transform in self.transforms:
+            for collective in transform.collectives:
+                if collective.group_size <= 1:
+                    continue
+                gone = replaced.get(collective.name)
+                calls = (collective.calls_per_step if gone is None
+                         else where(gone, 0.0, collective.calls_per_step))
+                found.append((collective, calls))
+        return found
+
+    def product_splits(self) -> dict[str, Any]:
+        """The factors by which the transforms split each GPU's matrix products."""
+        width = tokens = experts = 1
+        steps: Value = 1
+        expert_width = None
+        for transform in self.transforms:
+            split = transform.product_split
+            if split is None:
+                continue
+            width *= split.width
+            tokens *= split.tokens
+            experts *= split.experts
+            steps = steps * split.attention_steps
+            expert_width = split.expert_width if split.expert_width is not None else expert_width
+        return {"width": width, "tokens": tokens, "experts": experts, "attention_steps": steps,
+                "expert_width": expert_width}
+
+
+def component_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
+                    component: str, transforms: Iterable[Transform]) -> float:
+    """Bytes of one model-state component on one GPU, each group under its shards."""
+    held: float = Composition(list(transforms)).held(parameters, bytes_per_parameter, component)
+    return held

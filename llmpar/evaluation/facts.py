@@ -1,0 +1,121 @@
+"""What evaluation needs of the footprint under one `[training]` table and one set of
+pipeline stages: activation bytes by split tags per kind of stage, FLOPs, the share of
+layers recomputed and the slowest stage's pace.
+
+These depend on the training table (micro-batch size, recomputation) and the stages,
+never on the other settings of a layout, so the search computes them once per
+training table and stage structure and evaluates the rest over arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from llmpar.evaluation.balance import slowest_stage_factor
+from llmpar.evaluation.stages import recomputed_fraction, stage_inventory
+from llmpar.evaluation.timing import (
+    attention_hardware_flops_per_sequence,
+    recompute_flops_per_sequence,
+)
+from llmpar.footprint.baseline import Footprint
+from llmpar.footprint.inventory import ActivationInventory
+from llmpar.spec import Spec
+from llmpar.strategy import Stage
+
+TagBytes = Mapping[frozenset[str], float]
+"""Activation bytes of one micro-batch by the split tags their tensors carry."""
+StageKind = tuple[int, int, int, bool, bool]
+"""(layers, MoE layers among the recomputed ones, MoE layers among the rest, holds the
+embedding, holds the output layer): what a stage's memory depends on besides the
+micro-batches in flight."""
+
+
+def tag_bytes(inventory: ActivationInventory) -> dict[frozenset[str], float]:
+    """An inventory's bytes grouped by the split tags of its tensors."""
+    found: dict[frozenset[str], float] = {}
+    for group in inventory.groups:
+        for tensor in group.tensors:
+            found[tensor.splits] = found.get(tensor.splits, 0.0) + group.count * tensor.bytes
+    for tensor in inventory.fixed:
+        found[tensor.splits] = found.get(tensor.splits, 0.0) + tensor.bytes
+    return found
+
+
+def stage_kind(spec: Spec, stage: Stage) -> StageKind:
+    """The kind of a stage (see `StageKind`), in closed form."""
+    model = spec.model
+    limit = spec.training.recompute_layers
+    head = stage.num_layers if limit is None else min(limit, stage.num_layers)
+    first_moe = model.moe_layers_in(stage.first_layer, head)
+    rest_moe = model.moe_layers_in(stage.first_layer + head, stage.num_layers - head)
+    return stage.num_layers, first_moe, rest_moe, stage.has_embedding, stage.has_head
+
+
+@attrs.frozen(kw_only=True)
+class StageKinds:
+    """Stages grouped by kind: each kind's first stage, and the stages of each kind."""
+
+    representatives: tuple[Stage, ...]
+    members: tuple[tuple[int, ...], ...]
+    """Indices (into the stages) of each kind's stages."""
+    kind_of: tuple[int, ...]
+    """Each stage's kind."""
+
+
+def stage_kinds(spec: Spec, stages: Sequence[Stage]) -> StageKinds:
+    firsts: dict[StageKind, int] = {}
+    members: list[list[int]] = []
+    kind_of = []
+    for position, stage in enumerate(stages):
+        key = stage_kind(spec, stage)
+        if key not in firsts:
+            firsts[key] = len(members)
+            members.append([])
+        members[firsts[key]].append(position)
+        kind_of.append(firsts[key])
+    return StageKinds(representatives=tuple(stages[m[0]] for m in members),
+                      members=tuple(tuple(m) for m in members), kind_of=tuple(kind_of))
+
+
+@attrs.frozen(kw_only=True)
+class TrainingFacts:
+    """Per training table and stage structure; every number may be an array along a
+    search node's training axis (`llmpar.evaluation.batch.stack`)."""
+
+    stage_tags: tuple[TagBytes, ...]
+    """Unsplit activation bytes one micro-batch leaves on each kind of stage, by tags."""
+    full_tags: TagBytes
+    """The whole unsplit inventory by tags (what elementwise traffic counts)."""
+    recomputed_fraction: float
+    flops_per_step: float
+    """Model FLOPs of one step, all GPUs."""
+    hardware_flops_per_step: float
+    """With recomputation (before what strategies add or skip)."""
+    attention_hardware_flops_per_step: float
+    slowest_stage_factor: float
+
+
+def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
+                   kinds: StageKinds, global_batch: int) -> TrainingFacts:
+    """The facts of one training table (plain numbers)."""
+    fraction = recomputed_fraction(spec, stages)
+    per_sequence = footprint.train_flops_per_sequence()
+    flops = (per_sequence * global_batch if per_sequence is not None
+             else 6.0 * footprint.parameters.active * global_batch
+             * spec.training.sequence_length)
+    rerun = recompute_flops_per_sequence(spec, footprint, fraction)
+    activations = footprint.activations
+    stage_tags: tuple[TagBytes, ...] = ()
+    full: TagBytes = {}
+    if activations is not None:
+        stage_tags = tuple(tag_bytes(stage_inventory(spec, footprint, stage))
+                           for stage in kinds.representatives)
+        full = tag_bytes(activations)
+    return TrainingFacts(
+        stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
+        flops_per_step=flops, hardware_flops_per_step=flops + rerun * global_batch,
+        attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
+            spec, footprint, fraction) * global_batch,
+        slowest_stage_factor=slowest_stage_factor(spec, stages, fraction))

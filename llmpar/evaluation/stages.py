@@ -1,0 +1,113 @@
+"""Pipeline stages: which parameters and saved activations each one holds, and what
+recomputation keeps of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from llmpar.dtypes import bytes_per_element
+from llmpar.footprint.baseline import Footprint
+from llmpar.footprint.inventory import (
+    ActivationInventory,
+    drop_attention_scores,
+    keep_layer_inputs,
+)
+from llmpar.spec import Spec
+from llmpar.strategy import Stage, Transform
+
+PER_LAYER_GROUPS = ("attention", "norms", "all")
+DENSE_GROUPS = ("mlp",)
+MOE_GROUPS = ("experts", "shared_experts", "router")
+
+
+def whole_model_stage(spec: Spec) -> Stage:
+    """One stage holding everything: the layout without pipeline parallelism."""
+    return Stage(index=0, first_layer=0, num_layers=spec.model.num_layers or 0,
+                 has_embedding=True, has_head=True, micro_batches_in_flight=1.0)
+
+
+def stages_of(spec: Spec, transforms: Iterable[Transform]) -> tuple[Stage, ...]:
+    """The first transform's stages (by phase), or one stage holding everything."""
+    for transform in transforms:
+        if transform.stages:
+            return transform.stages
+    return (whole_model_stage(spec),)
+
+
+def layer_kinds(spec: Spec, stage: Stage) -> tuple[int, int]:
+    """(dense layers, MoE layers) of a stage."""
+    moe = spec.model.moe_layers_in(stage.first_layer, stage.num_layers)
+    return stage.num_layers - moe, moe
+
+
+def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str, float]:
+    """Parameters by group that one stage holds, before any sharding."""
+    model = spec.model
+    by_group = footprint.parameters_by_group
+    if not model.num_layers:  # a model given by its size: one stage holds it all
+        return by_group
+    layers = model.num_layers
+    dense, moe = layer_kinds(spec, stage)
+    share = {"embedding": float(stage.has_embedding), "head": float(stage.has_head)}
+    share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
+    share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
+    share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
+    return {group: count * share.get(group, stage.num_layers / layers)
+            for group, count in by_group.items()}
+
+
+def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
+    """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5)."""
+    mode = spec.training.recompute
+    if mode == "selective":
+        return drop_attention_scores(inventory)
+    if mode == "full":
+        assert spec.model.hidden_size is not None
+        return keep_layer_inputs(inventory, spec.training.micro_batch_size,
+                                 spec.training.sequence_length, spec.model.hidden_size,
+                                 bytes_per_element(spec.precision.activations))
+    return inventory
+
+
+def split_inventory(inventory: ActivationInventory,
+                    transforms: Iterable[Transform]) -> ActivationInventory:
+    """Apply every strategy's activation splits (plain numbers: one layout)."""
+    for transform in transforms:
+        for split in transform.activation_splits:
+            if split.divisor != 1:
+                inventory = inventory.split(split.tag, split.divisor)
+    return inventory
+
+
+def recomputed_layers(spec: Spec, stage: Stage) -> int:
+    """Layers of `stage` that full recomputation reruns."""
+    if spec.training.recompute != "full":
+        return 0
+    limit = spec.training.recompute_layers
+    return stage.num_layers if limit is None else min(limit, stage.num_layers)
+
+
+def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
+    """The stage's saved tensors; under partial full recomputation its first layers
+    keep only their inputs and the others keep everything."""
+    assert footprint.activations is not None
+    inventory = footprint.activations
+    rerun = recomputed_layers(spec, stage)
+    if rerun in (0, stage.num_layers):
+        dense, moe = layer_kinds(spec, stage)
+        staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head)
+        return recomputed(staged, spec)
+    head = attrs.evolve(stage, num_layers=rerun)
+    tail = attrs.evolve(stage, first_layer=stage.first_layer + rerun,
+                        num_layers=stage.num_layers - rerun)
+    checkpoints = recomputed(inventory.for_stage(*layer_kinds(spec, head), False, False), spec)
+    kept = inventory.for_stage(*layer_kinds(spec, tail), stage.has_embedding, stage.has_head)
+    return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
+
+
+def recomputed_fraction(spec: Spec, stages: tuple[Stage, ...] | list[Stage]) -> float:
+    """Share of all layers whose forward full recomputation reruns."""
+    layers = sum(stage.num_layers for stage in stages)
+    return sum(recomputed_layers(spec, s) for s in stages) / layers if layers else 0.0

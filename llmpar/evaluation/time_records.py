@@ -1,0 +1,122 @@
+"""What a Plan shows of one layout's step time: its parts and their derivations."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from llmpar.evaluation.step_time import (
+    ASSUMED_SOURCE,
+    MODELLED_SOURCE,
+    OFFLOAD_SOURCE,
+    TimeCore,
+)
+from llmpar.evaluation.timing import StepFlops
+from llmpar.plan import CollectiveCost, Derivation
+from llmpar.spec import Spec
+
+if TYPE_CHECKING:
+    from llmpar.evaluation.evaluate import Evaluation
+
+
+@attrs.frozen(kw_only=True)
+class StepTime:
+    time_model: str
+    step_seconds: float | None
+    compute_seconds: float | None = None
+    communication_seconds: float = 0.0
+    exposed_communication_seconds: float = 0.0
+    bubble_fraction: float = 0.0
+    bubble_seconds: float = 0.0
+    optimizer_seconds: float = 0.0
+    offload_seconds: float = 0.0
+    exposed_offload_seconds: float = 0.0
+    collectives: tuple[CollectiveCost, ...] = ()
+    warnings: tuple[str, ...] = ()
+    derivations: tuple[Derivation, ...] = ()
+
+
+def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[CollectiveCost, ...],
+                     warnings: list[str], flops: StepFlops) -> StepTime:
+    """The plan's step-time fields of one evaluated layout."""
+    time: TimeCore = core.time
+    host = time.host
+    offload = _offload_derivation(core) if host.by_work else ()
+    common = dict(collectives=collectives,
+                  communication_seconds=float(sum(c.seconds for c in collectives)),
+                  offload_seconds=float(host.seconds), bubble_fraction=float(time.bubble_fraction))
+    gpu = spec.hardware.gpu
+    warnings = list(warnings)
+    if time.time_model == "none":
+        if gpu.peak_flops_per_s(spec.precision.compute) is None:
+            warnings.append(f"GPU {gpu.name!r} states no {spec.precision.compute} peak; "
+                            "no step time")
+        else:
+            warnings.append("no utilization known: set [training] mfu, or use a GPU preset "
+                            "with achievable_mfu or efficiencies; no step time")
+        return StepTime(time_model="none", step_seconds=None, warnings=tuple(warnings),
+                        derivations=offload, **common)
+    assert time.step is not None
+    step = float(time.step)
+    if time.time_model == "assumed-mfu":
+        inputs: dict[str, float | int | str] = {
+            "flops_per_step": flops.flops_per_step, "num_gpus": spec.hardware.num_gpus,
+            f"peak_{spec.precision.compute}_flops_per_s":
+                gpu.peak_flops_per_s(spec.precision.compute) or 0.0,
+            "mfu": time.mfu or 0.0}
+        rule = "flops_per_step / (num_gpus * peak * mfu)"
+        if host.seconds:
+            rule += " + exposed offload"
+            inputs["exposed_offload_seconds"] = float(time.exposed_host)
+        derivation = Derivation(quantity="step_seconds", value=step, unit="s", rule=rule,
+                                source=f"{ASSUMED_SOURCE}; mfu from {time.mfu_source}",
+                                inputs=inputs)
+        return StepTime(time_model="assumed-mfu", step_seconds=step,
+                        exposed_offload_seconds=float(time.exposed_host),
+                        warnings=tuple(warnings),
+                        derivations=(derivation,) + offload, **common)
+    assert time.compute is not None
+    exposed, compute = float(time.exposed), float(time.compute)
+    if exposed > compute:
+        warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
+                        f"({compute:.3g} s)")
+    rule = "compute + exposed communication + bubble * compute + optimizer step"
+    inputs = {"matmul_seconds": float(time.matmul), "matmul_shape_seconds": float(time.shape_loss),
+              "slowest_stage_factor": float(time.slowest),
+              "elementwise_bytes": float(time.elementwise_bytes), "compute_seconds": compute,
+              "exposed_communication_seconds": exposed,
+              "bubble_fraction": float(time.bubble_fraction),
+              "optimizer_seconds": float(time.optimizer),
+              "matmul_efficiency": gpu.matmul_efficiency or 0.0,
+              "memory_efficiency": gpu.memory_efficiency or 0.0}
+    if host.seconds:
+        rule += " + exposed offload"
+        inputs.update(exposed_offload_seconds=float(time.exposed_host),
+                      optimizer_share_on_gpu=float(time.on_gpu))
+    derivation = Derivation(quantity="step_seconds", value=step, unit="s", rule=rule,
+                            source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
+                            inputs=inputs)
+    return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
+                    exposed_communication_seconds=exposed,
+                    bubble_seconds=float(time.bubble), optimizer_seconds=float(time.optimizer),
+                    exposed_offload_seconds=float(time.exposed_host),
+                    warnings=tuple(warnings), derivations=(derivation,) + offload, **common)
+
+
+def _offload_derivation(core: Evaluation) -> tuple[Derivation, ...]:
+    time = core.time
+    work = core.composition.host_work
+    host = time.host
+    overlappable = float(host.overlappable)
+    inputs: dict[str, float | int | str] = {f"{w.name}_seconds": float(s)
+                                            for w, s in zip(work, host.by_work)}
+    inputs.update(overlappable_seconds=overlappable,
+                  stage=core.kinds.representatives[int(host.kind)].index)
+    return (Derivation(
+        quantity="offload_seconds", value=float(host.seconds), unit="s",
+        rule=("sum over host work of passes_per_step * P * seconds_per_parameter, P the "
+              "component's parameters on one GPU after shards; exposed = total - "
+              "min(overlappable part, compute)"),
+        source=OFFLOAD_SOURCE + "; ".join(f"{w.name}: {w.reason}" for w in work),
+        inputs=inputs),)
