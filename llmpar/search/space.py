@@ -162,6 +162,13 @@ def _degree_nodes(spec: Spec, strategies: Mapping[str, Strategy],
     empty = Point(spec=spec, degrees={})
     options = {n: _degree_values(n, degree_dims[n], empty, num_gpus, settings, pins)
                for n in multiplying}
+    # A table's degree that no dimension varies still takes its GPUs.
+    for name, config in spec.parallel.items():
+        strategy = strategies[name]
+        if (name not in degree_dims and name != fill and strategy.multiplies_gpus
+                and hasattr(config, DEGREE) and strategy.degree(config) != -1):
+            multiplying.append(name)
+            options[name] = (strategy.degree(config),)
     for degrees in _products(multiplying, options, num_gpus):
         rest = num_gpus // math.prod(degrees.values())
         if fill is not None:

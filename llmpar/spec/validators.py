@@ -55,6 +55,8 @@ def one_of(*choices: str):
                 f"must be one of {listed}, got {value!r}{did_you_mean(str(value), choices)}",
             )
 
+    check.choices = choices  # type: ignore[attr-defined]
+    """What the contract suite draws a field's values from."""
     return check
 
 

@@ -27,6 +27,13 @@ the strategy's own checks reject every config there):
 - "well-formed-transform": divisors >= 1, bytes, FLOPs and times finite and >= 0,
   collective groups of the strategy's own that divide the GPU count, overlaps in
   [0, 1], stages that cover the layers once; the plan's numbers finite and >= 0.
+- "fast-form-agrees": for a strategy with a fast form (`vectorised`), the search's one
+  call over a node of layouts gives each layout the first problem, memory and step
+  time that evaluating it alone gives (`llmpar.testing.fast_form`); its neutral
+  config passes its own checks.
+
+The spec checks try the default config, degree 2 where the schema has a degree, and
+every field set to another value its validators accept (`llmpar.testing.variants`).
 """
 
 from __future__ import annotations
@@ -47,12 +54,14 @@ from llmpar.plan import Plan
 from llmpar.session import Session
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Strategy, StrategyContext
+from llmpar.testing.fast_form import disagreements
 from llmpar.testing.specs import REFERENCE_SPECS
+from llmpar.testing.variants import field_variants
 from llmpar.testing.wellformed import plan_problems, transform_problems
 
 STRATEGY_CHECKS = ("config-schema", "registered", "malformed-table")
 SPEC_CHECKS = ("neutral-is-identity", "memory-falls-with-degree", "order-independent",
-               "well-formed-transform")
+               "well-formed-transform", "fast-form-agrees")
 DEGREES = (1, 2, 4, 8)
 """Degrees tried where a schema has one."""
 IDENTITY_FIELDS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
@@ -271,6 +280,34 @@ class StrategyContract:
                            table)
         return cases
 
+    def check_fast_form(self, table: Mapping[str, Any]) -> int:
+        if not self.strategy.vectorised:
+            return 0
+        base = self._base(table)
+        if base is None:
+            return 0
+        cases = 0
+        neutral = self._neutral(base)
+        if neutral is not None:
+            layout, _ = resolve_layout(_with(base, self.name, neutral), self.session.strategies)
+            problems = self.strategy.check(neutral, _with(base, self.name, neutral), layout)
+            if problems:
+                self._fail("fast-form-agrees", f"the neutral config {neutral!r} fails its own "
+                           f"checks: {[str(p) for p in problems]}", table)
+        for config in self._active_configs():
+            spec = _with(base, self.name, config)
+            if self._plan(spec) is None:
+                continue
+            cases += 1
+            try:
+                found = list(disagreements(self.session, spec))
+            except (PluginError, ValueError, TypeError) as error:
+                self._fail("fast-form-agrees", f"{config!r}: evaluating a node of layouts at "
+                           f"once failed: {type(error).__name__}: {error}", table)
+            if found:
+                self._fail("fast-form-agrees", f"{config!r}: " + "; ".join(found[:3]), table)
+        return cases
+
     # --- running them --------------------------------------------------------------
 
     def check(self, check: str, table: Mapping[str, Any] | None = None) -> int:
@@ -286,13 +323,16 @@ class StrategyContract:
         method = {"neutral-is-identity": self.check_identity,
                   "memory-falls-with-degree": self.check_memory_falls_with_degree,
                   "order-independent": self.check_order_independent,
-                  "well-formed-transform": self.check_well_formed_transform}[check]
+                  "well-formed-transform": self.check_well_formed_transform,
+                  "fast-form-agrees": self.check_fast_form}[check]
         return method(table)
 
     def applies(self, check: str) -> bool:
         """Whether `check` means anything for this strategy (degrees need a degree)."""
         if check == "memory-falls-with-degree":
             return "degree" in attrs.fields_dict(self.strategy.config_type)
+        if check == "fast-form-agrees":
+            return self.strategy.vectorised
         return True
 
     # --- helpers -------------------------------------------------------------------
@@ -310,11 +350,12 @@ class StrategyContract:
         return self.strategy.config_type()
 
     def _active_configs(self) -> list[Any]:
-        """The default config, and degree 2 where the schema has a degree."""
+        """The default config, degree 2 where the schema has a degree, and each field at
+        another value its validators accept."""
         configs = [self._default()]
         if "degree" in attrs.fields_dict(self.strategy.config_type):
             configs.append(attrs.evolve(self._default(), degree=2))
-        return configs
+        return configs + list(field_variants(self.strategy.config_type))
 
     def _base(self, table: Mapping[str, Any]) -> Spec | None:
         """The spec without this strategy's table; None when it does not load."""
