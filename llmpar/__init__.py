@@ -16,17 +16,25 @@ from llmpar.hf import model_from_hf
 from llmpar.hookspecs import hookimpl
 from llmpar.loading import dump as _dump
 from llmpar.loading.reader import SpecSource
+from llmpar.placement import Axis
 from llmpar.plan import Derivation, Plan
 from llmpar.search import SearchResult, search, sweep
+from llmpar.search.dimension import Point, SearchDimension
 from llmpar.session import PluginInfo, Session
 from llmpar.spec import Spec
+from llmpar.spec.validators import FieldError
 from llmpar.strategy import (
     ActivationSplit,
     Collective,
+    Copy,
+    GroupSelection,
     HostWork,
     Layout,
     Offload,
+    ProductSplit,
+    Rule,
     Shard,
+    Stage,
     Strategy,
     StrategyContext,
     Transform,
@@ -34,20 +42,29 @@ from llmpar.strategy import (
 
 __all__ = [
     "ActivationSplit",
+    "Axis",
     "Collective",
+    "Copy",
     "Derivation",
+    "FieldError",
+    "GroupSelection",
     "HostWork",
     "Layout",
     "Offload",
     "Plan",
     "PluginError",
     "PluginInfo",
+    "Point",
     "Problem",
+    "ProductSplit",
+    "Rule",
+    "SearchDimension",
     "SearchResult",
     "Session",
     "Shard",
     "Spec",
     "SpecError",
+    "Stage",
     "Strategy",
     "StrategyContext",
     "Transform",

@@ -276,10 +276,17 @@ class Layout:
     nested: frozenset[str] = frozenset()
     """Axes whose ranks are other axes' ranks (`Axis.nested`; the session fills it from
     the strategies' declarations)."""
+    settings: Mapping[str, Any] = attrs.field(factory=dict)
+    """Settings strategies share with the others (`Strategy.shared_settings`), by
+    "<strategy>.<name>": `"data.zero_stage"`; a value, or an array over a search node."""
 
     def degree(self, strategy: str) -> int:
         """Degree of `strategy`; 1 when it is not in the layout."""
         return self.degrees.get(strategy, 1)
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """A setting another strategy shares (`Strategy.shared_settings`), or `default`."""
+        return self.settings.get(key, default)
 
     def is_active(self, strategy: str) -> Any:
         """Whether `strategy`'s table is in the spec and on (an array when it varies)."""
@@ -360,6 +367,12 @@ class Strategy(Generic[ConfigT]):
     def side_degrees(self, config: ConfigT) -> Mapping[str, int]:
         """Further degrees the layout should carry for other strategies to see, named
         (expert parallelism's expert tensor degree); none by default."""
+        return {}
+
+    def shared_settings(self, config: ConfigT) -> Mapping[str, Any]:
+        """Settings of its table other strategies may read through `Layout.setting`,
+        keyed "<name>.<setting>" (data parallelism shares its ZeRO stage); none by
+        default. They may be arrays in the fast form."""
         return {}
 
     def active(self, config: ConfigT) -> Any:

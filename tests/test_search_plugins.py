@@ -73,6 +73,25 @@ def test_a_plugin_dimension_is_searched_and_emitted():
     assert session.evaluate(session.load_spec(chunked.to_toml())) == chunked.plan
 
 
+def test_a_plugin_without_a_fast_form_is_evaluated_one_by_one_only_where_it_applies(
+        monkeypatch):
+    """The built-ins stay on the fast path: the layouts with one chunk (the neutral config,
+    so no table) are evaluated there, only the chunked ones one by one."""
+    from llmpar.search import exhaustive
+
+    calls: list[int] = []
+    examine = exhaustive.Judge.examine
+    monkeypatch.setattr(exhaustive.Judge, "examine",
+                        lambda self, index: calls.append(index) or examine(self, index))
+    session = session_with(ChunkedLossPlugin())
+    found = llmpar.search(small_spec(num_gpus=2), top=3, session=session)
+    chunked = 2 * found.considered // 3  # chunks 2 and 4
+    assert chunked <= len(calls) <= chunked + len(found.rejected)  # + one example a reason
+    exact = llmpar.search(small_spec(num_gpus=2), top=3, session=session, exact=True)
+    assert [r.choices for r in found.results] == [r.choices for r in exact.results]
+    assert (found.evaluated, found.rejected) == (exact.evaluated, exact.rejected)
+
+
 def test_a_plugin_dimension_trades_memory_for_time():
     session = session_with(ChunkedLossPlugin())
     fastest = llmpar.search(small_spec(num_gpus=2), top=1, session=session).best

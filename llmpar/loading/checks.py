@@ -94,8 +94,10 @@ def resolve_layout(
     for name in fill:
         fixed[name] = max(1, num_gpus // product) if not problems else 1
     active = {name: strategies[name].active(config) for name, config in spec.parallel.items()}
+    shared = {key: value for name, config in spec.parallel.items()
+              for key, value in strategies[name].shared_settings(config).items()}
     return Layout(degrees={**fixed, **side}, num_gpus=num_gpus, order=spec.rank_order,
-                  active=active, nested=nested_axes(strategies)), problems
+                  active=active, nested=nested_axes(strategies), settings=shared), problems
 
 
 def nested_axes(strategies: Mapping[str, Strategy]) -> frozenset[str]:

@@ -272,13 +272,14 @@ class FastPath:
     def _layout(self, node: Node, tables: Mapping[str, Any], present: Mapping[str, Any],
                 spec: Spec) -> Layout:
         degrees = dict(node.degrees)
-        active = {}
+        active, shared = {}, {}
         for name, config in tables.items():
             strategy = self.strategies[name]
             degrees.update(strategy.side_degrees(config))
             active[name] = logical_and(present[name], strategy.active(config))
+            shared.update(strategy.shared_settings(config))
         return Layout(degrees=degrees, num_gpus=spec.hardware.num_gpus, order=spec.rank_order,
-                      active=active, nested=self.nested)
+                      active=active, nested=self.nested, settings=shared)
 
     def _codes(self, grid: Grid, spec: Spec, layout: Layout,
                present: Mapping[str, Any]) -> np.ndarray:

@@ -21,7 +21,7 @@ from llmpar.arrays import is_array, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
-from llmpar.search.dimension import SearchDimension
+from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
 from llmpar.spec.validators import FieldError
 from llmpar.strategies.common import (
@@ -43,6 +43,8 @@ from llmpar.strategy import (
     Transform,
 )
 
+ZERO_STAGE = "data.zero_stage"
+"""The shared setting (`Layout.setting`) of the ZeRO stage: 0 to 3, 3 under FSDP."""
 FSDP_PREFETCH_LAYERS = 2
 """FSDP keeps the gathered weights of the running layer and the prefetched next one
 (PyTorch FSDP `forward_prefetch` / `backward_prefetch`; Zhao et al. 2023, arXiv:2304.11277)."""
@@ -116,6 +118,9 @@ class DataParallel(Strategy[DataConfig]):
     always_active = True
     axis = Axis(token="dp", rank=40)
     vectorised = True
+
+    def shared_settings(self, config: DataConfig) -> dict[str, Any]:
+        return {ZERO_STAGE: zero_stage(config)}
 
     def neutral_config(self, layout: Layout) -> DataConfig | None:
         # Context ranks share the data group: one replica still shards over them and
@@ -225,5 +230,14 @@ def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> Non
 @hookimpl
 def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> None:
     # The data degree is not a dimension: it takes the GPUs the others leave.
-    register(SearchDimension(strategy="data", field="zero", values=(0, 1, 2, 3),
-                             description="ZeRO stage (3 is FSDP's sharding)"))
+    register(SearchDimension(strategy="data", field="zero", values=_zero_stages,
+                             description="ZeRO stage (3 is FSDP's sharding), when states "
+                                         "shard over more than one rank"))
+
+
+def _zero_stages(point: Point) -> tuple[int, ...]:
+    """Every stage where model states shard over more than one rank; else stage 0 alone
+    (the others are the same layout)."""
+    ranks = point.degree("data") * point.degree("context")
+    experts = point.spec.model.moe is not None and point.degree("tensor") > 1
+    return (0, 1, 2, 3) if ranks > 1 or experts else (0,)

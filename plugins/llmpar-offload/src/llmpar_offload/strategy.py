@@ -21,79 +21,85 @@ parameters one GPU holds after shards; B is the host link's bandwidth times
   shard, for every forward pass (two under full recomputation) and the backward pass
   of each micro-batch, prefetched behind compute (Sec. 6.2). The gathered layers sit
   in ZeRO-3's own prefetch buffers ([parallel.data]).
+
+The fast form: `transform` and `rules` are written once, with `llmpar.arrays`, so the
+flags may be arrays over a search node (`vectorised = True`); the search then varies
+what is offloaded as fast as it varies the built-in strategies' settings.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmpar import HostWork, Layout, Offload, Problem, Spec, Strategy, StrategyContext, Transform
-from llmpar.dtypes import bytes_per_element
+from llmpar import (
+    HostWork,
+    Layout,
+    Offload,
+    Rule,
+    Spec,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
+from llmpar.arrays import anywhere, is_array, logical_and, logical_not, logical_or, where
+from llmpar.strategies.common import bytes_per_element, micro_batches_per_step
 
 from llmpar_offload.config import OffloadConfig
 
 PATH = "$.parallel.offload"
+COMPONENTS = ("optimizer", "gradients", "weights")
+ZERO_STAGE = "data.zero_stage"
+"""The ZeRO stage data parallelism shares through the layout."""
 
 
-def gradients_dtype(spec: Spec) -> str:
-    """The gradients' format: the optimizer's own where it keeps fp32 gradients."""
-    return getattr(spec, "gradients_dtype", None) or spec.precision.gradients
+def offloads_anything(config: OffloadConfig) -> Any:
+    return logical_or(logical_or(config.optimizer, config.gradients), config.weights)
 
 
-def micro_batches_per_step(spec: Spec, layout: Layout) -> int:
-    """Micro-batches each replica runs per step: global / (micro-batch x data degree)."""
-    training = spec.training
-    if training.global_batch_size is None:
-        return 1
-    return max(1, training.global_batch_size // (training.micro_batch_size
-                                                 * layout.degree("data")))
-
-
-class OffloadStrategy(Strategy):
+class OffloadStrategy(Strategy[OffloadConfig]):
     name = "offload"
     config_type = OffloadConfig
     phase = 60
+    vectorised = True
 
     def neutral_config(self, layout: Layout) -> OffloadConfig:
         return OffloadConfig(optimizer=False, gradients=False, weights=False)
 
-    def check(self, config: OffloadConfig, spec: Spec, layout: Layout) -> list[Problem]:
-        if not (config.optimizer or config.gradients or config.weights):
-            return []
-        problems = []
-        if getattr(spec, "inference", None) is not None:
-            problems.append(Problem(PATH, "offloading plans training (optimizer states, "
-                                          "gradients); this spec is [inference]"))
+    def rules(self, config: OffloadConfig, spec: Spec, layout: Layout) -> list[Rule]:
+        stage = layout.setting(ZERO_STAGE, 0)
+        data = layout.degree("data")
+        found = [Rule(PATH, logical_and(offloads_anything(config),
+                                        getattr(spec, "inference", None) is not None),
+                      lambda: "offloading plans training (optimizer states, gradients); this "
+                              "spec is [inference]")]
         for field in ("gradients", "weights"):
-            if getattr(config, field) and not config.optimizer:
-                problems.append(Problem(f"{PATH}.{field}", f"{field} = true needs optimizer = "
-                                        "true: the host's optimizer step is what uses them"))
-        stage = getattr(spec.parallel.get("data"), "stage", 0)
-        if config.optimizer and layout.degree("data") > 1 and stage == 0:
-            problems.append(Problem(f"{PATH}.optimizer", "offloading the optimizer over "
-                                    f"{layout.degree('data')} data ranks needs ZeRO "
-                                    "([parallel.data] zero >= 1) so that each GPU offloads "
-                                    "its own partition, as DeepSpeed's offload_optimizer does"))
-        if config.weights and stage != 3:
-            problems.append(Problem(f"{PATH}.weights", "streaming weights from the host needs "
-                                    "ZeRO-3 ([parallel.data] zero = 3 or fsdp = true), as "
-                                    f"DeepSpeed's offload_param does; zero is {stage}"))
-        return problems
+            found.append(Rule(f"{PATH}.{field}",
+                              logical_and(getattr(config, field), logical_not(config.optimizer)),
+                              lambda field=field: f"{field} = true needs optimizer = true: the "
+                                                  "host's optimizer step is what uses them"))
+        found.append(Rule(f"{PATH}.optimizer",
+                          logical_and(config.optimizer, logical_and(data > 1, stage == 0)),
+                          lambda: f"offloading the optimizer over {data} data ranks needs ZeRO "
+                                  "([parallel.data] zero >= 1) so that each GPU offloads its "
+                                  "own partition, as DeepSpeed's offload_optimizer does"))
+        found.append(Rule(f"{PATH}.weights", logical_and(config.weights, stage != 3),
+                          lambda: "streaming weights from the host needs ZeRO-3 ([parallel.data] "
+                                  "zero = 3 or fsdp = true), as DeepSpeed's offload_param does; "
+                                  f"zero is {stage}"))
+        return found
 
     def transform(self, config: OffloadConfig, ctx: StrategyContext) -> Transform:
-        moved = [c for c in ("optimizer", "gradients", "weights") if getattr(config, c)]
-        if not moved:
+        if not anywhere(offloads_anything(config)):
             return Transform(strategy=self.name)
-        offloads = tuple(Offload(component=c, reason=f"[parallel.offload] {c} = true")
-                         for c in moved)
-        work = []
-        if config.optimizer:
-            work.append(HostWork(
-                strategy=self.name, name="offload.host-optimizer-step", component="optimizer",
-                seconds_per_parameter=1 / config.cpu_optimizer_parameters_per_s,
-                overlap=1.0 if config.delayed_parameter_update else 0.0,
-                reason=f"CPU Adam at {config.cpu_optimizer_parameters_per_s:.3g} parameters/s "
-                       "per GPU (ZeRO-Offload Sec. 4.1; a stated assumption)"))
+        offloads = tuple(Offload(component=c, active=getattr(config, c),
+                                 reason=f"[parallel.offload] {c} = true") for c in COMPONENTS)
+        work = [HostWork(
+            strategy=self.name, name="offload.host-optimizer-step", component="optimizer",
+            seconds_per_parameter=1 / config.cpu_optimizer_parameters_per_s,
+            passes_per_step=where(config.optimizer, 1.0, 0.0),
+            overlap=1.0 if config.delayed_parameter_update else 0.0,
+            reason=f"CPU Adam at {config.cpu_optimizer_parameters_per_s:.3g} parameters/s per "
+                   "GPU (ZeRO-Offload Sec. 4.1; a stated assumption)")]
         bandwidth = ctx.spec.hardware.host_bandwidth_bytes_per_s
         warnings = []
         if bandwidth is None:
@@ -101,34 +107,40 @@ class OffloadStrategy(Strategy):
                             "costed (set it, or use a cluster preset)")
         else:
             work += self._copies(config, ctx, bandwidth * config.host_link_efficiency)
+        if not is_array(config.optimizer):  # one layout: state only what it does
+            offloads = tuple(o for o in offloads if o.active)
+            work = [w for w in work if w.passes_per_step]
+        moved = ", ".join(c for c in COMPONENTS if getattr(config, c) is True)
         return Transform(strategy=self.name, offloads=offloads, host_work=tuple(work),
-                         notes=(f"offloads {', '.join(moved)} to host memory",),
+                         notes=(f"offloads {moved} to host memory",) if moved else (),
                          warnings=tuple(warnings))
 
     def _copies(self, config: OffloadConfig, ctx: StrategyContext,
                 link: float) -> list[HostWork]:
         spec = ctx.spec
-        grad_size = bytes_per_element(gradients_dtype(spec))
+        grad_size = bytes_per_element(spec.gradients_dtype)
         weight_size = bytes_per_element(spec.precision.weights)
         m = micro_batches_per_step(spec, ctx.layout)
-        delayed = 1.0 if config.delayed_parameter_update else 0.0
+        on = where(config.optimizer, 1.0, 0.0)
+        forward = where(spec.training.recompute == "full", 2, 1)
         common: dict[str, Any] = {"strategy": self.name}
-        copies = [HostWork(
-            name="offload.gradients-to-host", component="optimizer",
-            seconds_per_parameter=grad_size / link, passes_per_step=m if config.gradients else 1,
-            overlap=1.0, reason=f"{gradients_dtype(spec)} gradients of the GPU's partition over "
-                                f"{link / 1e9:.3g} GB/s, behind the backward pass", **common)]
-        if config.weights:
-            forward = 2 if spec.training.recompute == "full" else 1
-            copies.append(HostWork(
-                name="offload.weights-from-host", component="weights",
-                seconds_per_parameter=weight_size / link, passes_per_step=m * (forward + 1),
-                overlap=1.0, reason="each ZeRO-3 shard fetched for every forward and backward "
-                                    "pass, prefetched (ZeRO-Infinity Sec. 6.2)", **common))
-        else:
-            copies.append(HostWork(
-                name="offload.weights-to-gpu", component="optimizer",
-                seconds_per_parameter=weight_size / link, overlap=delayed,
-                reason=f"updated {spec.precision.weights} weights of the partition back to the "
-                       "GPU after the host's step", **common))
-        return copies
+        return [
+            HostWork(name="offload.gradients-to-host", component="optimizer",
+                     seconds_per_parameter=grad_size / link,
+                     passes_per_step=on * where(config.gradients, m, 1),
+                     overlap=1.0, reason=f"{spec.gradients_dtype} gradients of the GPU's "
+                                         f"partition over {link / 1e9:.3g} GB/s, behind the "
+                                         "backward pass", **common),
+            HostWork(name="offload.weights-from-host", component="weights",
+                     seconds_per_parameter=weight_size / link,
+                     passes_per_step=on * where(config.weights, m * (forward + 1), 0),
+                     overlap=1.0, reason="each ZeRO-3 shard fetched for every forward and "
+                                         "backward pass, prefetched (ZeRO-Infinity Sec. 6.2)",
+                     **common),
+            HostWork(name="offload.weights-to-gpu", component="optimizer",
+                     seconds_per_parameter=weight_size / link,
+                     passes_per_step=on * where(config.weights, 0, 1),
+                     overlap=1.0 if config.delayed_parameter_update else 0.0,
+                     reason=f"updated {spec.precision.weights} weights of the partition back to "
+                            "the GPU after the host's step", **common),
+        ]

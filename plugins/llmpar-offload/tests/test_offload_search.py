@@ -1,0 +1,38 @@
+"""The layout search varies what is offloaded, on its fast path, when the spec has a
+`[parallel.offload]` table, and never otherwise."""
+
+from __future__ import annotations
+
+import llmpar
+
+SMALL = {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_kv_heads": 4,
+         "ffn_hidden_size": 1024, "ffn_activation": "swiglu", "vocab_size": 1000}
+
+
+def spec(offload=None, memory="40 MB"):
+    table = {"model": SMALL,
+             "hardware": {"cluster": "dgx-h100", "num_gpus": 4, "gpus_per_node": 4,
+                          "gpu": {"preset": "h100-sxm", "memory_bytes": memory}},
+             "training": {"sequence_length": 256, "global_batch_size": 8},
+             "search": {"micro_batch_sizes": [1], "recompute": ["full"]}}
+    if offload is not None:
+        table["parallel"] = {"offload": offload}
+    return table
+
+
+def test_offloading_is_searched_only_with_a_table(session):
+    plain = llmpar.search(spec(), session=session)
+    searched = llmpar.search(spec({}), session=session)
+    assert searched.considered > plain.considered
+    assert not any(r.choices.get("offload.optimizer") for r in plain.results)
+    # the layout that needs the least memory offloads
+    smallest = llmpar.search(spec({}), objective="memory", top=1, session=session).best
+    assert smallest.choices["offload.optimizer"] and smallest.plan.host_bytes > 0
+
+
+def test_the_fast_path_finds_what_one_by_one_evaluation_finds(session):
+    fast = llmpar.search(spec({}), session=session, top=5)
+    exact = llmpar.search(spec({}), session=session, top=5, exact=True)
+    assert [r.choices for r in fast.results] == [r.choices for r in exact.results]
+    assert (fast.evaluated, fast.rejected) == (exact.evaluated, exact.rejected)
+    assert [p.total_bytes for p in fast.pareto] == [p.total_bytes for p in exact.pareto]
