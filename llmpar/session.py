@@ -17,9 +17,10 @@ import attrs
 
 from llmpar import plugins as plugin_loading
 from llmpar.errors import PluginError, Problem, SpecError
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.evaluate import build_plan
 from llmpar.inference.evaluate import build_inference_plan
-from llmpar.loading.checks import nested_axes, resolve_layout, spec_problems
+from llmpar.loading.checks import checked_layout, nested_axes
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
 from llmpar.loading.loader import load
@@ -32,7 +33,7 @@ from llmpar.search.dimension import SearchDimension
 from llmpar.search.dimensions import gather_dimensions
 from llmpar.spec import Spec
 from llmpar.strategies import BUILTIN_PLUGINS
-from llmpar.strategy import Strategy
+from llmpar.strategy import Layout, Strategy
 
 ENTRY_POINT_GROUP = plugin_loading.ENTRY_POINT_GROUP
 __all__ = ["ENTRY_POINT_GROUP", "PluginInfo", "Session"]
@@ -72,6 +73,8 @@ class Session:
             raise PluginError("; ".join(f"plugin {name!r}: {error}"
                                         for name, error in self._plugins.broken.items()))
         self.converter = make_converter()
+        self.cache = EvaluationCache()
+        """Footprints and training facts of earlier evaluations (pure; bounded)."""
 
     def _collect_strategies(self) -> dict[str, Strategy]:
         found: dict[str, Strategy] = {}
@@ -144,18 +147,23 @@ class Session:
 
         `overrides` sets dotted keys before structuring: {"hardware.num_gpus": 8}.
         """
+        return self._checked(source, overrides)[0]
+
+    def _checked(self, source: SpecSource | Spec,
+                 overrides: Mapping[str, Any] | None) -> tuple[Spec, Layout]:
+        """The checked spec and its resolved layout."""
         try:
             if isinstance(source, Spec) and not overrides:
                 spec = source
             else:
                 table = spec_to_dict(source) if isinstance(source, Spec) else source
                 spec = load(table, self.presets, self.strategies, self.converter, overrides)
-            problems = spec_problems(spec, self.strategies)
-            if problems:
+            layout, problems = checked_layout(spec, self.strategies)
+            if problems or layout is None:
                 raise SpecError(problems, spec.source)
         except SpecError as error:
             raise self._name_missing_plugins(error) from None
-        return spec
+        return spec, layout
 
     def _name_missing_plugins(self, error: SpecError) -> SpecError:
         """Say which broken or blocked plugin an unknown `[parallel.<name>]` needs."""
@@ -170,13 +178,10 @@ class Session:
     def evaluate(self, source: SpecSource | Spec,
                  overrides: Mapping[str, Any] | None = None) -> Plan:
         """The Plan of a spec (a Spec, a path, TOML text or a mapping)."""
-        spec = self.load_spec(source, overrides)
-        layout, problems = resolve_layout(spec, self.strategies)
-        if problems:
-            raise SpecError(problems, spec.source)
+        spec, layout = self._checked(source, overrides)
         if spec.inference is not None:
             return build_inference_plan(spec, layout, self.strategies)
-        return build_plan(spec, layout, self.strategies)
+        return build_plan(spec, layout, self.strategies, self.cache)
 
 
 def _check_strategy(strategy: Strategy, plugin: str) -> None:

@@ -44,7 +44,10 @@ def _at_least(bound: float) -> Callable[[Any, Any, Any], None]:
     def check(_instance: Any, attribute: Any, value: Any) -> None:
         if value is None:
             return
-        if not bool(np.all(np.asarray(value) >= bound)):
+        if isinstance(value, (int, float)):
+            if not value >= bound:  # NaN fails too
+                raise ValueError(f"{attribute.name} must be >= {bound}, got {value!r}")
+        elif not bool(np.all(np.asarray(value) >= bound)):
             raise ValueError(f"{attribute.name} must be >= {bound}, got {value!r}")
 
     return check

@@ -12,9 +12,7 @@ what leaves the node.
 
 from __future__ import annotations
 
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from llmpar.spec import Hardware
 from llmpar.strategy import Collective
@@ -49,8 +47,7 @@ def spans_nodes(collective: Collective, gpus_per_node: int) -> bool:
     return collective.group_stride * collective.group_size > gpus_per_node
 
 
-@attrs.frozen(kw_only=True)
-class Link:
+class Link(NamedTuple):
     tier: str
     bandwidth_bytes_per_s: float | None
     latency_seconds: float

@@ -20,11 +20,13 @@ class Composition:
 
     def __init__(self, transforms: Sequence[Transform]):
         self.transforms = tuple(transforms)
-        self.shards = [(t.strategy, s) for t in self.transforms for s in t.shards]
+        # A shard by 1 (the fast form states its shards everywhere) changes nothing.
+        self.shards = [(t.strategy, s) for t in self.transforms for s in t.shards
+                       if not (isinstance(s.divisor, (int, float)) and s.divisor == 1)]
         self.copies = [c for t in self.transforms for c in t.copies]
         self.offloads = [o for t in self.transforms for o in t.offloads]
         self.host_work = [w for t in self.transforms for w in t.host_work]
-        self._divisors: dict[tuple[str, str, str | None], Value] = {}
+        self._divisors: dict[tuple[str, str | None], dict[str, Value]] = {}
         self._tags: dict[str, Value] = {}
         for transform in self.transforms:
             for split in transform.activation_splits:
@@ -33,13 +35,23 @@ class Composition:
     def divisor(self, component: str, group: str, without: str | None = None) -> Value:
         """What `component` of `group` is divided by on one GPU: the product of the
         divisors of every shard that applies (but those of strategy `without`)."""
-        key = (component, group, without)
-        found = self._divisors.get(key)
+        found = self._divisors_of(component, without).get(group)
+        return self._compute(component, group, without) if found is None else found
+
+    def _divisors_of(self, component: str, without: str | None) -> dict[str, Value]:
+        found = self._divisors.get((component, without))
         if found is None:
-            found = math.prod((s.divisor for strategy, s in self.shards
-                               if s.component == component and strategy != without
-                               and s.applies_to(group)), start=1)
-            self._divisors[key] = found
+            found = self._divisors[(component, without)] = {}
+        return found
+
+    def _compute(self, component: str, group: str, without: str | None) -> Value:
+        found: Value = 1
+        for strategy, shard in self.shards:
+            if shard.component == component and strategy != without and (
+                    shard.groups is None or group in shard.groups) and (
+                    group not in shard.excluded):
+                found = found * shard.divisor
+        self._divisors_of(component, without)[group] = found
         return found
 
     def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
@@ -47,11 +59,17 @@ class Composition:
         """Bytes of `component` one GPU holds of `parameters`, each group under its
         shards and copies."""
         total: Value = 0.0
+        divisors = self._divisors_of(component, without)
         for group, count in parameters.items():
-            copies = math.prod((c.copies for c in self.copies
-                                if c.component == component and c.applies_to(group)), start=1)
-            total = total + count * bytes_per_parameter * copies / self.divisor(
-                component, group, without)
+            size = count * bytes_per_parameter
+            if self.copies:
+                for copy in self.copies:
+                    if copy.component == component and copy.applies_to(group):
+                        size = size * copy.copies
+            divisor = divisors.get(group)
+            if divisor is None:
+                divisor = self._compute(component, group, without)
+            total = total + size / divisor
         return total
 
     def offloaded(self, parameters: Mapping[str, float], bytes_per_parameter: float,
@@ -69,6 +87,10 @@ class Composition:
             total = total + where(where_moved, self.held({group: count}, bytes_per_parameter,
                                                          component), 0.0)
         return total
+
+    def tag_key(self) -> tuple[tuple[str, Value], ...]:
+        """The activation splits, by tag (one layout: hashable)."""
+        return tuple(sorted(self._tags.items()))
 
     def tag_divisor(self, tags: Iterable[str]) -> Value:
         """What a saved tensor carrying `tags` is divided by."""

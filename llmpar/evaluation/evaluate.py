@@ -16,8 +16,15 @@ import attrs
 
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import PluginError
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.compose import Composition
-from llmpar.evaluation.facts import StageKinds, TrainingFacts, stage_kinds, training_facts
+from llmpar.evaluation.facts import (
+    StageKinds,
+    TrainingFacts,
+    stage_kind,
+    stage_kinds,
+    training_facts,
+)
 from llmpar.evaluation.memory import (
     MemoryCore,
     memory_core,
@@ -26,12 +33,7 @@ from llmpar.evaluation.memory import (
     tensor_rows,
 )
 from llmpar.evaluation.offload import host_memory_warning
-from llmpar.evaluation.stages import (
-    split_inventory,
-    stage_inventory,
-    stage_parameters,
-    stages_of,
-)
+from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
 from llmpar.evaluation.timing import run_length, step_flops
@@ -86,41 +88,50 @@ def global_batch_of(spec: Spec, layout: Layout) -> int:
     return training.global_batch_size or training.micro_batch_size * layout.degree("data")
 
 
-def structure_of(spec: Spec, footprint: Footprint, transforms: Sequence[Transform]
+def structure_of(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
+                 cache: EvaluationCache | None = None
                  ) -> tuple[tuple[Stage, ...], StageKinds, tuple[dict[str, float], ...]]:
     """The stages, their kinds, and each kind's parameters."""
     stages = stages_of(spec, transforms)
-    kinds = stage_kinds(spec, stages)
-    parameters = tuple(stage_parameters(spec, footprint, stage)
-                       for stage in kinds.representatives)
+
+    def compute() -> tuple[StageKinds, tuple[dict[str, float], ...]]:
+        kinds = stage_kinds(spec, stages)
+        return kinds, tuple(stage_parameters(spec, footprint, stage)
+                            for stage in kinds.representatives)
+
+    kinds, parameters = compute() if cache is None else cache.structure(
+        spec, footprint, stages, compute)
     return stages, kinds, parameters
 
 
 def evaluate_core(spec: Spec, footprint: Footprint, layout: Layout,
-                  transforms: Sequence[Transform], facts: TrainingFacts | None = None
-                  ) -> Evaluation:
+                  transforms: Sequence[Transform], facts: TrainingFacts | None = None,
+                  cache: EvaluationCache | None = None) -> Evaluation:
     """Compose the transforms; `facts` (per training table, arrays in a search) are
-    computed here when not given."""
+    computed here when not given (kept in `cache` when one is given)."""
     composition = Composition(transforms)
-    stages, kinds, parameters = structure_of(spec, footprint, transforms)
+    stages, kinds, parameters = structure_of(spec, footprint, transforms, cache)
     if facts is None:
-        facts = training_facts(spec, footprint, stages, kinds, global_batch_of(spec, layout))
+        batch = global_batch_of(spec, layout)
+        facts = (training_facts(spec, footprint, stages, kinds, batch) if cache is None
+                 else cache.facts(spec, footprint, stages, kinds, batch))
     memory = memory_core(spec, composition, facts, stages, kinds, parameters)
     scores = footprint.activations is not None and footprint.activations.has_attention_scores
-    time = time_core(spec, composition, facts, memory, kinds, parameters, scores)
+    time = time_core(spec, composition, facts, memory, kinds, parameters, scores, cache)
     return Evaluation(composition=composition, stages=stages, kinds=kinds,
                       parameters=parameters, facts=facts, memory=memory, time=time)
 
 
-def activation_k(spec: Spec, footprint: Footprint) -> float | None:
-    """The founding document's k = M / (b * s * L * h * d), before recompute or splits."""
+def activation_k(spec: Spec, footprint: Footprint, inventory_bytes: float) -> float | None:
+    """The founding document's k = M / (b * s * L * h * d), before recompute or splits;
+    `inventory_bytes` is M, the footprint's whole inventory."""
     model, training = spec.model, spec.training
     if footprint.activations is None or model.hidden_size is None or not model.num_layers:
         return None
     d = bytes_per_element(spec.precision.activations)
     denominator = (training.micro_batch_size * training.sequence_length * model.num_layers
                    * model.hidden_size * d)
-    return footprint.activations.total_bytes / denominator
+    return inventory_bytes / denominator
 
 
 def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform], total: int,
@@ -143,17 +154,20 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
 
 
 def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
-               footprint: Footprint | None = None) -> Plan:
-    """Compose the plan of a validated spec under a resolved layout."""
-    footprint = footprint or baseline_footprint(spec)
+               cache: EvaluationCache | None = None) -> Plan:
+    """Compose the plan of a validated spec under a resolved layout (with what a
+    session's `cache` keeps of earlier evaluations)."""
+    footprint = baseline_footprint(spec) if cache is None else cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
-    core = evaluate_core(spec, footprint, layout, transforms)
+    core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
     records, peak_index = stage_records(core.memory, core.stages, core.kinds)
     peak = records[peak_index]
-    inventory = None
+    inventory, rows = None, ()
     if footprint.activations is not None:
-        inventory = split_inventory(stage_inventory(spec, footprint, core.stages[peak_index]),
-                                    transforms)
+        stage = core.stages[peak_index]
+        inventory = (stage_inventory(spec, footprint, stage) if cache is None
+                     else cache.stage_inventory(spec, footprint, stage))
+        rows = _rows(spec, stage, inventory, core.composition, cache)
     extra = (core.composition.sum_of("extra_flops_per_step")
              - core.composition.sum_of("skipped_flops_per_step"))
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
@@ -189,8 +203,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         mfu=mfu, hfu=hfu, train_tokens=run.train_tokens, train_steps=run.train_steps,
         train_flops=run.train_flops, train_seconds=run.train_seconds, gpu_hours=run.gpu_hours,
         activation_model=spec.training.activation_model,
-        activation_k=activation_k(spec, footprint),
-        activation_tensors=tensor_rows(inventory) if inventory is not None else (),
+        activation_k=activation_k(spec, footprint, core.facts.inventory_bytes),
+        activation_tensors=rows,
         time_model=time.time_model, compute_seconds=time.compute_seconds,
         communication_seconds=time.communication_seconds,
         exposed_communication_seconds=time.exposed_communication_seconds,
@@ -200,11 +214,19 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         peak_stage=peak.stage, stages=records,
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
-        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory)
+        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
                      + (_total_rule(peak, capacity),)
                      + _host_rules(spec, host_bytes, transforms)
                      + flops.derivations + time.derivations + run.derivations),
     )
+
+
+def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,
+          cache: EvaluationCache | None) -> tuple[Any, ...]:
+    if cache is None:
+        return tensor_rows(inventory, composition)
+    key = (cache.footprint_key(spec), stage_kind(spec, stage), composition.tag_key())
+    return cache.rows(key, lambda: tensor_rows(inventory, composition))
 
 
 def _utilization(spec: Spec, flops: float, hardware_flops: float,

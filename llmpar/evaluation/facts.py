@@ -88,6 +88,8 @@ class TrainingFacts:
     """Unsplit activation bytes one micro-batch leaves on each kind of stage, by tags."""
     full_tags: TagBytes
     """The whole unsplit inventory by tags (what elementwise traffic counts)."""
+    inventory_bytes: float
+    """The whole unsplit inventory of one micro-batch (0 without an estimate)."""
     recomputed_fraction: float
     flops_per_step: float
     """Model FLOPs of one step, all GPUs."""
@@ -115,6 +117,7 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
         full = tag_bytes(activations)
     return TrainingFacts(
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
+        inventory_bytes=0.0 if activations is None else activations.total_bytes,
         flops_per_step=flops, hardware_flops_per_step=flops + rerun * global_batch,
         attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
             spec, footprint, fraction) * global_batch,

@@ -143,7 +143,8 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
 
 
 def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
-                       inventory: ActivationInventory | None) -> tuple[Derivation, ...]:
+                       inventory: ActivationInventory | None,
+                       rows: Sequence[SavedTensorRow]) -> tuple[Derivation, ...]:
     precision = spec.precision
     states = spec.optimizer.kept_states(precision.weights)
     listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
@@ -161,22 +162,27 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                            spec.optimizer.bytes_per_parameter(precision.weights)}),
     ]
     if inventory is not None:
+        layers = sum(row.layers * row.bytes for row in rows if row.per_layer)
+        outside = sum(row.bytes for row in rows if not row.per_layer)
         found.append(Derivation(
             quantity="activations_bytes", value=peak.activations_bytes, unit="bytes",
             rule=("(stage layers' saved tensors + embedding/output tensors it holds) * "
                   f"micro_batches_in_flight, after splits; recompute = {spec.training.recompute}"),
             source=inventory.source or f"activation model {inventory.model!r}",
-            inputs={"layers": inventory.num_layers, "layers_bytes": inventory.layers_bytes,
-                    "outside_layers_bytes": inventory.fixed_bytes,
+            inputs={"layers": inventory.num_layers, "layers_bytes": layers,
+                    "outside_layers_bytes": outside,
                     "micro_batches_in_flight": peak.micro_batches_in_flight}))
     return tuple(found)
 
 
-def tensor_rows(inventory: ActivationInventory) -> tuple[SavedTensorRow, ...]:
-    """The saved tensors of one micro-batch on one GPU, after splits, for the plan."""
+def tensor_rows(inventory: ActivationInventory,
+                composition: Composition) -> tuple[SavedTensorRow, ...]:
+    """The saved tensors of one micro-batch on one GPU, after the strategies' splits,
+    for the plan (`inventory` is the stage's, unsplit)."""
     def row(tensor: SavedTensor, kind: str, layers: int) -> SavedTensorRow:
         return SavedTensorRow(name=tensor.name, reason=tensor.reason, shape=tensor.shape_text,
-                              bytes_per_element=tensor.bytes_per_element, bytes=tensor.bytes,
+                              bytes_per_element=tensor.bytes_per_element,
+                              bytes=tensor.bytes / composition.tag_divisor(tensor.splits),
                               layer_kind=kind, layers=layers)
 
     rows = [row(t, group.kind, group.count) for group in inventory.groups

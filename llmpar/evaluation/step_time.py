@@ -29,11 +29,13 @@ Every number may be an array over a search node (`llmpar.arrays`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from llmpar.arrays import Value, minimum, where
+from llmpar.arrays import Value, is_array, minimum, where
 from llmpar.communication.collectives import seconds_of
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
@@ -56,18 +58,22 @@ ADAM_STEP_PASSES = 2
 gradients (a fused Adam kernel, e.g. apex FusedAdam / torch `fused=True`)."""
 
 
-@attrs.frozen(kw_only=True)
 class Cost:
-    """One collective's calls of a step on one GPU, on its link."""
+    """One collective's calls of a step on one GPU, on its link (a plain record: many
+    are made per evaluation)."""
 
-    collective: Collective
-    buffer_bytes: Value
-    calls: Value
-    tier: str
-    seconds: Value
-    exposed: Value
-    costed: bool
-    """False when the hardware states no bandwidth for its link (then 0 s)."""
+    __slots__ = ("buffer_bytes", "calls", "collective", "costed", "exposed", "seconds", "tier")
+
+    def __init__(self, collective: Collective, buffer_bytes: Value, calls: Value, tier: str,
+                 seconds: Value, exposed: Value, costed: bool):
+        self.collective, self.buffer_bytes, self.calls = collective, buffer_bytes, calls
+        self.tier, self.seconds, self.exposed = tier, seconds, exposed
+        self.costed = costed
+        """False when the hardware states no bandwidth for its link (then 0 s)."""
+
+    def with_exposed(self, exposed: Value) -> Cost:
+        return Cost(self.collective, self.buffer_bytes, self.calls, self.tier, self.seconds,
+                    exposed, self.costed)
 
 
 @attrs.frozen(kw_only=True)
@@ -129,18 +135,24 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
 
 def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
                      parameters: Sequence[Mapping[str, float]]) -> tuple[Cost, ...]:
-    """Every collective still in force, costed on its link, for one step on one GPU."""
+    """Every collective still in force, costed on its link, for one step on one GPU
+    (one that runs nowhere is left out)."""
     found = []
+    per_parameter: dict[tuple[Any, ...], Value] = {}
     for collective, calls in composition.active_collectives():
+        if not is_array(calls) and calls == 0:
+            continue
         buffer = collective.buffer_bytes
         if collective.bytes_per_parameter is not None and collective.component is not None:
-            buffer = collective.bytes_per_parameter * parameters_per_gpu(
-                composition, kinds, parameters, collective)
+            key = (collective.component, collective.parameter_groups, collective.strategy)
+            if key not in per_parameter:
+                per_parameter[key] = parameters_per_gpu(composition, kinds, parameters,
+                                                        collective)
+            buffer = collective.bytes_per_parameter * per_parameter[key]
         per_call, tier = seconds_of(collective, spec.hardware, buffer)
         seconds = (0.0 if per_call is None else per_call) * calls
-        found.append(Cost(collective=collective, buffer_bytes=buffer, calls=calls, tier=tier,
-                          seconds=seconds, exposed=seconds * (1 - collective.overlap),
-                          costed=per_call is not None))
+        found.append(Cost(collective, buffer, calls, tier, seconds,
+                          seconds * (1 - collective.overlap), per_call is not None))
     return tuple(found)
 
 
@@ -153,8 +165,10 @@ def _capped(costs: Sequence[Cost], work: Value, selected: Callable[[Cost], bool]
         return tuple(costs)
     hideable = sum((c.seconds - c.exposed for c in chosen), start=0.0)
     over = hideable > work
+    if not is_array(over) and not over:
+        return tuple(costs)
     scale = where(over, work / where(over, hideable, 1.0), 1.0)
-    return tuple(attrs.evolve(c, exposed=c.seconds - (c.seconds - c.exposed) * scale)
+    return tuple(c.with_exposed(c.seconds - (c.seconds - c.exposed) * scale)
                  if selected(c) else c for c in costs)
 
 
@@ -167,11 +181,11 @@ def hide_costs(costs: Sequence[Cost], compute: Value, attention: Value) -> tuple
 
 def hide(costs: list[CollectiveCost], compute: float, attention: float) -> list[CollectiveCost]:
     """`hide_costs` for the plan's records."""
-    probes = [Cost(collective=Collective(strategy=c.strategy, name=c.name or c.strategy,
-                                         operation=c.operation, group_size=c.group_size,
-                                         hides_behind=c.hides_behind),
-                   buffer_bytes=c.buffer_bytes, calls=c.calls_per_step, tier=c.tier,
-                   seconds=c.seconds, exposed=c.exposed_seconds, costed=True) for c in costs]
+    probes = [Cost(Collective(strategy=c.strategy, name=c.name or c.strategy,
+                              operation=c.operation, group_size=c.group_size,
+                              hides_behind=c.hides_behind),
+                   c.buffer_bytes, c.calls_per_step, c.tier, c.seconds, c.exposed_seconds, True)
+              for c in costs]
     hidden = hide_costs(probes, compute, attention)
     return [attrs.evolve(c, exposed_seconds=h.exposed) for c, h in zip(costs, hidden)]
 
@@ -212,7 +226,7 @@ def rank_shape(spec: Spec, composition: Composition) -> RankShape:
 
 def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               kinds: StageKinds, parameters: Sequence[Mapping[str, float]],
-              materialized_scores: bool) -> TimeCore:
+              materialized_scores: bool, cache: EvaluationCache | None = None) -> TimeCore:
     """How long one optimizer step takes, in parts."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     peak = gpu.peak_flops_per_s(spec.precision.compute)
@@ -237,20 +251,35 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
     return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
-                     peak, materialized_scores)
+                     peak, _shape_loss(spec, composition, facts, materialized_scores, cache))
+
+
+def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
+                materialized_scores: bool, cache: EvaluationCache | None) -> Value:
+    """What one micro-batch's products lose to their shapes, along the pipeline."""
+    shape = rank_shape(spec, composition)
+    gpu, recompute, fraction = spec.hardware.gpu, spec.training.recompute, \
+        facts.recomputed_fraction
+
+    def compute() -> Value:
+        return shape_loss_seconds(spec, shape, rates_of(gpu), recompute, fraction,
+                                  materialized_scores)
+
+    if cache is None or is_array(fraction) or is_array(shape.micro_batch_size):
+        return compute()
+    key = (cache.footprint_key(spec), gpu, shape, fraction, materialized_scores)
+    return cache.shape_loss(key, compute)
 
 
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value, peak: float,
-              materialized_scores: bool) -> TimeCore:
+              shape_loss_per_micro_batch: Value) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
     rate = peak * gpu.matmul_efficiency
     m = composition.micro_batches_per_step()
-    shape_loss = shape_loss_seconds(
-        spec, rank_shape(spec, composition), rates_of(gpu), spec.training.recompute,
-        facts.recomputed_fraction, materialized_scores) / stages * m
+    shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = (facts.hardware_flops_per_step + composition.sum_of("extra_flops_per_step")
                 - composition.sum_of("skipped_flops_per_step"))
     matmul = hardware / n / rate * facts.slowest_stage_factor + shape_loss

@@ -27,10 +27,44 @@ def bad_number(value: Any, *, at_least: float = 0.0, at_most: float | None = Non
     return True
 
 
+def _plainly_fine(transform: Transform, name: str) -> bool:
+    """The common case, quickly: every number plain, >= 0 (divisors >= 1, overlaps <= 1)
+    and finite (a sum of non-negative numbers is finite only when each is)."""
+    sizes = [transform.extra_flops_per_step, transform.skipped_flops_per_step,
+             transform.bubble_fraction, transform.buffer_bytes, transform.added_activation_bytes]
+    ones = [s.divisor for s in transform.shards] + [c.copies for c in transform.copies]
+    ones += [s.divisor for s in transform.activation_splits]
+    shares = []
+    for c in transform.collectives:
+        if c.strategy != name or c.bytes_per_parameter is not None and c.component is None:
+            return False
+        sizes += (c.buffer_bytes, c.calls_per_step)
+        shares.append(c.overlap)
+        if c.bytes_per_parameter is not None:
+            sizes.append(c.bytes_per_parameter)
+    for w in transform.host_work:
+        if w.strategy != name:
+            return False
+        sizes += (w.seconds_per_parameter, w.passes_per_step)
+        shares.append(w.overlap)
+    numbers = sizes + ones + shares
+    if not all(type(v) in (int, float) for v in numbers):
+        return False
+    try:
+        return (min(sizes, default=0) >= 0 and min(ones, default=1) >= 1
+                and min(shares, default=0) >= 0 and max(shares, default=0) <= 1
+                and math.isfinite(math.fsum(numbers)))
+    except OverflowError:
+        return False
+
+
 def transform_problems(transform: Any, name: str, spec: Spec) -> list[str]:
     """What is wrong with a strategy's transform, in words (empty when nothing)."""
     if not isinstance(transform, Transform):
         return [f"transform() returned {type(transform).__name__}, not Transform"]
+    if transform.strategy == name and _plainly_fine(transform, name):
+        return _collective_groups(transform, spec.hardware.num_gpus) + _stage_problems(
+            transform, spec) + _micro_batch_problems(transform)
     problems = []
     if transform.strategy != name:
         problems.append(f"Transform.strategy is {transform.strategy!r}, not {name!r}")
@@ -45,11 +79,29 @@ def transform_problems(transform: Any, name: str, spec: Spec) -> list[str]:
                   "buffer_bytes", "added_activation_bytes"):
         if bad_number(getattr(transform, label)):
             problems.append(f"{label} {getattr(transform, label)!r} is not a finite number >= 0")
-    m = transform.micro_batches_per_step
-    if m is not None and bad_number(m, at_least=1):
-        problems.append(f"micro_batches_per_step {m!r} is not a number >= 1")
+    problems += _micro_batch_problems(transform)
     problems += _stage_problems(transform, spec)
     problems += _host_problems(transform, name)
+    return problems
+
+
+def _micro_batch_problems(transform: Transform) -> list[str]:
+    m = transform.micro_batches_per_step
+    if m is not None and bad_number(m, at_least=1):
+        return [f"micro_batches_per_step {m!r} is not a number >= 1"]
+    return []
+
+
+def _collective_groups(transform: Transform, n: int) -> list[str]:
+    problems = []
+    for c in transform.collectives:
+        if not isinstance(c.group_size, int) or c.group_size < 1 or n % c.group_size:
+            problems.append(f"collective {c.name!r}: group_size {c.group_size!r} does not "
+                            f"divide num_gpus ({n})")
+        elif not isinstance(c.group_stride, int) or c.group_stride < 1 or (
+                c.group_size * c.group_stride > n):
+            problems.append(f"collective {c.name!r}: group_size x group_stride "
+                            f"({c.group_size} x {c.group_stride}) exceeds num_gpus ({n})")
     return problems
 
 
@@ -65,16 +117,9 @@ def _collective_problems(transform: Transform, name: str, n: int) -> list[str]:
                                                   or c.component is None):
             problems.append(f"collective {c.name!r}: bytes_per_parameter "
                             f"{c.bytes_per_parameter!r} needs a component and a number >= 0")
-        if not isinstance(c.group_size, int) or c.group_size < 1 or n % c.group_size:
-            problems.append(f"collective {c.name!r}: group_size {c.group_size!r} does not "
-                            f"divide num_gpus ({n})")
-        elif not isinstance(c.group_stride, int) or c.group_stride < 1 or (
-                c.group_size * c.group_stride > n):
-            problems.append(f"collective {c.name!r}: group_size x group_stride "
-                            f"({c.group_size} x {c.group_stride}) exceeds num_gpus ({n})")
         if bad_number(c.overlap, at_most=1):
             problems.append(f"collective {c.name!r}: overlap {c.overlap!r} outside [0, 1]")
-    return problems
+    return problems + _collective_groups(transform, n)
 
 
 def _stage_problems(transform: Transform, spec: Spec) -> list[str]:

@@ -66,7 +66,7 @@ def max_batch_size(serving: Serving) -> Limit:
     capacity = _capacity(serving)
 
     def memory(batch: int) -> ServingMemory:
-        return peak_memory(serving.with_batch(batch))
+        return peak_memory(serving, batch=batch)
 
     best = largest_fitting(lambda batch: memory(batch).total_bytes <= capacity)
     base = memory(max(best or 1, 1))

@@ -16,7 +16,8 @@ from llmpar.inference import derivations as d
 from llmpar.inference.capacity import Limit, max_batch_size, max_context_tokens
 from llmpar.inference.communication import step_collectives, unknown_links
 from llmpar.inference.formats import matmul_dtype
-from llmpar.inference.memory import ServingMemory, peak_memory
+from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
+from llmpar.inference.operations import count_layer_kinds, weights_by_group
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.phases import (
     PhaseResult,
@@ -45,8 +46,11 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -
                           forward_flops_per_sequence=None, activations=None,
                           activations_unavailable="serving keeps no activations for backward")
     transforms = tuple(transforms_of(spec, footprint, layout, strategies))
-    return Serving(spec=spec, layout=layout, footprint=footprint, transforms=transforms,
-                   stages=stages_of(spec, transforms))
+    serving = Serving(spec=spec, layout=layout, footprint=footprint, transforms=transforms,
+                      stages=stages_of(spec, transforms))
+    serving = attrs.evolve(serving, weights_by_group=weights_by_group(serving),
+                           layer_counts=count_layer_kinds(serving))
+    return attrs.evolve(serving, fixed=fixed_parts(serving))
 
 
 def untimed(serving: Serving) -> str | None:

@@ -60,11 +60,24 @@ def cached_tokens(tokens: int, window: int | None, block: int | None, context: i
     return -(-per_rank // block) * block
 
 
+def layer_windows(model: Model, inference: Inference,
+                  layers: Iterable[int]) -> tuple[tuple[int | None, int], ...]:
+    """How many of `layers` keep each window (None: every token)."""
+    counts: dict[int | None, int] = {}
+    for index in layers:
+        window = layer_window(model, inference, index)
+        counts[window] = counts.get(window, 0) + 1
+    return tuple(counts.items())
+
+
 def kv_cache_bytes(model: Model, inference: Inference, layout: Layout, layers: Iterable[int],
-                   batch: int, tokens: int) -> int:
-    """The cache of `batch` sequences of `tokens` each, in `layers`, on one GPU."""
+                   batch: int, tokens: int,
+                   windows: tuple[tuple[int | None, int], ...] | None = None) -> int:
+    """The cache of `batch` sequences of `tokens` each, in `layers` (counted by window in
+    `windows` when given), on one GPU."""
     per_token = kv_bytes_per_token(model, inference.kv_cache, layout.degree("tensor"))
     context = layout.degree("context")
-    held = sum(cached_tokens(tokens, layer_window(model, inference, i),
-                             inference.kv_block_tokens, context) for i in layers)
+    counted = layer_windows(model, inference, layers) if windows is None else windows
+    held = sum(count * cached_tokens(tokens, window, inference.kv_block_tokens, context)
+               for window, count in counted)
     return round(per_token * batch * held)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 
 from llmpar.evaluation.stages import stage_parameters
-from llmpar.inference.kv_cache import kv_cache_bytes
+from llmpar.inference.kv_cache import kv_cache_bytes, layer_windows
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.serving import Serving
 from llmpar.inference.weights import weight_bytes
@@ -36,55 +36,84 @@ class ServingMemory:
                 + self.overhead_bytes)
 
 
-def prefill_steps(serving: Serving) -> int:
+def prefill_steps(serving: Serving, batch: int | None = None) -> int:
     """Forward steps of the prefill: the batch's prompts in chunks of prefill_chunk_tokens."""
     inference = serving.inference
-    total = inference.batch_size * inference.prompt_tokens
+    total = (inference.batch_size if batch is None else batch) * inference.prompt_tokens
     chunk = inference.prefill_chunk_tokens or total
     return -(-total // chunk)
 
 
-def prefill_shape(serving: Serving) -> StepShape:
+def prefill_shape(serving: Serving, batch: int | None = None) -> StepShape:
     """One prefill step on one GPU: its share of the prompts' tokens (split over context
     ranks) and the sequences whose first token it samples."""
     inference = serving.inference
-    steps = prefill_steps(serving)
-    tokens = inference.batch_size * inference.prompt_tokens / steps
-    return StepShape(tokens=tokens / serving.degree("context"),
-                     rows=inference.batch_size / steps)
+    batch = inference.batch_size if batch is None else batch
+    steps = prefill_steps(serving, batch)
+    tokens = batch * inference.prompt_tokens / steps
+    return StepShape(tokens=tokens / serving.degree("context"), rows=batch / steps)
 
 
-def decode_shape(serving: Serving) -> StepShape:
+def decode_shape(serving: Serving, batch: int | None = None) -> StepShape:
     """One decode step: one token per sequence, each sampled."""
-    batch = serving.inference.batch_size
+    batch = serving.inference.batch_size if batch is None else batch
     return StepShape(tokens=batch, rows=batch)
 
 
-def stage_workspace(serving: Serving, stage: Stage) -> float:
+def stage_workspace(serving: Serving, stage: Stage, batch: int | None = None) -> float:
     """The larger of a prefill and a decode step's workspace; logits only on the last stage."""
     spec = serving.spec
-    shapes = (prefill_shape(serving), decode_shape(serving))
+    shapes = (prefill_shape(serving, batch), decode_shape(serving, batch))
     return max(workspace_bytes(spec.model, spec.precision.activations, serving.degree("tensor"),
                                shape.tokens, shape.rows if stage.has_head else 0.0)
                for shape in shapes)
 
 
-def stage_memory(serving: Serving, stage: Stage, tokens: int) -> ServingMemory:
-    """One GPU of `stage` with the batch's sequences at `tokens` tokens each."""
+@attrs.frozen(kw_only=True)
+class StageFixed:
+    """What a stage's memory holds whatever the batch and context: its weights, the
+    runtime allowance, and its layers counted by cache window."""
+
+    stage: Stage
+    weights_bytes: int
+    overhead_bytes: int
+    windows: tuple[tuple[int | None, int], ...]
+
+
+def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
+    """Every stage's fixed part (computed once per serving spec)."""
+    spec = serving.spec
+    overhead = runtime_overhead(spec, serving.layout).total_bytes
+    found = []
+    for stage in serving.stages:
+        parameters = stage_parameters(spec, serving.footprint, stage)
+        layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
+        found.append(StageFixed(
+            stage=stage, weights_bytes=round(weight_bytes(spec, parameters,
+                                                          list(serving.transforms))),
+            overhead_bytes=overhead, windows=layer_windows(spec.model, serving.inference,
+                                                           layers)))
+    return tuple(found)
+
+
+def stage_memory(serving: Serving, fixed: StageFixed, tokens: int,
+                 batch: int | None = None) -> ServingMemory:
+    """One GPU of a stage with `batch` sequences (default the spec's) at `tokens` each."""
     spec, inference = serving.spec, serving.inference
-    parameters = stage_parameters(spec, serving.footprint, stage)
-    layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
+    batch = inference.batch_size if batch is None else batch
     return ServingMemory(
-        stage=stage.index,
-        weights_bytes=round(weight_bytes(spec, parameters, list(serving.transforms))),
-        kv_cache_bytes=kv_cache_bytes(spec.model, inference, serving.layout, layers,
-                                      inference.batch_size, tokens),
-        workspace_bytes=round(stage_workspace(serving, stage)),
-        overhead_bytes=runtime_overhead(spec, serving.layout).total_bytes)
+        stage=fixed.stage.index, weights_bytes=fixed.weights_bytes,
+        kv_cache_bytes=kv_cache_bytes(spec.model, inference, serving.layout, (), batch, tokens,
+                                      fixed.windows),
+        workspace_bytes=round(stage_workspace(serving, fixed.stage, batch)),
+        overhead_bytes=fixed.overhead_bytes)
 
 
-def peak_memory(serving: Serving, tokens: int | None = None) -> ServingMemory:
-    """The stage that needs the most, at `tokens` per sequence (default prompt + generated)."""
+def peak_memory(serving: Serving, tokens: int | None = None,
+                batch: int | None = None) -> ServingMemory:
+    """The stage that needs the most, at `tokens` per sequence (default prompt + generated)
+    and `batch` sequences (default the spec's)."""
     held = serving.inference.context_tokens if tokens is None else tokens
-    found = [stage_memory(serving, stage, held) for stage in serving.stages]
+    fixed = serving.fixed or fixed_parts(serving)
+    found = [stage_memory(serving, part, held, batch) for part in fixed]
     return max(found, key=lambda memory: memory.total_bytes)

@@ -89,16 +89,28 @@ def attention_pairs(step: Step, window: int | None, context: int) -> float:
     return step.sequences * per_sequence / context
 
 
-def layer_kinds(serving: Serving) -> Counter[LayerKind]:
+def count_layer_kinds(serving: Serving) -> tuple[tuple[LayerKind, int], ...]:
     """How many layers of each kind (MoE or dense MLP, window) the model has."""
     model, inference = serving.spec.model, serving.inference
-    return Counter(LayerKind(moe=model.is_moe_layer(i), window=layer_window(model, inference, i))
-                   for i in range(model.num_layers or 0))
+    counts = Counter(LayerKind(moe=model.is_moe_layer(i),
+                               window=layer_window(model, inference, i))
+                     for i in range(model.num_layers or 0))
+    return tuple(sorted(counts.items(), key=lambda item: repr(item[0])))
+
+
+def layer_kinds(serving: Serving) -> tuple[tuple[LayerKind, int], ...]:
+    """The serving's layer kinds, counted once (`Serving.layer_counts`)."""
+    return serving.layer_counts or count_layer_kinds(serving)
+
+
+def weights_by_group(serving: Serving) -> dict[str, float]:
+    """All weights on one GPU by group, computed once (`Serving.weights_by_group`)."""
+    return dict(serving.weights_by_group) or weight_bytes_by_group(
+        serving.spec, serving.footprint.parameters.by_group, list(serving.transforms))
 
 
 def _per_layer(serving: Serving, group: str, layers: int) -> float:
-    by_group = weight_bytes_by_group(serving.spec, serving.footprint.parameters.by_group,
-                                     list(serving.transforms))
+    by_group = serving.weights_by_group or weights_by_group(serving)
     return by_group.get(group, 0.0) / max(1, layers)
 
 
@@ -236,12 +248,13 @@ def outer_ops(serving: Serving, step: Step) -> list[Operation]:
 
 def scaled(op: Operation, count: int) -> Operation:
     """`count` identical operations as one (the roofline of each scales alike)."""
-    return attrs.evolve(op, flops=op.flops * count, bytes=op.bytes * count)
+    return Operation(name=op.name, flops=op.flops * count, bytes=op.bytes * count,
+                     dtype=op.dtype)
 
 
 def step_ops(serving: Serving, step: Step) -> list[Operation]:
     """Every operation of one forward step, along the pipeline."""
     ops = outer_ops(serving, step)
-    for kind, count in sorted(layer_kinds(serving).items(), key=lambda item: repr(item[0])):
+    for kind, count in layer_kinds(serving):
         ops += [scaled(op, count) for op in layer_ops(serving, step, kind)]
     return ops

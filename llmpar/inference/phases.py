@@ -12,6 +12,9 @@ A phase is compute-, memory- or communication-bound by the largest of its three 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import attrs
 
 from llmpar.inference.capacity import largest_fitting
@@ -20,7 +23,14 @@ from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Operation, Step, step_ops
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost, InferencePhase
-from llmpar.roofline import Rates, floor_seconds, is_compute_bound, seconds
+from llmpar.roofline import (
+    Rates,
+    compute_seconds,
+    floor_seconds,
+    is_compute_bound,
+    memory_seconds,
+    seconds,
+)
 
 COMPUTE_BOUND_SEARCH_LIMIT = 2**24
 """Largest batch the compute-bound search tries."""
@@ -91,15 +101,56 @@ def decode(serving: Serving, rates: Rates) -> PhaseResult:
     return run_phase(serving, decode_step(serving), 1, rates)
 
 
+def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[float, float]]:
+    """(compute seconds, memory seconds) of each operation of a decode step at `batch`."""
+    batched = serving.with_batch(batch)
+    return [(compute_seconds(op, rates), memory_seconds(op, rates))
+            for op in step_ops(batched, decode_step(batched))]
+
+
+def _memory_bound(parts: list[tuple[float, float]]) -> bool:
+    """Whether the operations' memory-bound time exceeds their compute-bound time."""
+    compute = sum(c for c, m in parts if c > m)
+    memory = sum(m for c, m in parts if not c > m)
+    return compute < memory
+
+
+def _affine(serving: Serving, rates: Rates) -> Callable[[int], bool] | None:
+    """The decode predicate from each operation's times as straight lines in the batch
+    (two evaluations), when they are (checked at two more batches); None when some
+    operation is not (MoE experts touched: a curve)."""
+    one, two = _decode_parts(serving, rates, 1), _decode_parts(serving, rates, 2)
+    lines = [(c1, c2 - c1, m1, m2 - m1) for (c1, m1), (c2, m2) in zip(one, two)]
+    for batch in (7, 1000):
+        for (c0, dc, m0, dm), (c, m) in zip(lines, _decode_parts(serving, rates, batch)):
+            if not (math.isclose(c0 + dc * (batch - 1), c, rel_tol=1e-9, abs_tol=1e-300)
+                    and math.isclose(m0 + dm * (batch - 1), m, rel_tol=1e-9, abs_tol=1e-300)):
+                return None
+
+    def predicate(batch: int) -> bool:
+        return _memory_bound([(c0 + dc * (batch - 1), m0 + dm * (batch - 1))
+                              for c0, dc, m0, dm in lines])
+
+    return predicate
+
+
 def compute_bound_batch(serving: Serving, rates: Rates) -> int | None:
     """The smallest batch at which a decode step's compute part reaches its memory part;
     None when none up to COMPUTE_BOUND_SEARCH_LIMIT does (the cache reads grow with the batch
-    as fast as the FLOPs)."""
+    as fast as the FLOPs). Searched on straight lines fitted to the operations when they
+    are straight (then confirmed on the operations themselves at the answer), else on the
+    operations at each batch tried."""
 
-    def memory_bound(batch: int) -> bool:
-        phase = decode(serving.with_batch(batch), rates).phase
-        return phase.compute_seconds < phase.memory_seconds
+    def exact(batch: int) -> bool:
+        return _memory_bound(_decode_parts(serving, rates, batch))
 
-    below = largest_fitting(memory_bound, COMPUTE_BOUND_SEARCH_LIMIT)
+    lines = _affine(serving, rates)
+    if lines is not None:
+        below = largest_fitting(lines, COMPUTE_BOUND_SEARCH_LIMIT)
+        confirmed = (below is None and exact(COMPUTE_BOUND_SEARCH_LIMIT)) or (
+            below is not None and (below == 0 or exact(below))
+            and not exact(below + 1))
+        if confirmed:
+            return None if below is None else below + 1
+    below = largest_fitting(exact, COMPUTE_BOUND_SEARCH_LIMIT)
     return None if below is None else below + 1
-

@@ -3,6 +3,9 @@ the strategies' transforms and the pipeline stages."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 from llmpar.footprint.baseline import Footprint
@@ -18,6 +21,14 @@ class Serving:
     footprint: Footprint
     transforms: tuple[Transform, ...]
     stages: tuple[Stage, ...]
+    weights_by_group: Mapping[str, float] = attrs.field(factory=dict, eq=False)
+    """Bytes of each parameter group's weights on one GPU under the shards, all layers
+    (`llmpar.inference.weights`): computed once, read by every operation."""
+    layer_counts: tuple[tuple[Any, int], ...] = attrs.field(default=(), eq=False)
+    """How many layers of each kind (`llmpar.inference.operations.LayerKind`)."""
+    fixed: tuple[Any, ...] = attrs.field(default=(), eq=False)
+    """Each stage's weights, runtime allowance and cache windows
+    (`llmpar.inference.memory.StageFixed`): computed once."""
 
     @property
     def inference(self) -> Inference:

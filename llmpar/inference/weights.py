@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llmpar.evaluation.compose import component_bytes
+from llmpar.evaluation.compose import Composition
 from llmpar.inference.formats import bytes_per_parameter
 from llmpar.spec import Spec
 from llmpar.strategy import Transform
@@ -19,9 +19,10 @@ def weight_bytes_by_group(spec: Spec, parameters: Mapping[str, float],
     """Bytes of each group of `parameters` on one GPU, at its format, under the shards."""
     assert spec.inference is not None
     activations = spec.precision.activations
-    return {group: component_bytes({group: count},
-                                   bytes_per_parameter(group, spec.inference, activations),
-                                   "weights", transforms)
+    composition = Composition(transforms)
+    return {group: composition.held({group: count},
+                                    bytes_per_parameter(group, spec.inference, activations),
+                                    "weights")
             for group, count in parameters.items()}
 
 

@@ -108,14 +108,21 @@ def nested_axes(strategies: Mapping[str, Strategy]) -> frozenset[str]:
 
 def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:
     """Every cross-field problem of `spec`, the layout's and each strategy's included."""
+    return checked_layout(spec, strategies)[1]
+
+
+def checked_layout(spec: Spec, strategies: Mapping[str, Strategy]
+                   ) -> tuple[Layout | None, list[Problem]]:
+    """The resolved layout and every cross-field problem of `spec` (`spec_problems`);
+    no layout when the spec names a strategy no plugin provides."""
     workload = training_problems(spec) if spec.inference is None else inference_problems(spec)
     problems = model_problems(spec.model) + workload
     unknown = [name for name in spec.parallel if name not in strategies]
     problems += [Problem(f"$.parallel.{name}", "no loaded plugin provides this strategy")
                  for name in unknown]
     if problems:
-        return problems
+        return None, problems
     layout, problems = resolve_layout(spec, strategies)
     for name in sorted(spec.parallel, key=lambda n: (strategies[n].phase, n)):
         problems += strategies[name].check(spec.parallel[name], spec, layout)
-    return problems
+    return layout, problems

@@ -1,0 +1,91 @@
+"""Results that many evaluations share, kept by the session that made them.
+
+The baseline footprint depends only on the model, the formats and the training table;
+the training facts only on those, the pipeline stages and the global batch. A sweep,
+a search or an embedder evaluating many layouts of one model reuses them. They are
+pure functions of their keys (frozen specs), so a cached result is the result; the
+cache holds at most `size` of each, dropping the oldest.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+from llmpar.evaluation.facts import StageKinds, TrainingFacts, stage_kind, training_facts
+from llmpar.evaluation.stages import stage_inventory
+from llmpar.footprint.baseline import Footprint, baseline_footprint
+from llmpar.footprint.inventory import ActivationInventory
+from llmpar.spec import Spec
+from llmpar.strategy import Stage
+
+T = TypeVar("T")
+SIZE = 64
+
+
+class Bounded:
+    """A dict of at most `size` entries, oldest dropped first."""
+
+    def __init__(self, size: int = SIZE):
+        self.size = size
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        found = self._items.get(key, self)
+        if found is self:
+            found = compute()
+            self._items[key] = found
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return found  # type: ignore[no-any-return]
+
+
+class EvaluationCache:
+    """Footprints and training facts, by what they depend on."""
+
+    def __init__(self, size: int = SIZE):
+        self._footprints = Bounded(size)
+        self._facts = Bounded(size)
+        self._inventories = Bounded(size)
+        self._structures = Bounded(size)
+        self._shape_losses = Bounded(size)
+        self._rows = Bounded(size)
+
+    @staticmethod
+    def footprint_key(spec: Spec) -> Hashable:
+        return spec.model, spec.precision, spec.training
+
+    def footprint(self, spec: Spec) -> Footprint:
+        return self._footprints.get(self.footprint_key(spec), lambda: baseline_footprint(spec))
+
+    def facts(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
+              kinds: StageKinds, global_batch: int) -> TrainingFacts:
+        key = (self.footprint_key(spec), _layers(stages), global_batch)
+        return self._facts.get(key, lambda: training_facts(spec, footprint, stages, kinds,
+                                                           global_batch))
+
+    def stage_inventory(self, spec: Spec, footprint: Footprint,
+                        stage: Stage) -> ActivationInventory:
+        key = (self.footprint_key(spec), stage_kind(spec, stage))
+        return self._inventories.get(key, lambda: stage_inventory(spec, footprint, stage))
+
+    def structure(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
+                  compute: Callable[[], tuple[StageKinds, tuple[dict[str, float], ...]]]
+                  ) -> tuple[StageKinds, tuple[dict[str, float], ...]]:
+        """The stages' kinds and each kind's parameters, by the stages' layers."""
+        key = (self.footprint_key(spec), _layers(stages))
+        return self._structures.get(key, compute)
+
+    def shape_loss(self, key: Hashable, compute: Callable[[], float]) -> float:
+        """What products lose to their shapes (`llmpar.evaluation.matmuls`), by the spec's
+        model, formats and training, the GPU and the rank's shape."""
+        return self._shape_losses.get(key, compute)
+
+    def rows(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The plan's saved-tensor rows, by stage inventory and activation splits."""
+        return self._rows.get(key, compute)
+
+
+def _layers(stages: Sequence[Stage]) -> tuple[tuple[int, int, bool, bool], ...]:
+    return tuple((s.first_layer, s.num_layers, s.has_embedding, s.has_head) for s in stages)
