@@ -1,151 +1,183 @@
-"""The result of evaluating a spec: a Plan, plain data that serializes as is."""
+"""The result of evaluating a spec: a Plan, plain data that serializes as is.
+
+Every plan has the memory of its busiest GPU, the model and the layout; a training
+plan has a `training` part, a serving plan one `serving` pool or more (today one: its
+replicas prefill and decode). The fields of schema 1, a flat record for both workloads,
+stay readable as properties with their schema-1 meaning, and `to_dict()` keeps every
+schema-1 key beside the nested parts (docs/json-schema.md); fields added since live only
+in the nested parts.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
-from llmpar.units import format_bytes
+from llmpar.plan_records import (
+    CollectiveCost,
+    Derivation,
+    InferencePhase,
+    SavedTensorRow,
+    StageMemory,
+    StrategyNote,
+)
 
 PLAN_SCHEMA_VERSION = 1
 """Version of the Plan's field names and meanings (`to_dict()` carries it)."""
 
-
-@attrs.frozen(kw_only=True)
-class Derivation:
-    """How one number of a plan was produced."""
-
-    quantity: str
-    """The Plan field (or intermediate) this explains."""
-    value: float | int | bool | None
-    unit: str
-    rule: str
-    """The formula, in the symbols of `inputs`."""
-    source: str
-    """Paper and equation, datasheet, or spec key the rule comes from."""
-    inputs: dict[str, float | int | str] = attrs.field(factory=dict, hash=False)
-
-    def render(self) -> str:
-        """A few lines: quantity = value, rule, inputs and source."""
-        value = self.value
-        if self.unit == "bytes" and isinstance(value, (int, float)):
-            shown = format_bytes(value)
-        elif isinstance(value, float):
-            shown = f"{value:.6g} {self.unit}".rstrip()
-        else:
-            shown = f"{value} {self.unit}".rstrip()
-        lines = [f"{self.quantity} = {shown}", f"  rule:   {self.rule}"]
-        if self.inputs:
-            listed = ", ".join(f"{k} = {_short(v)}" for k, v in self.inputs.items())
-            lines.append(f"  inputs: {listed}")
-        lines.append(f"  source: {self.source}")
-        return "\n".join(lines)
-
-
-def _short(value: float | int | str) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+__all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase", "Plan",
+           "SavedTensorRow", "ServingPool", "StageMemory", "StrategyNote", "TrainingPart"]
 
 
 @attrs.frozen(kw_only=True)
-class SavedTensorRow:
-    """One activation tensor as it lands on a GPU, after splits."""
+class TrainingPart:
+    """What a training plan holds beyond what every plan has."""
 
-    name: str
-    reason: str
-    shape: str
-    bytes_per_element: float
-    bytes: float
-    """Bytes of one instance (one layer's, or the single one outside layers)."""
-    layer_kind: str
-    """The kind of layer that keeps it ("dense", "moe", ...), or "" outside the layers."""
-    layers: int
-    """How many layers keep one each (1 outside the layers)."""
-
-    @property
-    def per_layer(self) -> bool:
-        return bool(self.layer_kind)
-
-
-@attrs.frozen(kw_only=True)
-class CollectiveCost:
-    """One kind of communication in a step, costed on the links its group spans."""
-
-    strategy: str
-    operation: str
-    """all-reduce, all-gather, reduce-scatter, all-to-all or send-recv."""
-    name: str = ""
-    """The strategy's public name for it ("tensor.layer-output"): what another strategy's
-    `Transform.replaces` names."""
-    buffer_bytes: int
-    """Bytes each GPU contributes to one call."""
-    group_size: int
-    tier: str
-    """The slowest link the group spans: "intra-node" or "inter-node"."""
-    calls_per_step: float
-    seconds: float
-    """All calls of one step together, on one GPU."""
-    exposed_seconds: float
-    """The part not hidden behind compute."""
-    hides_behind: str = "compute"
-    """What its hidden part runs behind: "compute" (any of the step's) or "attention"
-    (the attention products only)."""
-    reason: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class StageMemory:
-    """Memory of one pipeline stage's GPUs (one stage when there is no pipeline)."""
-
-    stage: int
-    layers: int
-    weights_bytes: int
-    gradients_bytes: int
-    optimizer_bytes: int
-    activations_bytes: int | None
-    buffers_bytes: int
-    total_bytes: int
-    micro_batches_in_flight: float
-    host_bytes: int = 0
-    """Model states of one GPU kept in host memory instead (offloaded); not in total_bytes."""
+    sequence_length: int
+    micro_batch_size: int
+    global_batch_size: int
+    micro_batches_per_step: int
+    tokens_per_step: int
+    flops_per_step: float
+    """Model FLOPs of one step, all GPUs (exact per-operation count, or 6ND for a
+    model given only by its size: see `flops_method`)."""
+    flops_per_step_6nd: float
+    flops_method: str
+    hardware_flops_per_step: float
+    """Model FLOPs plus recomputation."""
+    step_seconds: float | None
+    tokens_per_second: float | None
+    mfu: float | None
+    hfu: float | None
+    train_tokens: float | None
+    train_steps: float | None
+    train_flops: float | None
+    train_seconds: float | None
+    gpu_hours: float | None
+    activation_model: str
+    activation_k: float | None
+    """The founding document's k: activations / (b * s * L * h * d), no recompute."""
+    activation_tensors: tuple[SavedTensorRow, ...] = ()
+    time_model: str = "assumed-mfu"
+    """"assumed-mfu" (step time from a stated utilization) or "modelled" (compute at
+    a shape-dependent efficiency, plus exposed communication, bubble and optimizer)."""
+    compute_seconds: float | None = None
+    """Per-GPU compute of one step, without waiting or communication."""
+    communication_seconds: float = 0.0
+    """All communication of one step on one GPU, hidden or not."""
+    exposed_communication_seconds: float = 0.0
+    bubble_fraction: float = 0.0
+    """Pipeline idle time as a share of compute time."""
+    bubble_seconds: float = 0.0
+    optimizer_seconds: float = 0.0
+    offload_seconds: float = 0.0
+    """Work of one step on offloaded states outside the GPU (host-link copies, the
+    host's optimizer step), hidden behind compute or not."""
+    exposed_offload_seconds: float = 0.0
+    collectives: tuple[CollectiveCost, ...] = ()
+    notes: tuple[StrategyNote, ...] = ()
+    """What each strategy did (`Transform.notes`)."""
 
 
 @attrs.frozen(kw_only=True)
-class InferencePhase:
-    """One phase of serving, prefill or decode: one step on one GPU, by roofline.
+class ServingPool:
+    """GPUs that serve requests under one layout: replicas that prefill and decode (a
+    plan may list pools of different roles, such as separate prefill and decode pools)."""
 
-    seconds = compute_seconds + memory_seconds + communication_seconds, where each
-    operation counts as compute or memory by whichever of its FLOPs and bytes takes longer.
-    """
+    name: str = "replicas"
+    role: str = "prefill+decode"
+    """"prefill+decode" (every replica does both), or "prefill" or "decode"."""
+    num_gpus: int
+    layout: dict[str, int] = attrs.field(hash=False)
+    batch_size: int
+    """Sequences per replica."""
+    global_batch_size: int
+    """Sequences of all replicas."""
+    context_tokens: int
+    """Prompt + generated tokens per sequence."""
+    tokens_per_step: int
+    """Output tokens of one batch, all replicas."""
+    kv_cache_bytes: int | None
+    """The key/value cache on one GPU at the end of generation."""
+    workspace_bytes: int | None
+    """Activations of the largest forward step on one GPU."""
+    runtime_overhead_bytes: int | None
+    """CUDA context, communication buffers and allocator headroom on one GPU."""
+    max_batch_size: int | None
+    """The most sequences per replica that fit at the spec's context."""
+    max_batch_size_limited_by: str | None
+    max_context_tokens: int | None
+    """The longest prompt + generated tokens that fits at the spec's batch."""
+    max_context_tokens_limited_by: str | None
+    time_model: str = "roofline"
+    flops_per_step: float = 0.0
+    """FLOPs of serving one batch, all GPUs of the pool."""
+    flops_per_step_6nd: float = 0.0
+    flops_method: str = "roofline-operations"
+    prefill_seconds: float | None = None
+    """Time to first token (the prefill of the batch)."""
+    tpot_seconds: float | None = None
+    """Time per output token after the first (one decode step)."""
+    latency_seconds: float | None = None
+    """prefill_seconds + (generated_tokens - 1) * tpot_seconds."""
+    tokens_per_second: float | None = None
+    tokens_per_second_per_gpu: float | None = None
+    tokens_per_second_per_user: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    communication_seconds: float = 0.0
+    exposed_communication_seconds: float = 0.0
+    decode_compute_bound_batch_size: int | None = None
+    """The smallest batch at which a decode step is compute-bound, if any."""
+    phases: tuple[InferencePhase, ...] = ()
+    collectives: tuple[CollectiveCost, ...] = ()
+    notes: tuple[StrategyNote, ...] = ()
 
-    name: str
-    """"prefill" (the prompts, up to the first token) or "decode" (one output token)."""
-    seconds: float
-    """Prefill: time to first token. Decode: one step, at the average context."""
-    floor_seconds: float
-    """max(FLOPs / peak, bytes / HBM bandwidth) at 100% efficiency, no communication:
-    no implementation is faster."""
-    compute_seconds: float
-    """Time of the operations whose FLOPs take longer than their bytes."""
-    memory_seconds: float
-    """Time of the operations whose bytes take longer than their FLOPs."""
-    communication_seconds: float
-    """Collectives and pipeline hand-offs on the critical path."""
-    bound: str
-    """"compute", "memory" or "communication": the largest of the three parts."""
-    flops: float
-    """FLOPs of the phase on one GPU per pipeline stage (summed along the pipeline)."""
-    bytes: float
-    """Bytes moved to and from HBM in the phase (weights, KV cache, activations), one GPU
-    per pipeline stage."""
-    tokens: int
-    """New tokens per sequence in the phase (prefill: the prompt; decode: 1)."""
-    context_tokens: float
-    """Tokens attended at the end of the phase (decode: the average over the steps)."""
-    steps: int
-    """Forward passes in the phase (prefill: chunks; decode: 1)."""
+
+T = TypeVar("T")
+
+
+class _V1(Generic[T]):
+    """A schema-1 field of the flat record, read from the plan's part (`training`, or
+    the first serving pool); `training` and `serving` name the part's field, or give the
+    schema-1 placeholder for the other workload as `(value,)`."""
+
+    def __init__(self, training: str | tuple[Any], serving: str | tuple[Any]):
+        self.training, self.serving = training, serving
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, plan: None, owner: type) -> _V1[T]: ...
+
+    @overload
+    def __get__(self, plan: Plan, owner: type) -> T: ...
+
+    @staticmethod
+    def spelling(owner: type, name: str, *, training: bool) -> str:
+        """The part's field behind the schema-1 field `name`."""
+        field = owner.__dict__.get(name)
+        if not isinstance(field, _V1):
+            raise AttributeError(f"Plan has no field {name!r}")
+        spelled = field.training if training else field.serving
+        if isinstance(spelled, tuple):
+            raise AttributeError(f"{name!r} is a placeholder in a "
+                                 f"{'training' if training else 'serving'} plan")
+        return spelled
+
+    def __get__(self, plan: Plan | None, owner: type) -> Any:
+        if plan is None:
+            return self
+        part: Any = plan.training if plan.training is not None else (
+            plan.serving[0] if plan.serving else None)
+        spelled = self.training if plan.training is not None else self.serving
+        if isinstance(spelled, tuple):
+            return spelled[0]
+        return None if part is None else getattr(part, spelled)
 
 
 @attrs.frozen(kw_only=True)
@@ -181,88 +213,105 @@ class Plan:
     """Parameters one token passes through (MoE: only its routed experts)."""
     parameters_by_group: dict[str, int] = attrs.field(hash=False)
 
-    sequence_length: int
-    micro_batch_size: int
-    global_batch_size: int
-    micro_batches_per_step: int
-    tokens_per_step: int
-    flops_per_step: float
-    """Model FLOPs of one step, all GPUs (exact per-operation count, or 6ND for a
-    model given only by its size: see `flops_method`)."""
-    flops_per_step_6nd: float
-    flops_method: str
-    hardware_flops_per_step: float
-    """Model FLOPs plus recomputation."""
-
-    step_seconds: float | None
-    tokens_per_second: float | None
-    mfu: float | None
-    hfu: float | None
-    train_tokens: float | None
-    train_steps: float | None
-    train_flops: float | None
-    train_seconds: float | None
-    gpu_hours: float | None
-
-    activation_model: str
-    activation_k: float | None
-    """The founding document's k: activations / (b * s * L * h * d), no recompute."""
-    activation_tensors: tuple[SavedTensorRow, ...] = ()
-
-    time_model: str = "assumed-mfu"
-    """"assumed-mfu" (step time from a stated utilization) or "modelled" (compute at
-    a shape-dependent efficiency, plus exposed communication, bubble and optimizer)."""
-    compute_seconds: float | None = None
-    """Per-GPU compute of one step, without waiting or communication."""
-    communication_seconds: float = 0.0
-    """All communication of one step on one GPU, hidden or not."""
-    exposed_communication_seconds: float = 0.0
-    bubble_fraction: float = 0.0
-    """Pipeline idle time as a share of compute time."""
-    bubble_seconds: float = 0.0
-    optimizer_seconds: float = 0.0
-    offload_seconds: float = 0.0
-    """Work of one step on offloaded states outside the GPU (host-link copies, the
-    host's optimizer step), hidden behind compute or not."""
-    exposed_offload_seconds: float = 0.0
-    collectives: tuple[CollectiveCost, ...] = ()
     peak_stage: int = 0
     """The pipeline stage whose GPUs need the most memory; memory fields are its."""
     stages: tuple[StageMemory, ...] = ()
 
     workload: str = "training"
-    """"training" or "inference": which of the fields below the plan fills."""
-    kv_cache_bytes: int | None = None
-    """Inference: the key/value cache on one GPU at the end of generation."""
-    runtime_overhead_bytes: int | None = None
-    """Inference: CUDA context, communication buffers and allocator headroom on one GPU
-    (also counted in buffers_bytes)."""
-    max_batch_size: int | None = None
-    """Inference: the most sequences per replica that fit at the spec's context."""
-    max_batch_size_limited_by: str | None = None
-    max_context_tokens: int | None = None
-    """Inference: the longest prompt + generated tokens that fits at the spec's batch."""
-    max_context_tokens_limited_by: str | None = None
-    prefill_seconds: float | None = None
-    """Inference: time to first token (the prefill of the batch)."""
-    tpot_seconds: float | None = None
-    """Inference: time per output token after the first (one decode step)."""
-    latency_seconds: float | None = None
-    """Inference: prefill_seconds + (generated_tokens - 1) * tpot_seconds."""
-    tokens_per_second_per_gpu: float | None = None
-    tokens_per_second_per_user: float | None = None
-    decode_compute_bound_batch_size: int | None = None
-    """Inference: the smallest batch at which a decode step is compute-bound, if any."""
-    phases: tuple[InferencePhase, ...] = ()
+    """"training" or "inference": which part the plan has."""
+    training: TrainingPart | None = None
+    """The training part (None for a serving plan)."""
+    serving: tuple[ServingPool, ...] = ()
+    """The serving pools (empty for a training plan)."""
 
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data (dicts, lists, numbers, strings, None)."""
-        from llmpar.loading.dump import plain_converter
+    # --- schema 1's flat fields, read from the parts --------------------------------
+    sequence_length = _V1[int]("sequence_length", "context_tokens")
+    micro_batch_size = _V1[int]("micro_batch_size", "batch_size")
+    global_batch_size = _V1[int]("global_batch_size", "global_batch_size")
+    micro_batches_per_step = _V1[int]("micro_batches_per_step", (1,))
+    tokens_per_step = _V1[int]("tokens_per_step", "tokens_per_step")
+    flops_per_step = _V1[float]("flops_per_step", "flops_per_step")
+    flops_per_step_6nd = _V1[float]("flops_per_step_6nd", "flops_per_step_6nd")
+    flops_method = _V1[str]("flops_method", "flops_method")
+    hardware_flops_per_step = _V1[float]("hardware_flops_per_step", "flops_per_step")
+    step_seconds = _V1[float | None]("step_seconds", "latency_seconds")
+    tokens_per_second = _V1[float | None]("tokens_per_second", "tokens_per_second")
+    mfu = _V1[float | None]("mfu", "mfu")
+    hfu = _V1[float | None]("hfu", "hfu")
+    train_tokens = _V1[float | None]("train_tokens", (None,))
+    train_steps = _V1[float | None]("train_steps", (None,))
+    train_flops = _V1[float | None]("train_flops", (None,))
+    train_seconds = _V1[float | None]("train_seconds", (None,))
+    gpu_hours = _V1[float | None]("gpu_hours", (None,))
+    activation_model = _V1[str]("activation_model", ("inference-workspace",))
+    activation_k = _V1[float | None]("activation_k", (None,))
+    activation_tensors = _V1[tuple[SavedTensorRow, ...]]("activation_tensors", ((),))
+    time_model = _V1[str]("time_model", "time_model")
+    compute_seconds = _V1[float | None]("compute_seconds", (None,))
+    communication_seconds = _V1[float]("communication_seconds", "communication_seconds")
+    exposed_communication_seconds = _V1[float]("exposed_communication_seconds",
+                                                    "exposed_communication_seconds")
+    bubble_fraction = _V1[float]("bubble_fraction", (0.0,))
+    bubble_seconds = _V1[float]("bubble_seconds", (0.0,))
+    optimizer_seconds = _V1[float]("optimizer_seconds", (0.0,))
+    offload_seconds = _V1[float]("offload_seconds", (0.0,))
+    exposed_offload_seconds = _V1[float]("exposed_offload_seconds", (0.0,))
+    collectives = _V1[tuple[CollectiveCost, ...]]("collectives", "collectives")
+    kv_cache_bytes = _V1[int | None]((None,), "kv_cache_bytes")
+    runtime_overhead_bytes = _V1[int | None]((None,), "runtime_overhead_bytes")
+    max_batch_size = _V1[int | None]((None,), "max_batch_size")
+    max_batch_size_limited_by = _V1[str | None]((None,), "max_batch_size_limited_by")
+    max_context_tokens = _V1[int | None]((None,), "max_context_tokens")
+    max_context_tokens_limited_by = _V1[str | None]((None,),
+                                                         "max_context_tokens_limited_by")
+    prefill_seconds = _V1[float | None]((None,), "prefill_seconds")
+    tpot_seconds = _V1[float | None]((None,), "tpot_seconds")
+    latency_seconds = _V1[float | None]((None,), "latency_seconds")
+    tokens_per_second_per_gpu = _V1[float | None]((None,), "tokens_per_second_per_gpu")
+    tokens_per_second_per_user = _V1[float | None]((None,), "tokens_per_second_per_user")
+    decode_compute_bound_batch_size = _V1[int | None]((None,),
+                                                           "decode_compute_bound_batch_size")
+    phases = _V1[tuple[InferencePhase, ...]](((),), "phases")
 
-        return plain_converter().unstructure(self)
+    @property
+    def notes(self) -> tuple[StrategyNote, ...]:
+        """What each strategy did, from the plan's part."""
+        if self.training is not None:
+            return self.training.notes
+        return tuple(note for pool in self.serving for note in pool.notes)
+
+    def evolve(self, **changes: Any) -> Plan:
+        """A copy with fields changed; a schema-1 name of a part's field (`step_seconds`,
+        `collectives`, ...) changes it in the plan's part."""
+        own = {f.name for f in attrs.fields(Plan)}
+        top = {k: v for k, v in changes.items() if k in own}
+        parted = {k: v for k, v in changes.items() if k not in own}
+        if parted and self.training is not None:
+            top["training"] = attrs.evolve(self.training, **{
+                _V1.spelling(Plan, k, training=True): v for k, v in parted.items()})
+        elif parted and self.serving:
+            first = attrs.evolve(self.serving[0], **{
+                _V1.spelling(Plan, k, training=False): v for k, v in parted.items()})
+            top["serving"] = (first, *self.serving[1:])
+        return attrs.evolve(self, **top)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data: every schema-1 key, in schema-1 order, then the
+        `training` part and the `serving` pools (docs/json-schema.md)."""
+        from llmpar.plan_json import plan_to_dict
+
+        return plan_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The Plan `to_dict()` wrote; a schema-1 dict without the nested parts is read
+        from its flat keys."""
+        from llmpar.plan_json import plan_from_dict
+
+        return plan_from_dict(data)
 
     def derivation(self, quantity: str) -> Derivation:
         """How `quantity` was derived; KeyError if the plan has no record of it."""
@@ -272,6 +321,11 @@ class Plan:
         raise KeyError(quantity)
 
     def explain(self, quantity: str | None = None) -> str:
-        """Each number with the rule and source that produced it (or just one)."""
+        """Each number with the rule and source that produced it (or just one); with no
+        quantity, what each strategy did too."""
         items = [self.derivation(quantity)] if quantity else list(self.derivations)
-        return "\n\n".join(item.render() for item in items)
+        text = "\n\n".join(item.render() for item in items)
+        if quantity is None and self.notes:
+            text += "\n\nstrategies:\n" + "\n".join(f"  {n.strategy}: {n.text}"
+                                                   for n in self.notes)
+        return text

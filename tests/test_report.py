@@ -14,7 +14,17 @@ import pytest
 
 import llmpar
 from llmpar.cli.main import main
-from llmpar.plan import CollectiveCost, Derivation, Plan, SavedTensorRow, StageMemory
+from llmpar.plan import (
+    CollectiveCost,
+    Derivation,
+    Plan,
+    SavedTensorRow,
+    ServingPool,
+    StageMemory,
+    StrategyNote,
+    TrainingPart,
+)
+from llmpar.plan_json import KEYS
 from llmpar.report import markdown_report, print_report, render, report_warnings, text_report
 from llmpar.report.diff import plan_differences
 from llmpar.report.fields import format_size, format_value
@@ -48,8 +58,8 @@ def staged(plan: Plan) -> Plan:
         CollectiveCost(strategy="tensor", operation="all-gather", buffer_bytes=21 * 10**6,
                        group_size=4, tier="intra-node", calls_per_step=144, seconds=0.9,
                        exposed_seconds=0.9))
-    return attrs.evolve(
-        plan, time_model="modelled", compute_seconds=0.8, communication_seconds=1.25,
+    return plan.evolve(
+        time_model="modelled", compute_seconds=0.8, communication_seconds=1.25,
         exposed_communication_seconds=0.95, bubble_fraction=0.375, bubble_seconds=0.3,
         optimizer_seconds=0.02, step_seconds=2.07, collectives=collectives, stages=stages,
         peak_stage=0, warnings=())
@@ -114,7 +124,7 @@ def test_time_breakdown_adds_up_to_the_step(plan):
 
 
 def test_stage_table_marks_the_peak(plan):
-    text = text_report(attrs.evolve(staged(plan), peak_stage=2))
+    text = text_report(staged(plan).evolve(peak_stage=2))
     section = text[text.index("Memory per pipeline stage"):].split("\n\n")[0]
     marked = [line for line in section.splitlines() if line.startswith("* ")]
     assert len(marked) == 1 and marked[0].split()[1] == "2"
@@ -124,7 +134,7 @@ def test_stage_table_marks_the_peak(plan):
 
 
 def test_single_stage_shows_no_stage_table(plan):
-    one = attrs.evolve(staged(plan), stages=staged(plan).stages[:1])
+    one = staged(plan).evolve(stages=staged(plan).stages[:1])
     assert "Memory per pipeline stage" not in text_report(one)
 
 
@@ -133,7 +143,7 @@ def test_warnings_bubble_and_exposed_communication(plan):
     assert any("bubble is 37.5%" in w for w in found)
     assert any("exposed communication (950.00 ms) exceeds compute (800.00 ms)" in w
                for w in found)
-    calm = attrs.evolve(staged(plan), bubble_fraction=0.2, exposed_communication_seconds=0.8)
+    calm = staged(plan).evolve(bubble_fraction=0.2, exposed_communication_seconds=0.8)
     assert report_warnings(calm) == ()
 
 
@@ -202,20 +212,28 @@ def _documented(section: str) -> set[str]:
 
 
 def record_classes() -> list[type]:
-    """Plan and every attrs class its fields hold (collectives, stages, ...)."""
+    """Plan and every attrs class its fields hold (its parts, collectives, stages, ...)."""
     found: list[type] = [Plan]
-    for hint in typing.get_type_hints(Plan).values():
-        found += [arg for arg in typing.get_args(hint) if attrs.has(arg) and arg not in found]
+    for cls in found:
+        for hint in typing.get_type_hints(cls).values():
+            found += [arg for arg in (hint, *typing.get_args(hint))
+                      if isinstance(arg, type) and attrs.has(arg) and arg not in found]
     return found
 
 
 def test_record_classes_are_found():
-    assert {SavedTensorRow, CollectiveCost, StageMemory, Derivation} <= set(record_classes())
+    assert {SavedTensorRow, CollectiveCost, StageMemory, Derivation, TrainingPart, ServingPool,
+            StrategyNote} <= set(record_classes())
+
+
+def _keys(cls: type) -> set[str]:
+    """The JSON keys of a record: a Plan's are schema 1's and its parts'."""
+    return set(KEYS) if cls is Plan else {field.name for field in attrs.fields(cls)}
 
 
 @pytest.mark.parametrize("cls", record_classes(), ids=lambda cls: cls.__name__)
 def test_every_field_is_documented(cls):
-    fields = {field.name for field in attrs.fields(cls)}
+    fields = _keys(cls)
     documented = _documented(cls.__name__)
     assert fields - documented == set(), f"undocumented {cls.__name__} fields"
     assert documented - fields == set(), f"documented fields {cls.__name__} lacks"

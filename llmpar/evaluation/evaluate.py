@@ -39,7 +39,7 @@ from llmpar.evaluation.time_records import StepTime, step_time_record
 from llmpar.evaluation.timing import run_length, step_flops
 from llmpar.evaluation.validity import transform_problems
 from llmpar.footprint.baseline import Footprint, baseline_footprint
-from llmpar.plan import Derivation, Plan
+from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 
@@ -180,16 +180,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
                             time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
-    return Plan(
-        model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
-        layout=dict(layout.degrees),
-        weights_bytes=peak.weights_bytes, gradients_bytes=peak.gradients_bytes,
-        optimizer_bytes=peak.optimizer_bytes, activations_bytes=peak.activations_bytes,
-        buffers_bytes=peak.buffers_bytes, total_bytes=peak.total_bytes, capacity_bytes=capacity,
-        fits=peak.total_bytes <= capacity, host_bytes=host_bytes,
-        parameters=round(footprint.parameters.total),
-        active_parameters=round(footprint.parameters.active),
-        parameters_by_group=dict(footprint.parameters.by_group),
+    training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
         global_batch_size=flops.global_batch_size,
@@ -211,7 +202,18 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
         optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
         exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
-        peak_stage=peak.stage, stages=records,
+        notes=strategy_notes(transforms))
+    return Plan(
+        model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
+        layout=dict(layout.degrees),
+        weights_bytes=peak.weights_bytes, gradients_bytes=peak.gradients_bytes,
+        optimizer_bytes=peak.optimizer_bytes, activations_bytes=peak.activations_bytes,
+        buffers_bytes=peak.buffers_bytes, total_bytes=peak.total_bytes, capacity_bytes=capacity,
+        fits=peak.total_bytes <= capacity, host_bytes=host_bytes,
+        parameters=round(footprint.parameters.total),
+        active_parameters=round(footprint.parameters.active),
+        parameters_by_group=dict(footprint.parameters.by_group),
+        peak_stage=peak.stage, stages=records, training=training,
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
         derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
@@ -227,6 +229,12 @@ def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,
         return tensor_rows(inventory, composition)
     key = (cache.footprint_key(spec), stage_kind(spec, stage), composition.tag_key())
     return cache.rows(key, lambda: tensor_rows(inventory, composition))
+
+
+def strategy_notes(transforms: Sequence[Transform]) -> tuple[StrategyNote, ...]:
+    """What each strategy says it did (`Transform.notes`), for the plan."""
+    return tuple(StrategyNote(strategy=t.strategy, text=text)
+                 for t in transforms for text in t.notes)
 
 
 def _utilization(spec: Spec, flops: float, hardware_flops: float,

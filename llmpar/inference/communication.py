@@ -108,7 +108,7 @@ def cost(serving: Serving, collective: Collective) -> CollectiveCost:
     per_call, tier = call_seconds(collective, serving.spec.hardware)
     seconds = (per_call or 0.0) * collective.calls_per_step
     return CollectiveCost(strategy=collective.strategy, operation=collective.operation,
-                          buffer_bytes=round(collective.buffer_bytes),
+                          name=collective.name, buffer_bytes=round(collective.buffer_bytes),
                           group_size=collective.group_size, tier=tier,
                           calls_per_step=collective.calls_per_step, seconds=seconds,
                           exposed_seconds=seconds * (1 - collective.overlap),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from llmpar.evaluation.evaluate import transforms_of
+from llmpar.evaluation.evaluate import strategy_notes, transforms_of
 from llmpar.evaluation.stages import stages_of
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.parameters import count_parameters
@@ -28,7 +28,7 @@ from llmpar.inference.phases import (
     prefill_step,
 )
 from llmpar.inference.serving import Serving
-from llmpar.plan import Derivation, Plan
+from llmpar.plan import Derivation, Plan, ServingPool
 from llmpar.roofline import DEFAULT_SOURCE, Rates, rates_of
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
@@ -131,8 +131,8 @@ def _time_fields(serving: Serving, timing: Timing) -> dict[str, object]:
     communication = (prefill_phase.communication_seconds
                      + (generated - 1) * decode_phase.communication_seconds)
     return dict(
-        flops_per_step=flops, hardware_flops_per_step=flops, step_seconds=latency,
-        tokens_per_second=output_tokens / latency, mfu=utilization, hfu=utilization,
+        flops_per_step=flops, tokens_per_second=output_tokens / latency, mfu=utilization,
+        hfu=utilization,
         communication_seconds=communication, exposed_communication_seconds=communication,
         collectives=timing.prefill.collectives + timing.decode.collectives,
         prefill_seconds=prefill_phase.seconds, tpot_seconds=decode_phase.seconds,
@@ -154,6 +154,13 @@ def _time_derivations(serving: Serving, timing: Timing) -> list[Derivation]:
                                           dtype)])
 
 
+_TOP = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+        "buffers_bytes", "total_bytes", "capacity_bytes", "fits", "peak_stage", "model", "gpu",
+        "num_gpus", "layout", "parameters", "active_parameters", "parameters_by_group",
+        "workload")
+"""Fields of the Plan itself; the rest are the serving pool's."""
+
+
 def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit,
                    context: Limit) -> dict[str, object]:
     capacity = serving.spec.hardware.gpu.memory_bytes
@@ -162,6 +169,7 @@ def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit,
         activations_bytes=memory.workspace_bytes, buffers_bytes=memory.overhead_bytes,
         total_bytes=memory.total_bytes, capacity_bytes=capacity,
         fits=memory.total_bytes <= capacity, kv_cache_bytes=memory.kv_cache_bytes,
+        workspace_bytes=memory.workspace_bytes,
         runtime_overhead_bytes=memory.overhead_bytes, peak_stage=memory.stage,
         max_batch_size=batch.value, max_batch_size_limited_by=batch.limited_by,
         max_context_tokens=context.value, max_context_tokens_limited_by=context.limited_by)
@@ -176,16 +184,11 @@ def _workload_fields(serving: Serving) -> dict[str, object]:
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(serving.layout.degrees), parameters=round(parameters.total),
         active_parameters=round(parameters.active),
-        parameters_by_group=dict(parameters.by_group),
-        sequence_length=inference.context_tokens, micro_batch_size=inference.batch_size,
-        global_batch_size=global_batch, micro_batches_per_step=1,
-        tokens_per_step=global_batch * inference.generated_tokens,
-        flops_per_step_6nd=2 * parameters.active * processed,
-        flops_method="roofline-operations", activation_model="inference-workspace",
-        activation_k=None, workload="inference", time_model="roofline",
-        step_seconds=None, tokens_per_second=None, mfu=None, hfu=None, train_tokens=None,
-        train_steps=None, train_flops=None, train_seconds=None, gpu_hours=None,
-        flops_per_step=0.0, hardware_flops_per_step=0.0)
+        parameters_by_group=dict(parameters.by_group), workload="inference",
+        context_tokens=inference.context_tokens, batch_size=inference.batch_size,
+        global_batch_size=global_batch, tokens_per_step=global_batch * inference.generated_tokens,
+        flops_per_step_6nd=2 * parameters.active * processed, notes=strategy_notes(
+            [t for t in serving.transforms if t.strategy in WARNED_STRATEGIES]))
 
 
 def build_inference_plan(spec: Spec, layout: Layout,
@@ -202,5 +205,9 @@ def build_inference_plan(spec: Spec, layout: Layout,
     if timing is not None:
         fields.update(_time_fields(serving, timing))
         derivations += _time_derivations(serving, timing)
-    return Plan(**fields, warnings=tuple(_warnings(serving, memory, timing, why_untimed)),
+    top = {key: fields.pop(key) for key in _TOP}
+    pool = ServingPool(num_gpus=spec.hardware.num_gpus, layout=dict(serving.layout.degrees),
+                       **fields)  # type: ignore[arg-type]
+    return Plan(**top, serving=(pool,),  # type: ignore[arg-type]
+                warnings=tuple(_warnings(serving, memory, timing, why_untimed)),
                 derivations=tuple(derivations))

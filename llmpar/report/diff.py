@@ -7,10 +7,12 @@ from typing import Any
 import attrs
 
 from llmpar.plan import Plan
+from llmpar.plan_json import V1_KEYS
 from llmpar.report.fields import format_value
 from llmpar.report.tables import Table
 
-SKIPPED_FIELDS = ("activation_tensors", "collectives", "stages", "warnings", "derivations")
+SKIPPED_FIELDS = ("activation_tensors", "collectives", "stages", "warnings", "derivations",
+                  "phases", "training", "serving")
 """Record lists: `llmpar evaluate` shows them; their totals are compared here."""
 
 
@@ -33,14 +35,14 @@ class Difference:
 def _flat(plan: Plan) -> dict[str, Any]:
     """Scalar fields, with dict fields spread as `field.key`; totals of record lists."""
     values: dict[str, Any] = {}
-    for field in attrs.fields(Plan):
-        value = getattr(plan, field.name)
-        if field.name in SKIPPED_FIELDS:
+    for name in V1_KEYS:  # schema 1's fields, in their order
+        value = getattr(plan, name)
+        if name in SKIPPED_FIELDS:
             continue
         if isinstance(value, dict):
-            values.update({f"{field.name}.{key}": item for key, item in value.items()})
+            values.update({f"{name}.{key}": item for key, item in value.items()})
         else:
-            values[field.name] = value
+            values[name] = value
     values["collectives.seconds"] = sum(c.seconds for c in plan.collectives)
     values["collectives.exposed_seconds"] = sum(c.exposed_seconds for c in plan.collectives)
     values["warnings.count"] = len(plan.warnings)

@@ -29,6 +29,7 @@ def header(plan: Plan) -> Table:
     if plan.active_parameters != plan.parameters:
         parameters += f" ({format_count(plan.active_parameters)} active per token)"
     notes = [f"layout: {layout or '-'}", parameters + (f"; {groups}" if groups else "")]
+    notes += [f"{note.strategy}: {note.text}" for note in plan.notes]
     return Table(title=f"{plan.model} on {plan.num_gpus:,} x {plan.gpu}", columns=(),
                  notes=tuple(notes))
 
