@@ -10,15 +10,19 @@ arguments, so plugins written against an older contract keep working.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    from llmpar.footprint.activations import ActivationModel
+    from llmpar.plan import Plan
+    from llmpar.report.tables import Table
     from llmpar.search.dimension import SearchDimension
-    from llmpar.strategy import Strategy
+    from llmpar.spec import Hardware, Spec
+    from llmpar.strategy import Collective, Layout, Strategy
 
 PROJECT_NAME = "llmpar"
 
@@ -52,3 +56,36 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
     table with the values to try). `llmpar.search` enumerates every combination,
     the strategies' checks reject the invalid ones, and evaluation ranks the rest.
     """
+
+
+@hookspec
+def llmpar_register_activation_models(register: Callable[[str, ActivationModel], None]
+                                      ) -> None:
+    """Hand over activation models: call `register(name, model)` for each, `model(spec)`
+    returning the `ActivationInventory` of one micro-batch of one unsplit replica (see
+    `llmpar.footprint.activations`); `[training] activation_model = "<name>"` selects it.
+    A name llmpar already has is refused."""
+
+
+@hookspec(firstresult=True)
+def llmpar_collective_seconds(collective: Collective, hardware: Hardware,
+                              buffer_bytes: Any) -> tuple[Any, str] | None:
+    """Cost one call of a collective: (seconds, link tier), or None to leave it to llmpar's
+    alpha-beta model (`llmpar.communication.collectives.seconds_of`). `buffer_bytes` may be
+    a numpy array (the search costs a node of layouts at once): compute with it as with a
+    number. A topology-aware model (a fat tree, a rail-optimized network, NVLink domains)
+    goes here; the first implementation that answers wins."""
+
+
+@hookspec
+def llmpar_report_sections(plan: Plan) -> Sequence[Table] | None:
+    """Sections to add to the text and markdown reports of a plan: `llmpar.report.tables.
+    Table`s (title, columns, rows, notes), shown after llmpar's own."""
+
+
+@hookspec(firstresult=True)
+def llmpar_plan(spec: Spec, layout: Layout) -> Plan | None:
+    """The finished plan of a spec. llmpar's evaluation answers it; wrap it with
+    `@hookimpl(wrapper=True)` to see or change the plan (`plan = yield`, then return it,
+    e.g. `plan.evolve(warnings=...)`), or answer first (`tryfirst=True`) to replace
+    llmpar's evaluation of the specs you return a Plan for (None: llmpar's)."""

@@ -16,9 +16,16 @@ from typing import Any
 import attrs
 
 from llmpar import plugins as plugin_loading
-from llmpar.errors import PluginError, Problem, SpecError
+from llmpar.errors import PluginError, Problem, SpecError, did_you_mean
 from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.evaluate import build_plan
+from llmpar.extensions import (
+    collective_model,
+    gather_activation_models,
+    isolated,
+    report_sections,
+)
+from llmpar.footprint.activations import ActivationModel
 from llmpar.inference.evaluate import build_inference_plan
 from llmpar.loading.checks import checked_layout, nested_axes
 from llmpar.loading.converter import make_converter
@@ -29,6 +36,7 @@ from llmpar.loading.reader import SpecSource
 from llmpar.placement import Axis
 from llmpar.plan import Plan
 from llmpar.plugins import PluginInfo
+from llmpar.report.tables import Table
 from llmpar.search.dimension import SearchDimension
 from llmpar.search.dimensions import gather_dimensions
 from llmpar.spec import Spec
@@ -64,6 +72,9 @@ class Session:
         self.presets: PresetCatalog = self._collect_presets()
         self.search_dimensions: tuple[SearchDimension, ...] = gather_dimensions(
             self._plugins, self.strategies)
+        self.activation_models: Mapping[str, ActivationModel] = MappingProxyType(
+            gather_activation_models(self._plugins))
+        """llmpar's activation models and those plugins registered, by name."""
         self._drop_strategies_of_broken_plugins()
         self.axes: Mapping[str, Axis] = MappingProxyType(
             {name: s.axis for name, s in self.strategies.items() if s.axis is not None})
@@ -73,8 +84,10 @@ class Session:
             raise PluginError("; ".join(f"plugin {name!r}: {error}"
                                         for name, error in self._plugins.broken.items()))
         self.converter = make_converter()
-        self.cache = EvaluationCache()
-        """Footprints and training facts of earlier evaluations (pure; bounded)."""
+        self.cache = EvaluationCache(activation_models=self.activation_models,
+                                     collective_seconds=collective_model(self._plugins))
+        """The plugins' models, and footprints and training facts of earlier evaluations
+        (pure; bounded)."""
 
     def _collect_strategies(self) -> dict[str, Strategy]:
         found: dict[str, Strategy] = {}
@@ -157,13 +170,23 @@ class Session:
                 spec = source
             else:
                 table = spec_to_dict(source) if isinstance(source, Spec) else source
-                spec = load(table, self.presets, self.strategies, self.converter, overrides)
+                spec = load(table, self.presets, self.strategies, self.converter, overrides,
+                            self.activation_models)
             layout, problems = checked_layout(spec, self.strategies)
+            problems += self._activation_model_problems(spec)
             if problems or layout is None:
                 raise SpecError(problems, spec.source)
         except SpecError as error:
             raise self._name_missing_plugins(error) from None
         return spec, layout
+
+    def _activation_model_problems(self, spec: Spec) -> list[Problem]:
+        name = spec.training.activation_model
+        if spec.inference is not None or name in self.activation_models:
+            return []
+        listed = ", ".join(repr(n) for n in self.activation_models)
+        return [Problem("$.training.activation_model", f"must be one of {listed}, got "
+                        f"{name!r}{did_you_mean(name, self.activation_models)}")]
 
     def _name_missing_plugins(self, error: SpecError) -> SpecError:
         """Say which broken or blocked plugin an unknown `[parallel.<name>]` needs."""
@@ -179,9 +202,22 @@ class Session:
                  overrides: Mapping[str, Any] | None = None) -> Plan:
         """The Plan of a spec (a Spec, a path, TOML text or a mapping)."""
         spec, layout = self._checked(source, overrides)
+        hook = self.plugin_manager.hook.llmpar_plan
+        if not hook.get_hookimpls():
+            return self._build(spec, layout)
+        plan, set_aside = isolated(self._plugins, "llmpar_plan", lambda: hook.call_extra(
+            [self._build], {"spec": spec, "layout": layout}))
+        return plan.evolve(warnings=plan.warnings + tuple(set_aside)) if set_aside else plan
+
+    def _build(self, spec: Spec, layout: Layout) -> Plan:
+        """llmpar's own answer to `llmpar_plan`."""
         if spec.inference is not None:
             return build_inference_plan(spec, layout, self.strategies)
         return build_plan(spec, layout, self.strategies, self.cache)
+
+    def report_sections(self, plan: Plan) -> tuple[Table, ...]:
+        """The sections plugins add to the report of `plan` (`llmpar_report_sections`)."""
+        return report_sections(self._plugins, plan)
 
 
 def _check_strategy(strategy: Strategy, plugin: str) -> None:

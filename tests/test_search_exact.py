@@ -9,7 +9,7 @@ from search_specs import MOE_MODEL, SMALL_MODEL
 import llmpar
 from llmpar.evaluation.evaluate import score
 from llmpar.evaluation.facts import stage_kinds
-from llmpar.footprint.baseline import baseline_footprint
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.loading.checks import resolve_layout
 from llmpar.strategies.pipeline import PipelineConfig, in_flight
 from llmpar.strategy import Stage
@@ -42,7 +42,7 @@ def test_scores_equal_evaluate(model, parallel, recompute):
         "parallel": {**parallel, "data": {**parallel.get("data", {}), "degree": 2}}})
     session = llmpar.default_session()
     layout, _ = resolve_layout(spec, session.strategies)
-    total, seconds, _ = score(spec, layout, session.strategies, baseline_footprint(spec))
+    total, seconds, _ = score(spec, layout, session.strategies, EvaluationCache())
     plan = llmpar.evaluate(spec)
     assert (total, seconds) == (plan.total_bytes, plan.step_seconds)
 

@@ -40,7 +40,7 @@ SPACES = {
 def test_each_layout_gets_what_evaluating_it_alone_gives(name):
     session = llmpar.default_session()
     prepared = prepare(session, SPACES[name], {}, {})
-    path = FastPath(prepared, session.strategies, session.nested_axes)
+    path = FastPath(prepared, session)
     compared = 0
     for n, node in enumerate(prepared.space.nodes):
         result = path.evaluate(node)
@@ -132,7 +132,7 @@ def test_search_best_equals_brute_force_best(num_gpus, heads, batch, memory, gpu
 def test_layouts_right_at_the_memory_limit_are_kept():
     session = llmpar.default_session()
     prepared = prepare(session, small_spec(), {}, {})
-    path = FastPath(prepared, session.strategies, session.nested_axes)
+    path = FastPath(prepared, session)
     memory = np.concatenate([path.evaluate(node).total_bytes for node in prepared.space.nodes])
     limit = int(np.median(memory))
     search = {"memory_limit_bytes": limit, "micro_batch_sizes": [1, 2],

@@ -30,5 +30,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(session: Session, args: argparse.Namespace) -> int:
     plan = session.evaluate(args.spec, overrides(args.set))
-    print_report(plan, args.format)
+    print_report(plan, args.format, extra=session.report_sections(plan))
     return 0

@@ -10,17 +10,20 @@ cache holds at most `size` of each, dropping the oldest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from llmpar.evaluation.facts import StageKinds, TrainingFacts, stage_kind, training_facts
 from llmpar.evaluation.stages import stage_inventory
+from llmpar.footprint.activations import ActivationModel
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import ActivationInventory
-from llmpar.spec import Spec
-from llmpar.strategy import Stage
+from llmpar.spec import Hardware, Spec
+from llmpar.strategy import Collective, Stage
 
 T = TypeVar("T")
+CollectiveSeconds = Callable[[Collective, Hardware, Any], tuple[Any, str]]
+"""(collective, hardware, buffer bytes) -> (seconds of one call or None, link tier)."""
 SIZE = 64
 
 
@@ -32,7 +35,10 @@ class Bounded:
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        found = self._items.get(key, self)
+        try:
+            found = self._items.get(key, self)
+        except TypeError:  # an array inside the key (a search node): nothing to share
+            return compute()
         if found is self:
             found = compute()
             self._items[key] = found
@@ -42,9 +48,15 @@ class Bounded:
 
 
 class EvaluationCache:
-    """Footprints and training facts, by what they depend on."""
+    """What a session brings to every evaluation: its plugins' activation models and
+    collective cost model, and the footprints and training facts it keeps."""
 
-    def __init__(self, size: int = SIZE):
+    def __init__(self, size: int = SIZE,
+                 activation_models: Mapping[str, ActivationModel] | None = None,
+                 collective_seconds: CollectiveSeconds | None = None):
+        self.activation_models = activation_models
+        self.collective_seconds = collective_seconds
+        """Cost of one collective call; None: llmpar's (`seconds_of`)."""
         self._footprints = Bounded(size)
         self._facts = Bounded(size)
         self._inventories = Bounded(size)
@@ -57,7 +69,8 @@ class EvaluationCache:
         return spec.model, spec.precision, spec.training
 
     def footprint(self, spec: Spec) -> Footprint:
-        return self._footprints.get(self.footprint_key(spec), lambda: baseline_footprint(spec))
+        return self._footprints.get(self.footprint_key(spec), lambda: baseline_footprint(
+            spec, self.activation_models))
 
     def facts(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
               kinds: StageKinds, global_batch: int) -> TrainingFacts:

@@ -268,10 +268,11 @@ def _host_rules(spec: Spec, host_bytes: int,
 
 
 def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
-          footprint: Footprint) -> tuple[int, float | None, str]:
+          cache: EvaluationCache) -> tuple[int, float | None, str]:
     """(total bytes, step seconds, time model) of one layout, without building a Plan."""
+    footprint = cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
-    core = evaluate_core(spec, footprint, layout, transforms)
+    core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
     step = core.time.step
     return int(core.memory.peak_total), None if step is None else float(step), \
         core.time.time_model

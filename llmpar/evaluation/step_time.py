@@ -35,7 +35,7 @@ import attrs
 
 from llmpar.arrays import Value, is_array, minimum, where
 from llmpar.communication.collectives import seconds_of
-from llmpar.evaluation.cache import EvaluationCache
+from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
@@ -134,7 +134,8 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
 
 
 def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
-                     parameters: Sequence[Mapping[str, float]]) -> tuple[Cost, ...]:
+                     parameters: Sequence[Mapping[str, float]],
+                     cost_model: CollectiveSeconds | None = None) -> tuple[Cost, ...]:
     """Every collective still in force, costed on its link, for one step on one GPU
     (one that runs nowhere is left out)."""
     found = []
@@ -149,7 +150,7 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
                 per_parameter[key] = parameters_per_gpu(composition, kinds, parameters,
                                                         collective)
             buffer = collective.bytes_per_parameter * per_parameter[key]
-        per_call, tier = seconds_of(collective, spec.hardware, buffer)
+        per_call, tier = (cost_model or seconds_of)(collective, spec.hardware, buffer)
         seconds = (0.0 if per_call is None else per_call) * calls
         found.append(Cost(collective, buffer, calls, tier, seconds,
                           seconds * (1 - collective.overlap), per_call is not None))
@@ -230,7 +231,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     """How long one optimizer step takes, in parts."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     peak = gpu.peak_flops_per_s(spec.precision.compute)
-    costs = collective_costs(spec, composition, kinds, parameters)
+    costs = collective_costs(spec, composition, kinds, parameters,
+                             None if cache is None else cache.collective_seconds)
     host = host_time(composition, parameters)
     bubble = composition.sum_of("bubble_fraction")
     if peak is None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
-from llmpar.footprint.activation_models import ACTIVATION_MODELS, ActivationUnavailable
+from llmpar.footprint.activation_models import (
+    ACTIVATION_MODELS,
+    ActivationModel,
+    ActivationUnavailable,
+)
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD, ForwardFlops, forward_flops_per_sequence
 from llmpar.footprint.inventory import ActivationInventory
 from llmpar.footprint.parameters import ParameterCount, count_parameters
@@ -40,8 +46,10 @@ class Footprint:
         return (1.0 + BACKWARD_TO_FORWARD) * self.forward_flops_per_sequence.total
 
 
-def baseline_footprint(spec: Spec) -> Footprint:
-    """Count parameters, FLOPs and activations of `spec`'s model and workload."""
+def baseline_footprint(spec: Spec,
+                       models: Mapping[str, ActivationModel] | None = None) -> Footprint:
+    """Count parameters, FLOPs and activations of `spec`'s model and workload; `models`
+    are the activation models by name (default llmpar's own)."""
     model, training = spec.model, spec.training
     flops = None
     if model.has_architecture:
@@ -49,7 +57,11 @@ def baseline_footprint(spec: Spec) -> Footprint:
         flops = forward_flops_per_sequence(model, training.sequence_length, causal)
     activations, unavailable = None, None
     try:
-        activations = ACTIVATION_MODELS[training.activation_model](spec)
+        model_of = (ACTIVATION_MODELS if models is None else models).get(
+            training.activation_model)
+        if model_of is None:
+            raise ActivationUnavailable(f"no activation model {training.activation_model!r}")
+        activations = model_of(spec)
     except ActivationUnavailable as exc:
         unavailable = str(exc)
     return Footprint(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import cattrs
 
 from llmpar.errors import Problem, SpecError, did_you_mean
+from llmpar.footprint.activations import ACTIVATION_MODELS
 from llmpar.hf.importer import model_table_from_hf
 from llmpar.loading.converter import structure
 from llmpar.loading.presets import PresetCatalog, PresetNotFound
@@ -182,8 +183,11 @@ def structure_spec(
     strategies: Mapping[str, Strategy],
     converter: cattrs.Converter,
     label: str | None,
+    activation_models: Collection[str] | None = None,
 ) -> tuple[Spec | None, list[Problem]]:
-    """Build a Spec from a table; on failure None and every problem found."""
+    """Build a Spec from a table; on failure None and every problem found.
+    `activation_models` are the names `[training] activation_model` may take (default
+    llmpar's own)."""
     problems: list[Problem] = []
     for key in raw:
         if key not in SECTIONS:
@@ -229,9 +233,9 @@ def structure_spec(
     precision, found = structure(converter, _section(raw, "precision", problems), Precision,
                                  "$.precision")
     problems += found
-    training, found = structure(converter, _section(raw, "training", problems), Training,
-                                "$.training")
-    problems += found
+    training_table = _section(raw, "training", problems)
+    training, found = structure(converter, training_table, Training, "$.training")
+    problems += found + _activation_model_problems(training_table, activation_models)
     inference, found = _structure_inference(raw, converter, problems)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
@@ -247,18 +251,32 @@ def structure_spec(
     return spec, []
 
 
+def _activation_model_problems(table: Mapping[str, Any],
+                               names: Collection[str] | None) -> list[Problem]:
+    """`[training] activation_model` must name a model the session has."""
+    name = table.get("activation_model")
+    known = ACTIVATION_MODELS if names is None else names
+    if not isinstance(name, str) or name in known:
+        return []
+    listed = ", ".join(repr(n) for n in known)
+    return [Problem("$.training.activation_model",
+                    f"must be one of {listed}, got {name!r}{did_you_mean(name, known)}")]
+
+
 def load(
     source: SpecSource,
     catalog: PresetCatalog,
     strategies: Mapping[str, Strategy],
     converter: cattrs.Converter,
     overrides: Mapping[str, Any] | None = None,
+    activation_models: Collection[str] | None = None,
 ) -> Spec:
     """Read `source`, set `overrides` (dotted keys), structure; raise SpecError
     naming every problem."""
     raw, label = read_source(source)
     raw = apply_overrides(raw, overrides or {})
-    spec, problems = structure_spec(raw, catalog, strategies, converter, label)
+    spec, problems = structure_spec(raw, catalog, strategies, converter, label,
+                                    activation_models)
     if spec is None:
         raise SpecError(problems, label)
     return spec

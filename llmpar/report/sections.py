@@ -3,6 +3,8 @@ elsewhere; these only select and format the Plan's numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmpar.plan import Plan
 from llmpar.report.fields import format_size
 from llmpar.report.serving import phases, serving, serving_memory
@@ -211,12 +213,13 @@ def warnings(plan: Plan) -> Table | None:
     return Table(title="Warnings", columns=(), notes=found) if found else None
 
 
-def all_sections(plan: Plan) -> tuple[Table, ...]:
-    """Every section that has something to show, in report order."""
+def all_sections(plan: Plan, extra: Sequence[Table] = ()) -> tuple[Table, ...]:
+    """Every section that has something to show, in report order; `extra` (plugins'
+    sections, `llmpar_report_sections`) before the warnings."""
     if plan.workload == "inference":
         built = (header(plan), serving_memory(plan), serving(plan), phases(plan),
-                 collectives(plan), warnings(plan))
+                 collectives(plan))
     else:
         built = (header(plan), memory(plan), stages(plan), saved_tensors(plan), compute(plan),
-                 time_breakdown(plan), collectives(plan), run(plan), warnings(plan))
-    return tuple(table for table in built if table is not None)
+                 time_breakdown(plan), collectives(plan), run(plan))
+    return tuple(table for table in (*built, *extra, warnings(plan)) if table is not None)

@@ -5,6 +5,8 @@ Only imported when rich is installed; `llmpar.report.print_report` decides.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, Group, RenderableType
 from rich.table import Table as RichTable
 from rich.text import Text
@@ -48,13 +50,13 @@ def rich_table(table: Table) -> RenderableType:
     return out
 
 
-def rich_report(plan: Plan) -> RenderableType:
+def rich_report(plan: Plan, extra: Sequence[Table] = ()) -> RenderableType:
     """The whole plan as rich renderables."""
     parts: list[RenderableType] = []
-    for table in all_sections(plan):
+    for table in all_sections(plan, extra):
         parts += [rich_table(table), Text("")]
     return Group(*parts[:-1])
 
 
-def print_rich(plan: Plan, console: Console | None = None) -> None:
-    (console or Console()).print(rich_report(plan))
+def print_rich(plan: Plan, console: Console | None = None, extra: Sequence[Table] = ()) -> None:
+    (console or Console()).print(rich_report(plan, extra))

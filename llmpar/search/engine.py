@@ -60,7 +60,7 @@ def finish(session: Session, prepared: Prepared, tally: Tally, seconds: float) -
     objective = settings.objective
     best = top(tally.entries, objective, settings.top)
     front = pareto_front(tally.entries)
-    judge = Judge(prepared, session.strategies)
+    judge = Judge(prepared, session.strategies, session.cache)
     ranked = tuple(_ranked(session, judge, prepared, entry, rank)
                    for rank, entry in enumerate(best, 1))
     pareto = tuple(_point(judge, prepared, entry) for entry in front)

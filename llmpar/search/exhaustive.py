@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmpar.errors import Problem
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.evaluate import score
-from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.loading.checks import resolve_layout, spec_problems
 from llmpar.search.candidates import SpecBuilder
 from llmpar.search.ranking import Entry
@@ -20,7 +20,6 @@ from llmpar.search.tally import Tally
 
 if TYPE_CHECKING:
     from llmpar.search.prepare import Prepared
-    from llmpar.spec import Spec, Training
     from llmpar.strategy import Strategy
 
 
@@ -40,18 +39,12 @@ layouts, or "evaluating" them exactly."""
 class Judge:
     """Checks and scores single layouts of one prepared search."""
 
-    def __init__(self, prepared: Prepared, strategies: Mapping[str, Strategy[Any]]):
+    def __init__(self, prepared: Prepared, strategies: Mapping[str, Strategy[Any]],
+                 cache: EvaluationCache | None = None):
         self.prepared = prepared
         self.strategies = strategies
         self.builder = SpecBuilder(prepared.spec, strategies, prepared.space.dimensions)
-        self._footprints: dict[Training, Footprint] = {}
-
-    def footprint(self, spec: Spec) -> Footprint:
-        """The baseline footprint, once per `[training]` table (it never reads the layout)."""
-        found = self._footprints.get(spec.training)
-        if found is None:
-            found = self._footprints[spec.training] = baseline_footprint(spec)
-        return found
+        self.cache = cache if cache is not None else EvaluationCache()
 
     def examine(self, index: int) -> tuple[Problem | None, Score | None]:
         """The layout's first problem, or its exact score."""
@@ -60,7 +53,7 @@ class Judge:
         if problems:
             return problems[0], None
         layout, _ = resolve_layout(spec, self.strategies)
-        total, seconds, model = score(spec, layout, self.strategies, self.footprint(spec))
+        total, seconds, model = score(spec, layout, self.strategies, self.cache)
         return None, Score(total_bytes=total, step_seconds=seconds, time_model=model)
 
     def judge(self, index: int, tally: Tally) -> Entry | None:

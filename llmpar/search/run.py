@@ -55,7 +55,8 @@ def run_nodes(session: Session, prepared: Prepared, nodes: list[int], exact: boo
     if not exact:
         from llmpar.search.vectorised import run_fast
 
-        return run_fast(prepared, session.strategies, session.nested_axes, nodes, progress)
+        return run_fast(prepared, session, nodes, progress)
     indices = (prepared.offsets[n] + i for n in nodes for i in range(prepared.space.nodes[n].size))
     total = sum(prepared.space.nodes[n].size for n in nodes)
-    return run_exhaustive(Judge(prepared, session.strategies), indices, total, progress)
+    return run_exhaustive(Judge(prepared, session.strategies, session.cache), indices, total,
+                          progress)

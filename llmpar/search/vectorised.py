@@ -30,7 +30,7 @@ from llmpar.arrays import logical_and, where
 from llmpar.errors import PluginError
 from llmpar.evaluation.evaluate import evaluate_core, global_batch_of, structure_of, transforms_of
 from llmpar.evaluation.facts import TrainingFacts, training_facts
-from llmpar.footprint.baseline import Footprint, baseline_footprint
+from llmpar.footprint.baseline import Footprint
 from llmpar.search.dimension import DEGREE
 from llmpar.search.exhaustive import Judge
 from llmpar.search.grid import Grid
@@ -42,8 +42,8 @@ from llmpar.strategy import Layout, Transform, fast_capable
 
 if TYPE_CHECKING:
     from llmpar.search.prepare import Prepared
+    from llmpar.session import Session
     from llmpar.spec import Spec
-    from llmpar.strategy import Strategy
 
 
 def unchecked(instance: Any, **changes: Any) -> Any:
@@ -103,13 +103,13 @@ class NodeResult:
 class FastPath:
     """Evaluates the nodes of one prepared search."""
 
-    def __init__(self, prepared: Prepared, strategies: Mapping[str, Strategy[Any]],
-                 axes_nested: frozenset[str]):
+    def __init__(self, prepared: Prepared, session: Session):
         self.prepared = prepared
         self.spec = prepared.spec
-        self.strategies = strategies
-        self.nested = axes_nested
-        self.judge = Judge(prepared, strategies)
+        self.strategies = strategies = session.strategies
+        self.nested = session.nested_axes
+        self.cache = session.cache
+        self.judge = Judge(prepared, strategies, session.cache)
         self.paths: list[str] = []
         self.shared: dict[tuple[Any, ...], Any] = {}
         self._footprints: dict[tuple[int, str], Footprint] = {}
@@ -136,7 +136,7 @@ class FastPath:
         key = (micro_batch_size, recompute)
         found = self._footprints.get(key)
         if found is None:
-            found = self._footprints[key] = baseline_footprint(self.training(*key))
+            found = self._footprints[key] = self.cache.footprint(self.training(*key))
         return found
 
     def training(self, micro_batch_size: int, recompute: str) -> Spec:
@@ -223,7 +223,7 @@ class FastPath:
         transforms = [masked(t, present[t.strategy]) if present[t.strategy] is not True else t
                       for t in transforms_of(vector_spec, base, layout, self.strategies)]
         facts = self.facts(grid, transforms, layout)
-        core = evaluate_core(vector_spec, base, layout, transforms, facts)
+        core = evaluate_core(vector_spec, base, layout, transforms, facts, self.cache)
         step = core.time.step
         return NodeResult(codes=codes, total_bytes=np.broadcast_to(core.memory.peak_total,
                                                                    grid.shape),
@@ -325,10 +325,10 @@ def stack(items: Sequence[Any], along: Any) -> Any:
     return along(items)
 
 
-def run_fast(prepared: Prepared, strategies: Mapping[str, Strategy[Any]], nested: frozenset[str],
-             nodes: Sequence[int], progress: Any) -> Tally:
+def run_fast(prepared: Prepared, session: Session, nodes: Sequence[int],
+             progress: Any) -> Tally:
     """Evaluate the layouts of `nodes`; keep the top layouts and the Pareto front."""
-    path = FastPath(prepared, strategies, nested)
+    path = FastPath(prepared, session)
     tally = Tally()
     settings = prepared.settings
     limit = prepared.memory_limit_bytes

@@ -37,7 +37,7 @@ def disagreements(session: Session, spec: Spec) -> Iterator[str]:
     changes = {"micro_batch_sizes": [1, 2], "recompute": ["none", "selective", "full"],
                "values": values}
     prepared = prepare(session, spec, {}, changes)
-    path = FastPath(prepared, session.strategies, session.nested_axes)
+    path = FastPath(prepared, session)
     for n, node in enumerate(prepared.space.nodes):
         result = path.evaluate(node)
         step = max(1, node.size // SAMPLED)
