@@ -7,9 +7,9 @@ import pytest
 from search_specs import MOE_MODEL, SMALL_MODEL
 
 import llmpar
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.evaluate import score
 from llmpar.evaluation.facts import stage_kinds
-from llmpar.evaluation.cache import EvaluationCache
 from llmpar.loading.checks import resolve_layout
 from llmpar.strategies.pipeline import PipelineConfig, in_flight
 from llmpar.strategy import Stage
