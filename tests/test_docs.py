@@ -304,3 +304,52 @@ def test_console_sessions_show_current_output(name, command, arguments, shown, c
     shown_lines = [line.rstrip() for line in shown.splitlines()
                    if line.strip() and "..." not in line]
     assert [line for line in shown_lines if line not in printed] == []
+
+
+# --- docs/plugins.md: the worked example is a strategy that keeps the contract ----------
+
+def _python_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)
+
+
+@pytest.fixture(scope="module")
+def worked_example(tmp_path_factory):
+    """The plugin module docs/plugins.md writes, importable as `compression`."""
+    import importlib
+    import sys
+
+    (source,) = [b for b in _python_blocks("plugins.md") if b.startswith("# compression.py")]
+    folder = tmp_path_factory.mktemp("worked-example")
+    (folder / "compression.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    try:
+        yield importlib.import_module("compression")
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("compression", None)
+
+
+def test_the_worked_example_keeps_the_whole_contract(worked_example):
+    from llmpar.testing import check_strategy_contract
+
+    session = llmpar.Session(load_entry_points=False, plugins=[worked_example], strict=True)
+    counts = check_strategy_contract("compression", session=session)
+    assert counts["fast-form-agrees"] > 0 and counts["neutral-is-identity"] > 0
+
+
+def test_the_worked_example_runs_as_the_page_says(worked_example):
+    (trial,) = [b for b in _python_blocks("plugins.md") if "import compression" in b]
+    scope: dict[str, object] = {}
+    exec(trial, scope)  # the page's own lines
+    plan, found = scope["plan"], scope["found"]
+    (reduce,) = [c for c in plan.collectives if c.name == "compression.grad-reduce-scatter"]
+    assert not any(c.name == "data.dense-grad-reduce-scatter" for c in plan.collectives)
+    plain = llmpar.Session(load_entry_points=False).evaluate(
+        {**scope["spec"], "parallel": {"data": {"zero": 1, "overlap_grad_reduce": False}}})
+    (full,) = [c for c in plain.collectives if c.name == "data.dense-grad-reduce-scatter"]
+    assert reduce.buffer_bytes == pytest.approx(full.buffer_bytes / 4, rel=1e-9)  # 4 of 16 bits
+    assert plan.step_seconds < plain.step_seconds
+    assert {r.choices["compression.gradient_bits"] for r in found.results} <= {4, 8}
+    searched = {**scope["spec"], "parallel": {"compression": {}}}
+    exact = llmpar.search(searched, session=scope["session"], exact=True)
+    assert [r.choices for r in exact.results] == [r.choices for r in found.results]
