@@ -31,7 +31,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def llmpar_register_strategies(register: Callable[[Strategy], None]) -> None:
+def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     """Hand over parallel strategies: call `register(strategy)` once for each.
 
     A strategy owns the spec table `[parallel.<strategy.name>]`, declares that

@@ -85,8 +85,8 @@ def parse_order(text: object, axes: Mapping[str, Axis],
     missing = [t for t in required if t not in tokens]
     repeated = sorted({t for t in tokens if tokens.count(t) > 1})
     if missing or repeated:
-        what = "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
-                                       repeated and f"repeated {', '.join(repeated)}"]))
+        what = "; ".join(filter(None, [f"missing {', '.join(missing)}" if missing else None,
+                                       f"repeated {', '.join(repeated)}" if repeated else None]))
         return default, [Problem(path, f"{text!r}: {what}; expected {expected}")]
     names = [tokens_of[t] for t in tokens]
     problem = _place_right_before(names, axes, text) or _check_beside(names, axes, text)

@@ -151,12 +151,6 @@ class _V1(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    @overload
-    def __get__(self, plan: None, owner: type) -> _V1[T]: ...
-
-    @overload
-    def __get__(self, plan: Plan, owner: type) -> T: ...
-
     @staticmethod
     def spelling(owner: type, name: str, *, training: bool) -> str:
         """The part's field behind the schema-1 field `name`."""
@@ -168,6 +162,12 @@ class _V1(Generic[T]):
             raise AttributeError(f"{name!r} is a placeholder in a "
                                  f"{'training' if training else 'serving'} plan")
         return spelled
+
+    @overload
+    def __get__(self, plan: None, owner: type) -> _V1[T]: ...
+
+    @overload
+    def __get__(self, plan: Plan, owner: type) -> T: ...
 
     def __get__(self, plan: Plan | None, owner: type) -> Any:
         if plan is None:

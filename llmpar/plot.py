@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from llmpar.search.result import ParetoPoint
+
 COMPONENTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
               ("optimizer states", "optimizer_bytes"), ("activations", "activations_bytes"),
               ("buffers", "buffers_bytes"))
@@ -91,8 +93,10 @@ def memory_figure(plans: Sequence[Plan], labels: Sequence[str]) -> Figure:
         ax.bar(positions, heights, 0.6, bottom=bottoms, label=label)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for x, plan in zip(positions, plans):
+        # matplotlib takes label=None (no legend entry); its stubs only say str
         ax.hlines(plan.capacity_bytes / GiB, x - 0.4, x + 0.4, colors="black",
-                  linestyles="dashed", label="capacity" if x == 0 else None)
+                  linestyles="dashed",
+                  label="capacity" if x == 0 else None)  # type: ignore[arg-type]
         ax.annotate(f"{plan.total_bytes / GiB:,.1f}", (x, bottoms[x]), ha="center",
                     va="bottom", xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(list(positions), [_wrap(label) for label in labels])
@@ -158,7 +162,7 @@ def _stacked_memory(ax: Axes, s: Sweep) -> None:
             linewidth=1, label=f"total ({s.label})")
 
 
-def pareto_figure(points: Sequence, labels: Sequence[str], title: str) -> Figure:
+def pareto_figure(points: Sequence[ParetoPoint], labels: Sequence[str], title: str) -> Figure:
     """A search's Pareto front: memory per GPU against step time, one point per layout
     (`points`: the search result's `pareto`, each with total_bytes and step_seconds)."""
     from matplotlib.figure import Figure
@@ -167,7 +171,8 @@ def pareto_figure(points: Sequence, labels: Sequence[str], title: str) -> Figure
     ax = figure.add_subplot()
     timed = [(p, label) for p, label in zip(points, labels) if p.step_seconds is not None]
     memory = [p.total_bytes / GiB for p, _ in timed]
-    seconds = [p.step_seconds for p, _ in timed]
+    # every timed point has step_seconds; repeating the test narrows the type for mypy
+    seconds = [p.step_seconds for p, _ in timed if p.step_seconds is not None]
     ax.plot(memory, seconds, marker="o", drawstyle="steps-post")
     for (_, label), x, y in zip(timed, memory, seconds):
         ax.annotate(_wrap(label, 30), (x, y), xytext=(4, 4), textcoords="offset points",

@@ -15,10 +15,10 @@ that needs it. Everything else keeps working.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 import attrs
 import pluggy
@@ -85,12 +85,15 @@ class PluginSet:
             self.manager.set_blocked(name)
         version = own_version()
         for name, module in builtins:
-            self._add(name, ("llmpar", version), lambda module=module: importlib.import_module(
-                module))
+            self._add(name, ("llmpar", version), functools.partial(importlib.import_module,
+                                                                   module))
         if load_entry_points:
             self._load_entry_points()
         for plugin in plugins:
-            self._add(self._code_name(plugin), (IN_CODE, ""), lambda p=plugin: p)
+            def load(p: object = plugin) -> object:
+                return p
+
+            self._add(self._code_name(plugin), (IN_CODE, ""), load)
 
     def _code_name(self, plugin: object) -> str:
         """A plugin handed over in code is named by its module's `__name__` or its class
@@ -148,7 +151,7 @@ class PluginSet:
         """Registered (working) plugins, in registration order."""
         return [name for name, _ in self.manager.list_name_plugin()]
 
-    def call_registering(self, hook: str, registrar: Callable[[str], Callable[[Any], None]],
+    def call_registering(self, hook: str, registrar: Callable[[str], Callable[..., None]],
                          doing: str) -> None:
         """Call a registering hook once per plugin, through pluggy, with `register =
         registrar(plugin name)`; a plugin whose implementation raises is set aside

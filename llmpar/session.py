@@ -89,12 +89,12 @@ class Session:
         """The plugins' models, and footprints and training facts of earlier evaluations
         (pure; bounded)."""
 
-    def _collect_strategies(self) -> dict[str, Strategy]:
-        found: dict[str, Strategy] = {}
+    def _collect_strategies(self) -> dict[str, Strategy[Any]]:
+        found: dict[str, Strategy[Any]] = {}
         owners = self._strategy_owners
 
-        def registrar(plugin: str) -> Callable[[Strategy], None]:
-            def register(strategy: Strategy) -> None:
+        def registrar(plugin: str) -> Callable[[Strategy[Any]], None]:
+            def register(strategy: Strategy[Any]) -> None:
                 _check_strategy(strategy, plugin)
                 if strategy.name in found:
                     raise PluginError(f"strategy {strategy.name!r} registered by both "
@@ -109,7 +109,7 @@ class Session:
         self._forget_broken(found)
         return dict(sorted(found.items(), key=lambda item: (item[1].phase, item[0])))
 
-    def _forget_broken(self, found: dict[str, Strategy]) -> None:
+    def _forget_broken(self, found: dict[str, Strategy[Any]]) -> None:
         """A plugin set aside keeps none of the strategies it registered."""
         for name in [s for s, owner in self._strategy_owners.items()
                      if owner in self._plugins.broken]:
@@ -205,6 +205,7 @@ class Session:
         hook = self.plugin_manager.hook.llmpar_plan
         if not hook.get_hookimpls():
             return self._build(spec, layout)
+        plan: Plan
         plan, set_aside = isolated(self._plugins, "llmpar_plan", lambda: hook.call_extra(
             [self._build], {"spec": spec, "layout": layout}))
         return plan.evolve(warnings=plan.warnings + tuple(set_aside)) if set_aside else plan
@@ -220,7 +221,7 @@ class Session:
         return report_sections(self._plugins, plan)
 
 
-def _check_strategy(strategy: Strategy, plugin: str) -> None:
+def _check_strategy(strategy: Strategy[Any], plugin: str) -> None:
     for attribute in ("name", "config_type"):
         if not hasattr(strategy, attribute):
             raise PluginError(f"plugin {plugin!r} registered a strategy without {attribute!r}")

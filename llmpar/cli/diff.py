@@ -11,7 +11,7 @@ from llmpar.report.tables import render_markdown, render_text
 from llmpar.session import Session
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "diff", help="compare the plans of two specs",
         description="Evaluate two specs and print every plan field that differs, in human "

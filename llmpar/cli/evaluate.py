@@ -18,7 +18,7 @@ def add_format_argument(parser: argparse.ArgumentParser) -> None:
                         help="same as --format json")
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "evaluate", help="memory, compute and time of one spec",
         description="Evaluate a spec and print its plan: memory per GPU (GB = 10^9 bytes, "

@@ -9,7 +9,7 @@ from llmpar.cli.common import add_spec_arguments, overrides
 from llmpar.session import Session
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "explain", help="how each number of a plan was derived",
         description="Print the rule, inputs and source of plan numbers (all, or one field).")

@@ -11,7 +11,7 @@ from llmpar.hf import SUPPORTED_MODEL_TYPES, model_from_hf, model_table_from_hf,
 from llmpar.session import Session
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "import-hf", help="a model table from a Hugging Face config.json",
         description="Read a local Hugging Face config.json (nothing is downloaded) and print "

@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(Session(blocked=args.no_plugin), args)
+        status: int = args.run(Session(blocked=args.no_plugin), args)
+        return status
     except SpecError as error:
         print(error, file=sys.stderr)
         return EXIT_SPEC_ERROR

@@ -7,16 +7,23 @@ import argparse
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmpar.cli.common import overrides
 from llmpar.session import Session
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from llmpar.plan import Plan
+    from llmpar.search.result import ParetoPoint
 
 KINDS = ("memory", "sequence", "batch", "pareto")
 SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "plot", help="plot memory per GPU, or memory and step time against a sweep",
         description="memory: stacked memory per GPU of each SPEC (several specs, several "
@@ -53,7 +60,8 @@ def run(session: Session, args: argparse.Namespace) -> int:
     return 0
 
 
-def build_figure(session: Session, kind: str, specs: list[str], base: dict[str, object]):
+def build_figure(session: Session, kind: str, specs: list[str],
+                 base: dict[str, object]) -> Figure:
     """The figure of `kind` for `specs`, each evaluated with the `base` overrides."""
     from llmpar import plot
 
@@ -71,7 +79,7 @@ def build_figure(session: Session, kind: str, specs: list[str], base: dict[str, 
         return plot.memory_figure(plans, labels)
     sweeps = []
     for spec in specs:
-        def evaluate(extra: dict[str, object], spec: str = spec):
+        def evaluate(extra: dict[str, object], spec: str = spec) -> Plan:
             return session.evaluate(spec, {**base, **extra})
 
         if kind == "sequence":
@@ -88,11 +96,11 @@ def build_figure(session: Session, kind: str, specs: list[str], base: dict[str, 
     return plot.sweep_figure(sweeps, xlabel)
 
 
-def _layout(plan) -> str:
+def _layout(plan: Plan) -> str:
     return _layout_of(plan.layout)
 
 
-def _choices_label(point) -> str:
+def _choices_label(point: ParetoPoint) -> str:
     """A front point's degrees, then its other choices (recompute, ZeRO stage...)."""
     others = ", ".join(f"{key.split('.')[-1]} {value}" for key, value in point.choices.items()
                        if not key.endswith(".degree"))

@@ -7,7 +7,7 @@ import argparse
 from llmpar.session import Session
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "plugins", help="list plugins: versions, strategies, loaded, broken or blocked",
         description="List plugins, their distributions, strategies and status; a broken one "

@@ -25,7 +25,7 @@ SOURCE_WIDTH = 60
 EXIT_UNKNOWN_PRESET = 2
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "presets", help="list the presets by kind, or show one",
         description="List presets shipped with llmpar and plugins (name, kind, a key number, "

@@ -11,7 +11,7 @@ from llmpar.session import Session
 from llmpar.spec.search import OBJECTIVES
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "search", help="the best parallel layouts of a model on its GPUs",
         description="Enumerate every layout (degrees, ZeRO stage, sequence parallelism, "

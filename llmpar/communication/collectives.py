@@ -78,7 +78,7 @@ def link_of(collective: Collective, hardware: Hardware) -> Link:
     if not (crosses and hardware.num_gpus > hardware.gpus_per_node):
         return Link(tier=INTRA_NODE, bandwidth_bytes_per_s=intra,
                     latency_seconds=hardware.intra_node_latency_seconds)
-    bandwidth = hardware.inter_node_bandwidth_bytes_per_s
+    bandwidth: float | None = hardware.inter_node_bandwidth_bytes_per_s
     if bandwidth is not None and collective.operation in RING_OPERATIONS:
         k = members_per_node(collective.group_size, collective.group_stride,
                              hardware.gpus_per_node)

@@ -31,7 +31,7 @@ def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float) ->
         block = mlp_matmul_weights(model, model.ffn_hidden_size)
     projections = attention_matmul_weights(model) + block
     s = spec.training.sequence_length
-    scores = s * (model.query_width + model.attention_output_width)
+    scores: float = s * (model.query_width + model.attention_output_width)
     if spec.training.attention_flops == "causal":
         scores /= 2
     return (projections * (TRAINING_PASSES + rerun)

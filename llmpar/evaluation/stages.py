@@ -3,7 +3,7 @@ recomputation keeps of them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -107,7 +107,7 @@ def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> Activatio
     return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
 
 
-def recomputed_fraction(spec: Spec, stages: tuple[Stage, ...] | list[Stage]) -> float:
+def recomputed_fraction(spec: Spec, stages: Sequence[Stage]) -> float:
     """Share of all layers whose forward full recomputation reruns."""
     layers = sum(stage.num_layers for stage in stages)
     return sum(recomputed_layers(spec, s) for s in stages) / layers if layers else 0.0

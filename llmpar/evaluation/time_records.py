@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
@@ -37,15 +37,25 @@ class StepTime:
     derivations: tuple[Derivation, ...] = ()
 
 
+class _CommonFields(TypedDict):
+    """The StepTime fields every time model fills the same way."""
+
+    collectives: tuple[CollectiveCost, ...]
+    communication_seconds: float
+    offload_seconds: float
+    bubble_fraction: float
+
+
 def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[CollectiveCost, ...],
                      warnings: list[str], flops: StepFlops) -> StepTime:
     """The plan's step-time fields of one evaluated layout."""
     time: TimeCore = core.time
     host = time.host
     offload = _offload_derivation(core) if host.by_work else ()
-    common = dict(collectives=collectives,
-                  communication_seconds=float(sum(c.seconds for c in collectives)),
-                  offload_seconds=float(host.seconds), bubble_fraction=float(time.bubble_fraction))
+    common = _CommonFields(collectives=collectives,
+                           communication_seconds=float(sum(c.seconds for c in collectives)),
+                           offload_seconds=float(host.seconds),
+                           bubble_fraction=float(time.bubble_fraction))
     gpu = spec.hardware.gpu
     warnings = list(warnings)
     if time.time_model == "none":

@@ -37,7 +37,7 @@ def gpt2(config: HfConfig) -> dict[str, Any]:
 
 def _bert_class(config: HfConfig) -> str:
     names = config.get("architectures", ["BertForMaskedLM"])
-    name = names[0] if isinstance(names, list) and names else names
+    name: str = names[0] if isinstance(names, list) and names else names
     if name not in BERT_HEADS:
         raise config.error("architectures", f"expected one of {', '.join(BERT_HEADS)}, "
                            f"got {name!r}")

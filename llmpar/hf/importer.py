@@ -81,4 +81,5 @@ def model_from_hf(source: HfSource) -> Model:
     model, problems = structure(make_converter(), _table(config), Model, "$")
     if model is None:
         raise SpecError(problems, config.label)
-    return attrs.evolve(model, name=config.repo or model.name)
+    named: Model = attrs.evolve(model, name=config.repo or model.name)
+    return named

@@ -28,7 +28,7 @@ def inference_problems(spec: Spec) -> list[Problem]:
                                 f"exceeds the learned position table (max_position_embeddings "
                                 f"= {limit:,})"))
     data = spec.parallel.get("data")
-    if data is not None and getattr(data, "stage", 0):
+    if data is not None and bool(getattr(data, "stage", 0)):
         problems.append(Problem("$.parallel.data.zero",
                                 "ZeRO/FSDP shard training state; a serving replica keeps whole "
                                 "weights: use tensor, pipeline or expert parallelism"))

@@ -4,7 +4,7 @@ fit, prefill and decode times, throughput, and the derivation of each."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -40,7 +40,7 @@ WARNED_STRATEGIES = ("tensor", "expert")
 """Strategies whose warnings hold for serving (the others' concern training steps)."""
 
 
-def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy]) -> Serving:
+def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]]) -> Serving:
     """The spec, its layout, the unsplit parameters and the strategies' shards and stages."""
     footprint = Footprint(parameters=count_parameters(spec.model),
                           forward_flops_per_sequence=None, activations=None,
@@ -192,7 +192,7 @@ def _workload_fields(serving: Serving) -> dict[str, object]:
 
 
 def build_inference_plan(spec: Spec, layout: Layout,
-                         strategies: Mapping[str, Strategy]) -> Plan:
+                         strategies: Mapping[str, Strategy[Any]]) -> Plan:
     """Compose the plan of a validated `[inference]` spec under a resolved layout."""
     serving = serving_of(spec, layout, strategies)
     memory = peak_memory(serving)

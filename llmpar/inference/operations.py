@@ -182,7 +182,10 @@ def active_local_experts(serving: Serving, tokens: float) -> float:
     assert moe is not None
     e = serving.degree("expert")
     routed = tokens * e
-    return moe.num_experts / e * (1 - (1 - moe.experts_per_token / moe.num_experts) ** routed)
+    # float ** float is typed Any (a negative base gives a complex); this base is in [0, 1]
+    active: float = moe.num_experts / e * (
+        1 - (1 - moe.experts_per_token / moe.num_experts) ** routed)
+    return active
 
 
 def moe_ops(serving: Serving, step: Step) -> list[Operation]:

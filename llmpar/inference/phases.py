@@ -20,10 +20,11 @@ import attrs
 from llmpar.inference.capacity import largest_fitting
 from llmpar.inference.communication import cost, step_collectives
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
-from llmpar.inference.operations import Operation, Step, step_ops
+from llmpar.inference.operations import Step, step_ops
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost, InferencePhase
 from llmpar.roofline import (
+    Operation,
     Rates,
     compute_seconds,
     floor_seconds,

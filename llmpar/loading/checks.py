@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmpar.errors import Problem
 from llmpar.inference.checks import inference_problems
@@ -58,7 +58,7 @@ def training_problems(spec: Spec) -> list[Problem]:
 
 
 def resolve_layout(
-    spec: Spec, strategies: Mapping[str, Strategy]
+    spec: Spec, strategies: Mapping[str, Strategy[Any]]
 ) -> tuple[Layout, list[Problem]]:
     """Every strategy's degree, with the one degree of -1 filled; they must multiply
     to `hardware.num_gpus`. The layout comes back even with problems (a degree it
@@ -100,18 +100,18 @@ def resolve_layout(
                   active=active, nested=nested_axes(strategies), settings=shared), problems
 
 
-def nested_axes(strategies: Mapping[str, Strategy]) -> frozenset[str]:
+def nested_axes(strategies: Mapping[str, Strategy[Any]]) -> frozenset[str]:
     """Strategies whose axis is carved out of the others' ranks (`Axis.nested`)."""
     return frozenset(name for name, strategy in strategies.items()
                      if strategy.axis is not None and strategy.axis.nested)
 
 
-def spec_problems(spec: Spec, strategies: Mapping[str, Strategy]) -> list[Problem]:
+def spec_problems(spec: Spec, strategies: Mapping[str, Strategy[Any]]) -> list[Problem]:
     """Every cross-field problem of `spec`, the layout's and each strategy's included."""
     return checked_layout(spec, strategies)[1]
 
 
-def checked_layout(spec: Spec, strategies: Mapping[str, Strategy]
+def checked_layout(spec: Spec, strategies: Mapping[str, Strategy[Any]]
                    ) -> tuple[Layout | None, list[Problem]]:
     """The resolved layout and every cross-field problem of `spec` (`spec_problems`);
     no layout when the spec names a strategy no plugin provides."""

@@ -50,7 +50,8 @@ def _boolean(value: Any, _type: Any = bool) -> bool:
     return value
 
 
-def _with_units(parse: Callable[[str], float], integral: bool = False):
+def _with_units(parse: Callable[[str], float],
+               integral: bool = False) -> Callable[[Any, Any], float | int]:
     """A hook taking a number in base units or a string that `parse` reads."""
 
     def structure(value: Any, _type: Any) -> float | int:
@@ -102,9 +103,9 @@ def problems_from(exc: BaseException, path: str = "$") -> list[Problem]:
             problems += problems_from(sub, join_path(path, note.index))
         problems += [Problem(path, _describe(sub)) for sub in without]
     elif isinstance(exc, ClassValidationError):
-        with_notes, without = exc.group_exceptions()
-        for sub, note in with_notes:
-            problems += problems_from(sub, join_path(path, note.name))
+        with_names, without = exc.group_exceptions()
+        for sub, named in with_names:
+            problems += problems_from(sub, join_path(path, named.name))
         for sub in without:
             if isinstance(sub, ForbiddenExtraKeysError):
                 problems += _unknown_keys(sub, path)

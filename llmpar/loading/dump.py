@@ -47,7 +47,8 @@ def spec_to_dict(spec: Spec, axes: Mapping[str, Axis] | None = None) -> dict[str
         named = axes is not None and all(name in axes for name in spec.rank_order)
         table["parallel"][ORDER_KEY] = (order_text(spec.rank_order, axes) if named and axes
                                         else "-".join(spec.rank_order))
-    return _plain(table, drop_none=True)
+    plain: dict[str, Any] = _plain(table, drop_none=True)
+    return plain
 
 
 def dump_spec(spec: Spec, axes: Mapping[str, Axis] | None = None) -> str:

@@ -116,7 +116,7 @@ def _section(raw: dict[str, Any], key: str, problems: list[Problem]) -> dict[str
 
 def _structure_parallel(
     raw: Any,
-    strategies: Mapping[str, Strategy],
+    strategies: Mapping[str, Strategy[Any]],
     converter: cattrs.Converter,
     problems: list[Problem],
 ) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def _structure_parallel(
     return configs
 
 
-def _structure_order(raw: Any, strategies: Mapping[str, Strategy],
+def _structure_order(raw: Any, strategies: Mapping[str, Strategy[Any]],
                      problems: list[Problem]) -> tuple[str, ...]:
     """`[parallel] order`: the rank order string, innermost first, in the tokens the
     strategies' axes declare."""
@@ -180,7 +180,7 @@ def _structure_search(raw: dict[str, Any], converter: cattrs.Converter,
 def structure_spec(
     raw: dict[str, Any],
     catalog: PresetCatalog,
-    strategies: Mapping[str, Strategy],
+    strategies: Mapping[str, Strategy[Any]],
     converter: cattrs.Converter,
     label: str | None,
     activation_models: Collection[str] | None = None,
@@ -196,7 +196,7 @@ def structure_spec(
     if version != SCHEMA_VERSION:
         problems.append(Problem("$.version", f"expected {SCHEMA_VERSION}, got {version!r}"))
 
-    model = None
+    model: Any = None  # structure() returns Any
     if "model" not in raw:
         problems.append(Problem("$.model", "required: a preset name or a model table"))
     else:
@@ -207,7 +207,7 @@ def structure_spec(
             model, found = structure(converter, table, Model, "$.model")
             problems += found
 
-    hardware = None
+    hardware: Any = None  # structure() returns Any
     if "hardware" not in raw:
         problems.append(Problem("$.hardware", "required: a table with at least gpu"))
     else:
@@ -223,7 +223,7 @@ def structure_spec(
                                             "$.hardware")
                 problems += found
 
-    optimizer = None
+    optimizer: Any = None  # structure() returns Any
     table = resolve_preset(raw.get("optimizer", DEFAULT_OPTIMIZER), "optimizers",
                            "$.optimizer", catalog, problems)
     if table is not None:
@@ -266,7 +266,7 @@ def _activation_model_problems(table: Mapping[str, Any],
 def load(
     source: SpecSource,
     catalog: PresetCatalog,
-    strategies: Mapping[str, Strategy],
+    strategies: Mapping[str, Strategy[Any]],
     converter: cattrs.Converter,
     overrides: Mapping[str, Any] | None = None,
     activation_models: Collection[str] | None = None,

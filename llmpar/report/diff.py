@@ -62,7 +62,7 @@ def diff_table(a: Plan, b: Plan, label_a: str = "A", label_b: str = "B") -> Tabl
     rows = tuple((d.field, format_value(d.field, d.a), format_value(d.field, d.b),
                   f"{d.ratio:.3g}x" if d.ratio is not None else "")
                  for d in plan_differences(a, b))
-    notes = (f"A: {label_a}", f"B: {label_b}")
+    notes: tuple[str, ...] = (f"A: {label_a}", f"B: {label_b}")
     if not rows:
         notes += ("the plans are the same",)
     return Table(title="Plan differences (GB = 10^9 bytes, GiB = 2^30 bytes)",

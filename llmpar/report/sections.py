@@ -216,6 +216,7 @@ def warnings(plan: Plan) -> Table | None:
 def all_sections(plan: Plan, extra: Sequence[Table] = ()) -> tuple[Table, ...]:
     """Every section that has something to show, in report order; `extra` (plugins'
     sections, `llmpar_report_sections`) before the warnings."""
+    built: tuple[Table | None, ...]
     if plan.workload == "inference":
         built = (header(plan), serving_memory(plan), serving(plan), phases(plan),
                  collectives(plan))

@@ -3,6 +3,8 @@ and each phase against its roofline floor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llmpar.plan import Plan
 from llmpar.report.tables import Table
 from llmpar.units import GB, GiB, format_duration
@@ -35,7 +37,7 @@ def serving_memory(plan: Plan) -> Table:
                         "(GB = 10^9 bytes, GiB = 2^30 bytes)",))
 
 
-def _optional(value: float | None, render) -> str:
+def _optional(value: float | None, render: Callable[[float], str]) -> str:
     return "-" if value is None else render(value)
 
 

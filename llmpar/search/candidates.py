@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def pins_of(spec: Spec, given: Mapping[str, Any] | None,
-            strategies: Mapping[str, Strategy],
+            strategies: Mapping[str, Strategy[Any]],
             dimensions: tuple[SearchDimension, ...]) -> dict[str, Any]:
     """The dimension values the spec's `[parallel.*]` tables fix.
 
@@ -45,7 +45,7 @@ def pins_of(spec: Spec, given: Mapping[str, Any] | None,
     return pins
 
 
-def _neutral_config(strategy: Strategy, layout: Layout) -> Any | None:
+def _neutral_config(strategy: Strategy[Any], layout: Layout) -> Any | None:
     """The strategy's config that changes nothing (None: there is none)."""
     neutral = getattr(strategy, "neutral_config", None)
     if neutral is not None:
@@ -57,7 +57,7 @@ def _neutral_config(strategy: Strategy, layout: Layout) -> Any | None:
 class SpecBuilder:
     """Builds the spec of a layout; caches the parts many layouts share."""
 
-    def __init__(self, spec: Spec, strategies: Mapping[str, Strategy],
+    def __init__(self, spec: Spec, strategies: Mapping[str, Strategy[Any]],
                  dimensions: tuple[SearchDimension, ...]):
         self.spec = spec
         self.strategies = strategies

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,7 +22,7 @@ def collect_dimensions(session: Session) -> tuple[SearchDimension, ...]:
 
 
 def gather_dimensions(plugins: PluginSet,
-                      strategies: Mapping[str, Strategy]) -> tuple[SearchDimension, ...]:
+                      strategies: Mapping[str, Strategy[Any]]) -> tuple[SearchDimension, ...]:
     """Every dimension the plugins declare, by strategy phase, then name, then the
     order each plugin registered them in; a plugin that declares a bad one is set
     aside with all of its dimensions."""
@@ -47,7 +47,7 @@ def gather_dimensions(plugins: PluginSet,
 
 
 def _check_dimension(dimension: object, plugin: str,
-                     strategies: Mapping[str, Strategy]) -> None:
+                     strategies: Mapping[str, Strategy[Any]]) -> None:
     if not isinstance(dimension, SearchDimension):
         raise PluginError(f"plugin {plugin!r} registered {dimension!r}, not a SearchDimension")
     strategy = strategies.get(dimension.strategy)

@@ -93,7 +93,7 @@ class Grid:
         defaults = tuple(defaults) + (None,) * (len(keys) - len(defaults))
         projections = [self._projection(a, tuple(k for k in keys if self.axis(k) == a))
                        for a in axes]
-        slots = []
+        slots: list[tuple[int | None, int, Any]] = []
         for key, default in zip(keys, defaults):
             axis = self.axis(key)
             if axis is None:

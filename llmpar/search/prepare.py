@@ -55,6 +55,7 @@ def read_spec(session: Session, source: SpecSource | Spec,
         raw, label = read_source(source)
         given = raw.get("parallel") if isinstance(raw.get("parallel"), Mapping) else {}
     raw = apply_overrides(raw, overrides)
+    spec: Spec | None
     if isinstance(source, Spec) and not overrides:
         spec = source
     else:

@@ -83,7 +83,7 @@ def settings_of(spec: Spec, changes: Mapping[str, Any]) -> Search:
     return attrs.evolve(base, **{k: v for k, v in changes.items() if v is not None})
 
 
-def fill_strategy(strategies: Mapping[str, Strategy]) -> str | None:
+def fill_strategy(strategies: Mapping[str, Strategy[Any]]) -> str | None:
     """The strategy that multiplies the GPU count and whose degree defaults to -1."""
     for name, strategy in strategies.items():
         if strategy.multiplies_gpus and strategy.degree(strategy.config_type()) == -1:
@@ -91,7 +91,7 @@ def fill_strategy(strategies: Mapping[str, Strategy]) -> str | None:
     return None
 
 
-def build_space(spec: Spec, strategies: Mapping[str, Strategy],
+def build_space(spec: Spec, strategies: Mapping[str, Strategy[Any]],
                 dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
                 settings: Search) -> Space:
     """Every node of the space; SpecError for a `[search]` key that names nothing."""
@@ -113,7 +113,7 @@ def build_space(spec: Spec, strategies: Mapping[str, Strategy],
 
 
 def _check_settings(settings: Search, dimensions: tuple[SearchDimension, ...],
-                    strategies: Mapping[str, Strategy]) -> None:
+                    strategies: Mapping[str, Strategy[Any]]) -> None:
     keys = {d.key for d in dimensions} | set(TRAINING_KEYS)
     keys |= {f"{name}.{DEGREE}" for name in strategies}
     problems = [Problem(f"$.search.values.{key}", "no search dimension has this key; known: "
@@ -152,7 +152,7 @@ def _degree_values(name: str, dimension: SearchDimension | None, point: Point,
     return _allowed(f"{name}.{DEGREE}", values, pins, settings)
 
 
-def _degree_nodes(spec: Spec, strategies: Mapping[str, Strategy],
+def _degree_nodes(spec: Spec, strategies: Mapping[str, Strategy[Any]],
                   dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
                   settings: Search, fill: str | None) -> Iterator[dict[str, int]]:
     num_gpus = spec.hardware.num_gpus

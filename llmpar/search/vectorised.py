@@ -163,7 +163,8 @@ class FastPath:
                 facts = self._facts[key] = training_facts(
                     self.training(b, r), self.footprint(b, r), stages, kinds, global_batch)
             found.append(facts)
-        return stack(found, lambda values: grid.along(axis, values))
+        stacked: TrainingFacts = stack(found, lambda values: grid.along(axis, values))
+        return stacked
 
     # --- per node ------------------------------------------------------------------
 
@@ -272,7 +273,8 @@ class FastPath:
     def _layout(self, node: Node, tables: Mapping[str, Any], present: Mapping[str, Any],
                 spec: Spec) -> Layout:
         degrees = dict(node.degrees)
-        active, shared = {}, {}
+        active: dict[str, Any] = {}
+        shared: dict[str, Any] = {}
         for name, config in tables.items():
             strategy = self.strategies[name]
             degrees.update(strategy.side_degrees(config))

@@ -75,13 +75,15 @@ class Hardware:
         default=None, validator=v.positive)
     """GPU-to-GPU inside a node, one direction. Default: half the GPU's NVLink figure
     (datasheets state both directions together)."""
-    intra_node_latency_seconds: Seconds = attrs.field(default=2e-6, validator=v.non_negative)
+    intra_node_latency_seconds: Seconds = attrs.field(
+        default=Seconds(2e-6), validator=v.non_negative)
     """Per step of a ring inside a node. Default 2 us: an assumed order of magnitude for
     NVLink, not a measurement; set it from nccl-tests on your system."""
     inter_node_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
         default=None, validator=v.positive)
     """Network bandwidth per GPU, one direction (e.g. "400 Gb/s" for one NDR NIC per GPU)."""
-    inter_node_latency_seconds: Seconds = attrs.field(default=5e-6, validator=v.non_negative)
+    inter_node_latency_seconds: Seconds = attrs.field(
+        default=Seconds(5e-6), validator=v.non_negative)
     """Per step of a ring across nodes. Default 5 us: an assumed order of magnitude for
     InfiniBand, not a measurement; set it from nccl-tests on your system."""
     host_bandwidth_bytes_per_s: ByteRate | None = attrs.field(default=None, validator=v.positive)

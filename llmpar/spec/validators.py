@@ -6,10 +6,15 @@ Each raises ValueError with the bad value quoted; the loader adds the key path.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from llmpar.dtypes import BYTES_PER_ELEMENT
 from llmpar.errors import did_you_mean
+
+Number = TypeVar("Number", bound=float | None)
+"""The type of the field a number validator checks (int, float, a NewType of one, or
+None), so that the field keeps its own type under attrs."""
 
 
 class FieldError(ValueError):
@@ -20,7 +25,7 @@ class FieldError(ValueError):
         super().__init__(message)
 
 
-def positive(_instance: Any, attribute: Any, value: float | None) -> None:
+def positive(_instance: Any, attribute: Any, value: Number) -> None:
     """A finite number above zero (None passes: the field is optional)."""
     if value is None:
         return
@@ -28,7 +33,7 @@ def positive(_instance: Any, attribute: Any, value: float | None) -> None:
         raise FieldError(attribute.name, f"must be a finite number > 0, got {value!r}")
 
 
-def non_negative(_instance: Any, attribute: Any, value: float | None) -> None:
+def non_negative(_instance: Any, attribute: Any, value: Number) -> None:
     """A finite number at or above zero (None passes)."""
     if value is None:
         return
@@ -36,7 +41,7 @@ def non_negative(_instance: Any, attribute: Any, value: float | None) -> None:
         raise FieldError(attribute.name, f"must be a finite number >= 0, got {value!r}")
 
 
-def fraction(_instance: Any, attribute: Any, value: float | None) -> None:
+def fraction(_instance: Any, attribute: Any, value: Number) -> None:
     """A number in (0, 1], such as a utilization (None passes)."""
     if value is None:
         return
@@ -44,7 +49,7 @@ def fraction(_instance: Any, attribute: Any, value: float | None) -> None:
         raise FieldError(attribute.name, f"must be in (0, 1], got {value!r}")
 
 
-def one_of(*choices: str):
+def one_of(*choices: str) -> Callable[[Any, Any, str], None]:
     """A validator that accepts only `choices`."""
 
     def check(_instance: Any, attribute: Any, value: str) -> None:

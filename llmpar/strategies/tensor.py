@@ -12,6 +12,7 @@ degree exceeds the key/value heads, each rank keeps a copy of one KV head
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +76,10 @@ def attention_divisor(spec: Spec, t: int) -> float:
     return (2 * h * qw + 2 * h * kvw) / per_rank
 
 
+def _must_divide_message(t: int, field: str, value: int | None) -> str:
+    return f"tensor degree ({t}) must divide model.{field} ({value})"
+
+
 class TensorParallel(Strategy[TensorConfig]):
     name = "tensor"
     config_type = TensorConfig
@@ -86,8 +91,7 @@ class TensorParallel(Strategy[TensorConfig]):
         t, model = config.degree, spec.model
         path = "$.parallel.tensor.degree"
         found = [Rule(path, value is not None and value % t != 0,
-                      lambda field=field, value=value:
-                      f"tensor degree ({t}) must divide model.{field} ({value})")
+                      functools.partial(_must_divide_message, t, field, value))
                  for field, value in (("num_attention_heads", model.num_attention_heads),
                                       ("ffn_hidden_size", model.ffn_hidden_size))]
         kv = model.num_kv_heads

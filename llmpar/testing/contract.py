@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -58,6 +58,9 @@ from llmpar.testing.fast_form import disagreements
 from llmpar.testing.specs import REFERENCE_SPECS
 from llmpar.testing.variants import field_variants
 from llmpar.testing.wellformed import plan_problems, transform_problems
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 STRATEGY_CHECKS = ("config-schema", "registered", "malformed-table")
 SPEC_CHECKS = ("neutral-is-identity", "memory-falls-with-degree", "order-independent",
@@ -82,11 +85,11 @@ class ContractViolation(AssertionError):
 class _Registers:
     """A plugin that hands over one strategy object."""
 
-    def __init__(self, strategy: Strategy):
+    def __init__(self, strategy: Strategy[Any]):
         self.strategy = strategy
 
     @hookimpl
-    def llmpar_register_strategies(self, register: Callable[[Strategy], None]) -> None:
+    def llmpar_register_strategies(self, register: Callable[[Strategy[Any]], None]) -> None:
         register(self.strategy)
 
 
@@ -98,7 +101,7 @@ class StrategyContract:
     """The contract checks for one strategy, in one session (default: `llmpar.Session()`,
     built-ins and installed plugins)."""
 
-    def __init__(self, strategy: Strategy | str, session: Session | None = None):
+    def __init__(self, strategy: Strategy[Any] | str, session: Session | None = None):
         self.session = session if session is not None else Session()
         if isinstance(strategy, str):
             if strategy not in self.session.strategies:
@@ -425,7 +428,7 @@ def _collectives(plan: Plan) -> list[tuple[Any, ...]]:
                    c.calls_per_step, c.seconds) for c in plan.collectives)
 
 
-def check_strategy_contract(strategy: Strategy | str, *, session: Session | None = None,
+def check_strategy_contract(strategy: Strategy[Any] | str, *, session: Session | None = None,
                             specs: Iterable[Mapping[str, Any]] | Any = None) -> dict[str, int]:
     """Run every contract check on `strategy` (an object or a loaded strategy's name).
 
@@ -452,7 +455,7 @@ def check_strategy_contract(strategy: Strategy | str, *, session: Session | None
         if specs is not None and hasattr(specs, "example"):  # a Hypothesis strategy
             from hypothesis import given
 
-            given(specs)(run)()
+            given(cast("SearchStrategy[Mapping[str, Any]]", specs))(run)()
         else:
             for table in REFERENCE_SPECS if specs is None else specs:
                 run(table)

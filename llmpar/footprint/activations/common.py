@@ -66,7 +66,8 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"
 """The model fields the per-tensor models need."""
 
 
-def saved(name: str, reason: str, shape: tuple, size: float, splits: frozenset,
+def saved(name: str, reason: str, shape: tuple[tuple[str, int], ...], size: float,
+          splits: frozenset[str],
           attention_score: bool = False, placement: str = "") -> SavedTensor:
     """A SavedTensor, positionally: name, reason, shape, bytes per element, splits."""
     return SavedTensor(name=name, reason=reason, shape=shape, bytes_per_element=size,

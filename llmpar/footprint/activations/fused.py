@@ -56,13 +56,13 @@ BOOL_BYTES = 1.0
 
 
 def _wide(sizes: Sizes, name: str, reason: str, symbol: str, width: int, size: float,
-          splits: frozenset) -> SavedTensor:
+          splits: frozenset[str]) -> SavedTensor:
     return saved(name, reason, sizes.per_token(symbol, width), size, splits)
 
 
 def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
-          width: int | None = None, splits: frozenset = OUTSIDE_TP,
-          rows: tuple = ()) -> list[SavedTensor]:
+          width: int | None = None, splits: frozenset[str] = OUTSIDE_TP,
+          rows: tuple[tuple[str, int], ...] = ()) -> list[SavedTensor]:
     """A fused norm: its input and the fp32 rstd (and mean, for LayerNorm) per row."""
     width = sizes.h[1] if width is None else width
     stats = ["rstd"] + (["mean"] if model.norm == "layernorm" else [])
@@ -95,6 +95,7 @@ def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
         key = ("kv*d_head", model.kv_width)
     if model.qk_norm:
         heads = model.num_attention_heads
+        assert heads is not None  # as model.query_width asserts below
         per_head = model.qk_norm_scope == "head"
         tensors += _norm(sizes, model, "query norm", "a*d_head", model.query_width, INSIDE_TP,
                          (("a", heads),) if per_head else ())
@@ -115,7 +116,8 @@ def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
     ]
 
 
-def _mlp(sizes: Sizes, model: Model, tokens: tuple, symbol: str, width: int,
+def _mlp(sizes: Sizes, model: Model, tokens: tuple[tuple[str, int], ...], symbol: str,
+         width: int,
          label: str = "") -> list[SavedTensor]:
     shape = (*tokens, (symbol, width))
     if model.gated:

@@ -58,7 +58,7 @@ def _attention_tensors(spec: Spec, d: float) -> list[SavedTensor]:
     ]
 
 
-def _mlp_tensors(spec: Spec, d: float, tokens: tuple, width: tuple,
+def _mlp_tensors(spec: Spec, d: float, tokens: tuple[tuple[str, int], ...], width: tuple[str, int],
                  label: str) -> list[SavedTensor]:
     """Korthikanti et al. 2022, Sec. 4.1, MLP: the activation's input and the last
     projection's input (8sbh + 8sbh for a 4h GELU MLP); a gated MLP keeps the gate

@@ -45,6 +45,6 @@ class Context:
         return self.d != FP32_BYTES
 
     def per_token(self, name: str, reason: str, symbol: str, width: int, size: float,
-                  splits: frozenset) -> SavedTensor:
+                  splits: frozenset[str]) -> SavedTensor:
         """A b x s x `symbol` tensor of `size` bytes per element."""
         return saved(name, reason, self.sizes.per_token(symbol, width), size, splits)

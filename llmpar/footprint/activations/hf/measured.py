@@ -71,7 +71,8 @@ class Comparison:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
+    return data
 
 
 def data_files(folder: str | Path) -> list[Path]:
@@ -95,7 +96,7 @@ def measured_runs(data: Mapping[str, Any]) -> Iterator[MeasuredRun]:
     """Every measured run of every variant (a run measured at one layer count only has
     no per-layer bytes)."""
     for variant in data.get("variants", ()):
-        totals: dict[tuple, dict[int, int]] = {}
+        totals: dict[tuple[Any, ...], dict[int, int]] = {}
         for run in variant.get("saved_runs", ()):
             key = (run["attn_implementation"], run["experts_implementation"], run["batch"],
                    run["seq"])
@@ -107,7 +108,8 @@ def measured_runs(data: Mapping[str, Any]) -> Iterator[MeasuredRun]:
             yield MeasuredRun(arch=data["name"], variant=variant["variant"],
                               attention=key[0], experts=key[1], batch=key[2], sequence=key[3],
                               per_layer_bytes=per_layer,
-                              fixed_bytes=total[1] - per_layer if both else None,
+                              fixed_bytes=total[1] - per_layer if per_layer is not None
+                              else None,
                               total_bytes=total)
 
 

@@ -26,8 +26,8 @@ OFFSET_BYTES = 4.0
 """grouped_mm's per-expert offsets are int32 (torch.cumsum(..., dtype=torch.int32))."""
 
 
-def _tokens(ctx: Context, name: str, reason: str, extra: tuple, size: float,
-            splits: frozenset = OUTSIDE_TP) -> SavedTensor:
+def _tokens(ctx: Context, name: str, reason: str, extra: tuple[tuple[str, int], ...], size: float,
+            splits: frozenset[str] = OUTSIDE_TP) -> SavedTensor:
     return saved(name, reason, (*ctx.sizes.tokens, *extra), size, splits)
 
 
@@ -66,7 +66,7 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
 
 
 def _routed(ctx: Context, name: str, reason: str, symbol: str, width: int | None,
-            size: float, splits: frozenset = OUTSIDE_TP) -> SavedTensor:
+            size: float, splits: frozenset[str] = OUTSIDE_TP) -> SavedTensor:
     moe = ctx.model.moe
     assert moe is not None
     extra = (("k", moe.experts_per_token),) + (((symbol, width),) if width else ())

@@ -8,8 +8,8 @@ from llmpar.footprint.inventory import SavedTensor
 
 
 def norm_tensors(ctx: Context, label: str, symbol: str, width: int,
-                 splits: frozenset = OUTSIDE_TP, heads: tuple[str, int] | None = None,
-                 row_splits: frozenset = OUTSIDE_TP) -> list[SavedTensor]:
+                 splits: frozenset[str] = OUTSIDE_TP, heads: tuple[str, int] | None = None,
+                 row_splits: frozenset[str] = OUTSIDE_TP) -> list[SavedTensor]:
     """The tensors one norm over `width` channels keeps, per token (and per head when
     `heads` is given: a norm over head_dim, as Qwen3's q_norm/k_norm).
 

@@ -14,7 +14,7 @@ EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "eager")
 """transformers' experts_implementation values modelled here (grouped_mm is its default)."""
 
 
-def _probability(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _probability(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{attribute.name} must be in [0, 1), got {value!r}")
 
