@@ -160,3 +160,25 @@ def test_a_table_stays_unless_its_values_make_the_neutral_config():
     plain = llmpar.search(small_spec(num_gpus=2), top=3, session=session_with())
     assert all("tensor" not in r.spec.parallel for r in plain.results
                if r.choices["tensor.degree"] == 1)
+
+
+def test_a_dimension_sees_another_strategy_s_choice():
+    """Chunks only where the search chose ZeRO-3: the two groups are enumerated as one."""
+
+    def chunks(point: Point) -> tuple[int, ...]:
+        return (1, 2) if point.choices.get("data.zero") == 3 else (1,)
+
+    class Seeing:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register: Callable) -> None:
+            register(ChunkedLoss())
+
+        @llmpar.hookimpl
+        def llmpar_search_dimensions(self, register: Callable) -> None:
+            register(SearchDimension(strategy="chunked_loss", field="chunks", values=chunks,
+                                     sees=("data.zero",)))
+
+    session = session_with(Seeing())
+    found = llmpar.search(small_spec(num_gpus=2), top=500, session=session)
+    chosen = {(r.choices["data.zero"], r.choices["chunked_loss.chunks"]) for r in found.results}
+    assert (3, 2) in chosen and not any(z != 3 and c == 2 for z, c in chosen)

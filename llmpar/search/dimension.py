@@ -24,12 +24,16 @@ DEGREE = "degree"
 @attrs.frozen(kw_only=True)
 class Point:
     """Where the enumeration stands when a dimension's values are asked for: the
-    spec searched, every strategy's degree, and the fields of this strategy that
-    its earlier dimensions set."""
+    spec searched, every strategy's degree, the fields of this strategy that
+    its earlier dimensions set, and the choices made so far of the dimensions it sees
+    (`SearchDimension.sees`)."""
 
     spec: Spec
     degrees: Mapping[str, int]
     fields: Mapping[str, Any] = attrs.field(factory=dict)
+    choices: Mapping[str, Any] = attrs.field(factory=dict)
+    """Keys chosen so far in this dimension's group ("data.zero": 3), its own
+    strategy's and those of the dimensions it sees."""
 
     def degree(self, strategy: str) -> int:
         """`strategy`'s degree; 1 when it takes no part."""
@@ -57,6 +61,10 @@ class SearchDimension:
     values: Values = None
     description: str = ""
     """What the values are and why, for `llmpar search --help`-style listings."""
+    sees: tuple[str, ...] = ()
+    """Keys of dimensions of strategies applied before this one (a lower phase:
+    "data.zero") whose chosen values `values` reads from `Point.choices`: they are
+    enumerated together with it, before it."""
     vectorised: bool = True
     """Whether the strategy's fast form takes this field as an array; False for a field
     that changes the transform's structure (how many pipeline stages hold which

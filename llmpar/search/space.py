@@ -210,27 +210,43 @@ def _with_side_degrees(degrees: dict[str, int], side: list[str],
 
 
 def _by_strategy(dimensions: tuple[SearchDimension, ...]) -> list[list[SearchDimension]]:
+    """The option dimensions in groups enumerated together: one per strategy, and the
+    strategies a dimension `sees` joined with its own (in the dimensions' order)."""
+    options = [d for d in dimensions if not d.is_degree]
+    owner = {d.key: d.strategy for d in options}
+    joined = {d.strategy: d.strategy for d in options}
+
+    def root(name: str) -> str:
+        while joined[name] != name:
+            name = joined[name]
+        return name
+
+    for dimension in options:
+        for key in dimension.sees:
+            if key in owner:
+                joined[root(owner[key])] = root(dimension.strategy)
     grouped: dict[str, list[SearchDimension]] = {}
-    for dimension in dimensions:
-        if not dimension.is_degree:
-            grouped.setdefault(dimension.strategy, []).append(dimension)
+    for dimension in options:
+        grouped.setdefault(root(dimension.strategy), []).append(dimension)
     return list(grouped.values())
 
 
 def _options(point: Point, dims: list[SearchDimension], pins: Mapping[str, Any],
              settings: Search) -> tuple[Choice, ...]:
-    """Every combination of one strategy's option dimensions at `point`."""
-    combos: list[tuple[Choice, dict[str, Any]]] = [({}, {})]
+    """Every combination of one group's option dimensions at `point`: each dimension's
+    values see its own strategy's earlier fields and every earlier choice of the group."""
+    combos: list[Choice] = [{}]
     for dimension in dims:
         grown = []
-        for choice, fields in combos:
-            here = attrs.evolve(point, fields=fields)
+        for choice in combos:
+            fields = {d.field: choice[d.key] for d in dims
+                      if d.strategy == dimension.strategy and d.field is not None
+                      and d.key in choice}
+            here = attrs.evolve(point, fields=fields, choices=choice)
             values = _allowed(dimension.key, dimension.values_at(here), pins, settings)
-            for value in values:
-                field = {dimension.field: value} if dimension.field is not None else {}
-                grown.append(({**choice, dimension.key: value}, {**fields, **field}))
+            grown += [{**choice, dimension.key: value} for value in values]
         combos = grown
-    return tuple(choice for choice, _ in combos)
+    return tuple(combos)
 
 
 def _training_options(pins: Mapping[str, Any], settings: Search) -> tuple[Choice, ...]:

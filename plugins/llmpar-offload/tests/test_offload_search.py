@@ -36,3 +36,10 @@ def test_the_fast_path_finds_what_one_by_one_evaluation_finds(session):
     assert [r.choices for r in fast.results] == [r.choices for r in exact.results]
     assert (fast.evaluated, fast.rejected) == (exact.evaluated, exact.rejected)
     assert [p.total_bytes for p in fast.pareto] == [p.total_bytes for p in exact.pareto]
+
+
+def test_weights_are_offloaded_only_where_the_search_chose_zero_3(session):
+    found = llmpar.search(spec({}), session=session, top=200, objective="memory")
+    offloaded = [r for r in found.results if r.choices.get("offload.weights")]
+    assert offloaded and all(r.choices["data.zero"] == 3 for r in offloaded)
+    assert "$.parallel.offload.weights" not in found.rejected  # never enumerated otherwise

@@ -28,8 +28,12 @@ def _gradients(point: Point) -> tuple[bool, ...]:
 
 
 def _weights(point: Point) -> tuple[bool, ...]:
-    """Weights on the host (ZeRO-Infinity) only beside the optimizer states."""
-    return (False, True) if point.fields.get("optimizer") else (False,)
+    """Weights on the host (ZeRO-Infinity) only beside the optimizer states, and under
+    ZeRO-3 (DeepSpeed's offload_param): the search sees the ZeRO stage it chose."""
+    data = point.spec.parallel.get("data")
+    zero3 = point.choices.get("data.zero", getattr(data, "zero", 0)) == 3 or bool(
+        getattr(data, "fsdp", False))
+    return (False, True) if point.fields.get("optimizer") and zero3 else (False,)
 
 
 @hookimpl
@@ -40,5 +44,6 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
     register(SearchDimension(strategy="offload", field="gradients", values=_gradients,
                              description="gradients go with the optimizer states"))
     register(SearchDimension(strategy="offload", field="weights", values=_weights,
+                             sees=("data.zero",),
                              description="weights streamed from host memory too "
-                                         "(ZeRO-Infinity; needs ZeRO-3)"))
+                                         "(ZeRO-Infinity), under ZeRO-3"))
