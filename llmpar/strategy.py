@@ -322,6 +322,18 @@ class StrategyContext:
         return self.footprint.trainable_by_group
 
 
+@attrs.frozen(kw_only=True)
+class ForwardStep:
+    """One forward step of serving on one GPU, for the strategies' serving collectives."""
+
+    phase: str
+    """"prefill" (the prompts) or "decode" (one token per sequence)."""
+    tokens: float
+    """New tokens this GPU's projections process."""
+    rows: float
+    """Sequences whose next token the step samples."""
+
+
 @attrs.frozen
 class Rule:
     """One check of a strategy: `fails` (a bool, or a boolean array in the vectorised
@@ -397,6 +409,13 @@ class Strategy(Generic[ConfigT]):
     def transform(self, config: ConfigT, ctx: StrategyContext) -> Transform:
         """This strategy's effect; the default is the identity."""
         return Transform(strategy=self.name)
+
+    def serving_collectives(self, config: ConfigT, ctx: StrategyContext,
+                            step: ForwardStep) -> tuple[Collective, ...]:
+        """The communication one forward step of serving needs (calls per step); none
+        by default. `Collective.overlap` with `hides_behind = "attention"` runs behind
+        the step's attention."""
+        return ()
 
     def neutral_config(self, layout: Layout) -> ConfigT | None:
         """A config under which this strategy changes nothing among the other

@@ -47,7 +47,7 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                           activations_unavailable="serving keeps no activations for backward")
     transforms = tuple(transforms_of(spec, footprint, layout, strategies))
     serving = Serving(spec=spec, layout=layout, footprint=footprint, transforms=transforms,
-                      stages=stages_of(spec, transforms))
+                      stages=stages_of(spec, transforms), strategies=strategies)
     serving = attrs.evolve(serving, weights_by_group=weights_by_group(serving),
                            layer_counts=count_layer_kinds(serving))
     return attrs.evolve(serving, fixed=fixed_parts(serving))

@@ -26,6 +26,8 @@ class Serving:
     (`llmpar.inference.weights`): computed once, read by every operation."""
     layer_counts: tuple[tuple[Any, int], ...] = attrs.field(default=(), eq=False)
     """How many layers of each kind (`llmpar.inference.operations.LayerKind`)."""
+    strategies: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+    """The session's strategies (for their serving collectives)."""
     fixed: tuple[Any, ...] = attrs.field(default=(), eq=False)
     """Each stage's weights, runtime allowance and cache windows
     (`llmpar.inference.memory.StageFixed`): computed once."""

@@ -22,6 +22,7 @@ from llmpar.arrays import logical_and, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.inventory import SPLIT_CONTEXT
 from llmpar.hookspecs import hookimpl
+from llmpar.inference.kv_cache import kv_bytes_per_token
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
@@ -30,6 +31,7 @@ from llmpar.strategies.common import layers_per_stage, micro_batches_per_step
 from llmpar.strategy import (
     ActivationSplit,
     Collective,
+    ForwardStep,
     Layout,
     ProductSplit,
     Rule,
@@ -43,6 +45,10 @@ KV_RING = "context.kv-ring"
 """Ring attention's K/V chunks (and their gradients) passed around the ring."""
 ALL_TO_ALL = "context.all-to-all"
 """Ulysses' all-to-alls of Q, K, V and the attention output."""
+SERVING_RING = "context.serving-kv-ring"
+"""Serving, prefill: K/V chunks around the ring, behind attention."""
+SERVING_COMBINE = "context.serving-combine"
+"""Serving, decode: the partial attention outputs of the split cache, gathered."""
 
 
 @attrs.frozen(kw_only=True)
@@ -91,6 +97,35 @@ class ContextParallel(Strategy[ContextConfig]):
                                                             reason="sequence split"),),
                          collectives=(self._ring(ctx, c, ring), self._all_to_all(ctx, c, ring)),
                          product_split=ProductSplit(tokens=c, attention_steps=where(ring, c, 1)))
+
+    def serving_collectives(self, config: ContextConfig, ctx: StrategyContext,
+                            step: ForwardStep) -> tuple[Collective, ...]:
+        """In prefill, ring attention passes each rank's K/V chunk around the ring in
+        c - 1 sends per layer, behind that layer's attention (Liu et al. 2023,
+        arXiv:2310.01889); in decode each rank attends its share of the cache and the
+        partial outputs are gathered (flash-decoding's split-KV combine, one all-gather
+        per layer)."""
+        c, spec = config.degree, ctx.spec
+        if c == 1:
+            return ()
+        model, t = spec.model, ctx.layout.degree("tensor")
+        assert spec.inference is not None
+        layers = model.num_layers or 0
+        common: dict[str, Any] = dict(strategy=self.name, group_size=c,
+                                      group_stride=ctx.layout.stride(self.name))
+        if step.phase == "prefill":
+            chunk = step.tokens * kv_bytes_per_token(model, spec.inference.kv_cache, t)
+            return (Collective(name=SERVING_RING, operation="send-recv", buffer_bytes=chunk,
+                               calls_per_step=(c - 1) * layers, overlap=1.0,
+                               hides_behind="attention",
+                               reason="prefill: K/V chunks around the ring, behind attention",
+                               **common),)
+        act = bytes_per_element(spec.precision.activations)
+        partial = step.tokens * model.attention_output_width / t * act
+        return (Collective(name=SERVING_COMBINE, operation="all-gather", buffer_bytes=partial,
+                           calls_per_step=layers,
+                           reason="decode: partial attention outputs of the split cache",
+                           **common),)
 
     def _chunk_elements(self, ctx: StrategyContext, c: int) -> Any:
         training = ctx.spec.training

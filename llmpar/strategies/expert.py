@@ -20,6 +20,7 @@ import attrs
 
 from llmpar.arrays import logical_not, where
 from llmpar.communication.collectives import members_per_node
+from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension, divisors
@@ -38,6 +39,7 @@ from llmpar.strategies.common import (
 )
 from llmpar.strategy import (
     Collective,
+    ForwardStep,
     Layout,
     ProductSplit,
     Rule,
@@ -50,6 +52,8 @@ from llmpar.strategy import (
 DISPATCHERS = ("all-to-all", "deepep")
 ALL_TO_ALL = "expert.all-to-all"
 """Token dispatch to the experts and combine back, forward and backward."""
+SERVING_ALL_TO_ALL = "expert.serving-all-to-all"
+"""Serving: token dispatch and combine of every MoE layer."""
 
 
 def network_copies(dispatcher: str, k: int, e: int, members: int) -> float:
@@ -144,6 +148,25 @@ class ExpertParallel(Strategy[ExpertConfig]):
                              expert_width=None if x == layout.degree("tensor") else x)
         return Transform(strategy=self.name, shards=shards,
                          collectives=(self._a2a(config, ctx, e),), product_split=split)
+
+    def serving_collectives(self, config: ExpertConfig, ctx: StrategyContext,
+                            step: ForwardStep) -> tuple[Collective, ...]:
+        """Dispatch and combine all-to-alls of every MoE layer, k copies of each token
+        (GShard), or DeepEP's one copy per remote node."""
+        e, model = config.degree, ctx.spec.model
+        if model.moe is None or e == 1:
+            return ()
+        assert model.hidden_size is not None
+        stride = expert_group_stride(ctx.layout)
+        members = members_per_node(e, stride, ctx.spec.hardware.gpus_per_node)
+        copies = network_copies(config.dispatcher, model.moe.experts_per_token, e, members)
+        act = bytes_per_element(ctx.spec.precision.activations)
+        return (Collective(
+            strategy=self.name, name=SERVING_ALL_TO_ALL, operation="all-to-all",
+            buffer_bytes=step.tokens * copies * model.hidden_size * act, group_size=e,
+            group_stride=stride, calls_per_step=2 * model.num_moe_layers,
+            reason=f"{step.phase}: token dispatch and combine of every MoE layer"
+                   + (" (DeepEP)" if config.dispatcher == "deepep" else "")),)
 
     def _a2a(self, config: ExpertConfig, ctx: StrategyContext, e: int) -> Collective:
         spec, layout = ctx.spec, ctx.layout

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from llmpar.arrays import is_array, logical_and, logical_not, logical_or, minimum, where
+from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension, divisors
@@ -33,11 +34,22 @@ from llmpar.strategies.common import (
     micro_batches_per_step,
     sequence_parallel,
 )
-from llmpar.strategy import Collective, Layout, Rule, Stage, Strategy, StrategyContext, Transform
+from llmpar.strategy import (
+    Collective,
+    ForwardStep,
+    Layout,
+    Rule,
+    Stage,
+    Strategy,
+    StrategyContext,
+    Transform,
+)
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zero-bubble")
 SEND_RECV = "pipeline.send-recv"
 """Activations to the next stage (forward) and their gradients back (backward)."""
+SERVING_SEND = "pipeline.serving-send"
+"""Serving: the hidden states to the next stage, once per boundary and forward step."""
 BOUNDARY_ALL_GATHER = "pipeline.boundary-all-gather"
 """Rebuilds a received boundary tensor from its 1/t slices (scatter-gather)."""
 
@@ -148,6 +160,20 @@ class PipelineParallel(Strategy[PipelineConfig]):
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
                          collectives=(sends, *self._gathers(config, ctx, calls)),
                          warnings=tuple(warnings))
+
+    def serving_collectives(self, config: PipelineConfig, ctx: StrategyContext,
+                            step: ForwardStep) -> tuple[Collective, ...]:
+        """p - 1 hand-offs of the hidden states, one per stage boundary, on the critical
+        path (stages run the step one after another: no interleaving of micro-batches)."""
+        p, model = config.degree, ctx.spec.model
+        if p == 1:
+            return ()
+        assert model.hidden_size is not None
+        act = bytes_per_element(ctx.spec.precision.activations)
+        return (Collective(strategy=self.name, name=SERVING_SEND, operation="send-recv",
+                           buffer_bytes=step.tokens * model.hidden_size * act, group_size=2,
+                           group_stride=ctx.layout.stride(self.name), calls_per_step=p - 1,
+                           reason=f"{step.phase}: hidden states to the next stage"),)
 
     def _boundary_bytes(self, config: PipelineConfig, ctx: StrategyContext) -> Any:
         size = hidden_state_bytes(ctx.spec, ctx.layout)

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.inventory import SPLIT_TENSOR
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
@@ -35,6 +36,7 @@ from llmpar.strategies.common import (
 from llmpar.strategy import (
     ActivationSplit,
     Collective,
+    ForwardStep,
     Layout,
     ProductSplit,
     Rule,
@@ -47,6 +49,10 @@ from llmpar.strategy import (
 LAYER_OUTPUT = "tensor.layer-output"
 """The all-reduces of the attention and MLP outputs (forward) and of their output
 gradients (backward)."""
+SERVING_LAYER_OUTPUT = "tensor.serving-layer-output"
+"""Serving: the all-reduces of every layer's attention and MLP outputs, and the embedding's."""
+SERVING_LOGITS = "tensor.serving-logits-all-gather"
+"""Serving: the all-gather of the sampled rows' logits over the split vocabulary."""
 INPUT_GRADIENT = "tensor.input-gradient"
 """The all-reduces of the input gradients of the column-parallel projections (backward)."""
 COMPONENTS = ("weights", "gradients", "optimizer")
@@ -129,6 +135,29 @@ class TensorParallel(Strategy[TensorConfig]):
             collectives=self._layer_outputs(config, ctx, t),
             product_split=ProductSplit(width=t),
             warnings=tuple(warnings))
+
+    def serving_collectives(self, config: TensorConfig, ctx: StrategyContext,
+                            step: ForwardStep) -> tuple[Collective, ...]:
+        """An all-reduce of the hidden states after attention and after the MLP in every
+        layer, one after the vocabulary-parallel embedding, and an all-gather of the
+        sampled rows' logits (vLLM's VocabParallelEmbedding and logits gather)."""
+        t, model = config.degree, ctx.spec.model
+        if t == 1:
+            return ()
+        assert model.hidden_size is not None and model.vocab_size is not None
+        act = bytes_per_element(ctx.spec.precision.activations)
+        common: dict[str, Any] = dict(strategy=self.name, group_size=t,
+                                      group_stride=ctx.layout.stride(self.name))
+        return (
+            Collective(name=SERVING_LAYER_OUTPUT, operation="all-reduce",
+                       buffer_bytes=step.tokens * model.hidden_size * act,
+                       calls_per_step=2 * (model.num_layers or 0) + 1,
+                       reason=f"{step.phase}: attention and MLP outputs of every layer, and "
+                              "the embedding", **common),
+            Collective(name=SERVING_LOGITS, operation="all-gather",
+                       buffer_bytes=step.rows * model.vocab_size * act, calls_per_step=1,
+                       reason=f"{step.phase}: the sampled rows' logits over the split "
+                              "vocabulary", **common))
 
     def _layer_outputs(self, config: TensorConfig, ctx: StrategyContext,
                        t: int) -> tuple[Collective, ...]:
