@@ -11,9 +11,6 @@ from llmpar.spec import Spec
 
 REJECTED_MEMORY = "memory"
 """Rejection reason: does not fit in the GPU's memory (or `[search] memory_limit_bytes`)."""
-REJECTED_BOUND = "outranked"
-"""Rejection reason: lower bounds on its memory and step time show it can reach neither
-the top layouts nor the Pareto front, so it was not evaluated."""
 
 
 @attrs.frozen(kw_only=True)
@@ -82,14 +79,15 @@ class SearchResult:
     considered: int
     """Layouts enumerated: every combination of the dimensions' values."""
     evaluated: int
-    """Layouts whose memory and step time were computed exactly."""
+    """Valid layouts whose memory and step time were computed (every one: the fast path
+    evaluates a node of layouts in one call)."""
     rejected: dict[str, int] = attrs.field(hash=False)
     """Layouts left out, by reason: a rule's key path (the first problem the strategies'
-    checks report), "memory", or "outranked"."""
+    checks report), or "memory"."""
     examples: dict[str, str] = attrs.field(hash=False)
     """One message per rejection reason."""
     ranked: int
-    """Layouts evaluated exactly that pass every check and fit: the pool the results and
+    """Layouts evaluated that pass every check and fit: the pool the results and
     the front come from; considered = ranked + the sum of rejected."""
     seconds: float
     results: tuple[Ranked, ...]
