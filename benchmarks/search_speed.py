@@ -1,5 +1,5 @@
 """How fast `llmpar.search` is on large clusters: wall and CPU seconds (median of
-several runs), layouts considered, layouts evaluated exactly, and rates.
+several runs), layouts considered, valid layouts evaluated, and rates.
 
     python benchmarks/search_speed.py            # every case, 5 runs each, one process
     python benchmarks/search_speed.py --runs 3 --jobs 0 gpt3-175b-1024-a100

@@ -41,9 +41,10 @@ class Bounded:
             return compute()
         if found is self:
             found = compute()
-            self._items[key] = found
-            if len(self._items) > self.size:
-                self._items.popitem(last=False)
+            if self.size > 0:
+                self._items[key] = found
+                if len(self._items) > self.size:
+                    self._items.popitem(last=False)
         return found  # type: ignore[no-any-return]
 
 

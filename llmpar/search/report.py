@@ -45,7 +45,9 @@ def _option(key: str, value: Any, choices: dict[str, Any]) -> str:
         return "uneven" if value is not None else ""
     if key == "context.kind":
         return value if choices.get("context.degree", 1) > 1 else ""
-    return f"{key}={value}"
+    if value is False or value is None:  # a switch left off: nothing to say
+        return ""
+    return key if value is True else f"{key}={value}"
 
 
 def _gib(num_bytes: float) -> str:
@@ -53,8 +55,8 @@ def _gib(num_bytes: float) -> str:
 
 
 def text_report(result: SearchResult) -> str:
-    lines = [f"{result.considered:,} layouts considered, {result.evaluated:,} evaluated "
-             f"exactly, {result.ranked:,} of them valid and fitting, in {result.seconds:.2f} s"]
+    lines = [f"{result.considered:,} layouts considered, {result.evaluated:,} valid ones "
+             f"evaluated, {result.ranked:,} of them fitting, in {result.seconds:.2f} s"]
     rejected = Table(title="Rejected", columns=("reason", "layouts", "e.g."),
                      rows=tuple((reason, f"{count:,}", result.examples.get(reason, ""))
                                 for reason, count in sorted(result.rejected.items(),
