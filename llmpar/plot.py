@@ -96,7 +96,7 @@ def memory_figure(plans: Sequence[Plan], labels: Sequence[str]) -> Figure:
         # matplotlib takes label=None (no legend entry); its stubs only say str
         ax.hlines(plan.capacity_bytes / GiB, x - 0.4, x + 0.4, colors="black",
                   linestyles="dashed",
-                  label="capacity" if x == 0 else None)  # type: ignore[arg-type]
+                  label="capacity" if x == 0 else None)  # type: ignore[arg-type, unused-ignore]
         ax.annotate(f"{plan.total_bytes / GiB:,.1f}", (x, bottoms[x]), ha="center",
                     va="bottom", xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(list(positions), [_wrap(label) for label in labels])
