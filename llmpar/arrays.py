@@ -74,28 +74,6 @@ def logical_not(value: Value) -> Value:
     return not value
 
 
-def equals(value: Value, other: object) -> Value:
-    """`value == other`, elementwise for an array (of strings too)."""
-    if isinstance(value, np.ndarray):
-        return value == other
-    return value == other
-
-
 def anywhere(condition: Value) -> bool:
     """Whether `condition` holds for any layout."""
     return bool(np.any(condition)) if isinstance(condition, np.ndarray) else bool(condition)
-
-
-def everywhere(condition: Value) -> bool:
-    """Whether `condition` holds for every layout."""
-    return bool(np.all(condition)) if isinstance(condition, np.ndarray) else bool(condition)
-
-
-def at(value: Value, index: tuple[int, ...]) -> Value:
-    """One layout's value: the array's element at `index` (broadcast), or the value."""
-    if not isinstance(value, np.ndarray):
-        return value
-    if value.ndim == 0:
-        return value.item()
-    picked = tuple(0 if size == 1 else i for size, i in zip(value.shape, index))
-    return value[picked].item()

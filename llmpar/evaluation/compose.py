@@ -153,10 +153,3 @@ class Composition:
             expert_width = split.expert_width if split.expert_width is not None else expert_width
         return {"width": width, "tokens": tokens, "experts": experts, "attention_steps": steps,
                 "expert_width": expert_width}
-
-
-def component_bytes(parameters: Mapping[str, float], bytes_per_parameter: float,
-                    component: str, transforms: Iterable[Transform]) -> float:
-    """Bytes of one model-state component on one GPU, each group under its shards."""
-    held: float = Composition(list(transforms)).held(parameters, bytes_per_parameter, component)
-    return held

@@ -71,16 +71,6 @@ def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventor
     return inventory
 
 
-def split_inventory(inventory: ActivationInventory,
-                    transforms: Iterable[Transform]) -> ActivationInventory:
-    """Apply every strategy's activation splits (plain numbers: one layout)."""
-    for transform in transforms:
-        for split in transform.activation_splits:
-            if split.divisor != 1:
-                inventory = inventory.split(split.tag, split.divisor)
-    return inventory
-
-
 def recomputed_layers(spec: Spec, stage: Stage) -> int:
     """Layers of `stage` that full recomputation reruns."""
     if spec.training.recompute != "full":

@@ -61,17 +61,18 @@ class SpecBuilder:
                  dimensions: tuple[SearchDimension, ...]):
         self.spec = spec
         self.strategies = strategies
-        self._fields: dict[str, list[tuple[str, str]]] = {}
-        self._presence = {d.strategy for d in dimensions if d.field is None}
+        self.fields: dict[str, list[tuple[str, str]]] = {}
+        """Per strategy, (dimension key, field) of its option dimensions."""
+        self.presence = {d.strategy for d in dimensions if d.field is None}
+        """Strategies whose table a dimension adds or leaves out."""
         for dimension in dimensions:
             if dimension.field is not None and not dimension.is_degree:
-                self._fields.setdefault(dimension.strategy, []).append(
+                self.fields.setdefault(dimension.strategy, []).append(
                     (dimension.key, dimension.field))
-        degree_owners = {d.strategy for d in dimensions if d.is_degree}
-        ordered = list(spec.parallel) + sorted(degree_owners | set(self._fields)
-                                               | self._presence)
-        self._order = tuple(dict.fromkeys(ordered))
-        self._defaults = {name: strategies[name].config_type() for name in self._order}
+        owners = {d.strategy for d in dimensions}
+        self.order = tuple(dict.fromkeys(list(spec.parallel) + sorted(owners)))
+        """The strategies a layout's spec may hold: the spec's, then the dimensions'."""
+        self._defaults = {name: strategies[name].config_type() for name in self.order}
         self._training: dict[tuple[int, str], Training] = {}
 
     def training(self, micro_batch_size: int, recompute: str) -> Training:
@@ -91,9 +92,9 @@ class SpecBuilder:
                    if key.endswith(f".{DEGREE}")}
         layout = Layout(degrees=degrees, num_gpus=self.spec.hardware.num_gpus,
                         order=self.spec.rank_order)
-        for name in self._order:
+        for name in self.order:
             default = self._defaults[name]
-            fields = {field: choice[key] for key, field in self._fields.get(name, ())
+            fields = {field: choice[key] for key, field in self.fields.get(name, ())
                       if key in choice}
             if name in degrees and hasattr(default, DEGREE):
                 fields[DEGREE] = degrees[name]
@@ -104,7 +105,7 @@ class SpecBuilder:
         return tables
 
     def _included(self, name: str, choice: Choice, config: Any, layout: Layout) -> bool:
-        if name in self._presence:
+        if name in self.presence:
             return bool(choice.get(name, name in self.spec.parallel))
         strategy = self.strategies[name]
         if name in self.spec.parallel or strategy.always_active:

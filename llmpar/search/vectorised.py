@@ -114,16 +114,9 @@ class FastPath:
         self.shared: dict[tuple[Any, ...], Any] = {}
         self._footprints: dict[tuple[int, str], Footprint] = {}
         self._facts: dict[tuple[Any, ...], TrainingFacts] = {}
-        dimensions = prepared.space.dimensions
-        self.structural = {d.key for d in dimensions if not d.vectorised}
-        self.fields: dict[str, list[tuple[str, str]]] = {}
-        self.presence = {d.strategy for d in dimensions if d.field is None}
-        for dimension in dimensions:
-            if dimension.field is not None and not dimension.is_degree:
-                self.fields.setdefault(dimension.strategy, []).append(
-                    (dimension.key, dimension.field))
-        owners = {d.strategy for d in dimensions}
-        self.order = tuple(dict.fromkeys(list(self.spec.parallel) + sorted(owners)))
+        builder = self.judge.builder
+        self.fields, self.presence, self.order = builder.fields, builder.presence, builder.order
+        self.structural = {d.key for d in prepared.space.dimensions if not d.vectorised}
         for name in self.order:
             if not fast_capable(strategies[name]):
                 self.structural |= {key for key, _ in self.fields.get(name, ())}
