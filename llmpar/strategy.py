@@ -321,6 +321,17 @@ class StrategyContext:
         parameter in pre-training)."""
         return self.footprint.trainable_by_group
 
+    def trainable_in(self, stage: Stage) -> Mapping[str, float]:
+        """The trainable parameters one pipeline stage holds, by group, before any
+        strategy's shards (`llmpar.evaluation.stages.stage_parameters`)."""
+        from llmpar.evaluation.stages import stage_parameters  # it imports this module
+
+        held = stage_parameters(self.spec, self.footprint, stage)
+        trainable = self.trainable_by_group
+        total = self.footprint.parameters_by_group
+        return {group: count * (trainable.get(group, 0.0) / total[group] if total[group] else 0.0)
+                for group, count in held.items()}
+
 
 @attrs.frozen(kw_only=True)
 class ForwardStep:

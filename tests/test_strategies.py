@@ -318,3 +318,22 @@ def test_deepep_dispatch_costs_less_across_nodes():
     (a, ), (b, ) = ([c for c in p.collectives if c.strategy == "expert"] for p in (nccl, deepep))
     assert a.tier == b.tier == "inter-node"
     assert b.seconds < a.seconds
+
+
+def test_strategies_see_the_trainable_parameters_of_each_stage():
+    from llmpar.evaluation.stages import whole_model_stage
+    from llmpar.footprint.baseline import baseline_footprint
+    from llmpar.strategies.pipeline import PipelineConfig, PipelineParallel
+
+    session = llmpar.Session(load_entry_points=False)
+    spec = session.load_spec({"model": "llama-3-8b",
+                              "hardware": {"cluster": "dgx-a100", "num_gpus": 8},
+                              "parallel": {"pipeline": {"degree": 4}}})
+    layout = llmpar.Layout(degrees={"pipeline": 4, "data": 2}, num_gpus=8)
+    ctx = llmpar.StrategyContext(spec=spec, footprint=baseline_footprint(spec), layout=layout)
+    stages = PipelineParallel().transform(PipelineConfig(degree=4), ctx).stages
+    per_stage = [ctx.trainable_in(stage) for stage in stages]
+    whole = ctx.trainable_in(whole_model_stage(spec))
+    assert sum(sum(p.values()) for p in per_stage) == pytest.approx(sum(whole.values()))
+    assert per_stage[0]["embedding"] > 0 and per_stage[0]["head"] == 0
+    assert per_stage[-1]["head"] > 0
