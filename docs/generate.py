@@ -285,6 +285,8 @@ def _class_rows(cls: type, tables: dict[str, str]) -> list[tuple[str, ...]]:
     for field in attrs.fields(attrs.resolve_types(cls)):
         source = sources[field.name]
         kind, unit = _type_text(source.annotation, tables)
+        if typing.get_origin(field.type) is typing.Literal:  # a choice: a string in TOML
+            kind = "string"
         constraint = _constraint(source, module)
         if constraint:
             kind = f"{kind}; {constraint}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import cattrs
@@ -61,6 +61,12 @@ def _with_units(parse: Callable[[str], float],
     return structure
 
 
+def _is_choice(kind: Any) -> bool:
+    """Whether a field's type is a Literal of strings (a choice)."""
+    origin: Any = typing.get_origin(kind)
+    return origin is Literal
+
+
 def make_converter() -> cattrs.Converter:
     """A converter for spec tables: strict scalars, units, unknown keys refused."""
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
@@ -73,6 +79,9 @@ def make_converter() -> cattrs.Converter:
     converter.register_structure_hook(ByteRate, _with_units(units.parse_byte_rate))
     converter.register_structure_hook(Seconds, _with_units(units.parse_seconds))
     converter.register_structure_hook(Count, lambda v, _t: _number(v))
+    # A choice (a Literal) is a string here; the field's one_of validator names the choices
+    # and suggests the nearest, as for every other field.
+    converter.register_structure_hook_func(_is_choice, lambda value, _kind: _string(value))
     return converter
 
 

@@ -14,6 +14,7 @@ from llmpar.strategy import Layout
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec, Training
+    from llmpar.spec.workload import Recompute
     from llmpar.strategy import Strategy
 
 
@@ -75,7 +76,7 @@ class SpecBuilder:
         self._defaults = {name: strategies[name].config_type() for name in self.order}
         self._training: dict[tuple[int, str], Training] = {}
 
-    def training(self, micro_batch_size: int, recompute: str) -> Training:
+    def training(self, micro_batch_size: int, recompute: Recompute) -> Training:
         key = (micro_batch_size, recompute)
         if key not in self._training:
             self._training[key] = attrs.evolve(self.spec.training,

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from llmpar.search.prepare import Prepared
     from llmpar.session import Session
     from llmpar.spec import Spec
+    from llmpar.spec.workload import Recompute
 
 
 def unchecked(instance: Any, **changes: Any) -> Any:
@@ -125,16 +126,16 @@ class FastPath:
 
     # --- per training table -------------------------------------------------------
 
-    def footprint(self, micro_batch_size: int, recompute: str) -> Footprint:
+    def footprint(self, micro_batch_size: int, recompute: Recompute) -> Footprint:
         key = (micro_batch_size, recompute)
         found = self._footprints.get(key)
         if found is None:
             found = self._footprints[key] = self.cache.footprint(self.training(*key))
         return found
 
-    def training(self, micro_batch_size: int, recompute: str) -> Spec:
+    def training(self, micro_batch_size: int, recompute: Recompute) -> Spec:
         training = attrs.evolve(self.spec.training, micro_batch_size=int(micro_batch_size),
-                                recompute=str(recompute))
+                                recompute=recompute)
         return attrs.evolve(self.spec, training=training, parallel={})
 
     def facts(self, grid: Grid, transforms: Sequence[Transform], layout: Layout) -> TrainingFacts:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import attrs
 
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import Count
 
-RECOMPUTE = ("none", "selective", "full")
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE: tuple[Recompute, ...] = typing.get_args(Recompute)
 
 
 def _known_activation_model(instance: object, attribute: object, value: str) -> None:
@@ -15,7 +19,8 @@ def _known_activation_model(instance: object, attribute: object, value: str) -> 
     if not isinstance(value, str) or not value:
         raise v.FieldError(getattr(attribute, "name", "activation_model"),
                            f"must name an activation model, got {value!r}")
-ATTENTION_FLOP_CONVENTIONS = ("full", "causal")
+AttentionFlops = Literal["full", "causal"]
+ATTENTION_FLOP_CONVENTIONS: tuple[AttentionFlops, ...] = typing.get_args(AttentionFlops)
 
 
 @attrs.frozen(kw_only=True)
@@ -51,7 +56,7 @@ class Training:
     """Run length as tokens per parameter (Chinchilla: 20)."""
     mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Assume this model FLOPs utilization instead of modelling it."""
-    recompute: str = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
+    recompute: Recompute = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
     """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
     recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
     """With recompute = "full": recompute only the first N layers of each pipeline stage
@@ -63,7 +68,7 @@ class Training:
     transformers keeps), or "coefficient" (the founding document's k*b*s*L*h*d)."""
     activation_coefficient: float = attrs.field(default=30.0, validator=v.positive)
     """The founding document's k (measured there at about 30)."""
-    attention_flops: str = attrs.field(
+    attention_flops: AttentionFlops = attrs.field(
         default="full", validator=v.one_of(*ATTENTION_FLOP_CONVENTIONS)
     )
     """Count attention score FLOPs over the full s x s square (Megatron's convention)

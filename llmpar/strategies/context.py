@@ -13,8 +13,9 @@ needs all keys and values:
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -40,7 +41,8 @@ from llmpar.strategy import (
     Transform,
 )
 
-KINDS = ("ring", "all-to-all")
+Kind = Literal["ring", "all-to-all"]
+KINDS: tuple[Kind, ...] = typing.get_args(Kind)
 KV_RING = "context.kv-ring"
 """Ring attention's K/V chunks (and their gradients) passed around the ring."""
 ALL_TO_ALL = "context.all-to-all"
@@ -57,7 +59,7 @@ class ContextConfig:
 
     degree: int = attrs.field(default=1, validator=positive)
     """GPUs the sequence is split over."""
-    kind: str = attrs.field(default="ring", validator=one_of(*KINDS))
+    kind: Kind = attrs.field(default="ring", validator=one_of(*KINDS))
     """"ring" (K/V passed around, behind attention) or "all-to-all" (Ulysses)."""
 
 
@@ -164,7 +166,7 @@ def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> Non
     register(ContextParallel())
 
 
-def _kinds(point: Point) -> tuple[str, ...]:
+def _kinds(point: Point) -> tuple[Kind, ...]:
     return KINDS if point.degree("context") > 1 else (ContextConfig().kind,)
 
 

@@ -13,8 +13,9 @@ GShard, arXiv:2006.16668; Fedus et al. 2021, Switch Transformer, arXiv:2101.0396
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -49,7 +50,8 @@ from llmpar.strategy import (
     Transform,
 )
 
-DISPATCHERS = ("all-to-all", "deepep")
+Dispatcher = Literal["all-to-all", "deepep"]
+DISPATCHERS: tuple[Dispatcher, ...] = typing.get_args(Dispatcher)
 ALL_TO_ALL = "expert.all-to-all"
 """Token dispatch to the experts and combine back, forward and backward."""
 SERVING_ALL_TO_ALL = "expert.serving-all-to-all"
@@ -77,7 +79,7 @@ class ExpertConfig:
 
     degree: int = attrs.field(default=1, validator=positive)
     """Ranks the routed experts are split over."""
-    dispatcher: str = attrs.field(default="all-to-all", validator=one_of(*DISPATCHERS))
+    dispatcher: Dispatcher = attrs.field(default="all-to-all", validator=one_of(*DISPATCHERS))
     """"all-to-all" (NCCL: each routed copy of a token travels to its expert's GPU) or
     "deepep" (DeepEP: a token crosses the network once per node that hosts one of its
     experts, then NVLink forwards it)."""

@@ -17,8 +17,9 @@ too when they are tied, to keep the tied gradient in sync, as Megatron-LM does).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -45,7 +46,8 @@ from llmpar.strategy import (
     Transform,
 )
 
-SCHEDULES = ("1f1b", "interleaved", "gpipe", "zero-bubble")
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zero-bubble"]
+SCHEDULES: tuple[Schedule, ...] = typing.get_args(Schedule)
 SEND_RECV = "pipeline.send-recv"
 """Activations to the next stage (forward) and their gradients back (backward)."""
 SERVING_SEND = "pipeline.serving-send"
@@ -60,7 +62,7 @@ class PipelineConfig:
 
     degree: int = attrs.field(default=1, validator=positive)
     """Stages."""
-    schedule: str = attrs.field(default="1f1b", validator=one_of(*SCHEDULES))
+    schedule: Schedule = attrs.field(default="1f1b", validator=one_of(*SCHEDULES))
     """"1f1b", "interleaved" (with virtual_stages), "gpipe" or "zero-bubble" (ZB-H1)."""
     virtual_stages: int = attrs.field(default=1, validator=positive)
     """Model chunks per GPU for the interleaved schedule (v)."""
@@ -210,7 +212,7 @@ def balanced_layers(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base if index in short else base + 1 for index in range(stages))
 
 
-def _schedules(point: Point) -> tuple[str, ...]:
+def _schedules(point: Point) -> tuple[Schedule, ...]:
     return SCHEDULES if point.degree("pipeline") > 1 else (PipelineConfig().schedule,)
 
 
