@@ -122,20 +122,22 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
                   kinds: StageKinds) -> tuple[tuple[StageMemory, ...], int]:
     """Every stage's memory (one layout), and the peak stage: the stage of the peak kind
     with the most micro-batches in flight."""
+    buffers = int(core.buffers)
+    # What a kind's stages share, once per kind: a plan lists every stage.
+    shared = [(int(k.states["weights"]), int(k.states["gradients"]), int(k.states["optimizer"]),
+               int(k.states_bytes) + buffers, int(k.host), k.activations) for k in core.kinds]
     records = []
     for stage, kind_index in zip(stages, kinds.kind_of):
-        kind = core.kinds[kind_index]
-        activations = activation_bytes(kind, stage.micro_batches_in_flight)
+        weights, gradients, optimizer, fixed, host, per_micro_batch = shared[kind_index]
+        in_flight = stage.micro_batches_in_flight
+        activations = None if per_micro_batch is None else int(rounded(per_micro_batch
+                                                                        * in_flight))
         records.append(StageMemory(
-            stage=stage.index, layers=stage.num_layers,
-            weights_bytes=int(kind.states["weights"]),
-            gradients_bytes=int(kind.states["gradients"]),
-            optimizer_bytes=int(kind.states["optimizer"]),
-            activations_bytes=None if kind.activations is None else int(activations),
-            buffers_bytes=int(core.buffers),
-            total_bytes=int(kind.states_bytes + activations + core.buffers),
-            micro_batches_in_flight=float(stage.micro_batches_in_flight),
-            host_bytes=int(kind.host)))
+            stage=stage.index, layers=stage.num_layers, weights_bytes=weights,
+            gradients_bytes=gradients, optimizer_bytes=optimizer,
+            activations_bytes=activations, buffers_bytes=buffers,
+            total_bytes=fixed + (activations or 0), micro_batches_in_flight=float(in_flight),
+            host_bytes=host))
     peak_kind = core.at_peak(list(range(len(core.kinds))))
     members = kinds.members[int(peak_kind)]
     peak = max(members, key=lambda i: (stages[i].micro_batches_in_flight, -i))

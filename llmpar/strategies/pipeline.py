@@ -89,6 +89,11 @@ def bubble_fraction(config: PipelineConfig, m: Any) -> Any:
 def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
     """Micro-batches whose activations stage `stage` holds at its peak."""
     p, v, schedule = config.degree, config.virtual_stages, config.schedule
+    if isinstance(schedule, str) and not is_array(m):  # one layout: Python's arithmetic
+        if schedule == "gpipe":
+            return float(m)
+        factor = 1 + (p - 1) / (p * v) if schedule == "interleaved" else 1.0
+        return min(m, p - stage) * factor
     held = minimum(m, p - stage) * where(schedule == "interleaved", 1 + (p - 1) / (p * v), 1.0)
     return where(schedule == "gpipe", m, held) * 1.0
 
@@ -144,11 +149,12 @@ class PipelineParallel(Strategy[PipelineConfig]):
         spec, layout = ctx.spec, ctx.layout
         m = micro_batches_per_step(spec, layout)
         stages, first = [], 0
+        tied = spec.model.tie_embeddings
         for index, count in enumerate(stage_layer_counts(config, spec.model.num_layers or p)):
             last = index == p - 1
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
-                                has_embedding=index == 0 or (last and spec.model.tie_embeddings),
-                                has_head=last, micro_batches_in_flight=in_flight(config, index, m)))
+                                has_embedding=index == 0 or (last and tied), has_head=last,
+                                micro_batches_in_flight=in_flight(config, index, m)))
             first += count
         bubble = bubble_fraction(config, m)
         warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
