@@ -13,11 +13,11 @@ from llmpar.evaluation.matmuls import (
     products,
     shape_loss_seconds,
 )
-from llmpar.evaluation.step_time import hide
+from llmpar.evaluation.step_time import Cost, hide_costs
 from llmpar.evaluation.timing import attention_hardware_flops_per_sequence
 from llmpar.footprint.baseline import baseline_footprint
-from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
+from llmpar.strategy import Collective
 
 SESSION = llmpar.Session(load_entry_points=False)
 
@@ -134,19 +134,19 @@ def test_experts_that_see_few_tokens_are_memory_bound_until_expert_parallelism()
     assert lost(spec, expert_up(8), rates) == pytest.approx(fixed)
 
 
-def cost(seconds: float, exposed: float, behind: str) -> CollectiveCost:
-    return CollectiveCost(strategy="s", operation="send-recv", buffer_bytes=1, group_size=2,
-                          tier="intra-node", calls_per_step=1, seconds=seconds,
-                          exposed_seconds=exposed, hides_behind=behind)
+def cost(seconds: float, exposed: float, behind: str) -> Cost:
+    collective = Collective(strategy="s", name="s.c", operation="send-recv", group_size=2,
+                            hides_behind=behind)
+    return Cost(collective, 1, 1, "intra-node", seconds, exposed, True)
 
 
 def test_hiding_behind_attention_is_capped_by_attention_then_by_compute():
     ring, grads = cost(3.0, 0.0, "attention"), cost(2.0, 0.0, "compute")
-    hidden = hide([ring, grads], compute=10.0, attention=1.0)
-    assert [c.exposed_seconds for c in hidden] == [2.0, 0.0]
-    squeezed = hide([ring, grads], compute=1.5, attention=1.0)
+    hidden = hide_costs([ring, grads], compute=10.0, attention=1.0)
+    assert [c.exposed for c in hidden] == [2.0, 0.0]
+    squeezed = hide_costs([ring, grads], compute=1.5, attention=1.0)
     # 1 s of ring and 2 s of gradients could hide; 1.5 s of compute hides half of each.
-    assert [c.exposed_seconds for c in squeezed] == [pytest.approx(2.5), pytest.approx(1.0)]
+    assert [c.exposed for c in squeezed] == [pytest.approx(2.5), pytest.approx(1.0)]
 
 
 def test_ring_attention_shows_when_attention_is_short():

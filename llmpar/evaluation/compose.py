@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from llmpar.arrays import Value, logical_or, where
-from llmpar.strategy import Collective, Transform
+from llmpar.strategy import Collective, ProductSplit, Transform
 
 
 class Composition:
@@ -48,8 +47,7 @@ class Composition:
         found: Value = 1
         for strategy, shard in self.shards:
             if shard.component == component and strategy != without and (
-                    shard.groups is None or group in shard.groups) and (
-                    group not in shard.excluded):
+                    shard.applies_to(group)):
                 found = found * shard.divisor
         self._divisors_of(component, without)[group] = found
         return found
@@ -59,17 +57,12 @@ class Composition:
         """Bytes of `component` one GPU holds of `parameters`, each group under its
         shards and copies."""
         total: Value = 0.0
-        divisors = self._divisors_of(component, without)
         for group, count in parameters.items():
             size = count * bytes_per_parameter
-            if self.copies:
-                for copy in self.copies:
-                    if copy.component == component and copy.applies_to(group):
-                        size = size * copy.copies
-            divisor = divisors.get(group)
-            if divisor is None:
-                divisor = self._compute(component, group, without)
-            total = total + size / divisor
+            for copy in self.copies:
+                if copy.component == component and copy.applies_to(group):
+                    size = size * copy.copies
+            total = total + size / self.divisor(component, group, without)
         return total
 
     def offloaded(self, parameters: Mapping[str, float], bytes_per_parameter: float,
@@ -103,13 +96,8 @@ class Composition:
             total = total + size / self.tag_divisor(tags)
         return total
 
-    def buffer_bytes(self) -> Value:
-        return sum((t.buffer_bytes for t in self.transforms), start=0.0)
-
-    def added_activation_bytes(self) -> Value:
-        return sum((t.added_activation_bytes for t in self.transforms), start=0.0)
-
     def sum_of(self, field: str) -> Value:
+        """A Transform field summed over the strategies (buffers, bubbles, FLOPs...)."""
         return sum((getattr(t, field) for t in self.transforms), start=0.0)
 
     def micro_batches_per_step(self) -> Value:
@@ -137,8 +125,9 @@ class Composition:
                 found.append((collective, calls))
         return found
 
-    def product_splits(self) -> dict[str, Any]:
-        """The factors by which the transforms split each GPU's matrix products."""
+    def product_split(self) -> ProductSplit:
+        """The transforms' splits of each GPU's matrix products, composed: factors
+        multiply; the last expert width stated wins."""
         width = tokens = experts = 1
         steps: Value = 1
         expert_width = None
@@ -151,5 +140,5 @@ class Composition:
             experts *= split.experts
             steps = steps * split.attention_steps
             expert_width = split.expert_width if split.expert_width is not None else expert_width
-        return {"width": width, "tokens": tokens, "experts": experts, "attention_steps": steps,
-                "expert_width": expert_width}
+        return ProductSplit(width=width, tokens=tokens, attention_steps=steps, experts=experts,
+                            expert_width=expert_width)

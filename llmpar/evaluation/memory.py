@@ -82,9 +82,9 @@ class MemoryCore:
         return found
 
 
-def kind_memory(spec: Spec, composition: Composition, parameters: Mapping[str, float],
-                tags: Mapping[frozenset[str], Value] | None, in_flight: Value) -> KindMemory:
-    per_parameter = bytes_per_parameter(spec)
+def kind_memory(composition: Composition, parameters: Mapping[str, float],
+                per_parameter: Mapping[str, float], tags: Mapping[frozenset[str], Value] | None,
+                in_flight: Value) -> KindMemory:
     held, offloaded, states, host = {}, {}, {}, 0.0
     for component in COMPONENTS:
         size = per_parameter[component]
@@ -95,7 +95,8 @@ def kind_memory(spec: Spec, composition: Composition, parameters: Mapping[str, f
         host = host + moved
     activations = None
     if tags is not None:
-        activations = composition.split_bytes(tags) + composition.added_activation_bytes()
+        activations = composition.split_bytes(tags) + composition.sum_of(
+            "added_activation_bytes")
     return KindMemory(states=states, held=held, offloaded=offloaded, host=host,
                       activations=activations, in_flight=in_flight)
 
@@ -108,11 +109,13 @@ def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stag
                 kinds: StageKinds, parameters: Sequence[Mapping[str, float]]) -> MemoryCore:
     """Every kind's memory; `parameters` are each kind's unsharded parameters."""
     found = []
+    per_parameter = bytes_per_parameter(spec)
     for position, members in enumerate(kinds.members):
         tags = facts.stage_tags[position] if facts.stage_tags else None
         in_flight = largest(stages[i].micro_batches_in_flight for i in members)
-        found.append(kind_memory(spec, composition, parameters[position], tags, in_flight))
-    buffers = rounded(composition.buffer_bytes())
+        found.append(kind_memory(composition, parameters[position], per_parameter, tags,
+                                 in_flight))
+    buffers = rounded(composition.sum_of("buffer_bytes"))
     totals = tuple(k.states_bytes + activation_bytes(k, k.in_flight) + buffers for k in found)
     return MemoryCore(kinds=tuple(found), buffers=buffers, totals=totals,
                       peak_total=largest(totals))

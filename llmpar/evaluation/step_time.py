@@ -112,10 +112,6 @@ class TimeCore:
     mfu: float | None = None
     mfu_source: str = ""
 
-    @property
-    def communication(self) -> Value:
-        return sum((c.seconds for c in self.costs), start=0.0)
-
 
 def parameters_per_gpu(composition: Composition, kinds: StageKinds,
                        parameters: Sequence[Mapping[str, float]], collective: Collective
@@ -180,17 +176,6 @@ def hide_costs(costs: Sequence[Cost], compute: Value, attention: Value) -> tuple
     return _capped(costs, compute, lambda c: True)
 
 
-def hide(costs: list[CollectiveCost], compute: float, attention: float) -> list[CollectiveCost]:
-    """`hide_costs` for the plan's records."""
-    probes = [Cost(Collective(strategy=c.strategy, name=c.name or c.strategy,
-                              operation=c.operation, group_size=c.group_size,
-                              hides_behind=c.hides_behind),
-                   c.buffer_bytes, c.calls_per_step, c.tier, c.seconds, c.exposed_seconds, True)
-              for c in costs]
-    hidden = hide_costs(probes, compute, attention)
-    return [attrs.evolve(c, exposed_seconds=h.exposed) for c, h in zip(costs, hidden)]
-
-
 def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]]) -> HostTime:
     """The strategies' host work, on the kind of stage where it takes longest."""
     work = composition.host_work
@@ -217,12 +202,11 @@ def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]
 
 def rank_shape(spec: Spec, composition: Composition) -> RankShape:
     """What decides the shapes of one GPU's products, from the strategies' splits."""
-    split = composition.product_splits()
-    tokens, steps = split["tokens"], split["attention_steps"]
-    return RankShape(tensor=split["width"], context=tokens, expert=split["experts"],
-                     expert_tensor=split["expert_width"],
+    split = composition.product_split()
+    return RankShape(tensor=split.width, context=split.tokens, expert=split.experts,
+                     expert_tensor=split.expert_width,
                      micro_batch_size=spec.training.micro_batch_size,
-                     context_ring=steps == tokens)
+                     context_ring=split.attention_steps == split.tokens)
 
 
 def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
