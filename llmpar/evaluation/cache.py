@@ -75,7 +75,7 @@ class EvaluationCache:
 
     def facts(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
               kinds: StageKinds, global_batch: int) -> TrainingFacts:
-        key = (self.footprint_key(spec), _layers(stages), global_batch)
+        key = (self.footprint_key(spec), layers_of(stages), global_batch)
         return self._facts.get(key, lambda: training_facts(spec, footprint, stages, kinds,
                                                            global_batch))
 
@@ -88,7 +88,7 @@ class EvaluationCache:
                   compute: Callable[[], tuple[StageKinds, tuple[dict[str, float], ...]]]
                   ) -> tuple[StageKinds, tuple[dict[str, float], ...]]:
         """The stages' kinds and each kind's parameters, by the stages' layers."""
-        key = (self.footprint_key(spec), _layers(stages))
+        key = (self.footprint_key(spec), layers_of(stages))
         return self._structures.get(key, compute)
 
     def shape_loss(self, key: Hashable, compute: Callable[[], float]) -> float:
@@ -101,5 +101,6 @@ class EvaluationCache:
         return self._rows.get(key, compute)
 
 
-def _layers(stages: Sequence[Stage]) -> tuple[tuple[int, int, bool, bool], ...]:
+def layers_of(stages: Sequence[Stage]) -> tuple[tuple[int, int, bool, bool], ...]:
+    """What a set of stages is, but for the micro-batches in flight: a cache key."""
     return tuple((s.first_layer, s.num_layers, s.has_embedding, s.has_head) for s in stages)

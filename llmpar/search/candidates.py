@@ -101,11 +101,14 @@ class SpecBuilder:
                 fields[DEGREE] = degrees[name]
             base = self.spec.parallel.get(name, default)
             config = attrs.evolve(base, **fields) if fields else base
-            if self._included(name, choice, config, layout):
+            if self.included(name, choice, config, layout):
                 tables[name] = config
         return tables
 
-    def _included(self, name: str, choice: Choice, config: Any, layout: Layout) -> bool:
+    def included(self, name: str, choice: Choice, config: Any, layout: Layout) -> bool:
+        """Whether a layout's spec holds `name`'s table: its presence dimension says so,
+        the searched spec has it, the strategy is always active, or `config` is not
+        the strategy's neutral one."""
         if name in self.presence:
             return bool(choice.get(name, name in self.spec.parallel))
         strategy = self.strategies[name]

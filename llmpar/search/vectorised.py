@@ -28,6 +28,7 @@ import numpy as np
 
 from llmpar.arrays import logical_and, where
 from llmpar.errors import PluginError
+from llmpar.evaluation.cache import layers_of
 from llmpar.evaluation.evaluate import evaluate_core, global_batch_of, structure_of, transforms_of
 from llmpar.evaluation.facts import TrainingFacts, training_facts
 from llmpar.footprint.baseline import Footprint
@@ -113,8 +114,9 @@ class FastPath:
         self.judge = Judge(prepared, strategies, session.cache)
         self.paths: list[str] = []
         self.shared: dict[tuple[Any, ...], Any] = {}
-        self._footprints: dict[tuple[int, str], Footprint] = {}
         self._facts: dict[tuple[Any, ...], TrainingFacts] = {}
+        """Per search, unbounded: a search meets more stage structures and training
+        tables than the session's cache keeps."""
         builder = self.judge.builder
         self.fields, self.presence, self.order = builder.fields, builder.presence, builder.order
         self.structural = {d.key for d in prepared.space.dimensions if not d.vectorised}
@@ -127,11 +129,7 @@ class FastPath:
     # --- per training table -------------------------------------------------------
 
     def footprint(self, micro_batch_size: int, recompute: Recompute) -> Footprint:
-        key = (micro_batch_size, recompute)
-        found = self._footprints.get(key)
-        if found is None:
-            found = self._footprints[key] = self.cache.footprint(self.training(*key))
-        return found
+        return self.cache.footprint(self.training(micro_batch_size, recompute))
 
     def training(self, micro_batch_size: int, recompute: Recompute) -> Spec:
         training = attrs.evolve(self.spec.training, micro_batch_size=int(micro_batch_size),
@@ -141,9 +139,8 @@ class FastPath:
     def facts(self, grid: Grid, transforms: Sequence[Transform], layout: Layout) -> TrainingFacts:
         """The training facts of every training table of the node, stacked along its axis."""
         base = self.footprint(self.spec.training.micro_batch_size, self.spec.training.recompute)
-        stages, kinds, _ = structure_of(self.spec, base, transforms)
-        structure = tuple((s.first_layer, s.num_layers, s.has_embedding, s.has_head)
-                          for s in stages)
+        stages, kinds, _ = structure_of(self.spec, base, transforms, self.cache)
+        structure = layers_of(stages)
         global_batch = global_batch_of(self.spec, layout)
         axis = grid.axis(MICRO_BATCH) if grid.has(MICRO_BATCH) else grid.axis(RECOMPUTE)
         combos = [(b, r) for b, r in zip(grid.values(MICRO_BATCH, self.spec.training
@@ -242,27 +239,16 @@ class FastPath:
             if name in node.degrees and hasattr(default, DEGREE):
                 fields[DEGREE] = node.degrees[name]
             here = value(name, name in spec.parallel, bool) if name in self.presence else True
-            if not fast_capable(strategy):
+            if not fast_capable(strategy):  # its keys are structural here: plain values
                 config = attrs.evolve(base, **fields) if fields else base
-                if self._included(name, here, config, node):
-                    exact = np.logical_or(exact, here)
+                layout = Layout(degrees=dict(node.degrees), num_gpus=spec.hardware.num_gpus,
+                                order=spec.rank_order, nested=self.nested)
+                if self.judge.builder.included(name, {name: here}, config, layout):
+                    exact = True
                 continue
             tables[name] = unchecked(base, **fields) if fields else base
             present[name] = True if here is True else here
         return tables, present, exact
-
-    def _included(self, name: str, here: Any, config: Any, node: Node) -> bool:
-        """Whether a strategy without a fast form is in a layout's spec (as SpecBuilder
-        decides): its table is, or its config is not the neutral one."""
-        if here is not True and not np.any(here):
-            return False
-        strategy = self.strategies[name]
-        if name in self.spec.parallel or strategy.always_active or name in self.presence:
-            return True
-        layout = Layout(degrees=dict(node.degrees), num_gpus=self.spec.hardware.num_gpus,
-                        order=self.spec.rank_order, nested=self.nested)
-        neutral = strategy.neutral_config(layout)
-        return neutral is None or config != neutral
 
     def _layout(self, node: Node, tables: Mapping[str, Any], present: Mapping[str, Any],
                 spec: Spec) -> Layout:
