@@ -57,20 +57,19 @@ def culprit(plugins: PluginSet, hook: str, error: BaseException) -> str | None:
     return names[-1] if names else None
 
 
-def isolated(plugins: PluginSet, hook: str, call: Callable[[], Any]) -> tuple[Any, list[str]]:
+def isolated(plugins: PluginSet, hook: str, call: Callable[[], Any]) -> Any:
     """`call()`, setting aside each plugin whose implementation of `hook` raises and
-    calling again; what was set aside, as warnings."""
-    warnings: list[str] = []
+    calling again; each one set aside is added to `plugins.failures`."""
     for _ in range(ATTEMPTS):
         try:
-            return call(), warnings
+            return call()
         except Exception as error:
             name = culprit(plugins, hook, error)
             if name is None:
                 raise
             plugins.set_aside(name, f"failed in {hook}: {describe(error)}")
-            warnings.append(f"plugin {name!r} failed in {hook} and was set aside: "
-                            f"{describe(error)}")
+            plugins.failures.append(f"plugin {name!r} failed in {hook} and was set aside: "
+                                    f"{describe(error)}")
     raise PluginError(f"{hook}: {ATTEMPTS} plugins failed in one call")
 
 
@@ -83,9 +82,9 @@ def collective_model(plugins: PluginSet) -> Callable[[Collective, Hardware, Any]
         return None
 
     def seconds(collective: Collective, hardware: Hardware, buffer: Any) -> tuple[Any, str]:
-        found, _ = isolated(plugins, "llmpar_collective_seconds",
-                            lambda: hook(collective=collective, hardware=hardware,
-                                         buffer_bytes=buffer))
+        found = isolated(plugins, "llmpar_collective_seconds",
+                         lambda: hook(collective=collective, hardware=hardware,
+                                      buffer_bytes=buffer))
         return seconds_of(collective, hardware, buffer) if found is None else found
 
     return seconds
@@ -96,5 +95,5 @@ def report_sections(plugins: PluginSet, plan: Plan) -> tuple[Table, ...]:
     hook = plugins.manager.hook.llmpar_report_sections
     if not hook.get_hookimpls():
         return ()
-    found, _ = isolated(plugins, "llmpar_report_sections", lambda: hook(plan=plan))
+    found = isolated(plugins, "llmpar_report_sections", lambda: hook(plan=plan))
     return tuple(table for tables in found for table in (tables or ()))

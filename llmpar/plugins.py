@@ -81,6 +81,8 @@ class PluginSet:
         self.origins: dict[str, tuple[str, str]] = {}
         self.broken: dict[str, str] = {}
         self.blocked: dict[str, tuple[str, str]] = {}
+        self.failures: list[str] = []
+        """Plugins set aside while evaluating, in order, worded as a plan's warnings."""
         for name in blocked:
             self.manager.set_blocked(name)
         version = own_version()

@@ -202,13 +202,18 @@ class Session:
                  overrides: Mapping[str, Any] | None = None) -> Plan:
         """The Plan of a spec (a Spec, a path, TOML text or a mapping)."""
         spec, layout = self._checked(source, overrides)
+        failed_before = len(self._plugins.failures)
         hook = self.plugin_manager.hook.llmpar_plan
-        if not hook.get_hookimpls():
-            return self._build(spec, layout)
         plan: Plan
-        plan, set_aside = isolated(self._plugins, "llmpar_plan", lambda: hook.call_extra(
-            [self._build], {"spec": spec, "layout": layout}))
-        return plan.evolve(warnings=plan.warnings + tuple(set_aside)) if set_aside else plan
+        if not hook.get_hookimpls():
+            plan = self._build(spec, layout)
+        else:
+            plan = isolated(self._plugins, "llmpar_plan", lambda: hook.call_extra(
+                [self._build], {"spec": spec, "layout": layout}))
+        # Any hook of this evaluation (the plan's, a collective cost model's) may have set
+        # a plugin aside; its numbers then come from llmpar's own model, and the plan says so.
+        set_aside = tuple(self._plugins.failures[failed_before:])
+        return plan.evolve(warnings=plan.warnings + set_aside) if set_aside else plan
 
     def _build(self, spec: Spec, layout: Layout) -> Plan:
         """llmpar's own answer to `llmpar_plan`."""

@@ -123,6 +123,22 @@ def test_a_collective_cost_model_reaches_evaluation_and_search():
     assert [r.choices for r in fast.results] == [r.choices for r in exact.results]
 
 
+class BrokenNetwork:
+    @llmpar.hookimpl
+    def llmpar_collective_seconds(self, collective, hardware, buffer_bytes):
+        raise ZeroDivisionError("no fabric")
+
+
+def test_a_collective_model_that_raises_is_named_on_the_plan_and_llmpars_is_used():
+    session = session_with(BrokenNetwork())
+    plan, plain = session.evaluate(SPEC), session_with().evaluate(SPEC)
+    assert plan.warnings[-1] == ("plugin 'BrokenNetwork' failed in llmpar_collective_seconds "
+                                 "and was set aside: ZeroDivisionError: no fabric")
+    assert plan.collectives == plain.collectives
+    assert plan.step_seconds == plain.step_seconds
+    assert session.evaluate(SPEC).warnings == plain.warnings  # said once, then gone
+
+
 class Section:
     @llmpar.hookimpl
     def llmpar_report_sections(self, plan):
