@@ -154,13 +154,6 @@ def _time_derivations(serving: Serving, timing: Timing) -> list[Derivation]:
                                           dtype)])
 
 
-_TOP = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-        "buffers_bytes", "total_bytes", "capacity_bytes", "fits", "peak_stage", "model", "gpu",
-        "num_gpus", "layout", "parameters", "active_parameters", "parameters_by_group",
-        "workload")
-"""Fields of the Plan itself; the rest are the serving pool's."""
-
-
 def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit,
                    context: Limit) -> dict[str, object]:
     capacity = serving.spec.hardware.gpu.memory_bytes
@@ -205,7 +198,8 @@ def build_inference_plan(spec: Spec, layout: Layout,
     if timing is not None:
         fields.update(_time_fields(serving, timing))
         derivations += _time_derivations(serving, timing)
-    top = {key: fields.pop(key) for key in _TOP}
+    # The Plan's own fields go on the plan; the rest are the serving pool's.
+    top = {f.name: fields.pop(f.name) for f in attrs.fields(Plan) if f.name in fields}
     pool = ServingPool(num_gpus=spec.hardware.num_gpus, layout=dict(serving.layout.degrees),
                        **fields)  # type: ignore[arg-type]
     return Plan(**top, serving=(pool,),  # type: ignore[arg-type]
