@@ -332,7 +332,9 @@ built-in strategies' configuration classes (`llmpar/strategies/`).
   `preset = "..."` and override some keys. `[hardware] cluster = "dgx-h100"` fills the
   hardware table from a cluster preset, and `[model] hf_config = "config.json"` fills the
   model from a Hugging Face config.json beside the spec; keys given beside them win.
-  `llmpar presets` lists the presets.
+  `llmpar presets` lists the presets. A preset name is a name, never a path; a TOML file
+  of your own is named with `file = "my-model.toml"` in place of `preset` (relative to
+  the spec's folder).
 - **Units.** Keys whose unit column shows an example accept a number in base units or a
   string with a unit. GB = 10^9 bytes, GiB = 2^30 bytes; `b` is a bit (`"400 Gb/s"`).
 - **Defaults.** "required" keys have no default; "derived" defaults are computed from other
@@ -341,7 +343,31 @@ built-in strategies' configuration classes (`llmpar/strategies/`).
   (`$.parallel.tensor.degree`), for every problem at once; see [Embedding](../embedding.md).
 - **Plugins** add their own `[parallel.<name>]` tables; `llmpar plugins` lists what is
   installed, and [Writing a plugin](../plugins.md) says how a table is declared.
+- **Limits** on what a spec may hold are listed [at the end](#limits).
 """
+
+
+def limits_section() -> list[str]:
+    """The limits of `llmpar.loading.limits` and `llmpar.errors`, from their docstrings."""
+    from llmpar import errors
+    from llmpar.loading import limits
+
+    rows = []
+    for module in (limits, errors):
+        body = _parsed(module.__file__).body
+        for index, node in enumerate(body):
+            name = node.targets[0] if isinstance(node, ast.Assign) else None
+            if not isinstance(name, ast.Name) or not name.id.isupper():
+                continue
+            doc = _docstring_after(body, index)
+            if doc:
+                value = getattr(module, name.id)
+                shown = f"{value:,}" if isinstance(value, int) else f"{value:.0e}"
+                rows.append((f"`{name.id}`", shown,
+                             _inline(doc)))
+    intro = _inline((limits.__doc__ or "").split("\n\n", 1)[-1]).replace(
+        "; the spec reference lists them", "")
+    return ["", "## Limits", "", intro, "", *_table(("limit", "value", "meaning"), rows)]
 
 
 def spec_reference() -> str:
@@ -384,6 +410,7 @@ def spec_reference() -> str:
         lines += ["; ".join(facts) + ".", ""]
         lines += _table(FIELD_HEADER, _class_rows(cls, names))
         lines.append("")
+    lines += limits_section()
     return "\n".join(lines).rstrip() + "\n"
 
 

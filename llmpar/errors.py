@@ -23,6 +23,19 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
+MAX_SHOWN = 50
+"""Problems a SpecError's message lists; the rest are counted (all stay in `problems`)."""
+
+
+def printable(text: str) -> str:
+    """`text` with control and format characters escaped (`\\x1b`, `\\n`), so that a key
+    echoed in a message cannot move the cursor, clear the screen or forge a line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
 class SpecError(ValueError):
     """A spec that cannot be planned: every problem found, with file and key path."""
 
@@ -32,11 +45,14 @@ class SpecError(ValueError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        where = self.source or "<spec>"
+        where = printable(self.source or "<spec>")
         count = len(self.problems)
         noun = "problem" if count == 1 else "problems"
         lines = [f"{where}: {count} {noun}:"]
-        lines += [f"  {problem}" for problem in self.problems]
+        lines += [f"  {printable(str(problem))}" for problem in self.problems[:MAX_SHOWN]]
+        if count > MAX_SHOWN:
+            lines.append(f"  ... and {count - MAX_SHOWN:,} more (the first {MAX_SHOWN} "
+                         "are shown)")
         return "\n".join(lines)
 
     def with_source(self, source: str | None) -> SpecError:

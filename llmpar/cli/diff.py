@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from llmpar.cli.common import overrides
 from llmpar.report.diff import diff_table, plan_differences
+from llmpar.report.json_format import strict_json
 from llmpar.report.tables import render_markdown, render_text
 from llmpar.session import Session
 
@@ -40,7 +40,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
     if args.format == "json":
         rows = [{"field": d.field, "a": d.a, "b": d.b, "ratio": d.ratio}
                 for d in plan_differences(plan_a, plan_b)]
-        print(json.dumps(rows, indent=2))
+        print(strict_json(rows))
         return 0
     table = diff_table(plan_a, plan_b, _label(args.spec_a, pairs_a), _label(args.spec_b, pairs_b))
     print(render_markdown(table) if args.format == "markdown" else render_text(table))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -13,6 +14,8 @@ from llmpar.session import Session
 
 EXIT_SPEC_ERROR = 2
 EXIT_PLUGIN_ERROR = 3
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose reader went away."""
 
 COMMAND_MODULES = ("evaluate", "explain", "presets", "plugins", "import_hf", "diff", "plot",
                    "search")
@@ -46,6 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as error:
         print(f"llmpar: plugin error: {error}", file=sys.stderr)
         return EXIT_PLUGIN_ERROR
+    except BrokenPipeError:
+        # The reader (`| head`) has gone: nothing more can be said to it. Point stdout at
+        # nothing so that the interpreter's own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

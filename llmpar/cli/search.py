@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from llmpar.cli.common import add_spec_arguments, overrides
+from llmpar.report.json_format import strict_json
 from llmpar.session import Session
 from llmpar.spec.search import OBJECTIVES
 
@@ -49,7 +49,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
     if args.emit and result.results:
         Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(strict_json(result.to_dict()))
     else:
         print(text_report(result))
         if args.emit:

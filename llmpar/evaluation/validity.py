@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from llmpar.loading.limits import MAX_STAGES
 from llmpar.spec import Spec
 from llmpar.strategy import Transform
 
@@ -126,6 +127,8 @@ def _stage_problems(transform: Transform, spec: Spec) -> list[str]:
     if not transform.stages:
         return []
     stages = transform.stages
+    if len(stages) > MAX_STAGES:
+        return [f"{len(stages):,} stages; a plan lists at most {MAX_STAGES:,}"]
     problems = []
     if [s.index for s in stages] != list(range(len(stages))):
         problems.append(f"stage indices {[s.index for s in stages]} are not 0..{len(stages) - 1}")

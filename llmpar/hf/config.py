@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
+from llmpar.loading.limits import load_json, plain_table, read_text
 
 HfSource = str | PathLike[str] | Mapping[str, Any]
 """A path to a config.json, or its contents as a mapping."""
@@ -108,12 +108,6 @@ def read_config(source: HfSource) -> HfConfig:
 
 
 def _load_json(path: Path, label: str) -> Any:
-    if not path.is_file():
-        problem = "file not found" if not path.exists() else "not a file"
-        raise SpecError([Problem("$", problem)], label)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Problem("$", f"cannot read the file: {exc}")], label) from None
-    except json.JSONDecodeError as exc:
-        raise SpecError([Problem("$", f"not valid JSON: {exc}")], label) from None
+    """The JSON of a config file, within llmpar's limits on size and nesting."""
+    values = load_json(read_text(path, label), label)
+    return plain_table(values, label) if isinstance(values, Mapping) else values

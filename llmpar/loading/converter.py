@@ -14,20 +14,32 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
 
 from llmpar import units
 from llmpar.errors import Problem, did_you_mean, join_path
+from llmpar.loading.limits import magnitude_problem
 from llmpar.spec.quantities import ByteRate, Bytes, Count, FlopRate, Seconds
 from llmpar.spec.validators import FieldError
+
+
+def _in_range(value: float | int) -> float | int:
+    """`value`, if it lies within llmpar's range for numbers (`limits.MAX_MAGNITUDE`)."""
+    problem = magnitude_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"expected a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return float(value)
+    return float(_in_range(value))
 
 
 def _integer(value: Any, _type: Any = int) -> int:
@@ -35,7 +47,7 @@ def _integer(value: Any, _type: Any = int) -> int:
         raise ValueError(f"expected an integer, got {value!r}")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise ValueError(f"expected an integer, got {value!r}")
-    return int(value)
+    return int(_in_range(value))
 
 
 def _string(value: Any, _type: Any = str) -> str:
@@ -55,7 +67,7 @@ def _with_units(parse: Callable[[str], float],
     """A hook taking a number in base units or a string that `parse` reads."""
 
     def structure(value: Any, _type: Any) -> float | int:
-        number = parse(value) if isinstance(value, str) else _number(value)
+        number = _in_range(parse(value)) if isinstance(value, str) else _number(value)
         return round(number) if integral else number
 
     return structure
@@ -65,6 +77,35 @@ def _is_choice(kind: Any) -> bool:
     """Whether a field's type is a Literal of strings (a choice)."""
     origin: Any = typing.get_origin(kind)
     return origin is Literal
+
+
+def _is_array(kind: Any) -> bool:
+    """Whether a field's type is a homogeneous tuple (`tuple[int, ...]`), a TOML array."""
+    args = typing.get_args(kind)
+    return typing.get_origin(kind) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _array_hook(converter: cattrs.Converter) -> Callable[[Any, Any], tuple[Any, ...]]:
+    """Structure an array item by item; a table or a string is not an array (cattrs would
+    iterate it, reporting "[0]: got 'a'" for `{ a = 1 }`)."""
+
+    def structure(value: Any, kind: Any) -> tuple[Any, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"expected an array, got {value!r}")
+        inner = typing.get_args(kind)[0]
+        items, errors = [], []
+        for index, item in enumerate(value):
+            try:
+                items.append(converter.structure(item, inner))
+            except Exception as exc:  # noqa: BLE001 - each is reported with its index
+                exc.__notes__ = [*getattr(exc, "__notes__", []), IterableValidationNote(
+                    f"Structuring {kind!r} @ index {index}", index, inner)]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError(f"While structuring {kind!r}", errors, kind)
+        return tuple(items)
+
+    return structure
 
 
 def make_converter() -> cattrs.Converter:
@@ -82,6 +123,7 @@ def make_converter() -> cattrs.Converter:
     # A choice (a Literal) is a string here; the field's one_of validator names the choices
     # and suggests the nearest, as for every other field.
     converter.register_structure_hook_func(_is_choice, lambda value, _kind: _string(value))
+    converter.register_structure_hook_func(_is_array, _array_hook(converter))
     return converter
 
 

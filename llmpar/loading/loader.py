@@ -8,12 +8,19 @@ from typing import TYPE_CHECKING, Any
 
 import cattrs
 
-from llmpar.errors import Problem, SpecError, did_you_mean
+from llmpar.errors import Problem, SpecError, did_you_mean, printable
 from llmpar.footprint.activations import ACTIVATION_MODELS
 from llmpar.hf.importer import model_table_from_hf
 from llmpar.loading.converter import structure
-from llmpar.loading.presets import PresetCatalog, PresetNotFound
-from llmpar.loading.reader import SpecSource, apply_overrides, merge, read_source
+from llmpar.loading.limits import read_text
+from llmpar.loading.presets import PresetCatalog, PresetNotFound, is_preset_name
+from llmpar.loading.reader import (
+    SpecSource,
+    apply_overrides,
+    merge,
+    parse_toml,
+    read_source,
+)
 from llmpar.placement import ORDER_KEY, RANK_ORDER, parse_order
 from llmpar.spec import (
     SCHEMA_VERSION,
@@ -37,36 +44,75 @@ DEFAULT_OPTIMIZER = "adam"
 
 
 def resolve_preset(
-    value: Any, kind: str, path: str, catalog: PresetCatalog, problems: list[Problem]
+    value: Any, kind: str, path: str, catalog: PresetCatalog, problems: list[Problem],
+    label: str | None = None,
 ) -> dict[str, Any] | None:
-    """A preset name or a table (optionally `preset = "..."` plus overrides) as a table."""
+    """A preset name or a table (optionally `preset = "..."` or `file = "x.toml"`, plus
+    overrides) as a table. A file is read relative to the folder of the spec `label`."""
     if isinstance(value, str):
         return _read_preset(kind, value, path, catalog, problems)
     if not isinstance(value, Mapping):
         problems.append(Problem(path, f"expected a preset name or a table, got {value!r}"))
         return None
     table = dict(value)
-    if "preset" not in table:
-        return table
-    name = table.pop("preset")
-    if not isinstance(name, str):
-        problems.append(Problem(f"{path}.preset", f"expected a preset name, got {name!r}"))
+    if "preset" in table and "file" in table:
+        problems.append(Problem(path, "give `preset` (a name) or `file` (a TOML file), "
+                                      "not both"))
         return None
-    base = _read_preset(kind, name, f"{path}.preset", catalog, problems)
+    if "file" in table:
+        base = _read_file(table.pop("file"), f"{path}.file", label, problems)
+    elif "preset" in table:
+        name = table.pop("preset")
+        if not isinstance(name, str):
+            problems.append(Problem(f"{path}.preset", f"expected a preset name, got {name!r}"))
+            return None
+        base = _read_preset(kind, name, f"{path}.preset", catalog, problems)
+    else:
+        return table
     return None if base is None else merge(base, table)
 
 
 def _read_preset(
     kind: str, name: str, path: str, catalog: PresetCatalog, problems: list[Problem]
 ) -> dict[str, Any] | None:
+    if not is_preset_name(name) or name.endswith(".toml"):
+        problems.append(Problem(path, _not_a_name(kind, name)))
+        return None
     try:
         return catalog.read(kind, name)
     except PresetNotFound as missing:
         hint = did_you_mean(name, missing.known)
         problems.append(Problem(path, f"no {kind[:-1]} preset named {name!r}{hint}"))
-    except (OSError, ValueError) as exc:
-        problems.append(Problem(path, f"preset {name!r} cannot be read: {exc}"))
+    except SpecError as error:
+        problems += [Problem(path, f"preset {name!r} cannot be read: {problem}")
+                     for problem in error.problems]
     return None
+
+
+def _not_a_name(kind: str, name: str) -> str:
+    """Why `name` is not a preset name; the value is not echoed, as it may be a path."""
+    message = (f"a {kind[:-1]} preset is named by a file stem of letters, digits, '.', '_', "
+               "'+' and '-' (`llmpar presets` lists them), not a path")
+    if name.endswith(".toml"):
+        message += "; to read a TOML file, write { file = \"...\" } (relative to the spec)"
+    return message
+
+
+def _read_file(name: Any, path: str, label: str | None,
+               problems: list[Problem]) -> dict[str, Any] | None:
+    """`file = "x.toml"`: a TOML table from a file beside the spec (or the working
+    folder when the spec is not a file)."""
+    if not isinstance(name, str) or not name.endswith(".toml"):
+        problems.append(Problem(path, f"expected the path of a .toml file, got {name!r}"))
+        return None
+    folder = Path(label).parent if label is not None else Path.cwd()
+    where = str(folder / name)
+    try:
+        return parse_toml(read_text(folder / name, where), where)
+    except SpecError as error:
+        problems += [Problem(path, f"{printable(where)}: {problem}")
+                     for problem in error.problems]
+        return None
 
 
 def _with_cluster(table: dict[str, Any], catalog: PresetCatalog,
@@ -200,7 +246,7 @@ def structure_spec(
     if "model" not in raw:
         problems.append(Problem("$.model", "required: a preset name or a model table"))
     else:
-        table = resolve_preset(raw["model"], "models", "$.model", catalog, problems)
+        table = resolve_preset(raw["model"], "models", "$.model", catalog, problems, label)
         if table is not None:
             table = _with_hf_config(table, label, problems)
         if table is not None:
@@ -217,7 +263,8 @@ def structure_spec(
         elif "gpu" not in table:
             problems.append(Problem("$.hardware.gpu", "required: a GPU preset name or table"))
         else:
-            gpu = resolve_preset(table["gpu"], "gpus", "$.hardware.gpu", catalog, problems)
+            gpu = resolve_preset(table["gpu"], "gpus", "$.hardware.gpu", catalog, problems,
+                                     label)
             if gpu is not None:
                 hardware, found = structure(converter, {**table, "gpu": gpu}, Hardware,
                                             "$.hardware")
@@ -225,7 +272,7 @@ def structure_spec(
 
     optimizer: Any = None  # structure() returns Any
     table = resolve_preset(raw.get("optimizer", DEFAULT_OPTIMIZER), "optimizers",
-                           "$.optimizer", catalog, problems)
+                           "$.optimizer", catalog, problems, label)
     if table is not None:
         optimizer, found = structure(converter, table, Optimizer, "$.optimizer")
         problems += found

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-import tomllib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from llmpar.loading.limits import read_text
+from llmpar.loading.reader import parse_toml
+
 PRESET_KINDS = ("models", "gpus", "clusters", "optimizers", "examples")
+PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+"""What a preset name looks like: a file stem inside a preset folder, never a path (no
+`/`, no leading `.`), so that a name cannot reach a file outside the folders."""
+
+
+def is_preset_name(name: str) -> bool:
+    """Whether `name` can name a preset (see PRESET_NAME)."""
+    return PRESET_NAME.fullmatch(name) is not None and ".." not in name
 
 
 def builtin_specs_dir() -> Path:
@@ -41,6 +52,8 @@ class PresetCatalog:
 
     def path(self, kind: str, name: str) -> Path:
         """The file of preset `name`; raises PresetNotFound."""
+        if not is_preset_name(name):
+            raise PresetNotFound(kind, name, tuple(self.names(kind)))
         for folder in self.folders:
             candidate = folder / kind / f"{name}.toml"
             if candidate.is_file():
@@ -50,8 +63,7 @@ class PresetCatalog:
     def read(self, kind: str, name: str) -> dict[str, Any]:
         """The preset's table, with its `name` filled in from the file name."""
         path = self.path(kind, name)
-        with path.open("rb") as handle:
-            table = tomllib.load(handle)
+        table = parse_toml(read_text(path, str(path)), str(path))
         if kind != "examples":
             table.setdefault("name", name)
         return table

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import tomllib
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from llmpar.errors import Problem, SpecError
+from llmpar.errors import Problem, SpecError, printable
+from llmpar.loading.limits import (
+    MAX_FILE_BYTES,
+    MAX_NESTING_DEPTH,
+    plain_table,
+    read_text,
+)
 
 SpecSource = str | PathLike[str] | Mapping[str, Any]
 
@@ -18,32 +23,59 @@ def _looks_like_toml(text: str) -> bool:
     return "\n" in text or "=" in text or "[" in text
 
 
-def read_source(source: SpecSource) -> tuple[dict[str, Any], str | None]:
-    """The spec's table and a label for messages (the file name, or None)."""
-    if isinstance(source, Mapping):
-        return copy.deepcopy(dict(source)), None
-    if isinstance(source, str) and (_looks_like_toml(source) or not source.strip()):
-        return parse_toml(source, None), None
-    path = Path(source)
-    label = str(path)
-    if not path.is_file():
-        problem = "file not found" if not path.exists() else "not a file"
-        raise SpecError([Problem("$", problem)], label)
+def _existing_file(text: str) -> Path | None:
+    """`text` as the path of an existing file, or None (a name too long for the
+    filesystem, or one that is not there, is not a file)."""
+    if "\n" in text or "\0" in text or not text.strip():
+        return None
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Problem("$", f"cannot read the file: {exc}")], label) from None
-    return parse_toml(text, label), label
+        path = Path(text)
+        return path if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def read_source(source: SpecSource) -> tuple[dict[str, Any], str | None]:
+    """The spec's table and a label for messages (the file name, or None).
+
+    A string is a file when a file of that name exists, else TOML text when it looks
+    like TOML (so `a=b.toml` on disk is read as the file it is), else a file name.
+    """
+    if isinstance(source, Mapping):
+        return plain_table(source, None), None
+    if not isinstance(source, (str, PathLike)):
+        raise SpecError([Problem("$", "expected a spec: a file path, TOML text or a table, "
+                                      f"got {type(source).__name__}")], None)
+    if isinstance(source, str):
+        path = _existing_file(source)
+        if path is None and (_looks_like_toml(source) or not source.strip()):
+            return parse_toml(source, None), None
+    path = Path(source)
+    label = printable(str(path))
+    return parse_toml(read_text(path, label), label), label
 
 
 def parse_toml(text: str, label: str | None) -> dict[str, Any]:
-    """TOML text to a table; an empty document or bad TOML is a SpecError."""
+    """TOML text to a table within llmpar's limits; an empty document or bad TOML is a
+    SpecError."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark is not part of the document
     if not text.strip():
-        raise SpecError([Problem("$", "the spec is empty")], label)
+        raise SpecError([Problem("$", "the spec is empty: it needs at least `model = ...` "
+                                      "and a [hardware] table with `gpu = ...`, and a "
+                                      "[training] or [inference] table for the workload "
+                                      "(specs/examples/ has complete ones)")], label)
+    if len(text) > MAX_FILE_BYTES:
+        raise SpecError([Problem("$", f"the spec is {len(text):,} characters; llmpar reads at "
+                                      f"most {MAX_FILE_BYTES:,}")], label)
     try:
-        return tomllib.loads(text)
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([Problem("$", f"not valid TOML: {exc}")], label) from None
+    except RecursionError:
+        raise SpecError([Problem("$", f"nested more than {MAX_NESTING_DEPTH} levels deep "
+                                      "(llmpar's limit on tables and arrays)")],
+                        label) from None
+    return plain_table(table, label)
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,6 +98,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = tomllib.loads(f"value = {value.strip()}")["value"]
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
+    except RecursionError:
+        raise SpecError([Problem(printable(key.strip()), f"the value is nested more than "
+                                 f"{MAX_NESTING_DEPTH} levels deep")], None) from None
     return key.strip(), parsed
 
 
@@ -75,7 +110,11 @@ def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> dict[s
     A preset name on the way (`model = "7b"`) becomes `{preset = "7b"}` so that a
     field of the preset can be overridden.
     """
-    for dotted, value in overrides.items():
+    if not isinstance(overrides, Mapping):
+        raise SpecError([Problem("$", "overrides must be a table of dotted keys and values, "
+                                      "e.g. {'hardware.num_gpus': 8}; got "
+                                      f"{type(overrides).__name__}")], None)
+    for dotted, value in plain_table(overrides, None).items():
         *parents, last = dotted.split(".")
         table = raw
         for key in parents:

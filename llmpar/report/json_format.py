@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
+from typing import Any
 
+from llmpar.errors import Problem, SpecError
 from llmpar.plan import Plan
 
 
 def json_report(plan: Plan) -> str:
     """The plan as indented JSON; `schema_version` names the field set."""
-    return json.dumps(plan.to_dict(), indent=2)
+    return strict_json(plan.to_dict())
+
+
+def strict_json(value: Any) -> str:
+    """Indented JSON that any JSON reader accepts: a NaN or an infinity, which JSON has no
+    words for, is a SpecError naming where it is instead of a `NaN` in the output."""
+    try:
+        return json.dumps(value, indent=2, allow_nan=False)
+    except ValueError:
+        where = ", ".join(path for path, _ in _non_finite(value, "$"))
+        raise SpecError([Problem(where or "$", "not a finite number; a value in the spec is "
+                                               "out of the range llmpar plans for")]) from None
+
+
+def _non_finite(value: Any, path: str) -> Iterator[tuple[str, float]]:
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, f"{path}[{index}]")

@@ -26,6 +26,7 @@ import attrs
 from llmpar.arrays import is_array, logical_and, logical_not, logical_or, minimum, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
+from llmpar.loading.limits import MAX_STAGES
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
@@ -117,7 +118,9 @@ class PipelineParallel(Strategy[PipelineConfig]):
         if p > 1 and layers is None:
             return [Rule(f"{path}.degree", True,
                          lambda: "pipeline stages need model.num_layers")]
-        found = []
+        found = [Rule(f"{path}.degree", p > MAX_STAGES,
+                      lambda: f"at most {MAX_STAGES:,} stages (llmpar's limit on the stages "
+                              f"a plan lists), got {p:,}")]
         counts = config.layers_per_stage
         if counts is not None:
             found += [
