@@ -221,6 +221,15 @@ def test_chunked_prefill_takes_steps_and_less_workspace():
     assert chunked.prefill_seconds > whole.prefill_seconds  # weights read four times
 
 
+def test_chunked_prefill_workspace_is_a_whole_chunk():
+    # 16 prompts of 2048 in chunks of 10,000: four steps of 8,192 tokens on average, but
+    # three of them hold 10,000; Llama-2-70B under TP8 keeps 2 x 8192 + 3 x 28672 / 8
+    # elements a token, and each step samples up to one row per sequence.
+    plan = llmpar.evaluate(LLAMA_70B, {"inference.prefill_chunk_tokens": 10_000})
+    assert plan.phases[0].steps == 4
+    assert plan.activations_bytes == 10_000 * (2 * 8192 + 3 * 28672 // 8) * 2 + 16 * 32_000 * 4
+
+
 def test_deepseek_example_prefill_and_decode():
     plan = llmpar.evaluate(DEEPSEEK)
     assert plan.layout == {"data": 16, "expert": 16}

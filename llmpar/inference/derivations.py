@@ -6,7 +6,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.inference import formats, kv_cache, overhead, workspace
 from llmpar.inference.capacity import Limit
 from llmpar.inference.formats import quantized_bytes_per_weight
-from llmpar.inference.memory import ServingMemory, prefill_shape
+from llmpar.inference.memory import ServingMemory, prefill_peak_shape
 from llmpar.inference.overhead import Overhead
 from llmpar.inference.phases import PhaseResult, average_decode_context
 from llmpar.inference.serving import Serving
@@ -28,7 +28,7 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
     kv_rule = ("batch * sum over the stage's layers of cached_tokens(prompt + generated) * "
                + ("(kv_lora_rank + qk_rope_head_dim) * bytes(kv_cache)" if model.mla is not None
                   else "2 * max(1, num_kv_heads / tensor) * head_dim * bytes(kv_cache)"))
-    shape = prefill_shape(serving)
+    shape = prefill_peak_shape(serving)
     return [
         Derivation(quantity="weights_bytes", value=memory.weights_bytes, unit="bytes",
                    rule="sum over parameter groups held by the stage of N_g * bytes_g / "
@@ -49,7 +49,9 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
                            "pipeline": serving.degree("pipeline")}),
         Derivation(quantity="activations_bytes", value=memory.workspace_bytes, unit="bytes",
                    rule="tokens * (2h + widest block) * bytes(activations) + rows * vocab * 4, "
-                        "the larger of a prefill and a decode step",
+                        "the larger of the largest prefill step (min(prefill_chunk_tokens, "
+                        "batch * prompt) tokens / context, min(batch, tokens) rows) and a "
+                        "decode step (batch tokens and rows)",
                    source=workspace.__doc__.strip().splitlines()[0],
                    inputs={"prefill_tokens_per_gpu": shape.tokens, "rows": shape.rows,
                            "block_width": workspace.block_width(model, t)}),
