@@ -71,14 +71,31 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
     ]
 
 
-def limit_derivations(batch: Limit, context: Limit) -> list[Derivation]:
-    rule = "the largest value whose peak-stage total_bytes <= capacity_bytes (bisection)"
+def limit_derivations(serving: Serving, batch: Limit, context: Limit,
+                      prompt: Limit) -> list[Derivation]:
+    inference = serving.inference
+    fits = "whose peak-stage total_bytes <= capacity_bytes (doubling, then bisection)"
     source = "llmpar.inference.capacity"
+    shape = {"batch": inference.batch_size, "prompt_tokens": inference.prompt_tokens,
+             "generated_tokens": inference.generated_tokens}
     return [
-        Derivation(quantity="max_batch_size", value=batch.value, unit="sequences", rule=rule,
-                   source=source, inputs={"limited_by": batch.limited_by}),
-        Derivation(quantity="max_context_tokens", value=context.value, unit="tokens", rule=rule,
-                   source=source, inputs={"limited_by": context.limited_by}),
+        Derivation(quantity="max_batch_size", value=batch.value, unit="sequences",
+                   rule=f"the most sequences per replica at the spec's prompt + generated "
+                        f"tokens {fits}", source=source,
+                   inputs={"limited_by": batch.limited_by, **shape}),
+        Derivation(quantity="max_context_tokens", value=context.value, unit="tokens",
+                   rule=f"the most tokens per sequence held in the KV cache at the end of "
+                        f"generation (prompt + generated), at the spec's batch and with the "
+                        f"workspace of the spec's prefill, {fits}; at most "
+                        f"max_position_embeddings", source=source,
+                   inputs={"limited_by": context.limited_by, **shape}),
+        Derivation(quantity="max_prompt_tokens", value=prompt.value, unit="tokens",
+                   rule=f"the longest prompt per sequence, at the spec's batch with "
+                        f"generated_tokens still to come, {fits}: the KV cache of prompt + "
+                        f"generated and the workspace of that prompt's prefill (batch * "
+                        f"prompt tokens, or chunks of prefill_chunk_tokens) grow with it; "
+                        f"prompt + generated at most max_position_embeddings",
+                   source=source, inputs={"limited_by": prompt.limited_by, **shape}),
     ]
 
 
