@@ -109,8 +109,16 @@ class ServingPool:
     """The most sequences per replica that fit at the spec's context."""
     max_batch_size_limited_by: str | None
     max_context_tokens: int | None
-    """The longest prompt + generated tokens that fits at the spec's batch."""
+    """The most tokens per sequence that fit in the KV cache at the end of generation
+    (prompt + generated), at the spec's batch, beside the workspace of the spec's own
+    prefill: what a longer generation can reach, not a longer prompt (see
+    `max_prompt_tokens`)."""
     max_context_tokens_limited_by: str | None
+    max_prompt_tokens: int | None = None
+    """The longest prompt per sequence that fits at the spec's batch with the spec's
+    generated tokens still to come: its prefill's workspace grows with it, beside the
+    KV cache of prompt + generated."""
+    max_prompt_tokens_limited_by: str | None = None
     time_model: str = "roofline"
     flops_per_step: float = 0.0
     """FLOPs of serving one batch, all GPUs of the pool."""

@@ -130,10 +130,78 @@ def test_max_context_tokens_by_memory_and_by_positions():
     assert "max_position_embeddings" in llama.max_context_tokens_limited_by
 
 
+def _qwen_example_bytes(prompt: int) -> int:
+    """What the Qwen3-4B int4 example needs with prompts of `prompt` tokens, by hand:
+    8 sequences of prompt + 512 tokens in blocks of 16 at 147,456 bytes a token, and the
+    prefill of 8 x prompt tokens in one step at (2 x 2560 + 3 x 9728) x 2 bytes a token
+    beside 8 fp32 rows of the 151,936-token vocabulary; weights and allowance as the plan
+    has them (checked below; 5,873,741,824 = 1 GiB + 10% of 48 GB)."""
+    kv = 147_456 * 8 * -(-(prompt + 512) // 16) * 16
+    workspace = 8 * max(prompt, 1) * (2 * 2560 + 3 * 9728) * 2 + 8 * 151_936 * 4
+    return 2_665_911_988 + 5_873_741_824 + kv + workspace
+
+
+def test_max_prompt_tokens_of_the_qwen_example_is_the_edge_of_fitting():
+    plan = llmpar.evaluate(QWEN_INT4)
+    pool = plan.serving[0]
+    assert (plan.weights_bytes, plan.runtime_overhead_bytes) == (2_665_911_988,
+                                                                 5_873_741_824)
+    assert plan.total_bytes == _qwen_example_bytes(1024)
+    assert pool.max_prompt_tokens == 22_470
+    assert _qwen_example_bytes(22_470) <= 48e9 < _qwen_example_bytes(22_471)
+    assert pool.max_prompt_tokens_limited_by.startswith("kv_cache: at 22,470-token prompts")
+    assert "12.34 GB" in pool.max_prompt_tokens_limited_by  # the prefill's workspace
+    for prompt, fits in ((22_470, True), (22_471, False)):
+        at = llmpar.evaluate(QWEN_INT4, {"inference.prompt_tokens": prompt})
+        assert (at.total_bytes, at.fits) == (_qwen_example_bytes(prompt), fits)
+    # max_context_tokens counts generated tokens: as a prompt, its 32,448 + 512 tokens need
+    # 65.2 GB, the prefill of 8 x 32,448 tokens included.
+    assert plan.max_context_tokens == 32_960
+    assert round(_qwen_example_bytes(32_960 - 512) / 1e8) == 652
+    comments = Path(QWEN_INT4).read_text()
+    assert "32,960 tokens" in comments and "22,470 tokens" in comments
+
+
+def test_max_prompt_tokens_does_not_depend_on_the_spec_prompt_but_max_context_does():
+    # A spec whose own prompt does not fit: its prefill's workspace leaves less room for the
+    # cache, so max_context_tokens shrinks below max_prompt_tokens + generated_tokens.
+    long = llmpar.evaluate(QWEN_INT4, {"inference.prompt_tokens": 32_448})
+    assert not long.fits and long.serving[0].max_prompt_tokens == 22_470
+    assert long.max_context_tokens < 22_470 + 512 < 32_448 + 512
+    short = llmpar.evaluate(QWEN_INT4)
+    assert short.max_context_tokens > 22_470 + 512
+
+
+def test_max_prompt_tokens_by_positions():
+    llama = llmpar.evaluate(LLAMA_70B).serving[0]
+    assert llama.max_prompt_tokens == 4096 - 256
+    assert llama.max_prompt_tokens_limited_by == ("model.max_position_embeddings (4,096) "
+                                                  "less generated_tokens (256)")
+    none_left = llmpar.evaluate(LLAMA_70B, {"inference.generated_tokens": 4096}).serving[0]
+    assert none_left.max_prompt_tokens == 0
+    assert "no position for a prompt" in none_left.max_prompt_tokens_limited_by
+
+
 def test_weights_alone_too_large_leave_no_batch():
     plan = serve(num_gpus=1, parallel={})
     assert plan.max_batch_size == 0 and not plan.fits
     assert "leave no room" in plan.max_batch_size_limited_by
+    assert plan.serving[0].max_prompt_tokens == 0
+    assert plan.serving[0].max_prompt_tokens_limited_by.startswith("a 1-token prompt needs")
+
+
+@pytest.mark.parametrize("example", [LLAMA_70B, DEEPSEEK, QWEN_INT4],
+                         ids=["llama-2-70b", "deepseek-v3", "qwen3-4b-int4"])
+def test_shipped_examples_prompt_limit_lies_within_the_context_limit(example):
+    # Each example fits, so its prompt is within max_prompt_tokens, and that prompt with
+    # the generated tokens after it is within max_context_tokens (which keeps the example's
+    # own, shorter prefill); DeepSeek's prefill is chunked, its steps whole chunks.
+    plan = llmpar.evaluate(example)
+    longest = plan.serving[0].max_prompt_tokens
+    generated = llmpar.load_spec(example).inference.generated_tokens
+    assert plan.fits and plan.sequence_length - generated <= longest
+    assert longest + generated <= plan.max_context_tokens
+    assert llmpar.evaluate(example, {"inference.prompt_tokens": longest}).fits
 
 
 def test_runtime_allowance_is_stated():
@@ -221,6 +289,15 @@ def test_chunked_prefill_takes_steps_and_less_workspace():
     assert chunked.prefill_seconds > whole.prefill_seconds  # weights read four times
 
 
+def test_chunked_prefill_workspace_is_a_whole_chunk():
+    # 16 prompts of 2048 in chunks of 10,000: four steps of 8,192 tokens on average, but
+    # three of them hold 10,000; Llama-2-70B under TP8 keeps 2 x 8192 + 3 x 28672 / 8
+    # elements a token, and each step samples up to one row per sequence.
+    plan = llmpar.evaluate(LLAMA_70B, {"inference.prefill_chunk_tokens": 10_000})
+    assert plan.phases[0].steps == 4
+    assert plan.activations_bytes == 10_000 * (2 * 8192 + 3 * 28672 // 8) * 2 + 16 * 32_000 * 4
+
+
 def test_deepseek_example_prefill_and_decode():
     plan = llmpar.evaluate(DEEPSEEK)
     assert plan.layout == {"data": 16, "expert": 16}
@@ -239,6 +316,8 @@ def test_every_headline_number_is_explained():
         derivation = plan.derivation(quantity)
         assert derivation.source and derivation.rule
         assert derivation.value == getattr(plan, quantity)
+    # Fields added since schema 1 live only in the serving pool.
+    assert plan.derivation("max_prompt_tokens").value == plan.serving[0].max_prompt_tokens
     assert "floor_seconds" in plan.explain("tpot_seconds")
 
 

@@ -93,3 +93,43 @@ def test_latency_never_below_its_roofline_floor(model, workload, gpu, parallel):
     floor = prefill.floor_seconds + (workload["generated_tokens"] - 1) * decode.floor_seconds
     assert plan.latency_seconds >= floor
     assert plan.prefill_seconds <= plan.latency_seconds
+
+
+@given(architectures(), workloads(), st.integers(1, 2**17), st.sampled_from(GPUS),
+       st.sampled_from([None, 4096, 2**20]),
+       st.sampled_from([{}, {"tensor": {"degree": 2}}, {"context": {"degree": 2}}]))
+def test_max_prompt_tokens_is_the_edge_of_fitting(model, workload, spec_prompt, gpu,
+                                                  positions, parallel):
+    """The longest prompt fits and one token more does not (or the positions stop it);
+    it does not depend on the spec's own prompt; and prompt + generated at that limit lies
+    between the spec's context and max_context_tokens: max_context_tokens keeps the
+    workspace of the spec's prefill, so it is the larger when the spec fits (a longer
+    prompt's prefill needs more) and the smaller when it does not."""
+    assume(tensor_ok(model, parallel.get("tensor", {}).get("degree", 1)))
+    if positions is not None:
+        model = {**model, "max_position_embeddings": positions}
+
+    def plan(prompt: int) -> llmpar.Plan:
+        return llmpar.evaluate({"model": model,
+                                "hardware": {"gpu": gpu, "num_gpus": 2 if parallel else 1,
+                                             "intra_node_bandwidth_bytes_per_s": 64e9},
+                                "inference": _plain({**workload, "prompt_tokens": prompt}),
+                                "parallel": parallel})
+
+    generated = workload["generated_tokens"]
+    found = plan(spec_prompt)
+    pool = found.serving[0]
+    longest, context = pool.max_prompt_tokens, found.max_context_tokens
+    assert longest is not None and context is not None  # no sliding window: both bind
+    by_positions = pool.max_prompt_tokens_limited_by.startswith("model.max_position")
+    if by_positions:
+        assert positions is not None and longest == max(0, positions - generated)
+    if longest > 0:
+        at = plan(longest)
+        assert at.fits and at.serving[0].max_prompt_tokens == longest
+    if not by_positions:
+        assert not plan(longest + 1).fits
+    asked, reached = spec_prompt + generated, longest + generated
+    assert min(asked, context) <= reached <= max(asked, context)
+    if positions is None or asked <= positions:
+        assert found.fits == (spec_prompt <= longest)

@@ -54,6 +54,17 @@ def test_a_schema_1_dict_without_parts_reads_back(plan):
         assert getattr(found, key) == getattr(plan, key), key
 
 
+def test_a_serving_pool_written_before_max_prompt_tokens_reads_back():
+    plan = SESSION.evaluate(EXAMPLES / "inference-qwen3-4b-int4-l40s.toml")
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["serving"][0]["max_prompt_tokens"] == 22_470
+    for key in ("max_prompt_tokens", "max_prompt_tokens_limited_by"):
+        del data["serving"][0][key]
+    pool = llmpar.Plan.from_dict(data).serving[0]
+    assert pool.max_prompt_tokens is None and pool.max_prompt_tokens_limited_by is None
+    assert pool.max_context_tokens == plan.max_context_tokens
+
+
 def test_strategies_notes_reach_the_report_json_and_explain():
     plan = SESSION.evaluate(EXAMPLES / "gpt3-175b-1024-a100.toml")
     assert [(n.strategy, n.text) for n in plan.notes] == [("data", "8 replicas, ZeRO stage 1")]

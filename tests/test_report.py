@@ -325,6 +325,16 @@ def test_diff_of_optimizers_in_both_units():
     assert "weights_bytes" not in changed
 
 
+def test_diff_compares_the_serving_pool_fields_schema_1_lacks():
+    spec = example("inference-qwen3-4b-int4-l40s")
+    a = SESSION.evaluate(spec)
+    b = SESSION.evaluate(spec, {"inference.batch_size": 16})
+    changed = {d.field: d for d in plan_differences(a, b)}
+    prompt = changed["serving.max_prompt_tokens"]
+    assert prompt.a == a.serving[0].max_prompt_tokens > prompt.b > 0
+    assert "serving.role" not in changed  # unchanged fields are left out
+
+
 def test_diff_json(capsys):
     spec = example("adam-memory-7b")
     assert main(["diff", spec, spec, "--set-b", "model=\"1b\"", "--format", "json"]) == 0

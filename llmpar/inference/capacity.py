@@ -1,10 +1,25 @@
-"""The largest batch and the longest context that fit, and the term that limits each.
+"""The largest batch, the longest context and the longest prompt that fit, and the term
+that limits each.
 
-Memory grows monotonically with the batch (KV cache and workspace per sequence) and
-with the context (KV cache per token, up to a layer's window), so the largest value
-that fits is found by doubling and bisection over `peak_memory`. The context search
-keeps the spec's prefill step (a longer prompt prefilled in chunks of the same size needs
-no more workspace) and stops at the model's max_position_embeddings.
+Each is the largest value whose peak memory (`peak_memory`: weights, the KV cache at the
+end of generation, the larger of a prefill and a decode step's workspace, the runtime
+allowance) fits, found by doubling and bisection. They differ in what they hold fixed:
+- max_batch_size: sequences per replica, at the spec's prompt and generated tokens;
+- max_context_tokens: tokens held in each sequence's cache at the end of generation
+  (prompt + generated), at the spec's batch, with the workspace of the spec's own prefill
+  (as when the extra tokens are generated: a decode step's workspace does not grow with
+  the context); at most the model's max_position_embeddings;
+- max_prompt_tokens: tokens of each prompt, at the spec's batch, with the spec's
+  generated_tokens still to come after it: the cache of prompt + generated and the
+  prefill workspace of that prompt grow with it; prompt + generated at most
+  max_position_embeddings.
+Memory never shrinks as any of them grows (the workspace is the largest prefill step's, a
+whole chunk under chunked prefill: `memory.prefill_peak_shape`), so the bisection finds the
+largest value that fits, and one more does not. Hence a spec within the positions fits
+exactly when its prompt is at most max_prompt_tokens, and max_prompt_tokens + generated
+lies between the spec's context and max_context_tokens: at most max_context_tokens when the
+spec fits (a longer prompt's prefill needs more than the spec's), at least it when the spec
+does not (its own prefill leaves the cache less room).
 """
 
 from __future__ import annotations
@@ -86,7 +101,8 @@ def max_batch_size(serving: Serving) -> Limit:
 
 
 def max_context_tokens(serving: Serving) -> Limit:
-    """Prompt + generated tokens per sequence that fit at the spec's batch."""
+    """Prompt + generated tokens per sequence that fit at the spec's batch: the cache at
+    the end of generation, beside the workspace of the spec's own prefill."""
     capacity = _capacity(serving)
     positions = serving.spec.model.max_position_embeddings
     limit = positions if positions is not None else SEARCH_LIMIT
@@ -100,6 +116,47 @@ def max_context_tokens(serving: Serving) -> Limit:
                      limited_by=f"model.max_position_embeddings ({positions:,})")
     memory = peak_memory(serving, max(best, 1))
     return Limit(value=best, limited_by=(
-        f"kv_cache: {_size(memory.kv_cache_bytes)} at {best:,} tokens beside "
+        f"kv_cache: {_size(memory.kv_cache_bytes)} at {best:,} tokens (prompt + generated) "
+        f"x {serving.inference.batch_size:,} sequences beside "
         f"{_size(memory.total_bytes - memory.kv_cache_bytes)} of weights, workspace "
-        f"and runtime allowance, in {_size(capacity)}"))
+        f"of the spec's {serving.inference.prompt_tokens:,}-token prompts and runtime "
+        f"allowance, in {_size(capacity)}"))
+
+
+def max_prompt_tokens(serving: Serving) -> Limit:
+    """Prompt tokens per sequence that fit at the spec's batch with the spec's
+    generated_tokens still to come: the cache of prompt + generated and the workspace of
+    that prompt's prefill."""
+    capacity = _capacity(serving)
+    inference = serving.inference
+    generated, batch = inference.generated_tokens, inference.batch_size
+    positions = serving.spec.model.max_position_embeddings
+    if positions is not None and positions <= generated:
+        return Limit(value=0, limited_by=(
+            f"model.max_position_embeddings ({positions:,}) leaves no position for a "
+            f"prompt before generated_tokens ({generated:,})"))
+    limit = positions - generated if positions is not None else SEARCH_LIMIT
+
+    def memory(prompt: int) -> ServingMemory:
+        return peak_memory(serving.with_prompt(prompt))
+
+    best = largest_fitting(lambda prompt: memory(prompt).total_bytes <= capacity, limit)
+    if best is None:
+        if positions is None:
+            return Limit(value=None, limited_by=(
+                "nothing: every layer's cache is capped by the sliding window and the "
+                "prefill runs in chunks"))
+        return Limit(value=limit, limited_by=(
+            f"model.max_position_embeddings ({positions:,}) less generated_tokens "
+            f"({generated:,})"))
+    at = memory(max(best, 1))
+    parts = (f"{_size(at.kv_cache_bytes)} of KV cache ({max(best, 1) + generated:,} tokens "
+             f"x {batch:,} sequences) and {_size(at.workspace_bytes)} of workspace beside "
+             f"{_size(_fixed_bytes(at))} of weights and runtime allowance")
+    if best == 0:
+        return Limit(value=0, limited_by=(
+            f"a 1-token prompt needs {_size(at.total_bytes)}: {parts}, over "
+            f"{_size(capacity)}"))
+    term = "kv_cache" if at.kv_cache_bytes >= at.workspace_bytes else "workspace"
+    return Limit(value=best, limited_by=(
+        f"{term}: at {best:,}-token prompts, {parts}, in {_size(capacity)}"))

@@ -6,7 +6,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.inference import formats, kv_cache, overhead, workspace
 from llmpar.inference.capacity import Limit
 from llmpar.inference.formats import quantized_bytes_per_weight
-from llmpar.inference.memory import ServingMemory, prefill_shape
+from llmpar.inference.memory import ServingMemory, prefill_peak_shape
 from llmpar.inference.overhead import Overhead
 from llmpar.inference.phases import PhaseResult, average_decode_context
 from llmpar.inference.serving import Serving
@@ -28,7 +28,7 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
     kv_rule = ("batch * sum over the stage's layers of cached_tokens(prompt + generated) * "
                + ("(kv_lora_rank + qk_rope_head_dim) * bytes(kv_cache)" if model.mla is not None
                   else "2 * max(1, num_kv_heads / tensor) * head_dim * bytes(kv_cache)"))
-    shape = prefill_shape(serving)
+    shape = prefill_peak_shape(serving)
     return [
         Derivation(quantity="weights_bytes", value=memory.weights_bytes, unit="bytes",
                    rule="sum over parameter groups held by the stage of N_g * bytes_g / "
@@ -49,7 +49,9 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
                            "pipeline": serving.degree("pipeline")}),
         Derivation(quantity="activations_bytes", value=memory.workspace_bytes, unit="bytes",
                    rule="tokens * (2h + widest block) * bytes(activations) + rows * vocab * 4, "
-                        "the larger of a prefill and a decode step",
+                        "the larger of the largest prefill step (min(prefill_chunk_tokens, "
+                        "batch * prompt) tokens / context, min(batch, tokens) rows) and a "
+                        "decode step (batch tokens and rows)",
                    source=workspace.__doc__.strip().splitlines()[0],
                    inputs={"prefill_tokens_per_gpu": shape.tokens, "rows": shape.rows,
                            "block_width": workspace.block_width(model, t)}),
@@ -69,14 +71,31 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
     ]
 
 
-def limit_derivations(batch: Limit, context: Limit) -> list[Derivation]:
-    rule = "the largest value whose peak-stage total_bytes <= capacity_bytes (bisection)"
+def limit_derivations(serving: Serving, batch: Limit, context: Limit,
+                      prompt: Limit) -> list[Derivation]:
+    inference = serving.inference
+    fits = "whose peak-stage total_bytes <= capacity_bytes (doubling, then bisection)"
     source = "llmpar.inference.capacity"
+    shape = {"batch": inference.batch_size, "prompt_tokens": inference.prompt_tokens,
+             "generated_tokens": inference.generated_tokens}
     return [
-        Derivation(quantity="max_batch_size", value=batch.value, unit="sequences", rule=rule,
-                   source=source, inputs={"limited_by": batch.limited_by}),
-        Derivation(quantity="max_context_tokens", value=context.value, unit="tokens", rule=rule,
-                   source=source, inputs={"limited_by": context.limited_by}),
+        Derivation(quantity="max_batch_size", value=batch.value, unit="sequences",
+                   rule=f"the most sequences per replica at the spec's prompt + generated "
+                        f"tokens {fits}", source=source,
+                   inputs={"limited_by": batch.limited_by, **shape}),
+        Derivation(quantity="max_context_tokens", value=context.value, unit="tokens",
+                   rule=f"the most tokens per sequence held in the KV cache at the end of "
+                        f"generation (prompt + generated), at the spec's batch and with the "
+                        f"workspace of the spec's prefill, {fits}; at most "
+                        f"max_position_embeddings", source=source,
+                   inputs={"limited_by": context.limited_by, **shape}),
+        Derivation(quantity="max_prompt_tokens", value=prompt.value, unit="tokens",
+                   rule=f"the longest prompt per sequence, at the spec's batch with "
+                        f"generated_tokens still to come, {fits}: the KV cache of prompt + "
+                        f"generated and the workspace of that prompt's prefill (batch * "
+                        f"prompt tokens, or chunks of prefill_chunk_tokens) grow with it; "
+                        f"prompt + generated at most max_position_embeddings",
+                   source=source, inputs={"limited_by": prompt.limited_by, **shape}),
     ]
 
 

@@ -1,5 +1,5 @@
-"""The Plan of an `[inference]` spec: memory per GPU, the largest batch and context that
-fit, prefill and decode times, throughput, and the derivation of each."""
+"""The Plan of an `[inference]` spec: memory per GPU, the largest batch, context and
+prompt that fit, prefill and decode times, throughput, and the derivation of each."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from llmpar.evaluation.stages import stages_of
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.parameters import count_parameters
 from llmpar.inference import derivations as d
-from llmpar.inference.capacity import Limit, max_batch_size, max_context_tokens
+from llmpar.inference.capacity import (
+    Limit,
+    max_batch_size,
+    max_context_tokens,
+    max_prompt_tokens,
+)
 from llmpar.inference.communication import step_collectives, unknown_links
 from llmpar.inference.formats import matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
@@ -154,8 +159,8 @@ def _time_derivations(serving: Serving, timing: Timing) -> list[Derivation]:
                                           dtype)])
 
 
-def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit,
-                   context: Limit) -> dict[str, object]:
+def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit, context: Limit,
+                   prompt: Limit) -> dict[str, object]:
     capacity = serving.spec.hardware.gpu.memory_bytes
     return dict(
         weights_bytes=memory.weights_bytes, gradients_bytes=0, optimizer_bytes=0,
@@ -165,7 +170,8 @@ def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit,
         workspace_bytes=memory.workspace_bytes,
         runtime_overhead_bytes=memory.overhead_bytes, peak_stage=memory.stage,
         max_batch_size=batch.value, max_batch_size_limited_by=batch.limited_by,
-        max_context_tokens=context.value, max_context_tokens_limited_by=context.limited_by)
+        max_context_tokens=context.value, max_context_tokens_limited_by=context.limited_by,
+        max_prompt_tokens=prompt.value, max_prompt_tokens_limited_by=prompt.limited_by)
 
 
 def _workload_fields(serving: Serving) -> dict[str, object]:
@@ -190,11 +196,13 @@ def build_inference_plan(spec: Spec, layout: Layout,
     serving = serving_of(spec, layout, strategies)
     memory = peak_memory(serving)
     batch, context = max_batch_size(serving), max_context_tokens(serving)
+    prompt = max_prompt_tokens(serving)
     why_untimed = untimed(serving)
     timing = timing_of(serving) if why_untimed is None else None
     derivations = (d.memory_derivations(serving, memory, runtime_overhead(spec, layout))
-                   + d.limit_derivations(batch, context))
-    fields = {**_workload_fields(serving), **_memory_fields(serving, memory, batch, context)}
+                   + d.limit_derivations(serving, batch, context, prompt))
+    fields = {**_workload_fields(serving),
+              **_memory_fields(serving, memory, batch, context, prompt)}
     if timing is not None:
         fields.update(_time_fields(serving, timing))
         derivations += _time_derivations(serving, timing)

@@ -45,13 +45,28 @@ def prefill_steps(serving: Serving, batch: int | None = None) -> int:
 
 
 def prefill_shape(serving: Serving, batch: int | None = None) -> StepShape:
-    """One prefill step on one GPU: its share of the prompts' tokens (split over context
-    ranks) and the sequences whose first token it samples."""
+    """The average prefill step on one GPU (what its time is summed from): its share of
+    the prompts' tokens (split over context ranks) and the sequences whose first token it
+    samples."""
     inference = serving.inference
     batch = inference.batch_size if batch is None else batch
     steps = prefill_steps(serving, batch)
     tokens = batch * inference.prompt_tokens / steps
     return StepShape(tokens=tokens / serving.degree("context"), rows=batch / steps)
+
+
+def prefill_peak_shape(serving: Serving, batch: int | None = None) -> StepShape:
+    """The largest prefill step on one GPU (what its workspace is sized by): a whole chunk
+    of prefill_chunk_tokens, or the batch's prompts when they are fewer, split over context
+    ranks, sampling one row per sequence, at most one per token. vLLM sizes its workspace
+    the same way: its profile run is a step of max_num_batched_tokens tokens over
+    min(tokens, max_num_seqs) requests, one sampled token each. Unlike the average step it
+    never shrinks when the prompts take one more chunk, so memory grows with the prompt."""
+    inference = serving.inference
+    batch = inference.batch_size if batch is None else batch
+    total = batch * inference.prompt_tokens
+    tokens = min(inference.prefill_chunk_tokens or total, total)
+    return StepShape(tokens=tokens / serving.degree("context"), rows=min(batch, tokens))
 
 
 def decode_shape(serving: Serving, batch: int | None = None) -> StepShape:
@@ -61,9 +76,10 @@ def decode_shape(serving: Serving, batch: int | None = None) -> StepShape:
 
 
 def stage_workspace(serving: Serving, stage: Stage, batch: int | None = None) -> float:
-    """The larger of a prefill and a decode step's workspace; logits only on the last stage."""
+    """The larger of the largest prefill step's and a decode step's workspace; logits only
+    on the last stage."""
     spec = serving.spec
-    shapes = (prefill_shape(serving, batch), decode_shape(serving, batch))
+    shapes = (prefill_peak_shape(serving, batch), decode_shape(serving, batch))
     return max(workspace_bytes(spec.model, spec.precision.activations, serving.degree("tensor"),
                                shape.tokens, shape.rows if stage.has_head else 0.0)
                for shape in shapes)

@@ -6,14 +6,19 @@ from typing import Any
 
 import attrs
 
-from llmpar.plan import Plan
-from llmpar.plan_json import V1_KEYS
+from llmpar.plan import Plan, ServingPool
+from llmpar.plan_json import POOL_FROM_V1, V1_KEYS
 from llmpar.report.fields import format_value
 from llmpar.report.tables import Table
 
 SKIPPED_FIELDS = ("activation_tensors", "collectives", "stages", "warnings", "derivations",
                   "phases", "training", "serving")
 """Record lists: `llmpar evaluate` shows them; their totals are compared here."""
+POOL_FIELDS_SINCE_V1 = tuple(f.name for f in attrs.fields(ServingPool)
+                             if f.name not in V1_KEYS and f.name not in POOL_FROM_V1
+                             and f.name not in SKIPPED_FIELDS)
+"""The serving pool's fields that schema 1's flat record lacks (`serving.max_prompt_tokens`,
+...): compared from the first pool."""
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +48,8 @@ def _flat(plan: Plan) -> dict[str, Any]:
             values.update({f"{name}.{key}": item for key, item in value.items()})
         else:
             values[name] = value
+    for name in POOL_FIELDS_SINCE_V1 if plan.serving else ():
+        values[f"serving.{name}"] = getattr(plan.serving[0], name)
     values["collectives.seconds"] = sum(c.seconds for c in plan.collectives)
     values["collectives.exposed_seconds"] = sum(c.exposed_seconds for c in plan.collectives)
     values["warnings.count"] = len(plan.warnings)

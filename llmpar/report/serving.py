@@ -43,11 +43,16 @@ def _optional(value: float | None, render: Callable[[float], str]) -> str:
 
 def serving(plan: Plan) -> Table:
     """Limits and speeds of the workload."""
+    pool = plan.serving[0] if plan.serving else None
     rows = [
         ("max batch (sequences per replica)", _optional(plan.max_batch_size, lambda v: f"{v:,}"),
          plan.max_batch_size_limited_by or ""),
-        ("max context (tokens)", _optional(plan.max_context_tokens, lambda v: f"{v:,}"),
+        ("max context (prompt + generated)",
+         _optional(plan.max_context_tokens, lambda v: f"{v:,}"),
          plan.max_context_tokens_limited_by or ""),
+        ("max prompt (tokens)", _optional(pool.max_prompt_tokens if pool else None,
+                                          lambda v: f"{v:,}"),
+         (pool.max_prompt_tokens_limited_by if pool else None) or ""),
         ("time to first token", _optional(plan.prefill_seconds, format_duration), "prefill"),
         ("time per output token", _optional(plan.tpot_seconds, format_duration),
          "decode step, first token excluded"),
