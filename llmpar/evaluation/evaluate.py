@@ -40,6 +40,7 @@ from llmpar.evaluation.timing import run_length, step_flops
 from llmpar.evaluation.validity import transform_problems
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
+from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 
@@ -137,6 +138,10 @@ def activation_k(spec: Spec, footprint: Footprint, inventory_bytes: float) -> fl
 def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform], total: int,
               capacity: int, time: StepTime) -> list[str]:
     warnings = list(time.warnings)
+    positions = position_limit_warning(spec.model, spec.training.sequence_length,
+                                       TRAINED_POSITIONS)
+    if positions is not None:
+        warnings.append(positions)
     if footprint.activations_unavailable:
         warnings.append(f"no activation estimate: {footprint.activations_unavailable}; "
                         "total_bytes and fits count model states only")

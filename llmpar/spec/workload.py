@@ -45,7 +45,7 @@ class Training:
     """One training run: shape of a step and length of the run."""
 
     sequence_length: int = attrs.field(default=2048, validator=v.positive)
-    """Tokens per sequence (s)."""
+    """Tokens per sequence (s). Past model.max_position_embeddings: see there."""
     micro_batch_size: int = attrs.field(default=1, validator=v.positive)
     """Sequences per GPU per forward/backward pass (b)."""
     global_batch_size: int | None = attrs.field(default=None, validator=v.positive)
