@@ -126,6 +126,38 @@ def test_a_preset_with_hf_config_is_refused(tmp_path):
     assert llmpar.load_spec(spec).model.hidden_size == 64
 
 
+MFU_SPEC = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "training": {"sequence_length": 8192, "mfu": 0.9, "recompute": "full"}}
+
+
+def evaluation_problems(spec: dict) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as caught:
+        llmpar.evaluate(spec)
+    return [(p.path, p.message) for p in caught.value.problems]
+
+
+def test_an_assumed_mfu_that_puts_hfu_above_one_is_refused():
+    [(path, message)] = evaluation_problems(MFU_SPEC)
+    assert path == "$.training.mfu"
+    assert "recompute = 'full'" in message and "mfu (0.9)" in message
+    largest = float(message.rsplit("<= ", 1)[1])
+    # The largest mfu it names is possible, and only just.
+    plan = llmpar.evaluate({**MFU_SPEC, "training": {**MFU_SPEC["training"], "mfu": largest}})
+    assert 0.999 < plan.training.hfu <= 1.0
+    assert largest == pytest.approx(plan.flops_per_step / plan.hardware_flops_per_step,
+                                    abs=1e-3)
+
+
+def test_the_gpus_achievable_mfu_is_held_to_the_same_rule():
+    gpu = {"name": "no-efficiencies", "memory_bytes": "80 GiB", "peak_bf16_flops_per_s": 1e15,
+           "achievable_mfu": 0.95}
+    spec = {**MFU_SPEC, "hardware": {"gpu": gpu, "num_gpus": 8},
+            "training": {"sequence_length": 8192, "recompute": "selective"}}
+    [(path, message)] = evaluation_problems(spec)
+    assert path == "$.hardware.gpu.achievable_mfu"
+    assert "achievable_mfu (0.95)" in message and "recompute = 'selective'" in message
+
+
 def test_every_problem_of_a_spec_is_reported_together():
     text = ('model = "qwen3-4"\n[hardware]\ngpu = "h100-sxm"\nnum_gpus = 0\n'
             '[training]\nmfu = 2.0\nrecompute = "ful"\nactivation_model = "x"\n')

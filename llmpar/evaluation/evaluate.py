@@ -37,6 +37,7 @@ from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_o
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
 from llmpar.evaluation.timing import run_length, step_flops
+from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
@@ -165,6 +166,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     footprint = baseline_footprint(spec) if cache is None else cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
     core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
+    check_utilization(spec, core.time, core.facts, core.composition)
     records, peak_index = stage_records(core.memory, core.stages, core.kinds)
     peak = records[peak_index]
     inventory, rows = None, ()
@@ -274,10 +276,12 @@ def _host_rules(spec: Spec, host_bytes: int,
 
 def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
           cache: EvaluationCache) -> tuple[int, float | None, str]:
-    """(total bytes, step seconds, time model) of one layout, without building a Plan."""
+    """(total bytes, step seconds, time model) of one layout, without building a Plan;
+    SpecError where `build_plan` raises one (an assumed MFU the layout cannot reach)."""
     footprint = cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
     core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
+    check_utilization(spec, core.time, core.facts, core.composition)
     step = core.time.step
     return int(core.memory.peak_total), None if step is None else float(step), \
         core.time.time_model
