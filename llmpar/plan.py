@@ -46,11 +46,17 @@ class TrainingPart:
     flops_per_step_6nd: float
     flops_method: str
     hardware_flops_per_step: float
-    """Model FLOPs plus recomputation."""
+    """The FLOPs the GPUs execute: model FLOPs plus recomputation, plus what strategies
+    add or skip (`Transform.extra_flops_per_step`, `skipped_flops_per_step`)."""
     step_seconds: float | None
     tokens_per_second: float | None
     mfu: float | None
+    """Model FLOPs per second over the peak of all GPUs. At most hfu, unless a strategy
+    skips FLOPs the count includes; then, counting work no kernel runs, it may exceed 1."""
     hfu: float | None
+    """Hardware FLOPs (executed, recomputation included) per second over the peak of all
+    GPUs; never above 1 (a modelled step runs them at matmul_efficiency at best, and an
+    assumed mfu that would put it above 1 is an error)."""
     train_tokens: float | None
     train_steps: float | None
     train_flops: float | None

@@ -82,3 +82,22 @@ def test_evolve_changes_a_flat_field_in_its_part(plan):
     with pytest.raises(AttributeError, match="placeholder"):
         plan.evolve(train_tokens=1.0) if plan.workload == "inference" else plan.evolve(
             phases=())
+
+
+def test_a_sequence_past_the_position_limit_warns_in_training_as_in_serving():
+    """RoPE runs past max_position_embeddings (long-context extension): legitimate, but
+    the plan says so, for a training sequence as for a served one."""
+    spec = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+            "training": {"sequence_length": 16384}}
+    trained = [w for w in SESSION.evaluate(spec).warnings if "max_position_embeddings" in w]
+    assert trained == ["training.sequence_length (16,384) exceeds "
+                       "model.max_position_embeddings (8,192): positions the model was not "
+                       "trained on (long-context extension)"]
+    served = [w for w in SESSION.evaluate(EXAMPLES / "inference-llama-2-70b-h100.toml",
+                                          {"inference.prompt_tokens": 8192}).warnings
+              if "max_position_embeddings" in w]
+    assert len(served) == 1 and served[0].startswith("inference.prompt_tokens + "
+                                                     "generated_tokens (")
+    assert served[0].split(")", 1)[1].replace("4,096", "8,192") == trained[0].split(")", 1)[1]
+    within = {**spec, "training": {"sequence_length": 8192}}
+    assert not [w for w in SESSION.evaluate(within).warnings if "max_position" in w]

@@ -6,7 +6,7 @@ import math
 
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import training_specs
+from strategies import parallel_training_specs, training_specs
 
 import llmpar
 from llmpar import SpecError
@@ -85,6 +85,32 @@ def test_recomputation_never_adds_activation_memory(spec):
 def test_spec_round_trips_through_toml(spec):
     loaded = llmpar.load_spec(spec)
     assert llmpar.load_spec(llmpar.dump_spec(loaded)) == loaded
+
+
+@given(st.one_of(training_specs(), parallel_training_specs()),
+       st.one_of(st.none(), st.floats(0.05, 1.0)), st.sampled_from(["full", "causal"]))
+def test_hfu_never_exceeds_one(spec, mfu, attention_flops):
+    """HFU counts the FLOPs the GPUs execute: a modelled step time cannot run them
+    faster than peak, and an assumed mfu that would is an error naming the largest one
+    possible (which then plans at HFU <= 1)."""
+    training = {**spec["training"], "attention_flops": attention_flops, "mfu": mfu}
+    if mfu is None:
+        del training["mfu"]
+    try:
+        plan = llmpar.evaluate({**spec, "training": training})
+    except SpecError as error:
+        [problem] = error.problems
+        assert problem.path == "$.training.mfu" and "HFU" in problem.message
+        largest = float(problem.message.rsplit("<= ", 1)[1])
+        assert largest < mfu
+        plan = llmpar.evaluate({**spec, "training": {**training, "mfu": largest}})
+    part = plan.training
+    if part.hfu is None:
+        assert part.step_seconds is None
+        return
+    assert part.hfu <= 1.0
+    assert part.hardware_flops_per_step >= part.flops_per_step
+    assert part.mfu <= part.hfu
 
 
 def assert_plan_or_spec_error(document) -> None:

@@ -129,6 +129,19 @@ def test_unmodelled_step_time_ranks_by_memory_and_says_so():
     assert memory == sorted(memory)
 
 
+def test_layouts_an_assumed_mfu_cannot_reach_are_rejected_at_the_mfu():
+    """mfu 0.95 holds without recomputation (HFU = MFU) but not with it: those layouts
+    are rejected, by the fast path and one by one alike, and none is ranked."""
+    spec = small_spec()
+    spec["training"] = {**spec["training"], "mfu": 0.95}
+    fast, slow = (llmpar.search(spec, top=50, exact=exact) for exact in (False, True))
+    assert fast.rejected["$.training.mfu"] > 0 and fast.evaluated > 0
+    assert (slow.rejected, slow.evaluated) == (fast.rejected, fast.evaluated)
+    assert "recompute = 'full'" in fast.examples["$.training.mfu"]
+    assert {r.choices["training.recompute"] for r in fast.results} == {"none"}
+    assert all(r.plan.hfu <= 1 for r in fast.results)
+
+
 @pytest.mark.parametrize(("change", "path"), [
     ({"training": {"sequence_length": 512}}, "$.training.global_batch_size"),
     ({"search": {"values": {"data.zeroo": [1]}}}, "$.search.values.data.zeroo"),

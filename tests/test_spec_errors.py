@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import llmpar
@@ -46,7 +48,7 @@ def problems_of(text: str) -> list[tuple[str, str]]:
          "must be in (0, 1], got 1.5"),
         ('model = "gpt-3-175b"\n' + GPU + "[training]\nsequence_length = 4096\n",
          "$.training.sequence_length",
-         "sequence_length (4096) exceeds the learned position table"),
+         "sequence_length (4,096) exceeds the learned position table"),
         ('model = "qwen3-4b"\n[hardware]\ngpu = "h100-sxm"\nnum_gpus = 8\n'
          "[parallel.data]\ndegree = 3\n", "$.parallel",
          "degrees multiply to 3 (data 3) but hardware.num_gpus is 8"),
@@ -67,12 +69,93 @@ def problems_of(text: str) -> list[tuple[str, str]]:
          "$.training.tokens_per_parameter", "not both"),
         ('model = "7b"\n' + GPU + "version = 2\n", "$.hardware.version", "unknown key"),
         ('version = 2\nmodel = "7b"\n' + GPU, "$.version", "expected 1"),
+        ('version = true\nmodel = "7b"\n' + GPU, "$.version", "expected 1, got True"),
+        ('[model]\npreset = "mixtral-8x7b"\n[model.moe]\nnum_experts = 4\n'
+         "experts_per_token = 8\n" + GPU, "$.model.moe.experts_per_token",
+         "experts_per_token (8) exceeds num_experts (4)"),
+        ('[model]\npreset = "mixtral-8x7b"\n[model.moe]\ndense_layers = 40\n' + GPU,
+         "$.model.moe.dense_layers", "dense_layers (40) leaves no MoE layer among "
+         "num_layers (32)"),
+        ('[model]\npreset = "mixtral-8x7b"\n[model.moe]\ndense_layers = 32\n' + GPU,
+         "$.model.moe.dense_layers", "num_layers (32)"),
+        ('[model]\npreset = "mixtral-8x7b"\n[model.moe]\nlayer_frequency = 1000\n' + GPU,
+         "$.model.moe.layer_frequency", "layer_frequency (1000) exceeds num_layers (32)"),
+        ('[model]\npreset = "mixtral-8x7b"\n[model.moe]\ndense_layers = 29\n'
+         "layer_frequency = 20\n" + GPU, "$.model.moe.layer_frequency",
+         "after dense_layers (29) up to num_layers (32) is a multiple of layer_frequency (20)"),
+        ("[model]\nnum_layers = 2\nhidden_size = 4097\nnum_attention_heads = 32\n"
+         "ffn_hidden_size = 64\nvocab_size = 64\n" + GPU, "$.model.hidden_size",
+         "hidden_size (4097) is not divisible by num_attention_heads (32): give head_dim"),
         ('model = "7b"\nparallel = 3\n' + GPU, "$.parallel", "expected a table"),
     ],
 )
 def test_problem_names_path_and_expectation(text, path, fragment):
     found = problems_of(text)
     assert any(p == path and fragment in message for p, message in found), found
+
+
+def test_an_explicit_head_dim_wins_over_hidden_size_over_heads():
+    model = llmpar.load_spec({"model": {"preset": "qwen3-4b", "hidden_size": 4097,
+                                        "head_dim": 128},
+                              "hardware": {"gpu": "h100-sxm"}}).model
+    assert model.head_dim == 128 and model.query_width == 32 * 128
+
+
+def test_the_last_layer_of_a_frequency_is_an_moe_layer():
+    """layer_frequency equal to num_layers leaves one MoE layer: no contradiction."""
+    model = llmpar.load_spec({"model": {"preset": "mixtral-8x7b",
+                                        "moe": {"layer_frequency": 32}},
+                              "hardware": {"gpu": "h100-sxm"}}).model
+    assert model.num_moe_layers == 1
+
+
+def test_a_preset_with_hf_config_is_refused(tmp_path):
+    """The preset's keys would win over the config's, which would be read for nothing."""
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+              "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = tmp_path / "run.toml"
+    spec.write_text('[model]\npreset = "qwen3-4b"\nhf_config = "config.json"\n' + GPU)
+    with pytest.raises(SpecError) as caught:
+        llmpar.load_spec(spec)
+    [problem] = caught.value.problems
+    assert problem.path == "$.model.hf_config"
+    assert "give a preset or hf_config, not both" in problem.message
+    assert "model.preset fills the same keys" in problem.message
+    spec.write_text('[model]\nhf_config = "config.json"\n' + GPU)
+    assert llmpar.load_spec(spec).model.hidden_size == 64
+
+
+MFU_SPEC = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "training": {"sequence_length": 8192, "mfu": 0.9, "recompute": "full"}}
+
+
+def evaluation_problems(spec: dict) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as caught:
+        llmpar.evaluate(spec)
+    return [(p.path, p.message) for p in caught.value.problems]
+
+
+def test_an_assumed_mfu_that_puts_hfu_above_one_is_refused():
+    [(path, message)] = evaluation_problems(MFU_SPEC)
+    assert path == "$.training.mfu"
+    assert "recompute = 'full'" in message and "mfu (0.9)" in message
+    largest = float(message.rsplit("<= ", 1)[1])
+    # The largest mfu it names is possible, and only just.
+    plan = llmpar.evaluate({**MFU_SPEC, "training": {**MFU_SPEC["training"], "mfu": largest}})
+    assert 0.999 < plan.training.hfu <= 1.0
+    assert largest == pytest.approx(plan.flops_per_step / plan.hardware_flops_per_step,
+                                    abs=1e-3)
+
+
+def test_the_gpus_achievable_mfu_is_held_to_the_same_rule():
+    gpu = {"name": "no-efficiencies", "memory_bytes": "80 GiB", "peak_bf16_flops_per_s": 1e15,
+           "achievable_mfu": 0.95}
+    spec = {**MFU_SPEC, "hardware": {"gpu": gpu, "num_gpus": 8},
+            "training": {"sequence_length": 8192, "recompute": "selective"}}
+    [(path, message)] = evaluation_problems(spec)
+    assert path == "$.hardware.gpu.achievable_mfu"
+    assert "achievable_mfu (0.95)" in message and "recompute = 'selective'" in message
 
 
 def test_every_problem_of_a_spec_is_reported_together():

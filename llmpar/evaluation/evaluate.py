@@ -37,9 +37,11 @@ from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_o
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
 from llmpar.evaluation.timing import run_length, step_flops
+from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
+from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 
@@ -137,6 +139,10 @@ def activation_k(spec: Spec, footprint: Footprint, inventory_bytes: float) -> fl
 def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform], total: int,
               capacity: int, time: StepTime) -> list[str]:
     warnings = list(time.warnings)
+    positions = position_limit_warning(spec.model, spec.training.sequence_length,
+                                       TRAINED_POSITIONS)
+    if positions is not None:
+        warnings.append(positions)
     if footprint.activations_unavailable:
         warnings.append(f"no activation estimate: {footprint.activations_unavailable}; "
                         "total_bytes and fits count model states only")
@@ -160,6 +166,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     footprint = baseline_footprint(spec) if cache is None else cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
     core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
+    check_utilization(spec, core.time, core.facts, core.composition)
     records, peak_index = stage_records(core.memory, core.stages, core.kinds)
     peak = records[peak_index]
     inventory, rows = None, ()
@@ -269,10 +276,12 @@ def _host_rules(spec: Spec, host_bytes: int,
 
 def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
           cache: EvaluationCache) -> tuple[int, float | None, str]:
-    """(total bytes, step seconds, time model) of one layout, without building a Plan."""
+    """(total bytes, step seconds, time model) of one layout, without building a Plan;
+    SpecError where `build_plan` raises one (an assumed MFU the layout cannot reach)."""
     footprint = cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
     core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
+    check_utilization(spec, core.time, core.facts, core.composition)
     step = core.time.step
     return int(core.memory.peak_total), None if step is None else float(step), \
         core.time.time_model

@@ -266,8 +266,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     rate = peak * gpu.matmul_efficiency
     m = composition.micro_batches_per_step()
     shape_loss = shape_loss_per_micro_batch / stages * m
-    hardware = (facts.hardware_flops_per_step + composition.sum_of("extra_flops_per_step")
-                - composition.sum_of("skipped_flops_per_step"))
+    hardware = executed_flops(facts, composition)
     matmul = hardware / n / rate * facts.slowest_stage_factor + shape_loss
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
@@ -288,6 +287,13 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                     elementwise_bytes=elementwise, exposed=exposed, bubble_fraction=bubble,
                     bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
                     exposed_host=exposed_host)
+
+
+def executed_flops(facts: TrainingFacts, composition: Composition) -> Value:
+    """The FLOPs the GPUs execute in one step, all GPUs (what HFU counts): the model
+    FLOPs, the reruns of recomputation, and what the strategies add or skip."""
+    return (facts.hardware_flops_per_step + composition.sum_of("extra_flops_per_step")
+            - composition.sum_of("skipped_flops_per_step"))
 
 
 def _share(part: Value, whole: Value) -> Value:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmpar.errors import Problem
+from llmpar.positions import SERVED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
 from llmpar.spec.model import ARCHITECTURE_FIELDS
 
@@ -20,13 +21,10 @@ def inference_problems(spec: Spec) -> list[Problem]:
     if inference.sliding_window and model.sliding_window is None:
         problems.append(Problem("$.inference.sliding_window",
                                 "true needs a model with sliding_window; this one has none"))
-    limit = model.max_position_embeddings
-    if model.position_embedding == "learned" and limit is not None \
-            and inference.context_tokens > limit:
-        problems.append(Problem("$.inference.generated_tokens",
-                                f"prompt_tokens + generated_tokens ({inference.context_tokens:,}) "
-                                f"exceeds the learned position table (max_position_embeddings "
-                                f"= {limit:,})"))
+    positions = position_limit_problem(model, inference.context_tokens,
+                                       "$.inference.generated_tokens", SERVED_POSITIONS)
+    if positions is not None:
+        problems.append(positions)
     data = spec.parallel.get("data")
     if data is not None and bool(getattr(data, "stage", 0)):
         problems.append(Problem("$.parallel.data.zero",

@@ -34,6 +34,7 @@ from llmpar.inference.phases import (
 )
 from llmpar.inference.serving import Serving
 from llmpar.plan import Derivation, Plan, ServingPool
+from llmpar.positions import SERVED_POSITIONS, position_limit_warning
 from llmpar.roofline import DEFAULT_SOURCE, Rates, rates_of
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
@@ -103,10 +104,9 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
     if "sequence" in spec.parallel:
         warnings.append("sequence parallelism is not modelled for serving: its traffic equals "
                         "tensor parallelism's all-reduces")
-    positions = spec.model.max_position_embeddings
-    if positions is not None and inference.context_tokens > positions:
-        warnings.append(f"prompt + generated ({inference.context_tokens:,}) exceeds "
-                        f"model.max_position_embeddings ({positions:,})")
+    positions = position_limit_warning(spec.model, inference.context_tokens, SERVED_POSITIONS)
+    if positions is not None:
+        warnings.append(positions)
     capacity = spec.hardware.gpu.memory_bytes
     if memory.total_bytes > capacity:
         warnings.append(f"does not fit: needs {memory.total_bytes / 2**30:,.2f} GiB per GPU, "

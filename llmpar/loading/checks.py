@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmpar.errors import Problem
 from llmpar.inference.checks import inference_problems
+from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
 from llmpar.spec.model import ARCHITECTURE_FIELDS, Model
 from llmpar.strategy import Layout
@@ -38,6 +39,38 @@ def model_problems(model: Model) -> list[Problem]:
     if model.position_embedding == "learned" and model.max_position_embeddings is None:
         problems.append(Problem("$.model.max_position_embeddings",
                                 "required with position_embedding = 'learned'"))
+    return problems + moe_problems(model)
+
+
+def moe_problems(model: Model) -> list[Problem]:
+    """A token's experts exist, and some layer has them (else the `[model.moe]` table
+    would be dropped without a word)."""
+    moe = model.moe
+    if moe is None:
+        return []
+    problems = []
+    if moe.experts_per_token > moe.num_experts:
+        problems.append(Problem("$.model.moe.experts_per_token",
+                                f"experts_per_token ({moe.experts_per_token}) exceeds "
+                                f"num_experts ({moe.num_experts}): a token cannot go to more "
+                                "routed experts than a layer has"))
+    layers = model.num_layers
+    if layers is None or model.num_moe_layers:
+        return problems
+    if moe.dense_layers >= layers:
+        problems.append(Problem("$.model.moe.dense_layers",
+                                f"dense_layers ({moe.dense_layers}) leaves no MoE layer among "
+                                f"num_layers ({layers}); drop [model.moe] for a dense model"))
+    elif moe.layer_frequency > layers:
+        problems.append(Problem("$.model.moe.layer_frequency",
+                                f"layer_frequency ({moe.layer_frequency}) exceeds num_layers "
+                                f"({layers}): no layer has experts"))
+    else:
+        problems.append(Problem("$.model.moe.layer_frequency",
+                                "no layer has experts: no layer number (from 1) after "
+                                f"dense_layers ({moe.dense_layers}) up to num_layers "
+                                f"({layers}) is a multiple of layer_frequency "
+                                f"({moe.layer_frequency})"))
     return problems
 
 
@@ -48,12 +81,10 @@ def training_problems(spec: Spec) -> list[Problem]:
     if training.tokens is not None and training.tokens_per_parameter is not None:
         problems.append(Problem("$.training.tokens_per_parameter",
                                 "give tokens or tokens_per_parameter, not both"))
-    limit = model.max_position_embeddings
-    learned = model.position_embedding == "learned"
-    if learned and limit is not None and training.sequence_length > limit:
-        problems.append(Problem("$.training.sequence_length",
-                                f"sequence_length ({training.sequence_length}) exceeds the "
-                                f"learned position table (max_position_embeddings = {limit})"))
+    positions = position_limit_problem(model, training.sequence_length,
+                                       "$.training.sequence_length", TRAINED_POSITIONS)
+    if positions is not None:
+        problems.append(positions)
     return problems
 
 

@@ -239,14 +239,21 @@ def structure_spec(
         if key not in SECTIONS:
             problems.append(Problem(f"$.{key}", f"unknown table{did_you_mean(key, SECTIONS)}"))
     version = raw.get("version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version != SCHEMA_VERSION:  # True == 1 in Python
         problems.append(Problem("$.version", f"expected {SCHEMA_VERSION}, got {version!r}"))
 
     model: Any = None  # structure() returns Any
     if "model" not in raw:
         problems.append(Problem("$.model", "required: a preset name or a model table"))
     else:
-        table = resolve_preset(raw["model"], "models", "$.model", catalog, problems, label)
+        given = raw["model"]
+        if isinstance(given, Mapping) and "hf_config" in given and (
+                "preset" in given or "file" in given):
+            # The preset's keys would win over the config's: the config would be ignored.
+            base = "preset" if "preset" in given else "file"
+            problems.append(Problem("$.model.hf_config", f"give a {base} or hf_config, not both "
+                                    f"(model.{base} fills the same keys)"))
+        table = resolve_preset(given, "models", "$.model", catalog, problems, label)
         if table is not None:
             table = _with_hf_config(table, label, problems)
         if table is not None:

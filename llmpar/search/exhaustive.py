@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from llmpar.errors import Problem
+from llmpar.errors import Problem, SpecError
 from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.evaluate import score
 from llmpar.loading.checks import resolve_layout, spec_problems
@@ -53,7 +53,10 @@ class Judge:
         if problems:
             return problems[0], None
         layout, _ = resolve_layout(spec, self.strategies)
-        total, seconds, model = score(spec, layout, self.strategies, self.cache)
+        try:
+            total, seconds, model = score(spec, layout, self.strategies, self.cache)
+        except SpecError as error:  # a layout the spec's assumed MFU cannot time
+            return error.problems[0], None
         return None, Score(total_bytes=total, step_seconds=seconds, time_model=model)
 
     def judge(self, index: int, tally: Tally) -> Entry | None:

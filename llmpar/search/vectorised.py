@@ -29,8 +29,15 @@ import numpy as np
 from llmpar.arrays import logical_and, where
 from llmpar.errors import PluginError
 from llmpar.evaluation.cache import layers_of
-from llmpar.evaluation.evaluate import evaluate_core, global_batch_of, structure_of, transforms_of
+from llmpar.evaluation.evaluate import (
+    Evaluation,
+    evaluate_core,
+    global_batch_of,
+    structure_of,
+    transforms_of,
+)
 from llmpar.evaluation.facts import TrainingFacts, training_facts
+from llmpar.evaluation.utilization import assumed_hfu, mfu_path
 from llmpar.footprint.baseline import Footprint
 from llmpar.search.dimension import DEGREE
 from llmpar.search.exhaustive import Judge
@@ -216,6 +223,7 @@ class FastPath:
                       for t in transforms_of(vector_spec, base, layout, self.strategies)]
         facts = self.facts(grid, transforms, layout)
         core = evaluate_core(vector_spec, base, layout, transforms, facts, self.cache)
+        codes = self._utilization_codes(codes, vector_spec, core)
         step = core.time.step
         return NodeResult(codes=codes, total_bytes=np.broadcast_to(core.memory.peak_total,
                                                                    grid.shape),
@@ -283,6 +291,17 @@ class FastPath:
                 code = self.paths.index(rule.path) + 1
                 codes = np.where((codes == 0) & fails, code, codes)
         return codes
+
+    def _utilization_codes(self, codes: np.ndarray, spec: Spec, core: Evaluation) -> np.ndarray:
+        """Reject the layouts whose HFU the assumed MFU puts above 1, as `score` does."""
+        hfu = assumed_hfu(core.time, core.facts, core.composition)
+        over = np.broadcast_to(False if hfu is None else hfu > 1.0, codes.shape)
+        if not np.any(over & (codes == 0)):
+            return codes
+        path = mfu_path(spec)
+        if path not in self.paths:
+            self.paths.append(path)
+        return np.where((codes == 0) & over, self.paths.index(path) + 1, codes)
 
 
 def _hashable(value: Any) -> Any:

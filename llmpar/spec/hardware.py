@@ -46,7 +46,8 @@ class Gpu:
     efficiency_source: str = ""
     """Where the efficiencies and `matmul_fixed_seconds` come from."""
     achievable_mfu: float | None = attrs.field(default=None, validator=v.fraction)
-    """Model FLOPs utilization that large training runs reach on this GPU."""
+    """Model FLOPs utilization that large training runs reach on this GPU; held to the
+    same limit as `[training] mfu` (the HFU it implies at most 1)."""
     achievable_mfu_source: str = ""
     """The published run behind `achievable_mfu`."""
 

@@ -30,13 +30,14 @@ class MoE:
 
     Layer i (from 0) is an MoE layer when i >= dense_layers and (i + 1) is a
     multiple of layer_frequency (Hugging Face's `decoder_sparse_step` convention;
-    DeepSeek's `first_k_dense_replace` is `dense_layers`).
+    DeepSeek's `first_k_dense_replace` is `dense_layers`). At least one layer must have
+    experts: a table that leaves none is an error, not a dense model.
     """
 
     num_experts: int = attrs.field(validator=v.positive)
     """Routed experts per MoE layer."""
     experts_per_token: int = attrs.field(validator=v.positive)
-    """Routed experts each token goes to (top-k)."""
+    """Routed experts each token goes to (top-k); at most num_experts."""
     expert_ffn_hidden_size: int = attrs.field(validator=v.positive)
     """Inner width of one expert's MLP."""
     num_shared_experts: int = attrs.field(default=0, validator=v.non_negative)
@@ -46,9 +47,10 @@ class MoE:
         validator=v.positive)
     """Inner width of one shared expert. Default: expert_ffn_hidden_size."""
     dense_layers: int = attrs.field(default=0, validator=v.non_negative)
-    """The first layers keep a dense MLP of ffn_hidden_size."""
+    """The first layers keep a dense MLP of ffn_hidden_size; fewer than num_layers."""
     layer_frequency: int = attrs.field(default=1, validator=v.positive)
-    """Every layer_frequency-th layer (after dense_layers) is an MoE layer."""
+    """Every layer_frequency-th layer (after dense_layers) is an MoE layer; at most
+    num_layers."""
     capacity_factor: float | None = attrs.field(default=None, validator=v.positive)
     """Token capacity per expert, as a multiple of the balanced share; None: no dropping."""
     router_bias: bool = False
@@ -93,9 +95,15 @@ def _default_kv_heads(model: Model) -> int | None:
 def _default_head_dim(model: Model) -> int | None:
     if model.mla is not None:
         return model.mla.qk_head_dim
-    if model.hidden_size is None or not model.num_attention_heads:
+    hidden, heads = model.hidden_size, model.num_attention_heads
+    if hidden is None or not heads:
         return None
-    return model.hidden_size // model.num_attention_heads
+    if hidden % heads:
+        # Flooring would silently give heads x head_dim != hidden_size; only the spec
+        # knows which width is meant.
+        raise v.FieldError("hidden_size", f"hidden_size ({hidden}) is not divisible by "
+                                          f"num_attention_heads ({heads}): give head_dim")
+    return hidden // heads
 
 
 @attrs.frozen(kw_only=True)
@@ -128,8 +136,9 @@ class Model:
     head_dim: int | None = attrs.field(
         default=attrs.Factory(_default_head_dim, takes_self=True), validator=v.positive
     )
-    """Width of one head. Default: hidden_size / num_attention_heads (MLA: the query/key
-    head width, qk_nope_head_dim + qk_rope_head_dim; the counts use [model.mla])."""
+    """Width of one head. Default: hidden_size / num_attention_heads, which must divide
+    evenly (MLA: the query/key head width, qk_nope_head_dim + qk_rope_head_dim; the counts
+    use [model.mla]). Given, it wins: heads x head_dim may differ from hidden_size (Gemma)."""
     ffn_hidden_size: int | None = attrs.field(default=None, validator=v.positive)
     """Inner width of the MLP."""
     ffn_activation: str = attrs.field(default="gelu", validator=v.one_of(*FFN_ACTIVATIONS))
@@ -148,7 +157,9 @@ class Model:
     )
     """rope, alibi and none add no parameters; learned adds a table of positions."""
     max_position_embeddings: int | None = attrs.field(default=None, validator=v.positive)
-    """Longest sequence; the size of a learned position table."""
+    """Longest sequence; the size of a learned position table. A trained or served
+    sequence past it is an error with learned positions, else a warning in the plan
+    (long-context extension: RoPE scaling runs past it, untrained)."""
     qkv_bias: bool = False
     """Biases on the query, key and value projections (Qwen2). MLA: on the query and
     key/value down-projections (q_a_proj, kv_a_proj_with_mqa), as DeepSeek's attention_bias."""

@@ -45,7 +45,7 @@ class Training:
     """One training run: shape of a step and length of the run."""
 
     sequence_length: int = attrs.field(default=2048, validator=v.positive)
-    """Tokens per sequence (s)."""
+    """Tokens per sequence (s). Past model.max_position_embeddings: see there."""
     micro_batch_size: int = attrs.field(default=1, validator=v.positive)
     """Sequences per GPU per forward/backward pass (b)."""
     global_batch_size: int | None = attrs.field(default=None, validator=v.positive)
@@ -55,7 +55,9 @@ class Training:
     tokens_per_parameter: float | None = attrs.field(default=None, validator=v.positive)
     """Run length as tokens per parameter (Chinchilla: 20)."""
     mfu: float | None = attrs.field(default=None, validator=v.fraction)
-    """Assume this model FLOPs utilization instead of modelling it."""
+    """Assume this model FLOPs utilization instead of modelling it. At most model FLOPs /
+    hardware FLOPs: recomputation reruns work, and the HFU an mfu implies (mfu x hardware /
+    model FLOPs) may not exceed 1; a higher one is an error naming the largest possible."""
     recompute: Recompute = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
     """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
     recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
@@ -72,4 +74,7 @@ class Training:
         default="full", validator=v.one_of(*ATTENTION_FLOP_CONVENTIONS)
     )
     """Count attention score FLOPs over the full s x s square (Megatron's convention)
-    or only the causal half."""
+    or only the causal half. Model and hardware FLOPs both follow it, and so does the
+    modelled step time, which runs the hardware FLOPs at matmul_efficiency: HFU stays at
+    most 1 either way. Causal kernels (FlashAttention) skip about half the square; under
+    "full" the calibrated matmul_efficiency absorbs it."""

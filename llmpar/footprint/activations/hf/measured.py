@@ -147,8 +147,15 @@ def spec_table(data: Mapping[str, Any], run: MeasuredRun, layers: int,
     config = config_used(data, run.variant, layers, root)
     config.setdefault("_source", data.get("source_repo"))
     dtype = data.get("measurement_setup", {}).get("dtype", "bfloat16")
+    model = model_table_from_hf(config)
+    moe = model.get("moe")
+    if isinstance(moe, Mapping) and moe.get("dense_layers", 0) >= model["num_layers"]:
+        # The run kept fewer layers than the leading dense ones (DeepSeek's
+        # first_k_dense_replace): transformers built a dense model, and a spec says so
+        # without a [model.moe] table.
+        model = {key: value for key, value in model.items() if key != "moe"}
     return {
-        "model": model_table_from_hf(config),
+        "model": model,
         "hardware": {"gpu": "h100-sxm"},
         "precision": {"activations": MEASURED_DTYPES[dtype], "weights": MEASURED_DTYPES[dtype]},
         "training": {"sequence_length": run.sequence, "micro_batch_size": run.batch},
