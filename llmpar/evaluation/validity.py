@@ -96,7 +96,11 @@ def _micro_batch_problems(transform: Transform) -> list[str]:
 def _collective_groups(transform: Transform, n: int) -> list[str]:
     problems = []
     for c in transform.collectives:
-        if not isinstance(c.group_size, int) or c.group_size < 1 or n % c.group_size:
+        # The ranks split into groups, except for a send-recv: a pair of neighbours
+        # (two of a pipeline's three stages) need not tile the GPUs.
+        tiles = c.operation == "send-recv" or (isinstance(c.group_size, int)
+                                                and c.group_size >= 1 and n % c.group_size == 0)
+        if not isinstance(c.group_size, int) or c.group_size < 1 or not tiles:
             problems.append(f"collective {c.name!r}: group_size {c.group_size!r} does not "
                             f"divide num_gpus ({n})")
         elif not isinstance(c.group_stride, int) or c.group_stride < 1 or (
