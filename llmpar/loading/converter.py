@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from llmpar import units
@@ -67,6 +68,25 @@ def _is_choice(kind: Any) -> bool:
     return origin is Literal
 
 
+def _is_array(kind: Any) -> bool:
+    """Whether a field's type is a tuple of any length (an array in TOML)."""
+    args = typing.get_args(kind)
+    return typing.get_origin(kind) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _array_factory(kind: Any, converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """cattrs' tuple hook, refusing what is not an array: cattrs would take a string's
+    characters or a table's keys for the items."""
+    items = homogenous_tuple_structure_factory(kind, converter)
+
+    def structure(value: Any, _kind: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"expected an array, got {value!r}")
+        return items(value, _kind)
+
+    return structure
+
+
 def make_converter() -> cattrs.Converter:
     """A converter for spec tables: strict scalars, units, unknown keys refused."""
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
@@ -82,6 +102,7 @@ def make_converter() -> cattrs.Converter:
     # A choice (a Literal) is a string here; the field's one_of validator names the choices
     # and suggests the nearest, as for every other field.
     converter.register_structure_hook_func(_is_choice, lambda value, _kind: _string(value))
+    converter.register_structure_hook_factory(_is_array, _array_factory)
     return converter
 
 
