@@ -29,10 +29,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "space is large enough to repay starting them")
     parser.add_argument("--exact", action="store_true",
                         help="evaluate every valid layout, without the fast bounds (slow)")
+    parser.add_argument("--dimensions", action="store_true",
+                        help="list the keys [search] values takes and the values each takes "
+                             "in this spec's space, instead of searching")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
+    if args.dimensions:
+        return _list_dimensions(session, args)
     from llmpar.search import search
     from llmpar.search.progress import clear, terminal_progress
     from llmpar.search.report import text_report
@@ -56,3 +61,13 @@ def run(session: Session, args: argparse.Namespace) -> int:
             print(f"best layout written to {args.emit}" if result.results
                   else "no layout fits: nothing written")
     return 0 if result.results else 1
+
+
+def _list_dimensions(session: Session, args: argparse.Namespace) -> int:
+    from llmpar.search.listing import list_dimensions
+    from llmpar.search.report import dimensions_report
+
+    listing = list_dimensions(session, args.spec, overrides(args.set))
+    print(strict_json(listing.to_dict()) if args.json
+          else dimensions_report(listing))
+    return 0

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from llmpar.search.arithmetic import divisors as divisors  # where plugins import it from
+
 if TYPE_CHECKING:
     from llmpar.spec import Spec
 
@@ -86,8 +88,3 @@ class SearchDimension:
         found = self.values(point) if callable(self.values) else self.values
         return tuple(dict.fromkeys(found))
 
-
-def divisors(number: int) -> tuple[int, ...]:
-    """Every divisor of `number`, ascending."""
-    small = [d for d in range(1, int(number**0.5) + 1) if number % d == 0]
-    return tuple(sorted(set(small + [number // d for d in small])))

@@ -6,12 +6,14 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from llmpar.errors import SpecError
 from llmpar.loading.reader import SpecSource
 from llmpar.search.exhaustive import Judge, Progress
 from llmpar.search.prepare import Prepared, prepare
 from llmpar.search.ranking import TIME_OBJECTIVES, Entry, objective_value, pareto_front, top
 from llmpar.search.result import ParetoPoint, Ranked, SearchResult
 from llmpar.search.run import run_search
+from llmpar.search.space import nothing_left
 from llmpar.search.tally import Tally
 from llmpar.spec import Spec
 
@@ -42,6 +44,9 @@ def search(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None
     session = session or _default_session()
     changes = {**(constraints or {}), "objective": objective, "top": top}
     prepared = prepare(session, source, overrides or {}, changes)
+    if not prepared.space.nodes:
+        raise SpecError([nothing_left(prepared.space, prepared.settings)],
+                        prepared.spec.source)
     tally = run_search(session, prepared, source, overrides or {}, changes, jobs=jobs,
                        exact=exact, progress=progress)
     return finish(session, prepared, tally, time.perf_counter() - started)

@@ -14,9 +14,11 @@ from llmpar.loading.checks import model_problems, training_problems
 from llmpar.loading.dump import spec_to_dict
 from llmpar.loading.loader import structure_spec
 from llmpar.loading.reader import SpecSource, apply_overrides, read_source
+from llmpar.search.arithmetic import FACTOR_LIMIT
 from llmpar.search.candidates import SpecBuilder, pins_of
 from llmpar.search.dimensions import collect_dimensions
-from llmpar.search.space import Choice, Space, build_space, settings_of
+from llmpar.search.settings import checked_values, pin_problems
+from llmpar.search.space import Choice, Space, build_space, fill_strategy, settings_of
 from llmpar.spec import Spec
 
 if TYPE_CHECKING:
@@ -78,6 +80,14 @@ def _search_problems(spec: Spec) -> list[Problem]:
         problems.append(Problem("$.training.global_batch_size",
                                 "search needs a fixed global batch: without one it grows with "
                                 "the data degree and step times do not compare"))
+    moe = spec.model.moe
+    # Search lists their divisors (degrees, experts per rank, virtual stages).
+    for path, count in (("$.hardware.num_gpus", spec.hardware.num_gpus),
+                        ("$.model.num_layers", spec.model.num_layers),
+                        ("$.model.moe.num_experts", moe.num_experts if moe else None)):
+        if count is not None and count >= FACTOR_LIMIT:
+            problems.append(Problem(path, "search splits this count into divisors and takes "
+                                          f"counts below 2**63, got {count}"))
     objective = spec.search.objective if spec.search else "step_time"
     if objective == "cost" and spec.hardware.gpu_hour_cost is None:
         problems.append(Problem("$.hardware.gpu_hour_cost",
@@ -91,10 +101,18 @@ def prepare(session: Session, source: SpecSource | Spec, overrides: Mapping[str,
     search_overrides = {f"search.{key}": value for key, value in changes.items()
                         if value is not None}
     spec, given = read_spec(session, source, {**overrides, **search_overrides})
-    settings = settings_of(spec, {})
     dimensions = collect_dimensions(session)
+    settings, problems = checked_values(settings_of(spec, {}), spec, dimensions,
+                                        session.strategies, fill_strategy(session.strategies),
+                                        session.converter)
     pins = pins_of(spec, given, session.strategies, dimensions)
-    space = build_space(spec, session.strategies, dimensions, pins, settings)
+    problems += pin_problems(settings, pins)
+    if problems:
+        raise SpecError(problems, spec.source)
+    try:
+        space = build_space(spec, session.strategies, dimensions, pins, settings)
+    except SpecError as error:
+        raise error.with_source(spec.source) from None
     limit = settings.memory_limit_bytes or spec.hardware.gpu.memory_bytes
     offsets = tuple(itertools.accumulate((n.size for n in space.nodes), initial=0))[:-1]
     return Prepared(spec=spec, settings=settings, space=space, memory_limit_bytes=limit,

@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from llmpar.report.tables import Table, render_text
+from llmpar.search.listing import DimensionListing
 from llmpar.search.result import SearchResult, degrees_of
 
 ABBREVIATIONS = {"data": "DP", "tensor": "TP", "pipeline": "PP", "context": "CP",
                  "expert": "EP"}
+LISTED_VALUES = 12
+"""Values shown per key in `--dimensions`; beyond, the first and last few and a count."""
 OBJECTIVE_UNITS = {"step_time": "s", "tokens_per_second_per_gpu": "tokens/s/GPU",
                    "cost": "$/M tokens", "memory": "bytes"}
 
@@ -84,3 +87,37 @@ def _number(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+def dimensions_report(listing: DimensionListing) -> str:
+    """The keys `[search] values` takes, as a table: what each varies and the values
+    layouts of this spec's space take."""
+    table = Table(title="Search dimensions: the keys [search] values takes",
+                  columns=("key", "values in this space", "what"),
+                  rows=tuple((d.key, "-" if d.values is None else _values_text(d.values),
+                              d.description) for d in listing.dimensions),
+                  text_columns=(0, 1, 2))
+    lines = [render_text(table)]
+    if listing.problem is not None:
+        lines += ["", "values not listed: the space was not laid out:", listing.problem]
+    return "\n".join(lines)
+
+
+def _values_text(values: tuple[Any, ...]) -> str:
+    shown = [_value_text(v) for v in values]
+    if len(shown) > LISTED_VALUES:
+        shown = shown[:LISTED_VALUES - 3] + ["..."] + shown[-2:] + [f"({len(values):,} values)"]
+    return ", ".join(shown) if shown else "(none)"
+
+
+def _value_text(value: Any) -> str:
+    """As TOML writes it; None (a field left unset) as 'unset'."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    return str(value)

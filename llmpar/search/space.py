@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
+from llmpar.search.arithmetic import DegreeProducts
 from llmpar.search.dimension import DEGREE, Point, SearchDimension, divisors
 from llmpar.spec.search import Search
 
@@ -94,35 +95,87 @@ def fill_strategy(strategies: Mapping[str, Strategy[Any]]) -> str | None:
 def build_space(spec: Spec, strategies: Mapping[str, Strategy[Any]],
                 dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
                 settings: Search) -> Space:
-    """Every node of the space; SpecError for a `[search]` key that names nothing."""
-    _check_settings(settings, dimensions, strategies)
+    """Every node of the space (`settings` checked: `llmpar.search.settings`); SpecError
+    when the space is larger than `[search] max_degree_combinations` or `max_layouts`
+    allow, found before the excess is laid out."""
     fill = fill_strategy(strategies)
+    products = _degree_products(spec, strategies, dimensions, pins, settings, fill)
+    if products.count > settings.max_degree_combinations:
+        raise SpecError([_too_many_degrees(spec, products, settings, fill)])
     nodes = []
+    layouts = 0
     interned: dict[tuple[tuple[tuple[str, Any], ...], ...], tuple[Choice, ...]] = {}
-    for degrees in _degree_nodes(spec, strategies, dimensions, pins, settings, fill):
+    side = [d.strategy for d in dimensions
+            if d.is_degree and not strategies[d.strategy].multiplies_gpus]
+    for number, degrees in enumerate(_degree_nodes(spec, dimensions, pins, settings, fill,
+                                                   products, side), 1):
+        if number > settings.max_degree_combinations:
+            raise SpecError([_too_many_degrees(spec, products, settings, fill, side)])
         point = Point(spec=spec, degrees=degrees)
-        groups = [_options(point, dims, pins, settings) for dims in _by_strategy(dimensions)]
+        room = settings.max_layouts - layouts
+        groups = [_options(point, dims, pins, settings, room)
+                  for dims in _by_strategy(dimensions)]
         groups.append(_training_options(pins, settings))
         # Equal groups become one object, so that work per group is shared by nodes.
         groups = [interned.setdefault(tuple(tuple(c.items()) for c in g), g) for g in groups]
         node = Node(degrees=degrees, groups=tuple(g for g in groups if g != ({},)))
+        layouts += node.size
+        if layouts > settings.max_layouts:
+            raise SpecError([_too_many_layouts(layouts, number, settings)])
         if node.size:
             nodes.append(node)
     return Space(spec=spec, dimensions=dimensions, fill=fill, pins=dict(pins),
                  nodes=tuple(nodes))
 
 
-def _check_settings(settings: Search, dimensions: tuple[SearchDimension, ...],
-                    strategies: Mapping[str, Strategy[Any]]) -> None:
-    keys = {d.key for d in dimensions} | set(TRAINING_KEYS)
-    keys |= {f"{name}.{DEGREE}" for name in strategies}
-    problems = [Problem(f"$.search.values.{key}", "no search dimension has this key; known: "
-                        + ", ".join(sorted(keys)))
-                for key in settings.values if key not in keys]
-    problems += [Problem(f"$.search.max_degrees.{name}", "no loaded strategy has this name")
-                 for name in settings.max_degrees if name not in strategies]
-    if problems:
-        raise SpecError(problems)
+NARROW_DEGREES = ("narrow it with [search] max_degrees, tensor_within_node or values, or "
+                  "pin degrees in [parallel.*] tables")
+NARROW_LAYOUTS = ("narrow it with [search] max_degrees, tensor_within_node, values, "
+                  "micro_batch_sizes or recompute, or pin degrees in [parallel.*] tables")
+
+
+def _count(number: float) -> str:
+    return f"{number:,.0f}" if number < 2**53 else f"about {number:.3g}"
+
+
+def _too_many_degrees(spec: Spec, products: DegreeProducts, settings: Search,
+                      fill: str | None, side: list[str] | None = None) -> Problem:
+    """Over the limit: counted before any is laid out, or (`side`: the degrees chosen
+    within each split, such as expert's) found while laying them out."""
+    limit = settings.max_degree_combinations
+    names = ", ".join(products.names) or "no strategy"
+    rest = f"; {fill} takes the GPUs left" if fill is not None else ""
+    found = (f"{_count(products.count)} combinations of degrees ({names}{rest}), over the "
+             f"limit of {limit:,}" if side is None else
+             f"{_count(products.count)} combinations of degrees, and more than the limit of "
+             f"{limit:,} once {' and '.join(side)} degrees are chosen in each")
+    return Problem("$.search.max_degree_combinations",
+                   f"{spec.hardware.num_gpus:,} GPUs split into {found}; {NARROW_DEGREES}")
+
+
+def _too_many_layouts(layouts: int, reached: int, settings: Search) -> Problem:
+    return Problem("$.search.max_layouts",
+                   f"the space holds more layouts than the limit of {settings.max_layouts:,}: "
+                   f"{layouts:,} in its first {reached:,} combinations of degrees alone; "
+                   + NARROW_LAYOUTS)
+
+
+def nothing_left(space: Space, settings: Search) -> Problem:
+    """Why a space holds no layout: the narrowing in effect."""
+    spec, pins = space.spec, space.pins
+    narrowing = [f"values ({', '.join(settings.values)})" if settings.values else "",
+                 f"max_degrees ({', '.join(settings.max_degrees)})" if settings.max_degrees
+                 else "", "tensor_within_node" if settings.tensor_within_node else ""]
+    said = [f"[search] {item}" for item in narrowing if item]
+    keys = {d.key for d in space.dimensions}
+    pinned = [f"{key} = {value!r}" for key, value in pins.items()
+              if key in keys or key.endswith(f".{DEGREE}")]
+    if pinned:
+        said.append("the [parallel.*] tables' " + ", ".join(pinned))
+    why = " and ".join(said) or "the dimensions' values"
+    return Problem("$.search", f"no layout is left to search on {spec.hardware.num_gpus:,} "
+                               f"GPUs: {why} leave no combination; `llmpar search SPEC "
+                               "--dimensions` lists what each key takes")
 
 
 def _allowed(key: str, values: tuple[Any, ...], pins: Mapping[str, Any],
@@ -152,13 +205,14 @@ def _degree_values(name: str, dimension: SearchDimension | None, point: Point,
     return _allowed(f"{name}.{DEGREE}", values, pins, settings)
 
 
-def _degree_nodes(spec: Spec, strategies: Mapping[str, Strategy[Any]],
-                  dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
-                  settings: Search, fill: str | None) -> Iterator[dict[str, int]]:
+def _degree_products(spec: Spec, strategies: Mapping[str, Strategy[Any]],
+                     dimensions: tuple[SearchDimension, ...], pins: Mapping[str, Any],
+                     settings: Search, fill: str | None) -> DegreeProducts:
+    """The degrees of the strategies that multiply the GPU count (values at a point with
+    no degrees), the fill's taking the rest."""
     num_gpus = spec.hardware.num_gpus
     degree_dims = {d.strategy: d for d in dimensions if d.is_degree}
     multiplying = [n for n in degree_dims if strategies[n].multiplies_gpus and n != fill]
-    side = [n for n in degree_dims if not strategies[n].multiplies_gpus]
     empty = Point(spec=spec, degrees={})
     options = {n: _degree_values(n, degree_dims[n], empty, num_gpus, settings, pins)
                for n in multiplying}
@@ -167,33 +221,23 @@ def _degree_nodes(spec: Spec, strategies: Mapping[str, Strategy[Any]],
         strategy = strategies[name]
         if (name not in degree_dims and name != fill and strategy.multiplies_gpus
                 and hasattr(config, DEGREE) and strategy.degree(config) != -1):
-            multiplying.append(name)
             options[name] = (strategy.degree(config),)
-    for degrees in _products(multiplying, options, num_gpus):
-        rest = num_gpus // math.prod(degrees.values())
+    rest = None if fill is None else _degree_values(fill, None, empty, num_gpus, settings, pins)
+    return DegreeProducts(num_gpus, options, rest)
+
+
+def _degree_nodes(spec: Spec, dimensions: tuple[SearchDimension, ...],
+                  pins: Mapping[str, Any], settings: Search, fill: str | None,
+                  products: DegreeProducts, side: list[str]) -> Iterator[dict[str, int]]:
+    """Every degree of every strategy: the products' choices, the fill's rest, and the
+    `side` strategies' degrees (which do not multiply the GPU count) within each."""
+    num_gpus = spec.hardware.num_gpus
+    degree_dims = {d.strategy: d for d in dimensions if d.is_degree}
+    for degrees in products.choices():
         if fill is not None:
-            allowed = _degree_values(fill, None, empty, num_gpus, settings, pins)
-            if rest not in allowed:
-                continue
-            degrees = {**degrees, fill: rest}
-        elif rest != 1:
-            continue
+            degrees = {**degrees, fill: num_gpus // math.prod(degrees.values())}
         yield from _with_side_degrees(degrees, side, degree_dims, spec, num_gpus, settings,
                                       pins)
-
-
-def _products(names: list[str], options: Mapping[str, tuple[int, ...]],
-              num_gpus: int) -> Iterator[dict[str, int]]:
-    """Every choice of one value per name whose product divides `num_gpus`."""
-    if not names:
-        yield {}
-        return
-    first, rest = names[0], names[1:]
-    for value in options[first]:
-        if num_gpus % value:
-            continue
-        for tail in _products(rest, options, num_gpus // value):
-            yield {first: value, **tail}
 
 
 def _with_side_degrees(degrees: dict[str, int], side: list[str],
@@ -232,11 +276,14 @@ def _by_strategy(dimensions: tuple[SearchDimension, ...]) -> list[list[SearchDim
 
 
 def _options(point: Point, dims: list[SearchDimension], pins: Mapping[str, Any],
-             settings: Search) -> tuple[Choice, ...]:
+             settings: Search, room: int) -> tuple[Choice, ...]:
     """Every combination of one group's option dimensions at `point`: each dimension's
-    values see its own strategy's earlier fields and every earlier choice of the group."""
+    values see its own strategy's earlier fields and every earlier choice of the group.
+    Past `room` combinations the rest are not made: the node is over the limit."""
     combos: list[Choice] = [{}]
     for dimension in dims:
+        if len(combos) > room:
+            break
         grown = []
         for choice in combos:
             fields = {d.field: choice[d.key] for d in dims

@@ -19,6 +19,13 @@ OBJECTIVES = ("step_time", "tokens_per_second_per_gpu", "cost", "memory")
 (higher); cost: dollars per million tokens at `[hardware] gpu_hour_cost`; memory:
 bytes on the busiest GPU."""
 
+MAX_LAYOUTS = 5_000_000
+"""Default `[search] max_layouts`: about 15 s of search in one process (the largest
+benchmark space, DeepSeek-V3 on 2048 H800, holds 1.3 million layouts)."""
+MAX_DEGREE_COMBINATIONS = 20_000
+"""Default `[search] max_degree_combinations` (the largest benchmark space has 3,276;
+a million GPUs, 2**20, split into 1,771 for a dense model)."""
+
 
 def _positive_integers(_instance: Any, attribute: Any, value: tuple[int, ...]) -> None:
     if not value or any(item < 1 for item in value):
@@ -57,7 +64,7 @@ class Search:
     (Megatron-LM's practice, Narayanan et al. 2021, arXiv:2104.04473, Sec. 3.3)."""
     max_degrees: dict[str, int] = attrs.field(factory=dict, hash=False,
                                               validator=_degree_limits)
-    """Upper limits by strategy, e.g. {pipeline = 16}."""
+    """Upper limits by strategy whose degree the search varies, e.g. {pipeline = 16}."""
     micro_batch_sizes: tuple[int, ...] = attrs.field(default=(1, 2, 4, 8),
                                                      validator=_positive_integers)
     """Micro-batch sizes to try (`[training] micro_batch_size` is not a pin)."""
@@ -66,6 +73,15 @@ class Search:
     values: dict[str, tuple[Any, ...]] = attrs.field(factory=dict, hash=False,
                                                      validator=_value_lists)
     """Allowed values by dimension, e.g. {"data.zero" = [1, 2], "sequence" = [true]};
-    `llmpar search --dimensions` lists the keys."""
+    each key must name a dimension and each value be one its field takes;
+    `llmpar search SPEC --dimensions` lists the keys and the values they take."""
     memory_limit_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
     """Layouts must fit under this per GPU. Default: the GPU's memory."""
+    max_layouts: int = attrs.field(default=MAX_LAYOUTS, validator=v.positive)
+    """The most layouts a search considers (5 million by default, about 15 s in one
+    process); a larger space is a SpecError that gives its size and what narrows it."""
+    max_degree_combinations: int = attrs.field(default=MAX_DEGREE_COMBINATIONS,
+                                               validator=v.positive)
+    """The most combinations of degrees a search lays out (20,000 by default); each
+    holds one or more layouts. A larger split of the GPU count is a SpecError that gives
+    the count and what narrows it."""
