@@ -4,12 +4,14 @@ number that is not a number, never a file the spec should not reach."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
 import types
 from pathlib import Path
 
+import attrs
 import pytest
 
 import llmpar
@@ -293,3 +295,48 @@ def test_a_byte_order_mark_is_not_part_of_the_spec(tmp_path):
 def test_an_empty_spec_says_what_a_spec_needs():
     [(_, message)] = problems_of("\n")
     assert "model" in message and "[hardware]" in message and "specs/examples" in message
+
+
+# 3. A plugin's transform is checked before it is composed -------------------------------
+
+@attrs.frozen(kw_only=True)
+class _Table:
+    degree: int = 1
+
+
+def _session_with(transform):
+    class Hostile(llmpar.Strategy):
+        name, config_type, phase = "hostile", _Table, 50
+
+        def degree(self, config):
+            return 1
+
+        def transform(self, config, ctx):
+            return transform()
+
+    class Plugin:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            register(Hostile())
+
+    return llmpar.Session(load_entry_points=False, plugins=[Plugin()])
+
+
+@pytest.mark.parametrize(("transform", "fragment"), [
+    (lambda: llmpar.Transform(strategy="hostile", buffer_bytes=-1e15), "buffer_bytes"),
+    (lambda: llmpar.Transform(strategy="hostile", extra_flops_per_step=math.inf),
+     "extra_flops_per_step"),
+    (lambda: llmpar.Transform(strategy="hostile", shards=(
+        llmpar.Shard(component="weights", divisor=0.5, reason="x"),)), "divisor"),
+    (lambda: {"buffer_bytes": 1}, "not Transform"),
+])
+def test_a_transform_outside_the_contract_is_named_not_planned(transform, fragment):
+    session = _session_with(transform)
+    spec = BASE + "[parallel.hostile]\n"
+    with pytest.raises(llmpar.PluginError, match="strategy 'hostile'") as caught:
+        session.evaluate(spec)
+    assert fragment in str(caught.value)
+    with pytest.raises(llmpar.PluginError, match="strategy 'hostile'"):
+        llmpar.search(spec, session=session)  # never ranked as fitting
+    plain = BASE.replace("[parallel.data]\nfsdp = true\n", "")
+    assert session.evaluate(plain).total_bytes > 0  # specs without it still plan

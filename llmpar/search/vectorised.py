@@ -206,9 +206,10 @@ class FastPath:
                 return default
             return grid.array(key, default=default, dtype=dtype)
 
+        # Micro-batch sizes as floats: exact up to 2**53, and a product of them with a large
+        # sequence length grows instead of wrapping around as an int64 would.
         training = unchecked(spec.training,
-                             micro_batch_size=value(MICRO_BATCH, spec.training.micro_batch_size,
-                                                    np.int64),
+                             micro_batch_size=value(MICRO_BATCH, spec.training.micro_batch_size),
                              recompute=value(RECOMPUTE, spec.training.recompute, str))
         tables, present, exact = self._tables(grid, value)
         vector_spec = unchecked(spec, training=training, parallel=tables)
