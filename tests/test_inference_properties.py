@@ -133,3 +133,24 @@ def test_max_prompt_tokens_is_the_edge_of_fitting(model, workload, spec_prompt, 
     assert min(asked, context) <= reached <= max(asked, context)
     if positions is None or asked <= positions:
         assert found.fits == (spec_prompt <= longest)
+
+
+MEASURES = {
+    "staircase": lambda steps: lambda n: sum(steps[: min(n, len(steps))]) + max(0, n - len(steps)),
+    "straight": lambda steps: lambda n: 7 * n + 3,
+    "blocks of 16": lambda steps: lambda n: 16 * ((n + 15) // 16),
+    "convex": lambda steps: lambda n: n * n // 5,
+    "saturating": lambda steps: lambda n: 1000 * n - 256 * 1000 * (1 - (1 - 1 / 256) ** n),
+}
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=200), st.integers(-5, 20_000),
+       st.booleans(), st.integers(1, 3_000), st.sampled_from(sorted(MEASURES)))
+def test_largest_within_finds_what_bisection_finds(steps, target, strict, limit, kind):
+    """The interpolating search of the serving limits answers as doubling and bisection do,
+    on every kind of non-decreasing measure the limits meet."""
+    from llmpar.inference.capacity import largest_fitting, largest_within
+
+    measure = MEASURES[kind](steps)
+    fits = ((lambda n: measure(n) < target) if strict else (lambda n: measure(n) <= target))
+    assert largest_within(measure, target, limit, strict=strict) == largest_fitting(fits, limit)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import attrs
 
-from llmpar.inference.capacity import largest_fitting
+from llmpar.inference.capacity import largest_fitting, largest_within
 from llmpar.inference.communication import cost, step_collectives
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Step, step_ops
@@ -111,19 +111,28 @@ def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[floa
 
 def _memory_bound(parts: list[tuple[float, float]]) -> bool:
     """Whether the operations' memory-bound time exceeds their compute-bound time."""
+    return _compute_lead(parts) < 0
+
+
+def _compute_lead(parts: list[tuple[float, float]]) -> float:
+    """Seconds by which the compute-bound operations outlast the memory-bound ones."""
     compute = sum(c for c, m in parts if c > m)
     memory = sum(m for c, m in parts if not c > m)
-    return compute < memory
+    return compute - memory
 
 
-def _affine(serving: Serving, rates: Rates) -> Callable[[int], bool] | None:
+Parts = Callable[[int], list[tuple[float, float]]]
+"""A decode step's (compute seconds, memory seconds) per operation at a batch."""
+
+
+def _affine(parts: Parts) -> Callable[[int], bool] | None:
     """The decode predicate from each operation's times as straight lines in the batch
     (two evaluations), when they are (checked at two more batches); None when some
     operation is not (MoE experts touched: a curve)."""
-    one, two = _decode_parts(serving, rates, 1), _decode_parts(serving, rates, 2)
+    one, two = parts(1), parts(2)
     lines = [(c1, c2 - c1, m1, m2 - m1) for (c1, m1), (c2, m2) in zip(one, two)]
     for batch in (7, 1000):
-        for (c0, dc, m0, dm), (c, m) in zip(lines, _decode_parts(serving, rates, batch)):
+        for (c0, dc, m0, dm), (c, m) in zip(lines, parts(batch)):
             if not (math.isclose(c0 + dc * (batch - 1), c, rel_tol=1e-9, abs_tol=1e-300)
                     and math.isclose(m0 + dm * (batch - 1), m, rel_tol=1e-9, abs_tol=1e-300)):
                 return None
@@ -142,10 +151,17 @@ def compute_bound_batch(serving: Serving, rates: Rates) -> int | None:
     are straight (then confirmed on the operations themselves at the answer), else on the
     operations at each batch tried."""
 
-    def exact(batch: int) -> bool:
-        return _memory_bound(_decode_parts(serving, rates, batch))
+    measured: dict[int, list[tuple[float, float]]] = {}
 
-    lines = _affine(serving, rates)
+    def parts(batch: int) -> list[tuple[float, float]]:
+        if batch not in measured:  # the line fit and the search share batches 1 and 2
+            measured[batch] = _decode_parts(serving, rates, batch)
+        return measured[batch]
+
+    def exact(batch: int) -> bool:
+        return _memory_bound(parts(batch))
+
+    lines = _affine(parts)
     if lines is not None:
         below = largest_fitting(lines, COMPUTE_BOUND_SEARCH_LIMIT)
         confirmed = (below is None and exact(COMPUTE_BOUND_SEARCH_LIMIT)) or (
@@ -153,5 +169,6 @@ def compute_bound_batch(serving: Serving, rates: Rates) -> int | None:
             and not exact(below + 1))
         if confirmed:
             return None if below is None else below + 1
-    below = largest_fitting(exact, COMPUTE_BOUND_SEARCH_LIMIT)
+    below = largest_within(lambda batch: _compute_lead(parts(batch)), 0.0,
+                           COMPUTE_BOUND_SEARCH_LIMIT, strict=True)
     return None if below is None else below + 1
