@@ -110,9 +110,9 @@ def test_expert_parallel_splits_routed_experts():
 
 def test_max_batch_size_is_the_edge_of_fitting():
     plan = llmpar.evaluate(LLAMA_70B)
-    assert plan.max_batch_size == 259
-    assert llmpar.evaluate(LLAMA_70B, {"inference.batch_size": 259}).fits
-    assert not llmpar.evaluate(LLAMA_70B, {"inference.batch_size": 260}).fits
+    assert plan.max_batch_size == 283
+    assert llmpar.evaluate(LLAMA_70B, {"inference.batch_size": 283}).fits
+    assert not llmpar.evaluate(LLAMA_70B, {"inference.batch_size": 284}).fits
     assert plan.max_batch_size_limited_by.startswith("workspace")
 
 
@@ -135,41 +135,41 @@ def _qwen_example_bytes(prompt: int) -> int:
     8 sequences of prompt + 512 tokens in blocks of 16 at 147,456 bytes a token, and the
     prefill of 8 x prompt tokens in one step at (2 x 2560 + 3 x 9728) x 2 bytes a token
     beside 8 fp32 rows of the 151,936-token vocabulary; weights and allowance as the plan
-    has them (checked below; 5,873,741,824 = 1 GiB + 10% of 48 GB)."""
+    has them (checked below; 5,904,321,741 = 1 GiB + 10% of the 46,068 MiB an L40S reports)."""
     kv = 147_456 * 8 * -(-(prompt + 512) // 16) * 16
     workspace = 8 * max(prompt, 1) * (2 * 2560 + 3 * 9728) * 2 + 8 * 151_936 * 4
-    return 2_665_911_988 + 5_873_741_824 + kv + workspace
+    return 2_665_911_988 + 5_904_321_741 + kv + workspace
 
 
 def test_max_prompt_tokens_of_the_qwen_example_is_the_edge_of_fitting():
     plan = llmpar.evaluate(QWEN_INT4)
     pool = plan.serving[0]
     assert (plan.weights_bytes, plan.runtime_overhead_bytes) == (2_665_911_988,
-                                                                 5_873_741_824)
+                                                                 5_904_321_741)
     assert plan.total_bytes == _qwen_example_bytes(1024)
-    assert pool.max_prompt_tokens == 22_470
-    assert _qwen_example_bytes(22_470) <= 48e9 < _qwen_example_bytes(22_471)
-    assert pool.max_prompt_tokens_limited_by.startswith("kv_cache: at 22,470-token prompts")
-    assert "12.34 GB" in pool.max_prompt_tokens_limited_by  # the prefill's workspace
-    for prompt, fits in ((22_470, True), (22_471, False)):
+    assert pool.max_prompt_tokens == 22_627
+    assert _qwen_example_bytes(22_627) <= 46_068 * 2**20 < _qwen_example_bytes(22_628)
+    assert pool.max_prompt_tokens_limited_by.startswith("kv_cache: at 22,627-token prompts")
+    assert "12.42 GB" in pool.max_prompt_tokens_limited_by  # the prefill's workspace
+    for prompt, fits in ((22_627, True), (22_628, False)):
         at = llmpar.evaluate(QWEN_INT4, {"inference.prompt_tokens": prompt})
         assert (at.total_bytes, at.fits) == (_qwen_example_bytes(prompt), fits)
-    # max_context_tokens counts generated tokens: as a prompt, its 32,448 + 512 tokens need
-    # 65.2 GB, the prefill of 8 x 32,448 tokens included.
-    assert plan.max_context_tokens == 32_960
-    assert round(_qwen_example_bytes(32_960 - 512) / 1e8) == 652
+    # max_context_tokens counts generated tokens: as a prompt, its 32,688 + 512 tokens need
+    # 65.7 GB, the prefill of 8 x 32,688 tokens included.
+    assert plan.max_context_tokens == 33_200
+    assert round(_qwen_example_bytes(33_200 - 512) / 1e8) == 657
     comments = Path(QWEN_INT4).read_text()
-    assert "32,960 tokens" in comments and "22,470 tokens" in comments
+    assert "33,200 tokens" in comments and "22,627 tokens" in comments
 
 
 def test_max_prompt_tokens_does_not_depend_on_the_spec_prompt_but_max_context_does():
     # A spec whose own prompt does not fit: its prefill's workspace leaves less room for the
     # cache, so max_context_tokens shrinks below max_prompt_tokens + generated_tokens.
     long = llmpar.evaluate(QWEN_INT4, {"inference.prompt_tokens": 32_448})
-    assert not long.fits and long.serving[0].max_prompt_tokens == 22_470
-    assert long.max_context_tokens < 22_470 + 512 < 32_448 + 512
+    assert not long.fits and long.serving[0].max_prompt_tokens == 22_627
+    assert long.max_context_tokens < 22_627 + 512 < 32_448 + 512
     short = llmpar.evaluate(QWEN_INT4)
-    assert short.max_context_tokens > 22_470 + 512
+    assert short.max_context_tokens > 22_627 + 512
 
 
 def test_max_prompt_tokens_by_positions():
@@ -206,8 +206,9 @@ def test_shipped_examples_prompt_limit_lies_within_the_context_limit(example):
 
 def test_runtime_allowance_is_stated():
     plan = llmpar.evaluate(LLAMA_70B)
-    # 1 GiB context + 256 MiB NCCL buffers (tensor group) + 10% of 80 GB headroom.
-    assert plan.runtime_overhead_bytes == 2**30 + 2**28 + 8 * 10**9
+    # 1 GiB context + 256 MiB NCCL buffers (tensor group) + 10% of the 81,559 MiB an
+    # H100 reports, as headroom.
+    assert plan.runtime_overhead_bytes == 2**30 + 2**28 + round(0.1 * 81_559 * 2**20)
     assert plan.buffers_bytes == plan.runtime_overhead_bytes
     assert plan.total_bytes == (plan.weights_bytes + plan.kv_cache_bytes
                                 + plan.activations_bytes + plan.buffers_bytes)

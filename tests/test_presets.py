@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import llmpar
@@ -55,3 +57,61 @@ def test_optimizer_bytes_per_parameter(optimizer, precision, bytes_per_parameter
                              "precision": {"weights": precision, "gradients": precision}})
     states = plan.weights_bytes + plan.gradients_bytes + plan.optimizer_bytes
     assert states == bytes_per_parameter * plan.parameters
+
+
+# --- usable memory: what the device reports, not the datasheet's rounded figure ---------
+
+GPU_PRESETS = sorted((Path(__file__).resolve().parent.parent / "specs" / "gpus").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", GPU_PRESETS, ids=lambda p: p.stem)
+def test_a_reported_memory_names_its_log_and_lies_near_the_datasheet(path):
+    gpu = llmpar.load_spec({"model": "llama-3-8b", "hardware": {"gpu": path.stem}}).hardware.gpu
+    if gpu.usable_memory_bytes is None:
+        assert not gpu.usable_memory_source
+        return
+    assert "nvidia-smi" in gpu.usable_memory_source or "rocminfo" in gpu.usable_memory_source
+    assert 0.99 <= gpu.usable_memory_bytes / gpu.memory_bytes <= 1.08
+
+
+H100 = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+        "training": {"sequence_length": 1024, "global_batch_size": 8},
+        "parallel": {"data": {"fsdp": True}}}
+
+
+def test_a_plan_fits_in_what_the_device_reports_less_the_headroom():
+    plan = llmpar.evaluate(H100)
+    assert plan.capacity_bytes == 81_559 * 2**20  # nvidia-smi's total, not 80 GB
+    held = llmpar.evaluate(H100, {"hardware.memory_headroom_bytes": "4 GiB"})
+    assert held.capacity_bytes == 81_559 * 2**20 - 4 * 2**30
+    assert "memory_headroom_bytes" in held.explain("capacity_bytes")
+
+
+def test_a_run_between_the_datasheet_and_the_reported_memory_fits():
+    # 12K tokens of Llama-3-8B on 8 H100 with FSDP and selective recomputation: 81.6 GB
+    # per GPU, more than the datasheet's 80 GB and less than the 85.5 GB the device reports.
+    spec = {**H100, "training": {"sequence_length": 12_288, "global_batch_size": 8,
+                                 "recompute": "selective"}}
+    plan = llmpar.evaluate(spec)
+    assert 80e9 < plan.total_bytes <= plan.capacity_bytes and plan.fits
+    datasheet = llmpar.evaluate(spec, {"hardware.gpu.usable_memory_bytes": "80 GB"})
+    assert not datasheet.fits
+
+
+def test_changing_a_presets_memory_drops_its_reported_total():
+    plan = llmpar.evaluate(H100, {"hardware.gpu.memory_bytes": "40 GB"})
+    assert plan.capacity_bytes == 40 * 10**9
+
+
+@pytest.mark.parametrize(("overrides", "path", "fragment"), [
+    ({"hardware.gpu.memory_bytes": 80}, "$.hardware.gpu.memory_bytes", '"80 GB"'),
+    ({"hardware.gpu.usable_memory_bytes": "40 GB"}, "$.hardware.gpu.usable_memory_bytes",
+     "far from memory_bytes"),
+    ({"hardware.memory_headroom_bytes": "90 GB"}, "$.hardware.memory_headroom_bytes",
+     "leaves nothing"),
+])
+def test_memory_settings_that_cannot_be_meant(overrides, path, fragment):
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.evaluate(H100, overrides)
+    [problem] = caught.value.problems
+    assert problem.path == path and fragment in problem.message

@@ -106,7 +106,9 @@ def _gpu_key(session: Session, table: dict[str, Any], _path: Path) -> str:
     gpu = _structured(session, table, Gpu)
     peak = gpu.peak_flops_per_s("bf16")
     shown = f", {peak / 1e12:,.0f} TFLOP/s bf16" if peak else ""
-    return f"{format_gb_gib(gpu.memory_bytes)}{shown}"
+    reported = ("" if gpu.usable_memory_bytes is None
+                else f" ({format_gb_gib(gpu.usable_memory_bytes)} reported)")
+    return f"{format_gb_gib(gpu.memory_bytes)}{reported}{shown}"
 
 
 def _optimizer_key(session: Session, table: dict[str, Any], _path: Path) -> str:

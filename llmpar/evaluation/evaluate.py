@@ -183,7 +183,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     time = step_time_record(spec, core, collectives, link_warnings, flops)
     source = time.derivations[0].source if time.derivations else ""
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
-    capacity = spec.hardware.gpu.memory_bytes
+    capacity = spec.hardware.capacity_bytes
     mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
                             time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
@@ -224,7 +224,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
         derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
-                     + (_total_rule(peak, capacity),)
+                     + (_total_rule(peak, capacity), capacity_rule(spec))
                      + _host_rules(spec, host_bytes, transforms)
                      + flops.derivations + time.derivations + run.derivations),
     )
@@ -259,6 +259,20 @@ def _total_rule(peak: Any, capacity: int) -> Derivation:
         rule="weights + gradients + optimizer + activations + buffers of the peak stage",
         source="sum of the per-GPU components above",
         inputs={"capacity_bytes": capacity, "peak_stage": peak.stage})
+
+
+def capacity_rule(spec: Spec) -> Derivation:
+    """Where the memory a training plan must fit in comes from."""
+    gpu, hardware = spec.hardware.gpu, spec.hardware
+    reported = gpu.usable_memory_bytes is not None
+    return Derivation(
+        quantity="capacity_bytes", value=hardware.capacity_bytes, unit="bytes",
+        rule=("the device's reported memory" if reported else "the datasheet's memory")
+        + " - [hardware] memory_headroom_bytes",
+        source=(gpu.usable_memory_source if reported else
+                f"{gpu.name}: no reported total recorded; the datasheet's figure"),
+        inputs={"usable_memory_bytes": gpu.usable_bytes,
+                "memory_headroom_bytes": hardware.memory_headroom_bytes})
 
 
 def _host_rules(spec: Spec, host_bytes: int,

@@ -140,7 +140,7 @@ def _size(num_bytes: float) -> str:
 
 
 def _capacity(serving: Serving) -> int:
-    return serving.spec.hardware.gpu.memory_bytes
+    return serving.spec.hardware.gpu.usable_bytes
 
 
 def _fixed_bytes(memory: ServingMemory) -> int:

@@ -66,7 +66,7 @@ def memory_derivations(serving: Serving, memory: ServingMemory,
         Derivation(quantity="total_bytes", value=memory.total_bytes, unit="bytes",
                    rule="weights + kv_cache + workspace + runtime allowance of the peak stage",
                    source="sum of the per-GPU components above",
-                   inputs={"capacity_bytes": spec.hardware.gpu.memory_bytes,
+                   inputs={"capacity_bytes": spec.hardware.gpu.usable_bytes,
                            "peak_stage": memory.stage}),
     ]
 

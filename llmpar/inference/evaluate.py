@@ -107,7 +107,7 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
     positions = position_limit_warning(spec.model, inference.context_tokens, SERVED_POSITIONS)
     if positions is not None:
         warnings.append(positions)
-    capacity = spec.hardware.gpu.memory_bytes
+    capacity = spec.hardware.gpu.usable_bytes
     if memory.total_bytes > capacity:
         warnings.append(f"does not fit: needs {memory.total_bytes / 2**30:,.2f} GiB per GPU, "
                         f"has {capacity / 2**30:,.2f} GiB")
@@ -161,7 +161,7 @@ def _time_derivations(serving: Serving, timing: Timing) -> list[Derivation]:
 
 def _memory_fields(serving: Serving, memory: ServingMemory, batch: Limit, context: Limit,
                    prompt: Limit) -> dict[str, object]:
-    capacity = serving.spec.hardware.gpu.memory_bytes
+    capacity = serving.spec.hardware.gpu.usable_bytes
     return dict(
         weights_bytes=memory.weights_bytes, gradients_bytes=0, optimizer_bytes=0,
         activations_bytes=memory.workspace_bytes, buffers_bytes=memory.overhead_bytes,

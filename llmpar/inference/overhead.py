@@ -54,7 +54,7 @@ def runtime_overhead(spec: Spec, layout: Layout) -> Overhead:
     """The allowance of one GPU."""
     inference = spec.inference
     assert inference is not None
-    headroom = (1 - inference.memory_utilization) * spec.hardware.gpu.memory_bytes
+    headroom = (1 - inference.memory_utilization) * spec.hardware.gpu.usable_bytes
     if inference.runtime_overhead_bytes is not None:
         return Overhead(context_bytes=float(inference.runtime_overhead_bytes),
                         communication_bytes=0.0, headroom_bytes=headroom, stated=True)

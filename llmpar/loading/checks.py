@@ -74,6 +74,35 @@ def moe_problems(model: Model) -> list[Problem]:
     return problems
 
 
+SMALLEST_GPU_MEMORY_BYTES = 2**20
+"""Below a MiB, a GPU's memory is a number written without its unit (80 for "80 GB")."""
+USABLE_TO_DATASHEET = (0.9, 1.1)
+"""How far a device's reported memory lies from its datasheet figure: 0.99-1.08 for the
+shipped GPUs (GB versus GiB and reserved pages); beyond it, one of the two was changed
+without the other."""
+
+
+def hardware_problems(spec: Spec) -> list[Problem]:
+    """A GPU memory with a unit, a usable memory that belongs to it, room after headroom."""
+    hardware, gpu = spec.hardware, spec.hardware.gpu
+    path = "$.hardware.gpu"
+    if gpu.memory_bytes < SMALLEST_GPU_MEMORY_BYTES:
+        return [Problem(f"{path}.memory_bytes", f"{gpu.memory_bytes:,} bytes is not a GPU's "
+                        f"memory; give the unit, e.g. memory_bytes = \"{gpu.memory_bytes} GB\"")]
+    problems = []
+    usable = gpu.usable_memory_bytes
+    low, high = USABLE_TO_DATASHEET
+    if usable is not None and not low <= usable / gpu.memory_bytes <= high:
+        problems.append(Problem(f"{path}.usable_memory_bytes", (
+            f"{usable / 1e9:,.2f} GB is far from memory_bytes ({gpu.memory_bytes / 1e9:,.2f} "
+            f"GB): a device reports within {low:g}-{high:g}x of its datasheet's figure")))
+    if hardware.memory_headroom_bytes >= gpu.usable_bytes:
+        problems.append(Problem("$.hardware.memory_headroom_bytes", (
+            f"{hardware.memory_headroom_bytes / 1e9:,.2f} GB leaves nothing of the GPU's "
+            f"{gpu.usable_bytes / 1e9:,.2f} GB")))
+    return problems
+
+
 def training_problems(spec: Spec) -> list[Problem]:
     """Run length given once, and a sequence that fits the position table."""
     training, model = spec.training, spec.model
@@ -147,7 +176,7 @@ def checked_layout(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     """The resolved layout and every cross-field problem of `spec` (`spec_problems`);
     no layout when the spec names a strategy no plugin provides."""
     workload = training_problems(spec) if spec.inference is None else inference_problems(spec)
-    problems = model_problems(spec.model) + workload
+    problems = model_problems(spec.model) + hardware_problems(spec) + workload
     unknown = [name for name in spec.parallel if name not in strategies]
     problems += [Problem(f"$.parallel.{name}", "no loaded plugin provides this strategy")
                  for name in unknown]

@@ -69,7 +69,12 @@ def resolve_preset(
         base = _read_preset(kind, name, f"{path}.preset", catalog, problems)
     else:
         return table
-    return None if base is None else merge(base, table)
+    if base is None:
+        return None
+    if kind == "gpus" and "memory_bytes" in table and "usable_memory_bytes" not in table:
+        # The reported total belongs to the preset's memory, not to the one given here.
+        base = {k: v for k, v in base.items() if not k.startswith("usable_memory")}
+    return merge(base, table)
 
 
 def _read_preset(

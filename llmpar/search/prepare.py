@@ -113,7 +113,7 @@ def prepare(session: Session, source: SpecSource | Spec, overrides: Mapping[str,
         space = build_space(spec, session.strategies, dimensions, pins, settings)
     except SpecError as error:
         raise error.with_source(spec.source) from None
-    limit = settings.memory_limit_bytes or spec.hardware.gpu.memory_bytes
+    limit = settings.memory_limit_bytes or spec.hardware.capacity_bytes
     offsets = tuple(itertools.accumulate((n.size for n in space.nodes), initial=0))[:-1]
     return Prepared(spec=spec, settings=settings, space=space, memory_limit_bytes=limit,
                     offsets=offsets)

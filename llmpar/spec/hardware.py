@@ -17,7 +17,14 @@ class Gpu:
     source: str = ""
     """Datasheet the numbers come from."""
     memory_bytes: Bytes = attrs.field(validator=v.positive)
-    """On-device memory (HBM)."""
+    """On-device memory (HBM), as the datasheet states it."""
+    usable_memory_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
+    """Memory the device reports as its total (nvidia-smi's total, CUDA's
+    `total_memory`, rocminfo's VRAM pool): what the frameworks allocate from, and what a
+    plan must fit in. It differs from the datasheet's figure, which rounds: an H100's
+    "80 GB" is reported as 81,559 MiB (85.5 GB). Unset: memory_bytes."""
+    usable_memory_source: str = ""
+    """Where `usable_memory_bytes` was read (a published device log)."""
     peak_fp32_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
     """Dense peak of fp32 matrix math, FLOP per second (no structured sparsity)."""
     peak_tf32_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
@@ -50,6 +57,12 @@ class Gpu:
     same limit as `[training] mfu` (the HFU it implies at most 1)."""
     achievable_mfu_source: str = ""
     """The published run behind `achievable_mfu`."""
+
+    @property
+    def usable_bytes(self) -> int:
+        """The memory a plan may use: `usable_memory_bytes`, else `memory_bytes`."""
+        usable = self.usable_memory_bytes
+        return int(self.memory_bytes if usable is None else usable)
 
     def peak_flops_per_s(self, dtype: str) -> float | None:
         """Dense peak for math in `dtype`, or None when the datasheet gives none."""
@@ -97,6 +110,12 @@ class Hardware:
     collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
     """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's).
     Default 0.8: assumed, not measured here; nccl-tests reports bus bandwidth to set it."""
+    memory_headroom_bytes: Bytes = attrs.field(default=Bytes(0), validator=v.non_negative)
+    """Memory held back on each GPU in training: a plan fits when its peak is at most the
+    GPU's usable memory less this. Default 0, so the margin is the user's to state: the
+    CUDA context, NCCL's buffers and the allocator's fragmentation (together often 2-6 GB)
+    are not yet counted in a training plan's memory. Serving holds back
+    `[inference] memory_utilization` instead."""
     gpu_hour_cost: float | None = attrs.field(default=None, validator=v.positive)
     """Dollars per GPU-hour, for `llmpar search --objective cost`; None: unknown."""
     source: str = ""
@@ -109,6 +128,11 @@ class Hardware:
             return self.intra_node_bandwidth_bytes_per_s
         nvlink = self.gpu.nvlink_bandwidth_bytes_per_s
         return None if nvlink is None else nvlink / 2
+
+    @property
+    def capacity_bytes(self) -> int:
+        """What a training plan must fit in on each GPU: usable memory less the headroom."""
+        return int(self.gpu.usable_bytes - self.memory_headroom_bytes)
 
     @property
     def num_nodes(self) -> int:
