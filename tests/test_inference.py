@@ -371,3 +371,23 @@ def test_cli_evaluates_the_shipped_examples(example, capsys):
     assert data["workload"] == "inference" and data["fits"] is True
     assert [phase["name"] for phase in data["phases"]] == ["prefill", "decode"]
     assert data["latency_seconds"] > data["prefill_seconds"] > 0
+
+
+def test_expert_ranks_folded_into_the_tensor_ranks_share_its_tokens():
+    # Mixtral-8x7B on 4 H100, TP4. Folding EP4 into the tensor ranks (expert tensor degree
+    # 1) keeps two whole experts on each GPU instead of a quarter of all eight: in
+    # expectation a decode step reads the same expert bytes, and its four ranks route the
+    # batch's tokens once, not four times.
+    base = {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
+            "inference": {"batch_size": 4, "prompt_tokens": 1024, "generated_tokens": 256}}
+    split = llmpar.evaluate({**base, "parallel": {"tensor": {"degree": 4}}})
+    folded = llmpar.evaluate({**base, "parallel": {
+        "tensor": {"degree": 4}, "sequence": {},
+        "expert": {"degree": 4, "tensor_degree": 1}}})
+    for phase in ("prefill", "decode"):
+        a, b = ([p for p in plan.serving[0].phases if p.name == phase][0]
+                for plan in (split, folded))
+        assert b.flops == pytest.approx(a.flops)
+    decode = [[p for p in plan.serving[0].phases if p.name == "decode"][0].bytes
+              for plan in (split, folded)]
+    assert decode[1] == pytest.approx(decode[0], rel=1e-3)

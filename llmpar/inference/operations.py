@@ -38,6 +38,7 @@ from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec.inference import QUANTIZED_FORMATS
+from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor
 
 FLASH_QUERY_TILE = 128
@@ -176,12 +177,22 @@ def dense_mlp(serving: Serving, step: Step) -> Operation:
                      dtype=_matmul(serving))
 
 
+def _expert_share(serving: Serving) -> float:
+    """Each rank's share of its tensor group's tokens that it routes: 1 with the experts
+    split by the tensor ranks (each holds all the tokens), x / t when expert ranks fold
+    into the tensor ranks (MoE parallel folding, Liu et al. 2025, arXiv:2504.14960:
+    sequence parallelism gives each tensor rank 1/t of the tokens, and the x ranks of an
+    expert's tensor group gather theirs)."""
+    return expert_tensor_degree(serving.layout) / serving.degree("tensor")
+
+
 def active_local_experts(serving: Serving, tokens: float) -> float:
-    """Expected experts of one GPU that some token of the expert group picks."""
+    """Expected experts of one GPU that some token of the expert group picks: the group's
+    e ranks route tokens x e x share distinct tokens (tensor ranks share theirs)."""
     moe = serving.spec.model.moe
     assert moe is not None
     e = serving.degree("expert")
-    routed = tokens * e
+    routed = tokens * e * _expert_share(serving)
     # float ** float is typed Any (a negative base gives a complex); this base is in [0, 1]
     active: float = moe.num_experts / e * (
         1 - (1 - moe.experts_per_token / moe.num_experts) ** routed)
@@ -194,8 +205,11 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     moe = model.moe
     assert moe is not None and model.hidden_size is not None
     h, n, act, layers = model.hidden_size, step.tokens, _act(serving), model.num_moe_layers
+    x = expert_tensor_degree(serving.layout)
     expert_bytes = _per_layer(serving, "experts", layers) / (moe.num_experts / e)
-    routed = n * moe.experts_per_token
+    # (token, expert) pairs this rank computes, each on 1/x of the expert's matrices:
+    # k x n / t x x, the same work as k x n pairs on 1/t of them.
+    pairs = n * moe.experts_per_token * _expert_share(serving)
     width = moe.expert_ffn_hidden_size
     shared_width = moe.shared_expert_ffn_hidden_size or width
     shared = moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t
@@ -204,9 +218,9 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
                   bytes=_per_layer(serving, "router", layers) + n * (h + moe.num_experts) * act,
                   dtype=_unquantized(serving)),
         Operation(name="routed experts",
-                  flops=2 * routed * mlp_matmul_weights(model, width) / t,
+                  flops=2 * pairs * mlp_matmul_weights(model, width) / x,
                   bytes=(active_local_experts(serving, n) * expert_bytes
-                         + routed * (2 * h + 2 * mlp_width(model, width, t)) * act),
+                         + pairs * (2 * h + 2 * mlp_width(model, width, x)) * act),
                   dtype=_matmul(serving)),
         Operation(name="shared experts", flops=2 * n * shared,
                   bytes=(_per_layer(serving, "shared_experts", layers)
