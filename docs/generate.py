@@ -12,6 +12,8 @@
   llmpar/ (and every string constant) that cites a source, with its qualified name.
 - reference/cli.md: every subcommand's arguments and help, from
   `llmpar.cli.main.build_parser()`.
+- reference/gpus.md: every GPU preset's time model (efficiencies, fixed time per product,
+  uncertainty) and the source its preset gives for it.
 
 tests/test_docs.py runs `generate()` and compares the result with the committed pages.
 """
@@ -634,11 +636,66 @@ def cli_reference() -> str:
 
 
 # --------------------------------------------------------------------------------------
+# GPU presets
+
+
+def _basis(source: str) -> str:
+    """What an `efficiency_source` says its numbers rest on: its text before the first
+    colon when that names a basis, else calibrated (the A100 and H100 sources)."""
+    head = source.split(":", 1)[0]
+    return head if head == "measured" or head.startswith("derived from ") else "calibrated"
+
+
+def gpu_reference() -> str:
+    from llmpar.session import Session
+
+    session = Session(load_entry_points=False)
+    lines = [GENERATED_NOTE, "", "# GPU presets: time models", "",
+             "Every `[hardware] gpu` preset states the rates a modelled step time runs at "
+             "(`llmpar.evaluation.step_time`, [Concepts](../concepts.md)): products at "
+             "`matmul_efficiency` x the dense peak of the compute format plus "
+             "`matmul_fixed_seconds` each, memory-bound kernels at `memory_efficiency` x HBM "
+             "bandwidth. The A100 SXM 80GB and H100 SXM are calibrated on published training "
+             "runs ([Training throughput](../validation-throughput.md)). Every other GPU is "
+             "*measured*: its best measured GEMM rate over its dense peak (a Maximum "
+             "Achievable Matmul FLOPS table, or community square-GEMM runs), scaled from the "
+             "calibrated GPU measured in the same table, `matmul_efficiency = reference's x "
+             "plateau / reference's plateau`; or *derived from* a sibling with the same chip, "
+             "clocks and power, whose numbers it takes. The measurements and the rule are in "
+             "validation/published/gemm/ (`matmul_efficiency.toml`), checked by "
+             "tests/test_gpu_time_models.py. `efficiency_uncertainty` is how far a step time "
+             "may be off: for the calibrated GPUs their largest error on their calibration "
+             "runs, for the others the estimate each source below explains.", ""]
+    rows, sources = [], []
+    for name in session.presets.names("gpus"):
+        gpu = session.load_spec({"model": {"parameters": 1e9},
+                                 "hardware": {"gpu": name}}).hardware.gpu
+        dtype = "bf16" if gpu.peak_bf16_flops_per_s else "fp16"
+        peak = gpu.peak_flops_per_s(dtype)
+        bandwidth = gpu.hbm_bandwidth_bytes_per_s
+        fixed = gpu.matmul_fixed_seconds
+        uncertainty = gpu.efficiency_uncertainty
+        rows.append((f"`{name}`", "-" if peak is None else f"{peak / 1e12:g} ({dtype})",
+                     "-" if bandwidth is None else f"{bandwidth / 1e9:g}",
+                     f"{gpu.matmul_efficiency:g}" if gpu.matmul_efficiency else "-",
+                     f"{gpu.memory_efficiency:g}" if gpu.memory_efficiency else "-",
+                     "-" if fixed is None else f"{fixed * 1e6:g} us",
+                     "-" if uncertainty is None else f"+-{uncertainty * 100:g}%",
+                     _basis(gpu.efficiency_source)))
+        sources += [f"## {name}", "", _inline(gpu.efficiency_source) or "Not stated.", ""]
+    lines += _table(("preset", "dense peak TFLOP/s", "HBM GB/s", "matmul_efficiency",
+                     "memory_efficiency", "matmul_fixed_seconds", "uncertainty", "basis"), rows)
+    lines += ["", "Each preset's `efficiency_source`:", ""] + sources
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "reference/spec.md": spec_reference,
     "reference/formulas.md": formulas_reference,
     "reference/cli.md": cli_reference,
+    "reference/gpus.md": gpu_reference,
 }
 """Generated pages, relative to docs/, and the functions that write them."""
 

@@ -52,6 +52,11 @@ class Gpu:
     latency. Unset: none."""
     efficiency_source: str = ""
     """Where the efficiencies and `matmul_fixed_seconds` come from."""
+    efficiency_uncertainty: float | None = attrs.field(default=None, validator=v.fraction)
+    """How far a step time modelled with these efficiencies may be off, as a fraction
+    (0.2: expect within about +-20%): for a calibrated GPU its largest error on the runs it
+    was calibrated on, for one scaled from kernel measurements or from a sibling GPU the
+    estimate its `efficiency_source` explains. Unset: not stated."""
     achievable_mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Model FLOPs utilization that large training runs reach on this GPU; held to the
     same limit as `[training] mfu` (the HFU it implies at most 1)."""
