@@ -61,7 +61,8 @@ def test_optimizer_bytes_per_parameter(optimizer, precision, bytes_per_parameter
 
 # --- usable memory: what the device reports, not the datasheet's rounded figure ---------
 
-GPU_PRESETS = sorted((Path(__file__).resolve().parent.parent / "specs" / "gpus").glob("*.toml"))
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "specs" / "examples"
+GPU_PRESETS = sorted((EXAMPLES_DIR.parent / "gpus").glob("*.toml"))
 
 
 @pytest.mark.parametrize("path", GPU_PRESETS, ids=lambda p: p.stem)
@@ -115,3 +116,13 @@ def test_memory_settings_that_cannot_be_meant(overrides, path, fragment):
         llmpar.evaluate(H100, overrides)
     [problem] = caught.value.problems
     assert problem.path == path and fragment in problem.message
+
+
+def test_a_field_of_a_clusters_gpu_can_be_set_inline():
+    spec = EXAMPLES_DIR / "llama-3-8b-fsdp-8-h100.toml"  # [hardware] cluster = "dgx-h100"
+    base = llmpar.evaluate(spec)
+    slower = llmpar.evaluate(spec, {"hardware.gpu.matmul_efficiency": 0.32})
+    assert slower.gpu == base.gpu == "h100-sxm"
+    assert slower.capacity_bytes == base.capacity_bytes  # the rest of the preset kept
+    # halving the matrix products' rate: they take twice as long, the memory-bound rest not
+    assert 1.3 * base.compute_seconds < slower.compute_seconds < 2 * base.compute_seconds

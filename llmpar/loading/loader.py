@@ -133,6 +133,12 @@ def _with_cluster(table: dict[str, Any], catalog: PresetCatalog,
     if preset is None:
         return None
     preset.pop("name", None)
+    gpu, given = preset.get("gpu"), table.get("gpu")
+    if isinstance(gpu, str) and isinstance(given, Mapping) and not (
+            {"preset", "file"} & set(given)):
+        # `--set hardware.gpu.matmul_efficiency=0.6` on a cluster spec changes a field of
+        # the cluster's GPU, not a GPU of that one field.
+        table = {**table, "gpu": {"preset": gpu, **given}}
     return merge(preset, table)
 
 
