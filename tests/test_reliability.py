@@ -13,6 +13,8 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import llmpar
 from llmpar import SpecError
@@ -52,6 +54,34 @@ def test_a_trillion_layers_is_planned_in_bounded_time():
     assert time.perf_counter() - start < SECONDS_FOR_A_BAD_SPEC
     assert not plan.fits
     assert plan.parameters > 10**12 * 200_000_000  # each Llama-3-8B layer is ~218M
+
+
+def test_a_trillion_layer_serving_spec_is_planned_in_bounded_time():
+    start = time.perf_counter()
+    plan = llmpar.evaluate(EXAMPLES / "inference-llama-2-70b-h100.toml",
+                           overrides={"model.num_layers": 10**12})
+    assert time.perf_counter() - start < SECONDS_FOR_A_BAD_SPEC
+    assert not plan.fits
+
+
+@given(st.integers(1, 80), st.integers(1, 7), st.integers(0, 12),
+       st.sampled_from([None, 1, 2, 3, 6]), st.booleans(), st.booleans(), st.data())
+def test_layer_kinds_are_counted_as_visiting_every_layer_would(
+        layers, frequency, dense, pattern, windowed, moe, data):
+    base = llmpar.load_spec({"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm"}}).model
+    model = attrs.evolve(
+        base, num_layers=layers,
+        moe=attrs.evolve(base.moe, layer_frequency=frequency, dense_layers=dense) if moe
+        else None,
+        sliding_window=4096 if windowed else None,
+        sliding_window_pattern=pattern if windowed else None)
+    first = data.draw(st.integers(0, layers))
+    count = data.draw(st.integers(0, layers - first))
+    visited: dict[tuple[bool, bool], int] = {}
+    for index in range(first, first + count):
+        kind = (model.is_moe_layer(index), model.is_sliding_window_layer(index))
+        visited[kind] = visited.get(kind, 0) + 1
+    assert model.layer_kinds_in(first, count) == visited
 
 
 def test_stages_are_planned_in_bounded_time_up_to_the_limit():

@@ -17,8 +17,6 @@ Sec. 4.1; vLLM's block_size); a windowed layer keeps its last sliding_window tok
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from llmpar.dtypes import bytes_per_element
 from llmpar.spec import Model
 from llmpar.spec.inference import Inference
@@ -61,16 +59,18 @@ def cached_tokens(tokens: int, window: int | None, block: int | None, context: i
 
 
 def layer_windows(model: Model, inference: Inference,
-                  layers: Iterable[int]) -> tuple[tuple[int | None, int], ...]:
-    """How many of `layers` keep each window (None: every token)."""
+                  layers: range) -> tuple[tuple[int | None, int], ...]:
+    """How many of `layers` (consecutive) keep each window (None: every token), counted
+    in closed form (`Model.layer_kinds_in`)."""
     counts: dict[int | None, int] = {}
-    for index in layers:
-        window = layer_window(model, inference, index)
-        counts[window] = counts.get(window, 0) + 1
+    honoured = inference.sliding_window is not False
+    for (_moe, windowed), number in model.layer_kinds_in(layers.start, len(layers)).items():
+        window = model.sliding_window if windowed and honoured else None
+        counts[window] = counts.get(window, 0) + number
     return tuple(counts.items())
 
 
-def kv_cache_bytes(model: Model, inference: Inference, layout: Layout, layers: Iterable[int],
+def kv_cache_bytes(model: Model, inference: Inference, layout: Layout, layers: range,
                    batch: int, tokens: int,
                    windows: tuple[tuple[int | None, int], ...] | None = None) -> int:
     """The cache of `batch` sequences of `tokens` each, in `layers` (counted by window in

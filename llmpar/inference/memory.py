@@ -119,8 +119,8 @@ def stage_memory(serving: Serving, fixed: StageFixed, tokens: int,
     batch = inference.batch_size if batch is None else batch
     return ServingMemory(
         stage=fixed.stage.index, weights_bytes=fixed.weights_bytes,
-        kv_cache_bytes=kv_cache_bytes(spec.model, inference, serving.layout, (), batch, tokens,
-                                      fixed.windows),
+        kv_cache_bytes=kv_cache_bytes(spec.model, inference, serving.layout, range(0), batch,
+                                      tokens, fixed.windows),
         workspace_bytes=round(stage_workspace(serving, fixed.stage, batch)),
         overhead_bytes=fixed.overhead_bytes)
 

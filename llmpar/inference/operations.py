@@ -32,7 +32,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import mlp_matmul_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.inference.formats import bytes_per_parameter, matmul_dtype
-from llmpar.inference.kv_cache import kv_bytes_per_token, layer_window
+from llmpar.inference.kv_cache import kv_bytes_per_token
 from llmpar.inference.serving import Serving
 from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
@@ -93,9 +93,11 @@ def attention_pairs(step: Step, window: int | None, context: int) -> float:
 def count_layer_kinds(serving: Serving) -> tuple[tuple[LayerKind, int], ...]:
     """How many layers of each kind (MoE or dense MLP, window) the model has."""
     model, inference = serving.spec.model, serving.inference
-    counts = Counter(LayerKind(moe=model.is_moe_layer(i),
-                               window=layer_window(model, inference, i))
-                     for i in range(model.num_layers or 0))
+    honoured = inference.sliding_window is not False
+    counts: Counter[LayerKind] = Counter()
+    for (moe, windowed), number in model.layer_kinds_in(0, model.num_layers or 0).items():
+        window = model.sliding_window if windowed and honoured else None
+        counts[LayerKind(moe=moe, window=window)] += number
     return tuple(sorted(counts.items(), key=lambda item: repr(item[0])))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from llmpar.spec import validators as v
@@ -220,6 +222,26 @@ class Model:
             return 0
         return end // moe.layer_frequency - low // moe.layer_frequency
 
+    def layer_kinds_in(self, first: int, count: int) -> dict[tuple[bool, bool], int]:
+        """How many of `count` layers from `first` are of each kind (has experts, attends
+        within a sliding window), in closed form: both are periodic in the layer index,
+        so the kinds are counted by inclusion-exclusion over the multiples of the two
+        periods (and of their least common multiple), never by visiting every layer."""
+        count = max(count, 0)
+        moe = self.moe_layers_in(first, count)
+        pattern = self.sliding_window_pattern
+        if self.sliding_window is None:
+            return _kept({(True, False): moe, (False, False): count - moe})
+        if pattern is None:
+            return _kept({(True, True): moe, (False, True): count - moe})
+        full = _multiples_in(first, count, pattern)  # global-attention layers
+        both = 0 if self.moe is None else _multiples_in(
+            max(first, self.moe.dense_layers), first + count - max(first, self.moe.dense_layers),
+            math.lcm(pattern, self.moe.layer_frequency))
+        return _kept({(True, False): both, (True, True): moe - both,
+                      (False, False): full - both,
+                      (False, True): count - moe - full + both})
+
     @property
     def num_moe_layers(self) -> int:
         """Layers with experts."""
@@ -299,3 +321,14 @@ class Model:
         if self.mla is None:
             return None
         return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+
+
+def _multiples_in(first: int, count: int, period: int) -> int:
+    """Indices i in [first, first + count) with (i + 1) a multiple of `period`."""
+    if count <= 0:
+        return 0
+    return (first + count) // period - first // period
+
+
+def _kept(counts: dict[tuple[bool, bool], int]) -> dict[tuple[bool, bool], int]:
+    return {kind: number for kind, number in counts.items() if number > 0}
