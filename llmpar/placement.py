@@ -138,3 +138,17 @@ def block_stride(order: tuple[str, ...], degrees: Mapping[str, int], strategies:
     """Where a block of adjacent axes starts: the stride of its innermost one."""
     return min(stride(order, degrees, name, nested) for name in strategies)
 
+
+
+def ring_crosses_nodes(group_size: int, group_stride: int, gpus_per_node: int) -> bool:
+    """Whether some two consecutive members of a ring (the last one back to the first)
+    sit on different nodes, ranks numbered node by node.
+
+    A group's members are r, r + stride, ..., r + (size - 1) * stride, and the groups of
+    an axis tile the ranks in aligned blocks of size x stride ranks. A block longer than
+    a node spans nodes, and a ring that leaves its first node must come back to it
+    (CP8 x TP4 on 8-GPU nodes: ranks 0, 4 | 8, 12 | ... | 28, then back to 0); a block
+    that does not divide a node straddles a node boundary somewhere. A pair (size 2) is
+    the ring of its two members."""
+    block = group_size * group_stride
+    return group_size > 1 and (block > gpus_per_node or gpus_per_node % block != 0)

@@ -86,9 +86,18 @@ class CollectiveCost:
     exposed_seconds: float
     """The part not hidden behind compute."""
     hides_behind: str = "compute"
-    """What its hidden part runs behind: "compute" (any of the step's) or "attention"
-    (the attention products only)."""
+    """What its hidden part runs behind: "compute" (any of the step's), "attention" (the
+    attention products only), "last-backward" (the last micro-batch's backward pass),
+    "first-forward" (the first micro-batch's forward pass) or "layers" (each layer's
+    passes, a piece behind the neighbouring layer's)."""
     reason: str = ""
+    window_seconds: float = 0.0
+    """Seconds of that work its hideable part can run behind, after its first piece is
+    ready; shared with every collective that hides behind the same work (0 when the
+    step time is not modelled)."""
+    pieces: float | None = None
+    """Pieces its calls run in (gradient buckets, layers), one of which cannot hide;
+    None when not in pieces."""
 
 
 @attrs.frozen(kw_only=True)

@@ -33,7 +33,18 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 """Per-GPU model-state components a strategy can shard (activations split by tag)."""
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
-HIDING_WORK = ("compute", "attention")
+HIDING_WORK = ("compute", "attention", "last-backward", "first-forward", "layers")
+"""The work a collective's overlapping share can run behind (`Collective.hides_behind`),
+on one GPU of the slowest pipeline stage:
+- "compute": any of the step's compute;
+- "attention": the attention products only (ring attention's K/V exchange);
+- "last-backward": the backward pass of the step's last micro-batch (the data-parallel
+  gradient reduction: it starts as that pass produces the gradients);
+- "first-forward": the forward pass of the step's first micro-batch (the gather of the
+  weights the optimizer step updated, before their layers run again);
+- "layers": every pass of every layer, each piece behind the neighbouring layer's pass
+  (FSDP / ZeRO-3's per-layer gathers and reduce-scatters, prefetched one layer ahead).
+Collectives that hide behind the same work share it (`llmpar.evaluation.step_time`)."""
 
 ConfigT = TypeVar("ConfigT")
 
@@ -131,8 +142,18 @@ class Collective:
     """Share of its time that can run behind compute (0: on the critical path)."""
     hides_behind: str = attrs.field(default="compute",
                                     validator=attrs.validators.in_(HIDING_WORK))
-    """The work its overlapping share runs behind: "compute" (any of the step's) or
-    "attention" (only the attention products, as ring attention's exchange)."""
+    """The work its overlapping share runs behind (`HIDING_WORK`): "compute" (any of the
+    step's), "attention" (only the attention products, as ring attention's exchange),
+    "last-backward", "first-forward" or "layers"."""
+    pieces: Any = attrs.field(default=None, validator=_at_least(1))
+    """The calls behind one window run in this many pieces in turn, each as soon as the
+    work before it has produced (or needs) it: gradient buckets, or one layer's weights.
+    One piece cannot hide (the last bucket, reduced after the backward pass ends; the
+    first layer's gather, needed before any work runs), and the work before the first
+    piece is ready hides nothing. None: communication and work interleave finely."""
+    bucket_bytes: Any = attrs.field(default=None, validator=_at_least(1))
+    """Pieces of this many bytes of the buffer (gradient buckets): the evaluator, which
+    knows the buffer, takes `pieces` = buffer / bucket_bytes, at least 1."""
     reason: str = ""
     bytes_per_parameter: Any = None
     """With `component`: the buffer is this many bytes per parameter of `component` that

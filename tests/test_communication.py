@@ -14,6 +14,7 @@ from llmpar.communication.collectives import (
     seconds_of,
     traffic_and_steps,
 )
+from llmpar.placement import ring_crosses_nodes
 from llmpar.strategy import Collective
 
 SESSION = llmpar.Session(load_entry_points=False)
@@ -78,3 +79,50 @@ def test_arrays_of_buffers_cost_like_single_buffers():
     many, _ = seconds_of(probe, HARDWARE, buffers)
     assert list(many) == [pytest.approx(seconds_of(group("reduce-scatter", 16, 2, b),
                                                    HARDWARE)[0]) for b in buffers]
+
+
+def _ring_hop_crosses(size: int, stride: int, per_node: int) -> bool:
+    """By enumeration: some group of an axis (size ranks, stride apart, the groups tiling
+    size x stride x per_node ranks) has two consecutive members, the last and the first
+    included, on different nodes."""
+    block = size * stride
+    for first in range(block * per_node):
+        if first % block >= stride:
+            continue  # not a group's first member
+        nodes = [(first + j * stride) // per_node for j in range(size)]
+        if any(nodes[j] != nodes[(j + 1) % size] for j in range(size)):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("per_node", [1, 2, 4, 6, 8])
+@pytest.mark.parametrize("stride", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("size", [2, 3, 4, 8])
+def test_ring_crosses_nodes_matches_the_members_nodes(size, stride, per_node):
+    assert ring_crosses_nodes(size, stride, per_node) == _ring_hop_crosses(size, stride,
+                                                                           per_node)
+
+
+def _kv_ring(context: int) -> llmpar.plan.CollectiveCost:
+    plan = SESSION.evaluate({
+        "model": "llama-3-8b", "hardware": {"cluster": "dgx-h100", "num_gpus": 32},
+        "training": {"sequence_length": 8192, "global_batch_size": 32},
+        "parallel": {"tensor": {"degree": 4}, "context": {"degree": context}}})
+    (ring,) = [c for c in plan.collectives if c.name == "context.kv-ring"]
+    return ring
+
+
+def test_a_context_ring_spanning_nodes_is_costed_on_the_network():
+    """CP8 x TP4 on 8-GPU DGX H100 nodes: GPU 0's context ranks are GPUs 0, 4 | 8, 12 |
+    16, 20 | 24, 28, so the hops 4 -> 8, 12 -> 16, 20 -> 24 and 28 -> 0 cross the
+    network, whose NIC paces the ring; CP2 x TP4 (GPUs 0 and 4) stays on NVLink."""
+    wide, narrow = _kv_ring(8), _kv_ring(2)
+    assert (wide.tier, narrow.tier) == (INTER_NODE, INTRA_NODE)
+    # One send per call: the chunk over the slowest hop, plus that hop's latency.
+    per_call = wide.seconds / wide.calls_per_step
+    expected = (wide.buffer_bytes / (NIC * HARDWARE.collective_efficiency)
+                + HARDWARE.inter_node_latency_seconds)
+    assert per_call == pytest.approx(expected, rel=1e-6)
+    # The stride alone (4 < 8 GPUs per node) said NVLink for both.
+    assert link_of(group("send-recv", 8, 4), HARDWARE).tier == INTER_NODE
+    assert link_of(group("send-recv", 2, 4), HARDWARE).tier == INTRA_NODE

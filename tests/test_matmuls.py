@@ -142,9 +142,9 @@ def cost(seconds: float, exposed: float, behind: str) -> Cost:
 
 def test_hiding_behind_attention_is_capped_by_attention_then_by_compute():
     ring, grads = cost(3.0, 0.0, "attention"), cost(2.0, 0.0, "compute")
-    hidden = hide_costs([ring, grads], compute=10.0, attention=1.0)
+    hidden = hide_costs([ring, grads], {"compute": 10.0, "attention": 1.0})
     assert [c.exposed for c in hidden] == [2.0, 0.0]
-    squeezed = hide_costs([ring, grads], compute=1.5, attention=1.0)
+    squeezed = hide_costs([ring, grads], {"compute": 1.5, "attention": 1.0})
     # 1 s of ring and 2 s of gradients could hide; 1.5 s of compute hides half of each.
     assert [c.exposed for c in squeezed] == [pytest.approx(2.5), pytest.approx(1.0)]
 

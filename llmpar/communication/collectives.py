@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from llmpar.placement import ring_crosses_nodes
 from llmpar.spec import Hardware
 from llmpar.strategy import Collective
 
@@ -68,10 +69,16 @@ def link_of(collective: Collective, hardware: Hardware) -> Link:
     the link is k x the per-GPU network bandwidth, at most the intra-node link (NCCL
     builds a ring per NIC, each crossing the network once per node; measured busbw on
     multi-node DGX/HGX systems sits near the node's total network bandwidth,
-    docs/validation-collectives.md). Sends and all-to-alls use each GPU's own NIC."""
+    docs/validation-collectives.md). Sends and all-to-alls use each GPU's own NIC; a
+    ring of sends (ring attention) is as slow as its slowest hop, so it crosses the
+    network once any two consecutive members sit on different nodes
+    (`llmpar.placement.ring_crosses_nodes`)."""
     if collective.operation == "send-recv":
-        # Consecutive pipeline stages sit group_stride ranks apart.
-        crosses = collective.group_stride >= hardware.gpus_per_node
+        # Each member sends to the next one, group_stride ranks on (a ring's last back to
+        # its first): the slowest of those hops. A pipeline states the pair of two
+        # consecutive stages.
+        crosses = ring_crosses_nodes(collective.group_size, collective.group_stride,
+                                     hardware.gpus_per_node)
     else:
         crosses = spans_nodes(collective, hardware.gpus_per_node)
     intra = hardware.intra_node_bandwidth

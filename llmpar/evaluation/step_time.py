@@ -9,10 +9,14 @@ efficiencies):
               + what products lose to their shapes: launches, memory-bound
                 products (llmpar.evaluation.matmuls)
               + elementwise bytes / (HBM bandwidth * memory_efficiency)
-    exposed   = communication not hidden behind compute (each collective states
-                the share of it that can overlap and the work it hides behind;
-                hiding is capped by that work: ring attention's exchange by the
-                attention products' time, everything by compute)
+    exposed   = communication not hidden behind compute: each collective states
+                the share of it that can overlap and the work it hides behind (its
+                window, `overlap_windows`); the collectives behind one window share
+                it: exposed = unhidden + max(0, hideable - window) for the group,
+                split in proportion to what each could hide, where one piece of a
+                collective that runs in pieces (a gradient bucket, a layer's
+                weights) is unhidden and the window starts once the first piece is
+                ready; all hiding together is capped by compute
     bubble    = bubble_fraction * compute (pipeline schedules)
     optimizer = optimizer-step bytes / (HBM bandwidth * memory_efficiency), for the
                 optimizer states on the GPU (offloaded ones are updated by the host)
@@ -28,18 +32,19 @@ Every number may be an array over a search node (`llmpar.arrays`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from llmpar.arrays import Value, is_array, minimum, where
+from llmpar.arrays import Value, is_array, maximum, minimum, where
 from llmpar.communication.collectives import seconds_of
 from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import MemoryCore
+from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
 from llmpar.spec import Spec
@@ -62,18 +67,25 @@ class Cost:
     """One collective's calls of a step on one GPU, on its link (a plain record: many
     are made per evaluation)."""
 
-    __slots__ = ("buffer_bytes", "calls", "collective", "costed", "exposed", "seconds", "tier")
+    __slots__ = ("buffer_bytes", "calls", "collective", "costed", "exposed", "piece",
+                 "seconds", "tier", "window")
 
     def __init__(self, collective: Collective, buffer_bytes: Value, calls: Value, tier: str,
-                 seconds: Value, exposed: Value, costed: bool):
+                 seconds: Value, exposed: Value, costed: bool, piece: Value = 0.0,
+                 window: Value = 0.0):
         self.collective, self.buffer_bytes, self.calls = collective, buffer_bytes, calls
         self.tier, self.seconds, self.exposed = tier, seconds, exposed
         self.costed = costed
         """False when the hardware states no bandwidth for its link (then 0 s)."""
+        self.piece = piece
+        """The share of its time one piece takes (1 / pieces; 0: not in pieces)."""
+        self.window = window
+        """Seconds of work its hideable part can run behind (0 until hidden)."""
 
-    def with_exposed(self, exposed: Value) -> Cost:
+    def with_exposed(self, exposed: Value, window: Value | None = None) -> Cost:
         return Cost(self.collective, self.buffer_bytes, self.calls, self.tier, self.seconds,
-                    exposed, self.costed)
+                    exposed, self.costed, self.piece,
+                    self.window if window is None else window)
 
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +123,8 @@ class TimeCore:
     exposed_host: Value = 0.0
     mfu: float | None = None
     mfu_source: str = ""
+    windows: Mapping[str, Value] = attrs.field(factory=dict)
+    """Seconds of each kind of work collectives hide behind (`overlap_windows`)."""
 
 
 def parameters_per_gpu(composition: Composition, kinds: StageKinds,
@@ -149,31 +163,95 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
         per_call, tier = (cost_model or seconds_of)(collective, spec.hardware, buffer)
         seconds = (0.0 if per_call is None else per_call) * calls
         found.append(Cost(collective, buffer, calls, tier, seconds,
-                          seconds * (1 - collective.overlap), per_call is not None))
+                          seconds * (1 - collective.overlap), per_call is not None,
+                          piece_share(collective, buffer)))
     return tuple(found)
 
 
-def _capped(costs: Sequence[Cost], work: Value, selected: Callable[[Cost], bool]
-            ) -> tuple[Cost, ...]:
-    """Cap the hidden share of the selected collectives at the work they hide behind,
-    scaling each one's hidden share alike."""
-    chosen = [c for c in costs if selected(c)]
+def piece_share(collective: Collective, buffer_bytes: Value) -> Value:
+    """The share of a collective's time one of its pieces takes: 1 / pieces, or
+    bucket / buffer (at most 1) for buckets of `bucket_bytes`; 0 when not in pieces."""
+    if collective.bucket_bytes is not None:
+        bucket = collective.bucket_bytes
+        larger = buffer_bytes > bucket
+        return where(larger, bucket / where(larger, buffer_bytes, 1.0), 1.0)
+    if collective.pieces is not None:
+        return 1.0 / collective.pieces
+    return 0.0
+
+
+def overlap_windows(compute: Value, attention: Value, backward_share: Value,
+                    micro_batches: Value) -> dict[str, Value]:
+    """Seconds of each kind of work a collective can hide behind (`HIDING_WORK`), on one
+    GPU of the slowest stage: the step's compute; the attention products; the backward
+    and the forward pass of one micro-batch (compute / micro-batches, split by the
+    backward's share of the executed FLOPs); and every layer's passes (the whole compute,
+    a piece behind each layer)."""
+    per_micro_batch = compute / micro_batches
+    return {"compute": compute, "attention": attention,
+            "last-backward": per_micro_batch * backward_share,
+            "first-forward": per_micro_batch * (1 - backward_share),
+            "layers": compute}
+
+
+def backward_share(facts: TrainingFacts, composition: Composition) -> Value:
+    """The backward pass's share of the executed FLOPs: all but the forward pass of the
+    model FLOPs (1 part in 1 + 2); recomputation runs within the backward pass."""
+    executed = executed_flops(facts, composition)
+    forward = facts.flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
+    positive = executed > 0
+    return where(positive, 1 - forward / where(positive, executed, 1.0), 0.0)
+
+
+def _smallest_piece(chosen: Sequence[Cost]) -> Value:
+    """The first piece's share among the collectives that run: the work before it is
+    ready hides nothing (0 when one of them is not in pieces)."""
+    found: Value = 1.0
+    for cost in chosen:
+        found = minimum(found, where(cost.calls > 0, cost.piece, 1.0))
+    return found
+
+
+def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]:
+    """Hide the collectives that hide behind `kind` in its `work`, together: each one's
+    unhidden part (what cannot overlap, and one piece) stays exposed; the rest hides
+    while the window lasts (after the first piece is ready), and what exceeds it is
+    exposed in proportion to each one's hideable part."""
+    chosen = [c for c in costs if c.collective.hides_behind == kind]
     if not chosen:
         return tuple(costs)
-    hideable = sum((c.seconds - c.exposed for c in chosen), start=0.0)
+    window = work * (1 - _smallest_piece(chosen))
+    hideable = {id(c): (c.seconds - c.exposed) * (1 - c.piece) for c in chosen}
+    scale: Value = 0.0
+    if kind != "compute":  # the step's compute caps all hiding together (`hide_costs`)
+        total = sum(hideable.values(), start=0.0)
+        excess = maximum(total - window, 0.0)
+        over = total > 0
+        scale = where(over, excess / where(over, total, 1.0), 0.0)
+    # A collective that cannot overlap at all has no window.
+    return tuple(c.with_exposed(c.seconds - hideable[id(c)] * (1 - scale),
+                                where(c.collective.overlap > 0, window, 0.0))
+                 if id(c) in hideable else c for c in costs)
+
+
+def _capped(costs: Sequence[Cost], work: Value) -> tuple[Cost, ...]:
+    """Cap the hidden share of all collectives together at `work`, scaling each one's
+    hidden share alike."""
+    hideable = sum((c.seconds - c.exposed for c in costs), start=0.0)
     over = hideable > work
     if not is_array(over) and not over:
         return tuple(costs)
     scale = where(over, work / where(over, hideable, 1.0), 1.0)
-    return tuple(c.with_exposed(c.seconds - (c.seconds - c.exposed) * scale)
-                 if selected(c) else c for c in costs)
+    return tuple(c.with_exposed(c.seconds - (c.seconds - c.exposed) * scale) for c in costs)
 
 
-def hide_costs(costs: Sequence[Cost], compute: Value, attention: Value) -> tuple[Cost, ...]:
-    """Hide what overlaps behind the work it can overlap: what hides behind attention at
-    most the attention's time, and all of it together at most the compute."""
-    costs = _capped(costs, attention, lambda c: c.collective.hides_behind == "attention")
-    return _capped(costs, compute, lambda c: True)
+def hide_costs(costs: Sequence[Cost], windows: Mapping[str, Value]) -> tuple[Cost, ...]:
+    """Hide what overlaps behind the work it can overlap (`overlap_windows`): each window
+    shared by the collectives that hide behind it, and all of them together at most
+    the compute."""
+    for kind, work in windows.items():
+        costs = _windowed(costs, kind, work)
+    return _capped(costs, windows["compute"])
 
 
 def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]]) -> HostTime:
@@ -271,7 +349,9 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
     compute = matmul + elementwise / bandwidth
-    costs = hide_costs(costs, compute, facts.attention_hardware_flops_per_step / n / rate)
+    windows = overlap_windows(compute, facts.attention_hardware_flops_per_step / n / rate,
+                              backward_share(facts, composition), m)
+    costs = hide_costs(costs, windows)
     exposed = sum((c.exposed for c in costs), start=0.0)
     states = [k.states for k in memory.kinds]
     traffic = memory.at_peak([ADAM_STEP_PASSES * (s["optimizer"] + s["weights"]) + s["gradients"]
@@ -286,7 +366,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                     matmul=matmul, shape_loss=shape_loss, slowest=facts.slowest_stage_factor,
                     elementwise_bytes=elementwise, exposed=exposed, bubble_fraction=bubble,
                     bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
-                    exposed_host=exposed_host)
+                    exposed_host=exposed_host, windows=windows)
 
 
 def executed_flops(facts: TrainingFacts, composition: Composition) -> Value:
@@ -316,6 +396,7 @@ def cost_records(costs: Sequence[Cost]) -> tuple[tuple[CollectiveCost, ...], lis
             buffer_bytes=round(cost.buffer_bytes), group_size=collective.group_size,
             tier=cost.tier, calls_per_step=float(cost.calls), seconds=float(cost.seconds),
             exposed_seconds=float(cost.exposed), hides_behind=collective.hides_behind,
-            reason=collective.reason))
+            reason=collective.reason, window_seconds=float(cost.window),
+            pieces=None if not cost.piece else 1 / float(cost.piece)))
     return tuple(records), warnings
 

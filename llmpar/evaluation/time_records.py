@@ -107,11 +107,43 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
     derivation = Derivation(quantity="step_seconds", value=step, unit="s", rule=rule,
                             source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
                             inputs=inputs)
+    hidden = _exposed_derivation(time, collectives) if collectives else ()
     return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
                     exposed_communication_seconds=exposed,
                     bubble_seconds=float(time.bubble), optimizer_seconds=float(time.optimizer),
                     exposed_offload_seconds=float(time.exposed_host),
-                    warnings=tuple(warnings), derivations=(derivation,) + offload, **common)
+                    warnings=tuple(warnings),
+                    derivations=(derivation,) + hidden + offload, **common)
+
+
+def _exposed_derivation(time: TimeCore, collectives: tuple[CollectiveCost, ...]
+                        ) -> tuple[Derivation, ...]:
+    """How each collective's exposed part follows from the window it hides behind."""
+    inputs: dict[str, float | int | str] = {
+        f"{kind}_work_seconds": float(time.windows[kind])
+        for kind in dict.fromkeys(c.hides_behind for c in collectives)}
+    for c in collectives:
+        inputs[f"{c.name}_seconds"] = c.seconds
+        if c.pieces is not None:
+            inputs[f"{c.name}_pieces"] = c.pieces
+        inputs[f"{c.name}_window_seconds"] = c.window_seconds
+        inputs[f"{c.name}_exposed_seconds"] = c.exposed_seconds
+    return (Derivation(
+        quantity="exposed_communication_seconds", value=float(time.exposed), unit="s",
+        rule=("sum of each collective's exposed_seconds; the collectives that hide behind "
+              "one kind of work share its window: exposed = unhidden + hideable * "
+              "max(0, sum of hideable - window) / sum of hideable, where unhidden = "
+              "seconds * (1 - overlap) + one piece (seconds * overlap / pieces) and window "
+              "= that work less the part before the first piece is ready (work * (1 - the "
+              "smallest share of its collective one piece takes among them)); all hidden "
+              "parts together at most compute_seconds"),
+        source=("llmpar.evaluation.step_time.hide_costs; the work "
+                "(llmpar.evaluation.step_time.overlap_windows): last-backward and "
+                "first-forward = compute / micro-batches x the backward (forward) share of "
+                "the executed FLOPs; layers and compute = compute_seconds; attention = "
+                "the attention products' time; pieces and overlap from each strategy's "
+                "Collective (Megatron-Core's gradient buckets, FSDP's per-layer units)"),
+        inputs=inputs),)
 
 
 def _offload_derivation(core: Evaluation) -> tuple[Derivation, ...]:

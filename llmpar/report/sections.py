@@ -133,15 +133,19 @@ def collectives(plan: Plan) -> Table | None:
         return None
     rows = [(c.strategy, c.operation, c.tier, format_size(c.buffer_bytes), f"{c.group_size:,}",
              f"{c.calls_per_step:,.4g}", _duration(c.seconds),
+             _duration(c.window_seconds) if c.window_seconds else "-",
              _duration(c.exposed_seconds)) for c in plan.collectives]
     rows.append(("total", "", "", "", "", "",
-                 _duration(sum(c.seconds for c in plan.collectives)),
+                 _duration(sum(c.seconds for c in plan.collectives)), "",
                  _duration(sum(c.exposed_seconds for c in plan.collectives))))
     return Table(title="Collectives per step, on one GPU",
                  columns=("strategy", "operation", "tier", "buffer", "group", "calls/step",
-                          "time", "exposed"),
+                          "time", "window", "exposed"),
                  rows=tuple(rows), marked=(len(rows) - 1,), text_columns=(0, 1, 2),
-                 notes=("buffer: bytes each GPU contributes to one call (MB = 10^6 bytes)",))
+                 notes=("buffer: bytes each GPU contributes to one call (MB = 10^6 bytes)",
+                        "window: the work it can hide behind, shared with the collectives "
+                        "behind the same work (-: on the critical path; llmpar explain SPEC "
+                        "exposed_communication_seconds)"))
 
 
 def _in_flight(count: float) -> str:

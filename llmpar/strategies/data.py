@@ -8,6 +8,17 @@ updated weights are all-gathered; stage 3 gathers the weights in every forward
 and backward pass, 1.5x the traffic of an all-reduce (ZeRO paper, Sec. 7.2.2).
 Megatron-Core shards across data x context ranks; expert weights across the
 expert-data ranks (data x context / expert).
+
+What each collective hides behind (`Collective.hides_behind`): the gradient all-reduce
+or reduce-scatter of stages 0 to 2 runs once per step, in buckets, while the last
+micro-batch's backward pass produces the gradients (Megatron-Core's
+`overlap_grad_reduce`; earlier micro-batches accumulate gradients without reducing
+them, PyTorch DDP's `no_sync`); the last bucket is reduced after that pass ends. The
+gather of the updated weight shards (stages 1 and 2) runs in the same buckets before
+the next step's first forward pass needs them (`overlap_param_gather`). Under stage 3
+each layer's weights are gathered for its forward and backward passes and its
+gradients reduce-scattered, every micro-batch, one layer ahead of (or behind) the
+layer that computes, so each layer's communication hides behind its neighbour's pass.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from llmpar.arrays import is_array, where
+from llmpar.arrays import is_array, logical_and, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
@@ -30,6 +41,7 @@ from llmpar.strategies.common import (
     data_context_stride,
     expert_group_stride,
     expert_tensor_degree,
+    layers_per_stage,
     micro_batches_per_step,
 )
 from llmpar.strategy import (
@@ -48,6 +60,19 @@ ZERO_STAGE = "data.zero_stage"
 FSDP_PREFETCH_LAYERS = 2
 """FSDP keeps the gathered weights of the running layer and the prefetched next one
 (PyTorch FSDP `forward_prefetch` / `backward_prefetch`; Zhao et al. 2023, arXiv:2304.11277)."""
+BUCKET_PARAMETERS_PER_RANK = 1_000_000
+BUCKET_PARAMETERS = 40_000_000
+"""Gradients reduce (and updated weights gather) in buckets of max(40M, 1M x data x
+context ranks) parameters: Megatron-Core's default `DistributedDataParallelConfig.
+bucket_size` (megatron/core/distributed/distributed_data_parallel.py: larger groups get
+larger buckets so that each collective stays bandwidth-bound). PyTorch DDP buckets the
+same way, 25 MiB by default (`bucket_cap_mb`; Li et al. 2020, arXiv:2006.15704, describe
+the buckets and their overlap with the backward pass)."""
+
+
+def bucket_parameters(ranks: int) -> int:
+    """Parameters per gradient bucket over a data x context group of `ranks`."""
+    return max(BUCKET_PARAMETERS, BUCKET_PARAMETERS_PER_RANK * ranks)
 
 
 def _degree_or_fill(_instance: Any, attribute: Any, value: int) -> None:
@@ -71,9 +96,13 @@ class DataConfig:
     fsdp: bool = False
     """PyTorch FSDP: ZeRO-3 with prefetch buffers for the gathered weights."""
     overlap_grad_reduce: bool = True
-    """Reduce gradients while the last micro-batch's backward pass runs."""
+    """Reduce gradients while the last micro-batch's backward pass runs, bucket by bucket
+    (the last bucket after it); under ZeRO-3 each layer's reduce-scatter behind the next
+    layer's backward pass."""
     overlap_param_gather: bool = True
-    """Gather weights while compute runs (next forward, or prefetch under ZeRO-3)."""
+    """Gather the updated weights, bucket by bucket, while the next step's first
+    micro-batch runs its forward pass (the first bucket before it); under ZeRO-3 prefetch
+    each layer's weights behind the neighbouring layer's pass."""
 
     @property
     def stage(self) -> int:
@@ -179,6 +208,9 @@ def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, dense: in
     dense_stride = data_context_stride(layout)
     expert_stride = expert_group_stride(layout) * layout.degree("expert")
     has_experts = any(g in EXPERT_GROUPS for g in ctx.footprint.parameters_by_group)
+    layers = layers_per_stage(spec, layout)
+    windows = _Windows(bucket_parameters=bucket_parameters(dense),
+                       layers=layers if layers >= 1 else None)
     found = []
     for label, selection, size, stride in (
             ("dense", GroupSelection(excluded=EXPERT_GROUPS), dense, dense_stride),
@@ -187,29 +219,56 @@ def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, dense: in
             continue
         common: dict[str, Any] = dict(strategy="data", group_size=size, group_stride=stride,
                                       parameter_groups=selection)
-        found += _group_collectives(config, label, stage, m, grad_size, weight_size, common)
-    return tuple(found)
+        found += _group_collectives(config, label, stage, m, grad_size, weight_size, windows,
+                                    common)
+    # One layout states only the collectives its stage runs; a search node states each
+    # wherever it may run (calls 0 elsewhere).
+    return tuple(c for c in found if is_array(c.calls_per_step) or c.calls_per_step != 0)
+
+
+@attrs.frozen
+class _Windows:
+    """How the data-parallel collectives run in pieces: buckets of this many parameters
+    (stages 0 to 2), or one piece per layer of the stage (stage 3; None without layers)."""
+
+    bucket_parameters: int
+    layers: float | None
 
 
 def _group_collectives(config: DataConfig, label: str, stage: Any, m: Any, grad_size: float,
-                       weight_size: float, common: dict[str, Any]) -> list[Collective]:
+                       weight_size: float, windows: _Windows,
+                       common: dict[str, Any]) -> list[Collective]:
     grad_overlap = 1.0 if config.overlap_grad_reduce else 0.0
     gather_overlap = 1.0 if config.overlap_param_gather else 0.0
-    gradients = dict(bytes_per_parameter=grad_size, component="gradients", **common)
+    gradients: dict[str, Any] = dict(bytes_per_parameter=grad_size, component="gradients",
+                                     **common)
+    weights: dict[str, Any] = dict(bytes_per_parameter=weight_size, component="weights",
+                                   **common)
+    sharded = logical_and(stage >= 1, stage <= 2)
+    once: dict[str, Any] = dict(hides_behind="last-backward",
+                                bucket_bytes=windows.bucket_parameters * grad_size)
+    per_layer: dict[str, Any] = dict(hides_behind="layers", pieces=windows.layers)
+    gather = "gather the updated weight shards (ZeRO-1 and -2)"
     return [
         Collective(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
                    calls_per_step=where(stage == 0, 1.0, 0.0), overlap=grad_overlap,
-                   reason="sum gradients across replicas", **gradients),
+                   reason="sum gradients across replicas", **once, **gradients),
         Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
-                   calls_per_step=where(stage == 3, m, where(stage >= 1, 1.0, 0.0)),
-                   overlap=grad_overlap, reason="sum gradient shards across replicas",
-                   **gradients),
+                   calls_per_step=where(sharded, 1.0, 0.0), overlap=grad_overlap,
+                   reason="sum gradient shards across replicas", **once, **gradients),
+        Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
+                   calls_per_step=where(stage == 3, m, 0.0), overlap=grad_overlap,
+                   reason="sum each layer's gradient shards across replicas, every "
+                          "micro-batch (ZeRO-3)", **per_layer, **gradients),
         Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
-                   bytes_per_parameter=weight_size, component="weights",
-                   calls_per_step=where(stage == 3, 2 * m, where(stage >= 1, 1.0, 0.0)),
-                   overlap=gather_overlap,
-                   reason="gather weights for forward and backward (ZeRO-3), or the "
-                          "updated weight shards (ZeRO-1 and -2)", **common),
+                   calls_per_step=where(sharded, 1.0, 0.0), overlap=gather_overlap,
+                   hides_behind="first-forward",
+                   bucket_bytes=windows.bucket_parameters * weight_size,
+                   reason=f"{gather}, before the next forward pass", **weights),
+        Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
+                   calls_per_step=where(stage == 3, 2 * m, 0.0), overlap=gather_overlap,
+                   reason="gather each layer's weights for its forward and backward passes "
+                          "(ZeRO-3)", **per_layer, **weights),
     ]
 
 
