@@ -98,10 +98,11 @@ def load_json(text: str, label: str | None) -> Any:
     except json.JSONDecodeError as exc:
         raise SpecError([Problem("$", f"not valid JSON: {exc}")], label) from None
     except RecursionError:
-        raise SpecError([_too_deep("$")], label) from None
+        raise SpecError([too_deep("$")], label) from None
 
 
-def _too_deep(path: str) -> Problem:
+def too_deep(path: str) -> Problem:
+    """The problem of a table or array nested beyond MAX_NESTING_DEPTH."""
     return Problem(path, f"nested more than {MAX_NESTING_DEPTH} levels deep "
                          f"(llmpar's limit on tables and arrays)")
 
@@ -117,7 +118,7 @@ def plain_table(source: Mapping[Any, Any], label: str | None) -> dict[str, Any]:
     while stack and not problems:
         value, copy, path, depth = stack.pop()
         if depth > MAX_NESTING_DEPTH:
-            problems.append(_too_deep(path))
+            problems.append(too_deep(path))
             break
         items = _items(value, path, problems)
         count += len(items)

@@ -11,9 +11,9 @@ from typing import Any
 from llmpar.errors import Problem, SpecError, printable
 from llmpar.loading.limits import (
     MAX_FILE_BYTES,
-    MAX_NESTING_DEPTH,
     plain_table,
     read_text,
+    too_deep,
 )
 
 SpecSource = str | PathLike[str] | Mapping[str, Any]
@@ -72,9 +72,7 @@ def parse_toml(text: str, label: str | None) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError([Problem("$", f"not valid TOML: {exc}")], label) from None
     except RecursionError:
-        raise SpecError([Problem("$", f"nested more than {MAX_NESTING_DEPTH} levels deep "
-                                      "(llmpar's limit on tables and arrays)")],
-                        label) from None
+        raise SpecError([too_deep("$")], label) from None
     return plain_table(table, label)
 
 
@@ -99,8 +97,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
     except RecursionError:
-        raise SpecError([Problem(printable(key.strip()), f"the value is nested more than "
-                                 f"{MAX_NESTING_DEPTH} levels deep")], None) from None
+        raise SpecError([too_deep(printable(key.strip()))], None) from None
     return key.strip(), parsed
 
 
