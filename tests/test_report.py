@@ -342,3 +342,12 @@ def test_diff_json(capsys):
     rows = {row["field"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["parameters"]["a"] == 7 * 10**9 and rows["parameters"]["b"] == 10**9
     assert rows["total_bytes"]["ratio"] == pytest.approx(1 / 7)
+
+
+def test_serving_memory_says_what_memory_utilization_holds_back():
+    spec = Path(__file__).resolve().parent.parent / "specs/examples/inference-llama-2-70b-h100.toml"
+    plan = llmpar.evaluate(spec)
+    held = 0.1 * plan.capacity_bytes  # memory_utilization = 0.9 (vLLM's default)
+    assert f"holds back {held / 1e9:,.2f} GB" in text_report(plan)
+    none = llmpar.evaluate(spec, {"inference.memory_utilization": 1.0})
+    assert "holds back" not in text_report(none)

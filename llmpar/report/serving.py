@@ -31,10 +31,24 @@ def serving_memory(plan: Plan) -> Table:
     rows.append(_row("capacity", capacity, capacity))
     bars = [value / capacity for _, value in parts] + [None]
     verdict = "fits" if plan.fits else "DOES NOT FIT"
+    notes = [f"{verdict}: {plan.total_bytes / capacity:.1%} of capacity "
+             "(GB = 10^9 bytes, GiB = 2^30 bytes)"]
+    headroom = _headroom_bytes(plan)
+    if headroom:
+        notes.append(f"the runtime allowance holds back {headroom / GB:,.2f} GB "
+                     f"({headroom / GiB:,.2f} GiB) the engine leaves unallocated "
+                     "(1 - [inference] memory_utilization of the capacity)")
     return Table(title="Memory per GPU", columns=("", "GB", "GiB", "of capacity"),
                  rows=tuple(rows), bars=tuple(bars), marked=(len(parts) - 1,),
-                 notes=(f"{verdict}: {plan.total_bytes / capacity:.1%} of capacity "
-                        "(GB = 10^9 bytes, GiB = 2^30 bytes)",))
+                 notes=tuple(notes))
+
+
+def _headroom_bytes(plan: Plan) -> float:
+    """The share of memory the engine leaves free, from the allowance's derivation."""
+    for derivation in plan.derivations:
+        if derivation.quantity == "runtime_overhead_bytes":
+            return float(derivation.inputs.get("headroom_bytes", 0.0))
+    return 0.0
 
 
 def _optional(value: float | None, render: Callable[[float], str]) -> str:
