@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import llmpar
 from llmpar.cli.main import main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
 
 
 def example(name: str) -> str:
@@ -88,3 +92,67 @@ def test_help_names_every_command(capsys):
     out = capsys.readouterr().out
     for command in ("evaluate", "explain", "presets", "plugins"):
         assert command in out
+
+
+# --- questions without a file ------------------------------------------------------------
+
+QUESTION = ["--model", "llama-3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--seq", "8192",
+            "--tp", "8", "--pp", "2", "--sp", "--global-batch", "64"]
+AS_FILE = """model = "llama-3-70b"
+[hardware]
+cluster = "dgx-h100"
+num_gpus = 64
+[training]
+sequence_length = 8192
+global_batch_size = 64
+[parallel.tensor]
+degree = 8
+[parallel.pipeline]
+degree = 2
+[parallel.sequence]
+"""
+
+
+def test_flags_ask_what_a_file_would(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(AS_FILE, encoding="utf-8")
+    assert main(["evaluate", *QUESTION, "--format", "json"]) == 0
+    from_flags = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", str(spec), "--format", "json"]) == 0
+    assert from_flags == json.loads(capsys.readouterr().out)
+
+
+def test_print_spec_writes_a_file_to_start_from(tmp_path, capsys):
+    assert main(["evaluate", *QUESTION, "--print-spec"]) == 0
+    printed = capsys.readouterr().out
+    assert 'model = "llama-3-70b"' in printed and "[parallel.sequence]" in printed
+    (tmp_path / "printed.toml").write_text(printed, encoding="utf-8")
+    assert (llmpar.evaluate(tmp_path / "printed.toml").to_dict()
+            == llmpar.evaluate(AS_FILE).to_dict())
+
+
+def test_flags_change_a_spec_and_set_changes_them(capsys):
+    assert main(["evaluate", "llama-3-8b-fsdp-8-h100", "--gpus", "16", "--set",
+                 "hardware.num_gpus=32", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gpus"] == 32
+
+
+def test_a_shipped_example_is_named_and_stdin_is_a_spec(monkeypatch, capsys):
+    assert main(["evaluate", "gpt3-175b-1024-a100", "--format", "json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr("sys.stdin", io.StringIO(
+        (EXAMPLES / "gpt3-175b-1024-a100.toml").read_text(encoding="utf-8")))
+    assert main(["evaluate", "-", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == by_name
+
+
+def test_a_question_without_a_model_says_what_it_needs(capsys):
+    assert main(["evaluate", "--gpus", "8"]) == 2
+    assert "--model and --cluster" in capsys.readouterr().err
+
+
+def test_search_answers_from_flags(capsys):
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                 "--seq", "4096", "--global-batch", "32", "--top", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["results"]) == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmpar.cli.common import add_spec_arguments, overrides
+from llmpar.cli.common import add_question_arguments, print_spec, question
 from llmpar.report import FORMATS, print_report
 from llmpar.session import Session
 
@@ -22,13 +22,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = commands.add_parser(
         "evaluate", help="memory, compute and time of one spec",
         description="Evaluate a spec and print its plan: memory per GPU (GB = 10^9 bytes, "
-                    "GiB = 2^30 bytes), FLOPs, step and run time.")
-    add_spec_arguments(parser)
+                    "GiB = 2^30 bytes), FLOPs, step and run time. The spec is a file, a "
+                    "shipped example's name, or built from flags: llmpar evaluate --model "
+                    "llama-3-70b --cluster dgx-h100 --gpus 64 --seq 8192 --tp 8 --pp 2")
+    add_question_arguments(parser)
     add_format_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
-    plan = session.evaluate(args.spec, overrides(args.set))
+    source, changes = question(session, args)
+    if args.print_spec:
+        print_spec(session, source, changes)
+        return 0
+    plan = session.evaluate(source, changes)
     print_report(plan, args.format, extra=session.report_sections(plan))
     return 0

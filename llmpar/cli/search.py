@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from llmpar.cli.common import add_spec_arguments, overrides
+from llmpar.cli.common import add_question_arguments, print_spec, question
+from llmpar.loading.reader import SpecSource
 from llmpar.report.json_format import strict_json
 from llmpar.session import Session
 from llmpar.spec.search import OBJECTIVES
@@ -18,7 +20,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "pipeline schedule, micro-batch size, recomputation), reject those that "
                     "break a rule or do not fit, and rank the rest. The spec's [parallel] "
                     "tables pin choices; [search] narrows the space (docs/search.md).")
-    add_spec_arguments(parser)
+    add_question_arguments(parser)
     parser.add_argument("--top", type=int, help="how many layouts to list (default 10)")
     parser.add_argument("--objective", choices=OBJECTIVES,
                         help="rank by (default step_time)")
@@ -36,8 +38,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
+    source, changes = question(session, args)
+    if args.print_spec:
+        print_spec(session, source, changes)
+        return 0
     if args.dimensions:
-        return _list_dimensions(session, args)
+        return _list_dimensions(session, source, changes, args.json)
     from llmpar.search import search
     from llmpar.search.progress import clear, terminal_progress
     from llmpar.search.report import text_report
@@ -45,7 +51,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
     progress = None if args.json else terminal_progress()
     try:
         # Processes load the default session, the same plugins as this one.
-        result = search(args.spec, overrides(args.set), objective=args.objective,
+        result = search(source, changes, objective=args.objective,
                         top=args.top, session=session if args.jobs == 1 else None,
                         jobs=args.jobs, exact=args.exact, progress=progress)
     finally:
@@ -63,11 +69,11 @@ def run(session: Session, args: argparse.Namespace) -> int:
     return 0 if result.results else 1
 
 
-def _list_dimensions(session: Session, args: argparse.Namespace) -> int:
+def _list_dimensions(session: Session, source: SpecSource, changes: dict[str, Any],
+                     as_json: bool) -> int:
     from llmpar.search.listing import list_dimensions
     from llmpar.search.report import dimensions_report
 
-    listing = list_dimensions(session, args.spec, overrides(args.set))
-    print(strict_json(listing.to_dict()) if args.json
-          else dimensions_report(listing))
+    listing = list_dimensions(session, source, changes)
+    print(strict_json(listing.to_dict()) if as_json else dimensions_report(listing))
     return 0

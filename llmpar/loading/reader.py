@@ -23,7 +23,7 @@ def _looks_like_toml(text: str) -> bool:
     return "\n" in text or "=" in text or "[" in text
 
 
-def _existing_file(text: str) -> Path | None:
+def existing_file(text: str) -> Path | None:
     """`text` as the path of an existing file, or None (a name too long for the
     filesystem, or one that is not there, is not a file)."""
     if "\n" in text or "\0" in text or not text.strip():
@@ -47,7 +47,7 @@ def read_source(source: SpecSource) -> tuple[dict[str, Any], str | None]:
         raise SpecError([Problem("$", "expected a spec: a file path, TOML text or a table, "
                                       f"got {type(source).__name__}")], None)
     if isinstance(source, str):
-        path = _existing_file(source)
+        path = existing_file(source)
         if path is None and (_looks_like_toml(source) or not source.strip()):
             return parse_toml(source, None), None
     path = Path(source)
