@@ -46,17 +46,22 @@ class TrainingPart:
     flops_per_step_6nd: float
     flops_method: str
     hardware_flops_per_step: float
-    """The FLOPs the GPUs execute: model FLOPs plus recomputation, plus what strategies
-    add or skip (`Transform.extra_flops_per_step`, `skipped_flops_per_step`)."""
+    """The FLOPs the GPUs execute: the model's products with attention as its kernel
+    runs it (eager: the full s x s square; fused on a causal model: about half, whatever
+    `attention_flops` counts), plus recomputation, plus what strategies add or skip
+    (`Transform.extra_flops_per_step`, `skipped_flops_per_step`)."""
     step_seconds: float | None
     tokens_per_second: float | None
     mfu: float | None
-    """Model FLOPs per second over the peak of all GPUs. At most hfu, unless a strategy
-    skips FLOPs the count includes; then, counting work no kernel runs, it may exceed 1."""
+    """Model FLOPs (attention counted as `attention_flops` says) per second over the peak
+    of all GPUs: the only number the convention changes. It may exceed hfu where the
+    count includes work no kernel runs: the masked half of the square a fused causal
+    kernel skips under "full", FLOPs a strategy skips (then it may even exceed 1)."""
     hfu: float | None
-    """Hardware FLOPs (executed, recomputation included) per second over the peak of all
-    GPUs; never above 1 (a modelled step runs them at matmul_efficiency at best, and an
-    assumed mfu that would put it above 1 is an error)."""
+    """Hardware FLOPs (executed by the kernels, recomputation included:
+    hardware_flops_per_step) per second over the peak of all GPUs; the same under either
+    `attention_flops`, never above 1 (a modelled step runs them at matmul_efficiency at
+    best, and an assumed mfu that would put it above 1 is an error)."""
     train_tokens: float | None
     train_steps: float | None
     train_flops: float | None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import parallel_training_specs, training_specs
@@ -109,8 +110,38 @@ def test_hfu_never_exceeds_one(spec, mfu, attention_flops):
         assert part.step_seconds is None
         return
     assert part.hfu <= 1.0
-    assert part.hardware_flops_per_step >= part.flops_per_step
-    assert part.mfu <= part.hfu
+    if attention_flops == "causal":
+        # The causal count is the least any kernel executes (a fused one adds its
+        # diagonal tiles); under "full" MFU counts the masked half a fused kernel skips.
+        assert part.hardware_flops_per_step >= part.flops_per_step
+        assert part.mfu <= part.hfu
+
+
+TIME_FIELDS = ("step_seconds", "compute_seconds", "communication_seconds",
+               "exposed_communication_seconds", "bubble_seconds", "optimizer_seconds",
+               "offload_seconds", "exposed_offload_seconds", "train_seconds", "gpu_hours",
+               "tokens_per_second", "hardware_flops_per_step", "hfu")
+
+
+@given(st.one_of(training_specs(), parallel_training_specs()),
+       st.sampled_from(["korthikanti", "fused", "coefficient"]))
+def test_attention_flops_changes_mfu_never_time(spec, activation_model):
+    """`attention_flops` is a counting convention: the kernel's executed FLOPs, and so
+    every time and HFU, stay; MFU moves by the ratio of the model FLOPs."""
+    training = {k: v for k, v in spec["training"].items() if k != "mfu"}
+    training["activation_model"] = activation_model
+    full, causal = (llmpar.evaluate({**spec, "training": {**training,
+                                                            "attention_flops": convention}})
+                    for convention in ("full", "causal"))
+    assert causal.training.time_model == full.training.time_model
+    for field in TIME_FIELDS:
+        assert getattr(causal.training, field) == getattr(full.training, field), field
+    if full.step_seconds is None:  # no peak in the compute format (V100 and bf16)
+        return
+    assert full.training.time_model == "modelled"
+    assert causal.flops_per_step < full.flops_per_step
+    assert causal.mfu == pytest.approx(full.mfu * causal.flops_per_step / full.flops_per_step,
+                                       rel=1e-12)
 
 
 def assert_plan_or_spec_error(document) -> None:

@@ -21,8 +21,10 @@ from llmpar.strategy import Stage
 TRAINING_PASSES = 1.0 + BACKWARD_TO_FORWARD
 
 
-def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float) -> float:
-    """Hardware FLOPs of one dense (or MoE) layer for one token, per unit of 2 x sequence."""
+def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float,
+                 attention_share: float) -> float:
+    """Hardware FLOPs of one dense (or MoE) layer for one token, per unit of 2 x sequence,
+    attention as its kernel executes it (`attention_share` of the s x s square)."""
     model = spec.model
     if moe:
         block = moe_matmul_weights(model)
@@ -31,25 +33,26 @@ def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float) ->
         block = mlp_matmul_weights(model, model.ffn_hidden_size)
     projections = attention_matmul_weights(model) + block
     s = spec.training.sequence_length
-    scores: float = s * (model.query_width + model.attention_output_width)
-    if spec.training.attention_flops == "causal":
-        scores /= 2
+    scores = s * (model.query_width + model.attention_output_width) * attention_share
     return (projections * (TRAINING_PASSES + rerun)
             + scores * (TRAINING_PASSES + rerun + attention_rerun))
 
 
-def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float) -> list[float]:
+def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float,
+                attention_share: float = 1.0) -> list[float]:
     """Hardware FLOPs of each stage for one token (up to a common factor), counted by
-    kind of layer in closed form."""
+    kind of layer in closed form; `attention_share` is the share of the s x s square the
+    attention kernel executes (`llmpar.footprint.flops.executed_attention_share`)."""
     model = spec.model
     assert model.hidden_size is not None and model.vocab_size is not None
     recompute = spec.training.recompute
     rerun = recomputed_fraction if recompute == "full" else 0.0
     attention_rerun = TRAINING_PASSES if recompute == "selective" else 0.0
     head = model.hidden_size * model.vocab_size * TRAINING_PASSES
-    dense_layer = (_layer_flops(spec, False, rerun, attention_rerun)
+    dense_layer = (_layer_flops(spec, False, rerun, attention_rerun, attention_share)
                    if model.ffn_hidden_size is not None else 0.0)
-    moe_layer = _layer_flops(spec, True, rerun, attention_rerun) if model.moe else 0.0
+    moe_layer = (_layer_flops(spec, True, rerun, attention_rerun, attention_share)
+                 if model.moe else 0.0)
     found = []
     for stage in stages:
         moe = model.moe_layers_in(stage.first_layer, stage.num_layers)
@@ -59,10 +62,10 @@ def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float)
 
 
 def slowest_stage_factor(spec: Spec, stages: Sequence[Stage],
-                         recomputed_fraction: float) -> float:
+                         recomputed_fraction: float, attention_share: float = 1.0) -> float:
     """The slowest stage's work over the average stage's: how much longer the pipeline
     takes than an even split of the same FLOPs (1 without a pipeline)."""
     if len(stages) <= 1 or not spec.model.has_architecture:
         return 1.0
-    work = stage_flops(spec, stages, recomputed_fraction)
+    work = stage_flops(spec, stages, recomputed_fraction, attention_share)
     return max(work) * len(work) / sum(work)

@@ -118,7 +118,7 @@ def evaluate_core(spec: Spec, footprint: Footprint, layout: Layout,
         facts = (training_facts(spec, footprint, stages, kinds, batch) if cache is None
                  else cache.facts(spec, footprint, stages, kinds, batch))
     memory = memory_core(spec, composition, facts, stages, kinds, parameters)
-    scores = footprint.activations is not None and footprint.activations.has_attention_scores
+    scores = footprint.attention_kernel == "eager"
     time = time_core(spec, composition, facts, memory, kinds, parameters, scores, cache)
     return Evaluation(composition=composition, stages=stages, kinds=kinds,
                       parameters=parameters, facts=facts, memory=memory, time=time)

@@ -20,6 +20,7 @@ from llmpar.evaluation.timing import (
     recompute_flops_per_sequence,
 )
 from llmpar.footprint.baseline import Footprint
+from llmpar.footprint.flops import executed_attention_share
 from llmpar.footprint.inventory import ActivationInventory
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
@@ -94,7 +95,8 @@ class TrainingFacts:
     flops_per_step: float
     """Model FLOPs of one step, all GPUs."""
     hardware_flops_per_step: float
-    """With recomputation (before what strategies add or skip)."""
+    """What the GPUs execute: attention as its kernel runs it, with recomputation
+    (before what strategies add or skip)."""
     attention_hardware_flops_per_step: float
     slowest_stage_factor: float
 
@@ -108,6 +110,8 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
              else 6.0 * footprint.parameters.active * global_batch
              * spec.training.sequence_length)
     rerun = recompute_flops_per_sequence(spec, footprint, fraction)
+    executed = footprint.executed_train_flops_per_sequence()
+    hardware = (flops if executed is None else executed * global_batch) + rerun * global_batch
     activations = footprint.activations
     stage_tags: tuple[TagBytes, ...] = ()
     full: TagBytes = {}
@@ -118,7 +122,14 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
     return TrainingFacts(
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
         inventory_bytes=0.0 if activations is None else activations.total_bytes,
-        flops_per_step=flops, hardware_flops_per_step=flops + rerun * global_batch,
+        flops_per_step=flops, hardware_flops_per_step=hardware,
         attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
             spec, footprint, fraction) * global_batch,
-        slowest_stage_factor=slowest_stage_factor(spec, stages, fraction))
+        slowest_stage_factor=slowest_stage_factor(spec, stages, fraction,
+                                                   attention_share(spec, footprint)))
+
+
+def attention_share(spec: Spec, footprint: Footprint) -> float:
+    """The share of the s x s square the run's attention kernel executes."""
+    return executed_attention_share(spec.model, spec.training.sequence_length,
+                                    footprint.attention_kernel)

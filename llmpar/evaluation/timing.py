@@ -16,7 +16,8 @@ EXACT_SOURCE = ("2 FLOPs per multiply-accumulate of every matrix product, backwa
 
 @attrs.frozen(kw_only=True)
 class StepFlops:
-    """Model FLOPs (what MFU counts) and hardware FLOPs (with recomputation) of a step."""
+    """Model FLOPs (what MFU counts) and hardware FLOPs (what the GPUs execute, what HFU
+    counts: attention as its kernel runs it, recomputation included) of a step."""
 
     global_batch_size: int
     tokens_per_step: int
@@ -32,20 +33,20 @@ class StepFlops:
 
 def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
                                  full_fraction: float = 1.0) -> float:
-    """Hardware FLOPs recomputation adds to one sequence; `full_fraction` is the share
-    of layers full recomputation reruns."""
+    """Hardware FLOPs recomputation adds to one sequence (attention as its kernel
+    executes it); `full_fraction` is the share of layers full recomputation reruns."""
     forward = footprint.forward_flops_per_sequence
     if forward is None:
         return 0.0
     if spec.training.recompute == "full":
         # Full recomputation reruns each layer's forward, not the output layer's
         # (Narayanan et al. 2021, Eq. 3 with recomputation: 96 B s L h^2 (...)).
-        return (forward.projections + forward.attention) * full_fraction
+        return (forward.projections + forward.executed_attention) * full_fraction
     if spec.training.recompute == "selective":
         # Reruns Q.K^T, softmax, dropout and scores.V; the paper counts it as doubling
         # the attention term, s/(6h) -> s/(3h), which is 2.7% for GPT-3 175B
         # (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5).
-        return (1.0 + BACKWARD_TO_FORWARD) * forward.attention
+        return (1.0 + BACKWARD_TO_FORWARD) * forward.executed_attention
     return 0.0
 
 
@@ -71,11 +72,14 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
         derivation = Derivation(
             quantity="flops_per_step", value=flops, unit="FLOP",
             rule="3 * (projections + attention + logits) per sequence * global_batch",
-            source=EXACT_SOURCE + f"; attention counted {training.attention_flops}",
+            source=EXACT_SOURCE + f"; attention counted {training.attention_flops}; "
+            f"hardware FLOPs execute it as a {footprint.attention_kernel} kernel does",
             inputs={"projections": fwd.projections, "attention": fwd.attention,
                     "logits": fwd.logits, "global_batch": global_batch})
     rerun = recompute_flops_per_sequence(spec, footprint, full_fraction)
-    hardware = flops + rerun * global_batch + extra_flops
+    executed = footprint.executed_train_flops_per_sequence()
+    hardware = ((flops if executed is None else executed * global_batch)
+                + rerun * global_batch + extra_flops)
     return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
                      flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
                      hardware_flops_per_step=hardware,
@@ -86,13 +90,14 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
 
 def attention_hardware_flops_per_sequence(spec: Spec, footprint: Footprint,
                                           full_fraction: float = 1.0) -> float:
-    """Q.K^T and scores.V of one sequence in a training pass, with their reruns."""
+    """Q.K^T and scores.V of one sequence in a training pass, with their reruns, as the
+    attention kernel executes them."""
     forward = footprint.forward_flops_per_sequence
     if forward is None:
         return 0.0
     rerun = {"full": full_fraction, "selective": 1.0 + BACKWARD_TO_FORWARD}.get(
         spec.training.recompute, 0.0)
-    return (1.0 + BACKWARD_TO_FORWARD + rerun) * forward.attention
+    return (1.0 + BACKWARD_TO_FORWARD + rerun) * forward.executed_attention
 
 
 @attrs.frozen(kw_only=True)

@@ -11,7 +11,12 @@ from llmpar.footprint.activation_models import (
     ActivationModel,
     ActivationUnavailable,
 )
-from llmpar.footprint.flops import BACKWARD_TO_FORWARD, ForwardFlops, forward_flops_per_sequence
+from llmpar.footprint.flops import (
+    BACKWARD_TO_FORWARD,
+    AttentionKernel,
+    ForwardFlops,
+    forward_flops_per_sequence,
+)
 from llmpar.footprint.inventory import ActivationInventory
 from llmpar.footprint.parameters import ParameterCount, count_parameters
 from llmpar.spec import Spec
@@ -27,6 +32,8 @@ class Footprint:
     activations: ActivationInventory | None
     activations_unavailable: str | None = None
     """Why there is no activation estimate, when there is none."""
+    attention_kernel: AttentionKernel = "fused"
+    """How attention runs, as the activation model has it (`attention_kernel_of`)."""
 
     @property
     def parameters_by_group(self) -> dict[str, float]:
@@ -45,16 +52,31 @@ class Footprint:
             return None
         return (1.0 + BACKWARD_TO_FORWARD) * self.forward_flops_per_sequence.total
 
+    def executed_train_flops_per_sequence(self) -> float | None:
+        """Forward plus backward FLOPs the GPU executes for one sequence, before any
+        recomputation: the model FLOPs with attention as its kernel runs it."""
+        if self.forward_flops_per_sequence is None:
+            return None
+        return (1.0 + BACKWARD_TO_FORWARD) * self.forward_flops_per_sequence.executed_total
+
+
+def attention_kernel_of(activations: ActivationInventory | None) -> AttentionKernel:
+    """The attention kernel a run uses, decided in one place: eager where its activation
+    model keeps the s x s scores for backward (korthikanti: Megatron-LM's unfused
+    attention, Korthikanti et al. 2022, Sec. 4; hf-eager; hf-sdpa where SDPA falls back
+    to its math path), fused (FlashAttention, cuDNN, SDPA's flash and memory-efficient
+    backends) where it keeps none (fused; hf-sdpa's usual case; coefficient, which
+    counts no scores; no estimate at all)."""
+    if activations is not None and activations.has_attention_scores:
+        return "eager"
+    return "fused"
+
 
 def baseline_footprint(spec: Spec,
                        models: Mapping[str, ActivationModel] | None = None) -> Footprint:
     """Count parameters, FLOPs and activations of `spec`'s model and workload; `models`
     are the activation models by name (default llmpar's own)."""
     model, training = spec.model, spec.training
-    flops = None
-    if model.has_architecture:
-        causal = training.attention_flops == "causal"
-        flops = forward_flops_per_sequence(model, training.sequence_length, causal)
     activations, unavailable = None, None
     try:
         model_of = (ACTIVATION_MODELS if models is None else models).get(
@@ -64,9 +86,15 @@ def baseline_footprint(spec: Spec,
         activations = model_of(spec)
     except ActivationUnavailable as exc:
         unavailable = str(exc)
+    kernel = attention_kernel_of(activations)
+    flops = None
+    if model.has_architecture:
+        causal = training.attention_flops == "causal"
+        flops = forward_flops_per_sequence(model, training.sequence_length, causal, kernel)
     return Footprint(
         parameters=count_parameters(model),
         forward_flops_per_sequence=flops,
         activations=activations,
         activations_unavailable=unavailable,
+        attention_kernel=kernel,
     )

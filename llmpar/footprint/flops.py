@@ -5,9 +5,17 @@ Convention: a multiply-accumulate is 2 FLOPs; only matrix products count
 al. 2021 (arXiv:2104.04473, Sec. 5.1) and in `torch.utils.flop_counter`;
 norms, activations and softmax are left out. Backward is twice the forward
 (gradients with respect to inputs and to weights), so a training pass is 3x.
+
+Two counts of attention's Q.K^T and scores.V: the model FLOPs of the reporting
+convention `[training] attention_flops` (what MFU counts), and the FLOPs the attention
+kernel executes (what HFU counts and the step time runs), which depend on the kernel
+alone (`executed_attention_share`).
 """
 
 from __future__ import annotations
+
+import math
+from typing import Literal
 
 import attrs
 
@@ -16,6 +24,18 @@ from llmpar.spec import Model
 
 BACKWARD_TO_FORWARD = 2.0
 """Backward costs two forward matmuls per forward matmul (Narayanan et al. 2021, Sec. 5.1)."""
+
+AttentionKernel = Literal["eager", "fused"]
+"""How attention runs: "eager" materializes the s x s scores (matmul, mask, softmax,
+matmul: transformers' eager attention, SDPA's math fallback, Megatron-LM's unfused
+attention); "fused" never does (FlashAttention-2/3, cuDNN, SDPA's flash and
+memory-efficient backends)."""
+FUSED_ATTENTION_TILE_TOKENS = 128
+"""Query rows and key columns per tile of a fused attention kernel, one size for every
+kernel: FlashAttention-2 tunes its blocks among {64, 128} x {64, 128} by head width
+(Dao 2023, arXiv:2307.08691, Sec. 3.3). It only sets how many diagonal tiles a causal
+kernel computes whole: 1 / (2n) of the square beyond its half, n = s / tile (1.6% at
+s = 4096)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -26,17 +46,55 @@ class ForwardFlops:
     """Q, K, V (or MLA's), output and MLP matrix products, all layers; BERT's MLM
     transform and pooler."""
     attention: float
-    """Q.K^T scores and scores.V, all layers."""
+    """Q.K^T scores and scores.V, all layers, counted as `[training] attention_flops`
+    says (the full s x s square or its causal half): model FLOPs."""
+    executed_attention: float = attrs.field()
+    """Q.K^T and scores.V as the attention kernel executes them, all layers: the full
+    square for eager attention, about half of it for a fused kernel on a causal model
+    (`executed_attention_share`). Default: `attention`."""
     logits: float
     """The output layer."""
 
+    @executed_attention.default
+    def _convention(self) -> float:
+        return self.attention
+
     @property
     def total(self) -> float:
+        """Model FLOPs (what MFU counts)."""
         return self.projections + self.attention + self.logits
+
+    @property
+    def executed_total(self) -> float:
+        """FLOPs the GPU executes (what HFU counts and the step time runs)."""
+        return self.projections + self.executed_attention + self.logits
+
+
+def attends_causally(model: Model) -> bool:
+    """Whether each token attends only to earlier ones: every decoder; not BERT-style
+    encoders (a masked-LM head or a pooler)."""
+    return not (model.mlm_head or model.pooler)
+
+
+def executed_attention_share(model: Model, sequence_length: int,
+                             kernel: AttentionKernel) -> float:
+    """The share of the full s x s square of Q.K^T and scores.V the attention kernel
+    executes. Eager attention computes every score and masks afterwards: all of it. A
+    fused kernel on a causal model skips the tiles entirely above the diagonal and
+    computes the diagonal tiles whole (masking inside them): n (n + 1) / 2 of n^2
+    tiles, n = s / tile (Dao 2023, FlashAttention-2, arXiv:2307.08691, Sec. 3.1.1,
+    "Causal masking": blocks with every entry masked are skipped, a 1.7-1.8x speedup
+    over running the whole square). Under ring context parallelism the steps together
+    compute the same tiles. A non-causal model executes the whole square either way."""
+    if kernel == "eager" or not attends_causally(model):
+        return 1.0
+    tiles = math.ceil(sequence_length / FUSED_ATTENTION_TILE_TOKENS)
+    return (tiles + 1) / (2 * tiles)
 
 
 def forward_flops_per_sequence(
-    model: Model, sequence_length: int, causal: bool = False
+    model: Model, sequence_length: int, causal: bool = False,
+    kernel: AttentionKernel = "eager",
 ) -> ForwardFlops:
     """Forward FLOPs for one sequence.
 
@@ -46,7 +104,8 @@ def forward_flops_per_sequence(
     outside MLA (DeepSeek-V2's MLA: qk_head_dim = qk_nope + qk_rope, values
     v_head_dim). The causal convention counts half the s x s square; sliding
     windows keep the full square, as eager attention computes it. BERT's pooler
-    runs once per sequence.
+    runs once per sequence. `kernel` decides the executed attention FLOPs
+    (`executed_attention_share`), `causal` only the counted ones.
     """
     assert model.has_architecture
     assert model.num_layers is not None and model.hidden_size is not None
@@ -56,11 +115,11 @@ def forward_flops_per_sequence(
     projections = 2.0 * s * active_matmul_weights(model)
     if model.pooler:
         projections += 2.0 * h * h
-    attention = 2.0 * s * s * score_width * layers
-    if causal:
-        attention /= 2
+    square = 2.0 * s * s * score_width * layers
+    attention = square / 2 if causal else square
     logits = 2.0 * h * model.vocab_size * s
-    return ForwardFlops(projections=projections, attention=attention, logits=logits)
+    return ForwardFlops(projections=projections, attention=attention, logits=logits,
+                        executed_attention=square * executed_attention_share(model, s, kernel))
 
 
 def mlp_matmul_weights(model: Model, width: int) -> int:

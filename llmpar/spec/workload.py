@@ -73,8 +73,10 @@ class Training:
     attention_flops: AttentionFlops = attrs.field(
         default="full", validator=v.one_of(*ATTENTION_FLOP_CONVENTIONS)
     )
-    """Count attention score FLOPs over the full s x s square (Megatron's convention)
-    or only the causal half. Model and hardware FLOPs both follow it, and so does the
-    modelled step time, which runs the hardware FLOPs at matmul_efficiency: HFU stays at
-    most 1 either way. Causal kernels (FlashAttention) skip about half the square; under
-    "full" the calibrated matmul_efficiency absorbs it."""
+    """How model FLOPs count attention's Q.K^T and scores.V: over the full s x s square
+    (Megatron's convention) or only the causal half. A reporting convention: it changes
+    flops_per_step and MFU only. Hardware FLOPs, HFU and the step time count what the
+    attention kernel executes, whatever the convention: the full square for eager
+    attention (activation models that keep the scores: korthikanti, hf-eager), about
+    half of it plus the diagonal tiles for a fused kernel on a causal model
+    (FlashAttention; activation models fused, hf-sdpa, coefficient)."""
