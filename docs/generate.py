@@ -105,6 +105,8 @@ SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolea
            "Any": "any"}
 QUANTITIES = {
     "Bytes": ("integer or string", "bytes (`\"80 GiB\"`, `\"40 GB\"`)"),
+    "MemorySize": ("integer or string", "bytes (`\"80 GiB\"`, `\"40 GB\"`; a bare number at "
+                                        "least 1 GiB)"),
     "FlopRate": ("number or string", "FLOP/s (`\"989 TFLOP/s\"`)"),
     "ByteRate": ("number or string", "bytes/s (`\"900 GB/s\"`, `\"400 Gb/s\"`)"),
     "Seconds": ("number or string", "s (`\"5 us\"`)"),

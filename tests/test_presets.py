@@ -106,6 +106,10 @@ def test_changing_a_presets_memory_drops_its_reported_total():
 
 @pytest.mark.parametrize(("overrides", "path", "fragment"), [
     ({"hardware.gpu.memory_bytes": 80}, "$.hardware.gpu.memory_bytes", '"80 GB"'),
+    ({"hardware.inter_node_bandwidth_bytes_per_s": 400},
+     "$.hardware.inter_node_bandwidth_bytes_per_s", '"400 GB/s"'),
+    ({"hardware.gpu.peak_bf16_flops_per_s": 989}, "$.hardware.gpu.peak_bf16_flops_per_s",
+     '"989 TFLOP/s"'),
     ({"hardware.gpu.usable_memory_bytes": "40 GB"}, "$.hardware.gpu.usable_memory_bytes",
      "far from memory_bytes"),
     ({"hardware.memory_headroom_bytes": "90 GB"}, "$.hardware.memory_headroom_bytes",
@@ -126,3 +130,9 @@ def test_a_field_of_a_clusters_gpu_can_be_set_inline():
     assert slower.capacity_bytes == base.capacity_bytes  # the rest of the preset kept
     # halving the matrix products' rate: they take twice as long, the memory-bound rest not
     assert 1.3 * base.compute_seconds < slower.compute_seconds < 2 * base.compute_seconds
+
+
+def test_a_small_quantity_with_its_unit_is_taken_as_written():
+    plan = llmpar.evaluate(H100, {"hardware.gpu.memory_bytes": "900 MB",
+                                  "hardware.inter_node_bandwidth_bytes_per_s": "400 MB/s"})
+    assert plan.capacity_bytes == 900 * 10**6 and not plan.fits

@@ -74,8 +74,6 @@ def moe_problems(model: Model) -> list[Problem]:
     return problems
 
 
-SMALLEST_GPU_MEMORY_BYTES = 2**20
-"""Below a MiB, a GPU's memory is a number written without its unit (80 for "80 GB")."""
 USABLE_TO_DATASHEET = (0.9, 1.1)
 """How far a device's reported memory lies from its datasheet figure: 0.99-1.08 for the
 shipped GPUs (GB versus GiB and reserved pages); beyond it, one of the two was changed
@@ -83,12 +81,10 @@ without the other."""
 
 
 def hardware_problems(spec: Spec) -> list[Problem]:
-    """A GPU memory with a unit, a usable memory that belongs to it, room after headroom."""
+    """A usable memory that belongs to the GPU's, and room left after the headroom (a
+    memory without its unit is the converter's: `BARE_FLOORS`)."""
     hardware, gpu = spec.hardware, spec.hardware.gpu
     path = "$.hardware.gpu"
-    if gpu.memory_bytes < SMALLEST_GPU_MEMORY_BYTES:
-        return [Problem(f"{path}.memory_bytes", f"{gpu.memory_bytes:,} bytes is not a GPU's "
-                        f"memory; give the unit, e.g. memory_bytes = \"{gpu.memory_bytes} GB\"")]
     problems = []
     usable = gpu.usable_memory_bytes
     low, high = USABLE_TO_DATASHEET

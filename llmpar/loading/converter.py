@@ -24,7 +24,7 @@ from cattrs.errors import (
 from llmpar import units
 from llmpar.errors import Problem, did_you_mean, join_path
 from llmpar.loading.limits import magnitude_problem
-from llmpar.spec.quantities import ByteRate, Bytes, Count, FlopRate, Seconds
+from llmpar.spec.quantities import ByteRate, Bytes, Count, FlopRate, MemorySize, Seconds
 from llmpar.spec.validators import FieldError
 
 
@@ -62,12 +62,45 @@ def _boolean(value: Any, _type: Any = bool) -> bool:
     return value
 
 
-def _with_units(parse: Callable[[str], float],
-               integral: bool = False) -> Callable[[Any, Any], float | int]:
+@attrs.frozen
+class BareNumberFloor:
+    """Below `floor`, a bare number (no unit) of a quantity is a unit left out: memory
+    `80` meant "80 GB", a bandwidth `400` meant "400 Gb/s" or "400 GB/s". A string with
+    its unit is taken as written, however small."""
+
+    floor: float
+    unit: str
+    """The unit suggested: the number with it is what was likely meant."""
+
+    def problem(self, value: float) -> str | None:
+        if value == 0 or abs(value) >= self.floor:
+            return None
+        return (f"{value:g} as a bare number is implausibly small for this quantity; give "
+                f"the unit, e.g. \"{value:g} {self.unit}\" (or write the small value with "
+                "its unit)")
+
+
+BARE_FLOORS = {MemorySize: BareNumberFloor(2**30, "GB"),
+               ByteRate: BareNumberFloor(1e9, "GB/s"),
+               FlopRate: BareNumberFloor(1e12, "TFLOP/s")}
+"""A device's or a node's memory under 1 GiB, a link or memory rate under 1 GB/s and a
+peak under 1 TFLOP/s, as bare numbers: every such field is a GPU's or a node's, far
+beyond those values (sizes of other kinds, such as a search's memory limit, are Bytes
+and have no floor)."""
+
+
+def _with_units(parse: Callable[[str], float], integral: bool = False,
+                floor: BareNumberFloor | None = None) -> Callable[[Any, Any], float | int]:
     """A hook taking a number in base units or a string that `parse` reads."""
 
     def structure(value: Any, _type: Any) -> float | int:
-        number = _in_range(parse(value)) if isinstance(value, str) else _number(value)
+        if isinstance(value, str):
+            number = _in_range(parse(value))
+        else:
+            number = _number(value)
+            bare = None if floor is None else floor.problem(number)
+            if bare is not None:
+                raise ValueError(bare)
         return round(number) if integral else number
 
     return structure
@@ -116,8 +149,12 @@ def make_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, _string)
     converter.register_structure_hook(bool, _boolean)
     converter.register_structure_hook(Bytes, _with_units(units.parse_bytes, integral=True))
-    converter.register_structure_hook(FlopRate, _with_units(units.parse_flop_rate))
-    converter.register_structure_hook(ByteRate, _with_units(units.parse_byte_rate))
+    converter.register_structure_hook(MemorySize, _with_units(
+        units.parse_bytes, integral=True, floor=BARE_FLOORS[MemorySize]))
+    converter.register_structure_hook(FlopRate, _with_units(units.parse_flop_rate,
+                                                            floor=BARE_FLOORS[FlopRate]))
+    converter.register_structure_hook(ByteRate, _with_units(units.parse_byte_rate,
+                                                            floor=BARE_FLOORS[ByteRate]))
     converter.register_structure_hook(Seconds, _with_units(units.parse_seconds))
     converter.register_structure_hook(Count, lambda v, _t: _number(v))
     # A choice (a Literal) is a string here; the field's one_of validator names the choices

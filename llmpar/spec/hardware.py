@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from llmpar.spec import validators as v
-from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, Seconds
+from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, MemorySize, Seconds
 
 
 @attrs.frozen(kw_only=True)
@@ -16,9 +16,9 @@ class Gpu:
     """Preset name or a label."""
     source: str = ""
     """Datasheet the numbers come from."""
-    memory_bytes: Bytes = attrs.field(validator=v.positive)
+    memory_bytes: MemorySize = attrs.field(validator=v.positive)
     """On-device memory (HBM), as the datasheet states it."""
-    usable_memory_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
+    usable_memory_bytes: MemorySize | None = attrs.field(default=None, validator=v.positive)
     """Memory the device reports as its total (nvidia-smi's total, CUDA's
     `total_memory`, rocminfo's VRAM pool): what the frameworks allocate from, and what a
     plan must fit in. It differs from the datasheet's figure, which rounds: an H100's
@@ -110,7 +110,7 @@ class Hardware:
     PCIe Gen4 x16 31.5 GB/s and Gen5 x16 63 GB/s (16 and 32 GT/s x 16 lanes, 128b/130b;
     PCI-SIG); NVLink-C2C 900 GB/s both directions per Grace CPU (NVIDIA GH200 and GB200
     datasheets), shared by two GPUs on GB200. What offloading (ZeRO-Offload) moves over."""
-    host_memory_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
+    host_memory_bytes: MemorySize | None = attrs.field(default=None, validator=v.positive)
     """CPU memory of one node, which the offloaded states of its GPUs share."""
     collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
     """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's).

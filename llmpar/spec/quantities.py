@@ -11,6 +11,10 @@ from typing import NewType
 Bytes = NewType("Bytes", int)
 """A size in bytes; a spec may write "80 GiB" or "40 GB"."""
 
+MemorySize = NewType("MemorySize", int)
+"""The memory of a device or a node, in bytes; written like Bytes, and a bare number under
+1 GiB is taken for a unit left out (`memory_bytes = 80` meant "80 GB")."""
+
 FlopRate = NewType("FlopRate", float)
 """FLOP per second; a spec may write "989 TFLOP/s"."""
 
