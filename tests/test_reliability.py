@@ -370,3 +370,9 @@ def test_a_transform_outside_the_contract_is_named_not_planned(transform, fragme
         llmpar.search(spec, session=session)  # never ranked as fitting
     plain = BASE.replace("[parallel.data]\nfsdp = true\n", "")
     assert session.evaluate(plain).total_bytes > 0  # specs without it still plan
+
+
+def test_control_characters_in_values_are_refused_before_a_report_prints_them():
+    [(path, message)] = problems_of(BASE, overrides={"model.name": "\x1b[2Jllama"})
+    assert path == "$.model.name"
+    assert "control characters" in message and "\\x1b" in message

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import typing
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -50,9 +51,18 @@ def _integer(value: Any, _type: Any = int) -> int:
     return int(_in_range(value))
 
 
+PRINTED_CONTROLS = "\n\t"
+"""The only control characters a spec's strings may hold (a long source may wrap): any
+other (an escape, a carriage return, a bell) would act on the terminal when a report
+prints the string."""
+
+
 def _string(value: Any, _type: Any = str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
+    if any(unicodedata.category(ch) in ("Cc", "Cf") and ch not in PRINTED_CONTROLS
+           for ch in value):  # control and format (bidirectional override) characters
+        raise ValueError(f"control characters are not allowed in a string, got {value!r}")
     return value
 
 
