@@ -156,3 +156,11 @@ def test_search_answers_from_flags(capsys):
                  "--seq", "4096", "--global-batch", "32", "--top", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert len(result["results"]) == 2
+
+
+def test_version_and_python_dash_m():
+    from importlib.metadata import version
+
+    result = subprocess.run([sys.executable, "-m", "llmpar", "--version"],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == f"llmpar {version('llmpar')}"

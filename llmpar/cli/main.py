@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llmpar",
         description="Plan parallelism for large language models: memory per GPU, FLOPs, "
                     "step and run time, from a TOML spec.")
+    parser.add_argument("--version", action="version", version=f"llmpar {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"llmpar.cli.{name}").add_parser(commands)
@@ -36,6 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
                              help="do not load plugin NAME (repeatable; as "
                                   "LLMPAR_BLOCK_PLUGINS=NAME,...)")
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (a source tree without metadata: unknown)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmpar")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
