@@ -90,6 +90,10 @@ class TrainingPart:
     collectives: tuple[CollectiveCost, ...] = ()
     notes: tuple[StrategyNote, ...] = ()
     """What each strategy did (`Transform.notes`)."""
+    step_time_trust: str = ""
+    """How far to trust `step_seconds`: the error on the published runs of its validation
+    family (GPU and model kind), or what a GPU without runs rests on (`llmpar.trust`);
+    empty without a step time."""
 
 
 @attrs.frozen(kw_only=True)

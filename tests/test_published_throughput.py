@@ -44,3 +44,32 @@ def test_documented_discrepancies_are_discrepancies():
         low, high = row.expected_error
         assert row.expected_reason and (low < -TOLERANCE or high > TOLERANCE), row.label
     assert len(marked) <= len(ROWS) // 3
+
+
+def test_the_shipped_validation_families_match_the_rows():
+    """specs/validation/step_time.toml, which every plan's step_time_trust quotes, is what
+    the rows give today (regenerate it with the script's --families when this fails)."""
+    from llmpar.loading.presets import builtin_specs_dir
+    from llmpar.trust import FAMILIES_FILE
+
+    shipped = (builtin_specs_dir() / FAMILIES_FILE).read_text(encoding="utf-8")
+    assert shipped == report.families_toml()
+
+
+def test_a_plan_quotes_its_familys_error_or_what_its_gpu_rests_on():
+    from llmpar.trust import load_families
+
+    h100 = next(f for f in load_families() if (f.gpu, f.kind) == ("h100-sxm", "dense"))
+    example = report.PUBLISHED.parent.parent / "specs" / "examples"
+    plan = llmpar.evaluate(example / "llama-3-8b-fsdp-8-h100.toml")
+    assert plan.training.step_time_trust.startswith(
+        f"within {h100.worst_abs_error:.0%} (median {h100.median_abs_error:.0%}) of "
+        f"{h100.runs} published dense training runs on h100-sxm")
+    b200 = llmpar.evaluate(example / "llama-3-8b-fsdp-8-h100.toml",
+                           {"hardware.cluster": "dgx-b200"})
+    assert b200.training.step_time_trust.startswith("no published run on b200")
+    assert "expect +-15%" in b200.training.step_time_trust
+    moe = llmpar.evaluate(example / "mixtral-8x7b-ep8-a100.toml")
+    assert moe.training.step_time_trust.startswith("no published moe run on a100-sxm-80gb")
+    assumed = llmpar.evaluate(example / "llama-3-8b-fsdp-8-h100.toml", {"training.mfu": 0.4})
+    assert assumed.training.step_time_trust.startswith("assumed MFU, not modelled")

@@ -20,6 +20,7 @@ from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import ActivationInventory
 from llmpar.spec import Hardware, Spec
 from llmpar.strategy import Collective, Stage
+from llmpar.trust import Family, load_families
 
 T = TypeVar("T")
 CollectiveSeconds = Callable[[Collective, Hardware, Any], tuple[Any, str]]
@@ -57,6 +58,7 @@ class EvaluationCache:
                  collective_seconds: CollectiveSeconds | None = None):
         self.activation_models = activation_models
         self.collective_seconds = collective_seconds
+        self._families: tuple[Family, ...] | None = None
         """Cost of one collective call; None: llmpar's (`seconds_of`)."""
         self._footprints = Bounded(size)
         self._facts = Bounded(size)
@@ -68,6 +70,12 @@ class EvaluationCache:
     @staticmethod
     def footprint_key(spec: Spec) -> Hashable:
         return spec.model, spec.precision, spec.training
+
+    def validation_families(self) -> tuple[Family, ...]:
+        """llmpar's validation families (`llmpar.trust`), read on first use."""
+        if self._families is None:
+            self._families = load_families()
+        return self._families
 
     def footprint(self, spec: Spec) -> Footprint:
         return self._footprints.get(self.footprint_key(spec), lambda: baseline_footprint(

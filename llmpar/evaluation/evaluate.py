@@ -44,6 +44,7 @@ from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
 from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
+from llmpar.trust import load_families, step_time_trust
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
@@ -209,7 +210,9 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
         optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
         exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
-        notes=strategy_notes(transforms))
+        notes=strategy_notes(transforms),
+        step_time_trust=step_time_trust(spec, time.time_model, (
+            load_families() if cache is None else cache.validation_families())))
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),

@@ -97,8 +97,10 @@ def compute(plan: Plan) -> Table:
         rows.append(("MFU", f"{plan.mfu:.1%}"))
     if plan.hfu is not None:
         rows.append(("HFU", f"{plan.hfu:.1%}"))
+    trust = plan.training.step_time_trust if plan.training is not None else ""
+    notes = (f"time model: {plan.time_model}",) + ((f"step time: {trust}",) if trust else ())
     return Table(title="Compute", columns=("quantity", "value"), rows=tuple(rows),
-                 notes=(f"time model: {plan.time_model}",))
+                 notes=notes)
 
 
 def _duration(seconds: float) -> str:

@@ -1,0 +1,84 @@
+"""How far to trust a plan's step time: the published runs of its validation family.
+
+A family is a GPU and a kind of model (dense, or with experts). Its runs are the rows of
+validation/published/, each a published, measured training run; their errors, computed
+by `validation/published_throughput.py --families`, ship in the wheel as
+specs/validation/step_time.toml (tests/test_published_throughput.py fails when that file
+no longer matches the rows). A GPU without runs says what its time model rests on
+instead: the preset's `efficiency_source` and `efficiency_uncertainty`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import attrs
+
+from llmpar.loading.presets import builtin_specs_dir
+from llmpar.spec import Spec
+
+FAMILIES_FILE = Path("validation") / "step_time.toml"
+"""The per-family errors, under llmpar's specs folder."""
+
+
+@attrs.frozen(kw_only=True)
+class Family:
+    """The published runs of one GPU and model kind, and llmpar's error on them."""
+
+    gpu: str
+    kind: str
+    """"dense" or "moe"."""
+    runs: int
+    median_abs_error: float
+    worst_abs_error: float
+
+
+def load_families(path: Path | None = None) -> tuple[Family, ...]:
+    """The validation families of `path` (llmpar's own file by default); a session reads
+    them once (`EvaluationCache.validation_families`)."""
+    path = path or builtin_specs_dir() / FAMILIES_FILE
+    if not path.is_file():
+        return ()
+    table = tomllib.loads(path.read_text(encoding="utf-8"))
+    return tuple(Family(**row) for row in table.get("family", ()))
+
+
+def step_time_trust(spec: Spec, time_model: str, families: tuple[Family, ...]) -> str:
+    """In words: how far the step time of `spec` is to be trusted, and why, by the
+    published runs of `families`."""
+    if time_model == "none":
+        return ""
+    if time_model == "assumed-mfu":
+        return ("assumed MFU, not modelled: as good as the MFU given; no published run "
+                "checks it")
+    gpu = spec.hardware.gpu
+    kind = "moe" if spec.model.moe is not None else "dense"
+    known = [f for f in families if f.gpu == gpu.name]
+    same = [f for f in known if f.kind == kind]
+    if same:
+        f = same[0]
+        return (f"within {f.worst_abs_error:.0%} (median {f.median_abs_error:.0%}) of "
+                f"{f.runs} published {kind} training runs on {gpu.name} "
+                "(docs/validation-throughput.md), for the preset as shipped")
+    if known:
+        other = known[0]
+        return (f"no published {kind} run on {gpu.name}; its {other.runs} {other.kind} "
+                f"training runs are within {other.worst_abs_error:.0%}: expect more")
+    return f"no published run on {gpu.name}: {_derived(spec)}"
+
+
+BASES = {"measured": "scaled from a calibrated GPU by this GPU's measured GEMM plateau",
+         "derived": "taken from a sibling GPU"}
+"""How a preset without runs got its matmul_efficiency, by the first word of its
+`efficiency_source` (validation/published/gemm/matmul_efficiency.toml)."""
+
+
+def _derived(spec: Spec) -> str:
+    """What a GPU without runs rests on, from its preset."""
+    gpu = spec.hardware.gpu
+    words = gpu.efficiency_source.split()
+    basis = BASES.get(words[0].rstrip(":") if words else "", "as its preset states")
+    if gpu.efficiency_uncertainty is None:
+        return f"matmul_efficiency {basis}; no stated uncertainty"
+    return f"matmul_efficiency {basis}, expect +-{gpu.efficiency_uncertainty:.0%}"
