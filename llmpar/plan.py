@@ -157,6 +157,8 @@ class ServingPool:
     phases: tuple[InferencePhase, ...] = ()
     collectives: tuple[CollectiveCost, ...] = ()
     notes: tuple[StrategyNote, ...] = ()
+    time_trust: str = ""
+    """How far to trust the pool's TTFT, TPOT and throughput (`llmpar.trust`)."""
 
 
 T = TypeVar("T")

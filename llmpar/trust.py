@@ -82,3 +82,10 @@ def _derived(spec: Spec) -> str:
     if gpu.efficiency_uncertainty is None:
         return f"matmul_efficiency {basis}; no stated uncertainty"
     return f"matmul_efficiency {basis}, expect +-{gpu.efficiency_uncertainty:.0%}"
+
+
+SERVING_TRUST = ("not yet checked against published serving runs: each phase is a roofline "
+                 "of its operations at the GPU's efficiencies with the collectives added, "
+                 "without an engine's per-step scheduling and launch costs; expect slower "
+                 "decode steps at small batch")
+"""What a serving plan's times rest on, until serving has validation families of its own."""

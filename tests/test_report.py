@@ -351,3 +351,10 @@ def test_serving_memory_says_what_memory_utilization_holds_back():
     assert f"holds back {held / 1e9:,.2f} GB" in text_report(plan)
     none = llmpar.evaluate(spec, {"inference.memory_utilization": 1.0})
     assert "holds back" not in text_report(none)
+
+
+def test_serving_times_say_they_are_not_yet_validated():
+    spec = Path(__file__).resolve().parent.parent / "specs/examples/inference-llama-2-70b-h100.toml"
+    plan = llmpar.evaluate(spec)
+    assert plan.serving[0].time_trust.startswith("not yet checked against published serving")
+    assert f"times: {plan.serving[0].time_trust}" in text_report(plan)

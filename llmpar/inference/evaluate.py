@@ -38,6 +38,7 @@ from llmpar.positions import SERVED_POSITIONS, position_limit_warning
 from llmpar.roofline import DEFAULT_SOURCE, Rates, rates_of
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
+from llmpar.trust import SERVING_TRUST
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
@@ -209,6 +210,7 @@ def build_inference_plan(spec: Spec, layout: Layout,
     # The Plan's own fields go on the plan; the rest are the serving pool's.
     top = {f.name: fields.pop(f.name) for f in attrs.fields(Plan) if f.name in fields}
     pool = ServingPool(num_gpus=spec.hardware.num_gpus, layout=dict(serving.layout.degrees),
+                       time_trust=SERVING_TRUST if timing is not None else "",
                        **fields)  # type: ignore[arg-type]
     return Plan(**top, serving=(pool,),  # type: ignore[arg-type]
                 warnings=tuple(_warnings(serving, memory, timing, why_untimed)),

@@ -81,8 +81,9 @@ def serving(plan: Plan) -> Table:
         ("decode compute-bound from batch",
          _optional(plan.decode_compute_bound_batch_size, lambda v: f"{v:,}"), ""),
     ]
+    trust = pool.time_trust if pool else ""
     return Table(title="Serving", columns=("quantity", "value", "note"), rows=tuple(rows),
-                 text_columns=(0, 2))
+                 text_columns=(0, 2), notes=(f"times: {trust}",) if trust else ())
 
 
 def phases(plan: Plan) -> Table | None:
