@@ -164,3 +164,10 @@ def test_version_and_python_dash_m():
     result = subprocess.run([sys.executable, "-m", "llmpar", "--version"],
                             capture_output=True, text=True, check=True)
     assert result.stdout.strip() == f"llmpar {version('llmpar')}"
+
+
+def test_every_command_takes_a_shipped_examples_name(capsys):
+    assert main(["explain", "gpt3-175b-1024-a100", "capacity_bytes"]) == 0
+    assert "capacity_bytes" in capsys.readouterr().out
+    assert main(["diff", "gpt3-175b-1024-a100", "adam-memory-7b"]) == 0
+    assert "num_gpus" in capsys.readouterr().out

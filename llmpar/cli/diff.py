@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmpar.cli.common import overrides
+from llmpar.cli.common import overrides, spec_source
 from llmpar.report.diff import diff_table, plan_differences
 from llmpar.report.json_format import strict_json
 from llmpar.report.tables import render_markdown, render_text
@@ -35,8 +35,8 @@ def _label(spec: str, pairs: list[str]) -> str:
 
 def run(session: Session, args: argparse.Namespace) -> int:
     pairs_a, pairs_b = args.set + args.set_a, args.set + args.set_b
-    plan_a = session.evaluate(args.spec_a, overrides(pairs_a))
-    plan_b = session.evaluate(args.spec_b, overrides(pairs_b))
+    plan_a = session.evaluate(spec_source(session, args.spec_a), overrides(pairs_a))
+    plan_b = session.evaluate(spec_source(session, args.spec_b), overrides(pairs_b))
     if args.format == "json":
         rows = [{"field": d.field, "a": d.a, "b": d.b, "ratio": d.ratio}
                 for d in plan_differences(plan_a, plan_b)]

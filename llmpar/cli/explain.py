@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmpar.cli.common import add_spec_arguments, overrides
+from llmpar.cli.common import add_spec_arguments, overrides, spec_source
 from llmpar.session import Session
 
 
@@ -19,7 +19,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
-    plan = session.evaluate(args.spec, overrides(args.set))
+    plan = session.evaluate(spec_source(session, args.spec), overrides(args.set))
     try:
         print(plan.explain(args.field))
     except KeyError:

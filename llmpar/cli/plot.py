@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmpar.cli.common import overrides
+from llmpar.cli.common import overrides, spec_source
 from llmpar.session import Session
 
 if TYPE_CHECKING:
@@ -54,10 +54,17 @@ def run(session: Session, args: argparse.Namespace) -> int:
     if output.suffix.lower() not in SUFFIXES:
         print(f"llmpar: -o must end in .png or .svg, got {output.name!r}", file=sys.stderr)
         return EXIT_USAGE
-    figure = build_figure(session, args.kind, args.specs, overrides(args.set))
+    specs = [_example_path(session, spec) for spec in args.specs]
+    figure = build_figure(session, args.kind, specs, overrides(args.set))
     figure.savefig(output, dpi=150)
     print(f"wrote {output}")
     return 0
+
+
+def _example_path(session: Session, spec: str) -> str:
+    """A SPEC argument, with a shipped example's name as its file."""
+    found = spec_source(session, spec) if spec != "-" else spec
+    return str(found) if isinstance(found, Path) else spec
 
 
 def build_figure(session: Session, kind: str, specs: list[str],
