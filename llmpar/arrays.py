@@ -74,6 +74,31 @@ def logical_not(value: Value) -> Value:
     return not value
 
 
+def any_of(conditions: Iterable[Value]) -> Value:
+    """Whether any of several conditions holds, elementwise (False for none)."""
+    found: Value = False
+    for condition in conditions:
+        found = logical_or(found, condition)
+    return found
+
+
 def anywhere(condition: Value) -> bool:
     """Whether `condition` holds for any layout."""
     return bool(np.any(condition)) if isinstance(condition, np.ndarray) else bool(condition)
+
+
+def is_unset(value: Value) -> Value:
+    """Whether an optional setting is None; elementwise for an array of one (a search
+    node's values of it, an object array holding None and numbers)."""
+    if isinstance(value, np.ndarray):
+        return np.array([v is None for v in value.flat], dtype=bool).reshape(value.shape)
+    return value is None
+
+
+def filled(value: Value, fill: int) -> Value:
+    """An optional integer setting with `fill` where it is None; an integer array for an
+    array of one."""
+    if isinstance(value, np.ndarray):
+        return np.array([fill if v is None else v for v in value.flat],
+                        dtype=np.int64).reshape(value.shape)
+    return fill if value is None else value

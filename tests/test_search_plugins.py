@@ -13,9 +13,9 @@ import llmpar
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.search.dimensions import collect_dimensions
 
-BUILTIN_KEYS = {"data.zero", "tensor.degree", "sequence", "context.degree", "context.kind",
-                "expert.degree", "pipeline.degree", "pipeline.schedule",
-                "pipeline.virtual_stages", "pipeline.layers_per_stage"}
+BUILTIN_KEYS = {"data.zero", "data.shard_degree", "tensor.degree", "sequence",
+                "context.degree", "context.kind", "expert.degree", "pipeline.degree",
+                "pipeline.schedule", "pipeline.virtual_stages", "pipeline.layers_per_stage"}
 
 
 @attrs.frozen(kw_only=True)

@@ -38,6 +38,8 @@ def options_text(choices: dict[str, Any]) -> str:
 def _option(key: str, value: Any, choices: dict[str, Any]) -> str:
     if key == "data.zero":
         return f"ZeRO-{value}"
+    if key == "data.shard_degree":  # hybrid sharding over groups of that many data ranks
+        return "" if value is None else f"HSDP(s={value})"
     if key == "sequence":
         return "SP" if value else ""
     if key == "pipeline.schedule":

@@ -19,6 +19,19 @@ the next step's first forward pass needs them (`overlap_param_gather`). Under st
 each layer's weights are gathered for its forward and backward passes and its
 gradients reduce-scattered, every micro-batch, one layer ahead of (or behind) the
 layer that computes, so each layer's communication hides behind its neighbour's pass.
+
+Hybrid sharding (`shard_degree`; PyTorch HSDP: FSDP2's `fully_shard` over a 2-D
+DeviceMesh (replicate, shard); Zhao et al. 2023, arXiv:2304.11277, Sec. 3.2.2) shards
+every state inside groups of `shard_degree` data ranks (times the context ranks) and
+replicates it across the data / shard_degree groups. The gathers and reduce-scatters stay
+in the shard group; each replica's gradient shard is then all-reduced across the
+replicas once per step, unit by unit during the last micro-batch's backward pass (FSDP2's
+`set_requires_all_reduce(False)` on the micro-batches before it). The mesh is built
+row-major over the data ranks (torchtitan's `dp_replicate` outside `dp_shard`): a shard
+group is the innermost `shard_degree` x context ranks of the data x context block, so
+where `[parallel] order` puts the data axis places both. DeepSpeed's ZeRO++ hierarchical
+partitioning (hpZ), which keeps a second weight partition per node, is another mechanism
+and not this one.
 """
 
 from __future__ import annotations
@@ -27,14 +40,26 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import numpy as np
 
-from llmpar.arrays import is_array, logical_and, where
+from llmpar.arrays import (
+    any_of,
+    anywhere,
+    filled,
+    is_array,
+    is_unset,
+    logical_and,
+    logical_not,
+    logical_or,
+    maximum,
+    where,
+)
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
-from llmpar.spec.validators import FieldError
+from llmpar.spec.validators import FieldError, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
     TENSOR_SPLIT_GROUPS,
@@ -103,6 +128,11 @@ class DataConfig:
     """Gather the updated weights, bucket by bucket, while the next step's first
     micro-batch runs its forward pass (the first bucket before it); under ZeRO-3 prefetch
     each layer's weights behind the neighbouring layer's pass."""
+    shard_degree: int | None = attrs.field(default=None, validator=positive)
+    """Hybrid sharding (PyTorch HSDP): data ranks each shard group holds (times the
+    context ranks); the states are replicated across the data degree / shard_degree
+    groups, whose gradient shards are all-reduced once per step. Needs ZeRO-3 (`zero =
+    3` or `fsdp = true`) and must divide the data degree; unset: the whole data group."""
 
     @property
     def stage(self) -> int:
@@ -116,6 +146,28 @@ def shard_degrees(ctx: StrategyContext) -> tuple[int, int]:
     dense = layout.degree("data") * layout.degree("context")
     folded = dense * layout.degree("tensor") // expert_tensor_degree(layout)
     return dense, max(1, folded // layout.degree("expert"))
+
+
+def replicas(config: DataConfig, layout: Layout) -> Any:
+    """Groups the states are replicated across under hybrid sharding: data degree /
+    shard_degree (1 without it; at least 1 where the rules reject the shard degree).
+    An integer array where a search node's `shard_degree` is one."""
+    shard = config.shard_degree
+    if shard is None:
+        return 1
+    data = layout.degree("data")
+    if not is_array(shard):
+        return max(1, data // shard)
+    # Unset reads as the whole data group: one replica, as above.
+    return np.maximum(1, data // filled(shard, data))
+
+
+def hybrid_degrees(ctx: StrategyContext, copies: Any) -> tuple[Any, Any]:
+    """(ranks sharding dense weights, ranks sharding expert weights) over `copies`
+    replicas (`replicas`): `shard_degrees` divided by them (the same for one); integer
+    arrays where `copies` is one."""
+    dense, expert = shard_degrees(ctx)
+    return maximum(1, dense // copies), maximum(1, expert // copies)
 
 
 def parameters_per_gpu(ctx: StrategyContext, experts: bool) -> float:
@@ -140,6 +192,42 @@ def zero_stage(config: DataConfig) -> Any:
     return where(config.fsdp, 3, config.zero)
 
 
+SHARD_PATH = "$.parallel.data.shard_degree"
+
+
+def _shard_rules(config: DataConfig, layout: Layout) -> list[Rule]:
+    """Hybrid sharding needs ZeRO-3, a shard degree that divides the data degree and,
+    with experts sharded over fewer ranks, replicas that divide those ranks too. On a
+    search node's array of shard degrees each rule holds only where one is set."""
+    s = config.shard_degree
+    if s is None:
+        return []
+    d = layout.degree("data")
+    stage = zero_stage(config)
+    given = logical_not(is_unset(s))
+    shard = filled(s, d)  # unset: the whole data group, which every rule accepts
+    divides = d % shard == 0
+    found = [
+        Rule(SHARD_PATH, logical_and(given, stage != 3),
+             lambda: f"shard_degree ({s}) needs parallel.data.zero = 3 or parallel.data.fsdp "
+                     "= true: hybrid sharding (PyTorch HSDP) shards every state inside the "
+                     "group (ZeRO++'s hpZ for ZeRO-1 and -2 is not modelled)"),
+        Rule(SHARD_PATH, logical_and(given, logical_not(divides)),
+             lambda: f"shard_degree ({s}) must divide the data degree ({d})"),
+    ]
+    if layout.degree("expert") > 1 and anywhere(divides):
+        copies = where(divides, d // shard, 1)
+        folded = (d * layout.degree("context") * layout.degree("tensor")
+                  // expert_tensor_degree(layout))
+        expert_data = max(1, folded // layout.degree("expert"))
+        found.append(Rule(
+            SHARD_PATH, logical_and(given, logical_and(divides, expert_data % copies != 0)),
+            lambda: f"the replicas of shard_degree ({s}), data degree / shard_degree = "
+                    f"{copies}, must divide the expert-data ranks ({expert_data}) that "
+                    "shard the expert weights"))
+    return found
+
+
 class DataParallel(Strategy[DataConfig]):
     name = "data"
     config_type = DataConfig
@@ -161,30 +249,41 @@ class DataParallel(Strategy[DataConfig]):
         degree = layout.degree(self.name)
         per_pass = training.micro_batch_size * degree
         batch = training.global_batch_size
+        found = _shard_rules(config, layout)
         if batch is None:
-            return []
+            return found
         return [Rule("$.training.global_batch_size", batch % per_pass != 0,
                      lambda: f"global_batch_size ({batch}) must be a multiple of "
                              f"micro_batch_size ({training.micro_batch_size}) x data degree "
-                             f"({degree}) = {per_pass}")]
+                             f"({degree}) = {per_pass}")] + found
 
     def transform(self, config: DataConfig, ctx: StrategyContext) -> Transform:
-        dense, expert = shard_degrees(ctx)
+        copies = replicas(config, ctx.layout)
+        if is_array(copies):
+            # A search node's layouts whose shard degree the rules reject take one
+            # replica: nothing reads their numbers, and the replica group of a shard
+            # degree that does not divide the expert-data ranks would not fit the cluster.
+            rejected = [rule.fails for rule in _shard_rules(config, ctx.layout)]
+            copies = where(any_of(rejected), 1, copies)
+        dense, expert = hybrid_degrees(ctx, copies)
         stage = zero_stage(config)
-        notes = () if is_array(stage) else (
+        notes: tuple[str, ...] = () if is_array(stage) else (
             f"{ctx.layout.degree(self.name)} replicas, ZeRO stage {stage}",)
+        if not is_array(stage) and not is_array(copies) and copies > 1:
+            notes += (f"hybrid sharding: states sharded over {dense} ranks, replicated "
+                      f"{copies} times",)
         return Transform(
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
             shards=_shards(stage, dense, expert),
-            collectives=_collectives(config, ctx, stage, dense, expert),
+            collectives=_collectives(config, ctx, stage, copies),
             buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx), 0.0),
             notes=notes,
         )
 
 
-def _shards(stage: Any, dense: int, expert: int) -> tuple[Shard, ...]:
-    if dense == 1 and expert == 1:
+def _shards(stage: Any, dense: Any, expert: Any) -> tuple[Shard, ...]:
+    if not anywhere(logical_or(dense != 1, expert != 1)):
         return ()
     shards = []
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
@@ -196,9 +295,24 @@ def _shards(stage: Any, dense: int, expert: int) -> tuple[Shard, ...]:
     return tuple(shards)
 
 
-def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, dense: int,
-                 expert: int) -> tuple[Collective, ...]:
+def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any,
+                 copies: Any) -> tuple[Collective, ...]:
+    """The data-parallel collectives. Group sizes are plain integers, so where a search
+    node's replica counts vary (its shard degrees), each count states its own set, with
+    stage -1 (no stage's collectives run) where another count applies."""
+    if not is_array(copies):
+        return _collectives_of(config, ctx, stage, copies)
+    found: tuple[Collective, ...] = ()
+    for count in np.unique(copies).tolist():
+        found += _collectives_of(config, ctx, where(copies == count, stage, -1), int(count))
+    return found
+
+
+def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
+                    copies: int) -> tuple[Collective, ...]:
+    """The collectives over `copies` replicas of the states."""
     spec, layout = ctx.spec, ctx.layout
+    dense, expert = hybrid_degrees(ctx, copies)
     grad_size = bytes_per_element(spec.gradients_dtype)
     weight_size = bytes_per_element(spec.precision.weights)
     m = micro_batches_per_step(spec, layout)
@@ -211,19 +325,24 @@ def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, dense: in
     layers = layers_per_stage(spec, layout)
     windows = _Windows(bucket_parameters=bucket_parameters(dense),
                        layers=layers if layers >= 1 else None)
-    found = []
+    found: list[dict[str, Any]] = []
     for label, selection, size, stride in (
             ("dense", GroupSelection(excluded=EXPERT_GROUPS), dense, dense_stride),
             ("expert", GroupSelection(groups=EXPERT_GROUPS), expert, expert_stride)):
-        if size <= 1 or (label == "expert" and not has_experts):
+        if label == "expert" and not has_experts:
             continue
         common: dict[str, Any] = dict(strategy="data", group_size=size, group_stride=stride,
                                       parameter_groups=selection)
-        found += _group_collectives(config, label, stage, m, grad_size, weight_size, windows,
-                                    common)
+        if size > 1:
+            found += _group_collectives(config, label, stage, grad_size, weight_size,
+                                        windows, common, m)
+        if copies > 1:
+            found.append(_replica_all_reduce(config, label, stage, grad_size, windows,
+                                             common, copies))
     # One layout states only the collectives its stage runs; a search node states each
-    # wherever it may run (calls 0 elsewhere).
-    return tuple(c for c in found if is_array(c.calls_per_step) or c.calls_per_step != 0)
+    # wherever it may run (calls 0 elsewhere), and none that runs nowhere in it.
+    return tuple(Collective(**fields) for fields in found
+                 if anywhere(fields["calls_per_step"] != 0))
 
 
 @attrs.frozen
@@ -235,9 +354,29 @@ class _Windows:
     layers: float | None
 
 
-def _group_collectives(config: DataConfig, label: str, stage: Any, m: Any, grad_size: float,
-                       weight_size: float, windows: _Windows,
-                       common: dict[str, Any]) -> list[Collective]:
+def _replica_all_reduce(config: DataConfig, label: str, stage: Any, grad_size: float,
+                        windows: _Windows, common: dict[str, Any],
+                        copies: int) -> dict[str, Any]:
+    """Hybrid sharding: each rank's gradient shard (1/shard-group of the gradients)
+    all-reduced across the `copies` replicas, once per step: FSDP2 reduces each unit's
+    shard right after its reduce-scatter in the last micro-batch's backward pass (the
+    first layer's last); the replicas of one shard sit a whole shard group apart."""
+    size, stride = common["group_size"], common["group_stride"]
+    replica = dict(common, group_size=copies, group_stride=stride * size)
+    return dict(name=f"data.{label}-grad-replica-all-reduce", operation="all-reduce",
+                calls_per_step=where(stage == 3, 1.0, 0.0),
+                overlap=1.0 if config.overlap_grad_reduce else 0.0,
+                hides_behind="last-backward", pieces=windows.layers,
+                bytes_per_parameter=grad_size / size, component="gradients",
+                reason="sum the gradient shards across the replicas of hybrid "
+                       "sharding (HSDP), once per step", **replica)
+
+
+def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: float,
+                       weight_size: float, windows: _Windows, common: dict[str, Any],
+                       m: Any) -> list[dict[str, Any]]:
+    """The fields of the gradient and weight collectives in the shard group (calls 0
+    where the stage does not run them)."""
     grad_overlap = 1.0 if config.overlap_grad_reduce else 0.0
     gather_overlap = 1.0 if config.overlap_param_gather else 0.0
     gradients: dict[str, Any] = dict(bytes_per_parameter=grad_size, component="gradients",
@@ -250,25 +389,25 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, m: Any, grad_
     per_layer: dict[str, Any] = dict(hides_behind="layers", pieces=windows.layers)
     gather = "gather the updated weight shards (ZeRO-1 and -2)"
     return [
-        Collective(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
-                   calls_per_step=where(stage == 0, 1.0, 0.0), overlap=grad_overlap,
-                   reason="sum gradients across replicas", **once, **gradients),
-        Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
-                   calls_per_step=where(sharded, 1.0, 0.0), overlap=grad_overlap,
-                   reason="sum gradient shards across replicas", **once, **gradients),
-        Collective(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
-                   calls_per_step=where(stage == 3, m, 0.0), overlap=grad_overlap,
-                   reason="sum each layer's gradient shards across replicas, every "
-                          "micro-batch (ZeRO-3)", **per_layer, **gradients),
-        Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
-                   calls_per_step=where(sharded, 1.0, 0.0), overlap=gather_overlap,
-                   hides_behind="first-forward",
-                   bucket_bytes=windows.bucket_parameters * weight_size,
-                   reason=f"{gather}, before the next forward pass", **weights),
-        Collective(name=f"data.{label}-param-all-gather", operation="all-gather",
-                   calls_per_step=where(stage == 3, 2 * m, 0.0), overlap=gather_overlap,
-                   reason="gather each layer's weights for its forward and backward passes "
-                          "(ZeRO-3)", **per_layer, **weights),
+        dict(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
+             calls_per_step=where(stage == 0, 1.0, 0.0), overlap=grad_overlap,
+             reason="sum gradients across replicas", **once, **gradients),
+        dict(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
+             calls_per_step=where(sharded, 1.0, 0.0), overlap=grad_overlap,
+             reason="sum gradient shards across replicas", **once, **gradients),
+        dict(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
+             calls_per_step=where(stage == 3, m, 0.0), overlap=grad_overlap,
+             reason="sum each layer's gradient shards across replicas, every "
+                    "micro-batch (ZeRO-3)", **per_layer, **gradients),
+        dict(name=f"data.{label}-param-all-gather", operation="all-gather",
+             calls_per_step=where(sharded, 1.0, 0.0), overlap=gather_overlap,
+             hides_behind="first-forward",
+             bucket_bytes=windows.bucket_parameters * weight_size,
+             reason=f"{gather}, before the next forward pass", **weights),
+        dict(name=f"data.{label}-param-all-gather", operation="all-gather",
+             calls_per_step=where(stage == 3, 2 * m, 0.0), overlap=gather_overlap,
+             reason="gather each layer's weights for its forward and backward passes "
+                    "(ZeRO-3)", **per_layer, **weights),
     ]
 
 
@@ -292,6 +431,10 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
     register(SearchDimension(strategy="data", field="zero", values=_zero_stages,
                              description="ZeRO stage (3 is FSDP's sharding), when states "
                                          "shard over more than one rank"))
+    register(SearchDimension(strategy="data", field="shard_degree", values=_hybrid_degrees,
+                             description="hybrid sharding under ZeRO-3: unset (the whole "
+                                         "data group), or each power of two between 1 and "
+                                         "the data degree that divides it"))
 
 
 def _zero_stages(point: Point) -> tuple[int, ...]:
@@ -300,3 +443,16 @@ def _zero_stages(point: Point) -> tuple[int, ...]:
     ranks = point.degree("data") * point.degree("context")
     experts = point.spec.model.moe is not None and point.degree("tensor") > 1
     return (0, 1, 2, 3) if ranks > 1 or experts else (0,)
+
+
+def _hybrid_degrees(point: Point) -> tuple[int | None, ...]:
+    """Under ZeRO-3 (the stage chosen, or `fsdp` in the searched spec): the whole data
+    group (None) and every shard group of a power of two ranks, 1 < s < data degree,
+    that divides it; else None alone."""
+    data = point.degree("data")
+    config = point.spec.parallel.get("data")
+    fsdp = bool(getattr(config, "fsdp", False))
+    if not (fsdp or point.fields.get("zero") == 3):
+        return (None,)
+    powers = (2 ** k for k in range(1, data.bit_length()))
+    return (None,) + tuple(s for s in powers if s < data and data % s == 0)

@@ -87,8 +87,9 @@ def training_specs(draw: st.DrawFn, model: Any = None) -> dict[str, Any]:
 def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
     """A training run under a drawn layout of llmpar's own strategies: tensor (with or
     without sequence parallelism), pipeline (1F1B), context (ring or all-to-all),
-    ZeRO stage, a rank order and, for an MoE model, expert parallelism (NCCL or DeepEP
-    dispatch, experts folded into the tensor ranks or not). Every degree divides what
+    ZeRO stage (with hybrid sharding under ZeRO-3), a rank order and, for an MoE model,
+    expert parallelism (NCCL or DeepEP dispatch, experts folded into the tensor ranks or
+    not). Every degree divides what
     it must (heads, layers, sequence, experts), so the spec loads and plans."""
     pipeline = draw(st.sampled_from([1, 2, 4]))
     moe = draw(st.booleans())
@@ -117,7 +118,16 @@ def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
                         "num_gpus": tensor * pipeline * context * data}
     spec["training"].update(sequence_length=draw(st.sampled_from([512, 2048, 4096])),
                             global_batch_size=micro_batch * data * pipeline * accumulation)
-    parallel: dict[str, Any] = {"data": {"degree": data, "zero": draw(st.integers(0, 3))}}
+    zero = draw(st.integers(0, 3))
+    parallel: dict[str, Any] = {"data": {"degree": data, "zero": zero}}
+    if zero == 3:
+        # Hybrid sharding: the replicas (data / shard_degree) must divide the expert-data
+        # ranks that shard the expert weights.
+        shards = [s for s in (1, 2) if data % s == 0 and s < data
+                  and (ranks // expert) % (data // s) == 0]
+        shard = draw(st.sampled_from([None, *shards]))
+        if shard is not None:
+            parallel["data"]["shard_degree"] = shard
     for name, degree in (("tensor", tensor), ("pipeline", pipeline)):
         if degree > 1:
             parallel[name] = {"degree": degree}
@@ -151,10 +161,12 @@ REFERENCE_SPECS: tuple[dict[str, Any], ...] = (
                                   "pipeline": {"degree": 2}}),
     _reference("llama-3-8b", 16, {"context": {"degree": 2}, "data": {"zero": 3}},
                sequence_length=16384),
+    _reference("llama-3-8b", 16, {"data": {"fsdp": True, "shard_degree": 4}}),
     _reference("mixtral-8x7b", 16, {"tensor": {"degree": 2}, "sequence": {},
                                     "expert": {"degree": 4}}),
     _reference({"parameters": 7e9}, 8, {}, cluster="dgx-a100"),
 )
 """Fixed specs the contract suite runs on by default: one GPU; ZeRO-1 data parallel;
-tensor + sequence + pipeline; context parallel with FSDP; a mixture of experts with
+tensor + sequence + pipeline; context parallel with FSDP; hybrid sharding (FSDP
+inside groups of 4 data ranks); a mixture of experts with
 expert parallelism; and a model given only by its size (no activation estimate)."""
