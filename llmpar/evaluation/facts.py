@@ -97,6 +97,10 @@ class TrainingFacts:
     hardware_flops_per_step: float
     """What the GPUs execute: attention as its kernel runs it, with recomputation
     (before what strategies add or skip)."""
+    executed_model_flops_per_step: float
+    """What the GPUs execute of the model's forward and backward, attention as its kernel
+    runs it, without recomputation: the count that splits a step into its passes, the
+    same whatever `attention_flops` reports."""
     attention_hardware_flops_per_step: float
     slowest_stage_factor: float
 
@@ -123,6 +127,7 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
         inventory_bytes=0.0 if activations is None else activations.total_bytes,
         flops_per_step=flops, hardware_flops_per_step=hardware,
+        executed_model_flops_per_step=hardware - rerun * global_batch,
         attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
             spec, footprint, fraction) * global_batch,
         slowest_stage_factor=slowest_stage_factor(spec, stages, fraction,

@@ -196,9 +196,10 @@ def overlap_windows(compute: Value, attention: Value, backward_share: Value,
 
 def backward_share(facts: TrainingFacts, composition: Composition) -> Value:
     """The backward pass's share of the executed FLOPs: all but the forward pass of the
-    model FLOPs (1 part in 1 + 2); recomputation runs within the backward pass."""
+    executed model FLOPs (1 part in 1 + 2; executed, so that a counting convention does not
+    move the window); recomputation runs within the backward pass."""
     executed = executed_flops(facts, composition)
-    forward = facts.flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
+    forward = facts.executed_model_flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
     positive = executed > 0
     return where(positive, 1 - forward / where(positive, executed, 1.0), 0.0)
 
