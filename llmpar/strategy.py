@@ -33,7 +33,8 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 """Per-GPU model-state components a strategy can shard (activations split by tag)."""
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
-HIDING_WORK = ("compute", "attention", "last-backward", "first-forward", "layers")
+HIDING_WORK = ("compute", "attention", "last-backward", "first-forward", "layers",
+               "weight-gradients")
 """The work a collective's overlapping share can run behind (`Collective.hides_behind`),
 on one GPU of the slowest pipeline stage:
 - "compute": any of the step's compute;
@@ -43,7 +44,10 @@ on one GPU of the slowest pipeline stage:
 - "first-forward": the forward pass of the step's first micro-batch (the gather of the
   weights the optimizer step updated, before their layers run again);
 - "layers": every pass of every layer, each piece behind the neighbouring layer's pass
-  (FSDP / ZeRO-3's per-layer gathers and reduce-scatters, prefetched one layer ahead).
+  (FSDP / ZeRO-3's per-layer gathers and reduce-scatters, prefetched one layer ahead);
+- "weight-gradients": the backward pass's weight-gradient products (a tensor-parallel
+  input-gradient all-reduce or reduce-scatter runs behind the weight gradient of the same
+  linear layer: Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication).
 Collectives that hide behind the same work share it (`llmpar.evaluation.step_time`)."""
 
 ConfigT = TypeVar("ConfigT")

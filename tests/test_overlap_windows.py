@@ -179,3 +179,15 @@ def test_the_search_ranks_with_the_same_windows():
                      "pipeline": {"degree": 2}, "data": {}}})
     for spec in (dense, experts):
         assert list(disagreements(SESSION, spec)) == []
+
+
+def test_tensor_input_gradients_hide_only_behind_the_weight_gradients():
+    # Without recomputation the weight-gradient products are a third of the step's model
+    # FLOPs (forward 1, input gradients 1, weight gradients 1), so the window of the
+    # backward input-gradient collectives is a third of the compute, not all of it.
+    spec = Path(__file__).resolve().parent.parent / "specs/examples/llama-3-8b-tp8-sp-a100.toml"
+    plan = llmpar.evaluate(spec, {"training.recompute": "none"})
+    behind = [c for c in plan.training.collectives
+              if c.name == "sequence.input-gradient-reduce-scatter"]
+    assert behind and behind[0].window_seconds < plan.compute_seconds / 2
+    assert behind[0].window_seconds == pytest.approx(plan.compute_seconds / 3, rel=0.02)

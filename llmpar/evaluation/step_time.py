@@ -181,17 +181,26 @@ def piece_share(collective: Collective, buffer_bytes: Value) -> Value:
 
 
 def overlap_windows(compute: Value, attention: Value, backward_share: Value,
-                    micro_batches: Value) -> dict[str, Value]:
+                    micro_batches: Value, weight_gradient_share: Value) -> dict[str, Value]:
     """Seconds of each kind of work a collective can hide behind (`HIDING_WORK`), on one
     GPU of the slowest stage: the step's compute; the attention products; the backward
     and the forward pass of one micro-batch (compute / micro-batches, split by the
-    backward's share of the executed FLOPs); and every layer's passes (the whole compute,
-    a piece behind each layer)."""
+    backward's share of the executed FLOPs); every layer's passes (the whole compute,
+    a piece behind each layer); and the weight-gradient products of every micro-batch."""
     per_micro_batch = compute / micro_batches
     return {"compute": compute, "attention": attention,
             "last-backward": per_micro_batch * backward_share,
             "first-forward": per_micro_batch * (1 - backward_share),
-            "layers": compute}
+            "layers": compute, "weight-gradients": compute * weight_gradient_share}
+
+
+def weight_gradient_share(facts: TrainingFacts, composition: Composition) -> Value:
+    """The weight-gradient products' share of the executed FLOPs: half the backward of the
+    executed model FLOPs, as much as the forward (1 part in 1 + 2)."""
+    executed = executed_flops(facts, composition)
+    weight_gradients = facts.executed_model_flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
+    positive = executed > 0
+    return where(positive, weight_gradients / where(positive, executed, 1.0), 0.0)
 
 
 def backward_share(facts: TrainingFacts, composition: Composition) -> Value:
@@ -351,7 +360,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, facts.attention_hardware_flops_per_step / n / rate,
-                              backward_share(facts, composition), m)
+                              backward_share(facts, composition), m,
+                              weight_gradient_share(facts, composition))
     costs = hide_costs(costs, windows)
     exposed = sum((c.exposed for c in costs), start=0.0)
     states = [k.states for k in memory.kinds]

@@ -93,6 +93,7 @@ class SequenceParallel(Strategy[SequenceConfig]):
                 Collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
                            operation="reduce-scatter", calls_per_step=backward,
                            overlap=1.0 if config.overlap_backward else 0.0,
+                           hides_behind="weight-gradients",
                            reason="input gradients of the Q/K/V and first MLP projections "
                                   "(backward)" + (", behind the weight gradients"
                                                   if config.overlap_backward else ""),

@@ -173,6 +173,7 @@ class TensorParallel(Strategy[TensorConfig]):
                                           "(backward)", **common),
             Collective(name=INPUT_GRADIENT, calls_per_step=backward,
                        overlap=1.0 if config.overlap_backward else 0.0,
+                       hides_behind="weight-gradients",
                        reason="input gradients of the Q/K/V and first MLP projections "
                               "(backward)" + (", behind the weight gradients"
                                               if config.overlap_backward else ""),
