@@ -67,11 +67,28 @@ class PluginError(RuntimeError):
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """A " (did you mean 'x'?)" suffix naming up to three close names, or ''."""
-    close = difflib.get_close_matches(word, sorted(choices), n=3, cutoff=0.6)
-    if not close:
+    """A " (did you mean 'x'?)" suffix naming up to three close names, or ''. Names that
+    start with the word or that the word starts with, ignoring case and separators
+    (`a100` for `a100-sxm-80gb`, `llama3-8b` for `llama-3-8b`, `adamm` for `adam`), come
+    first, the nearest in length first; then the closest by spelling."""
+    names = sorted(choices)
+    key = _plain(word)
+    related = sorted((name for name in names if _related(_plain(name), key)),
+                     key=lambda name: (abs(len(_plain(name)) - len(key)), name))
+    close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+    found = list(dict.fromkeys(related + close))[:3]
+    if not found:
         return ""
-    return f" (did you mean {' or '.join(repr(name) for name in close)}?)"
+    return f" (did you mean {' or '.join(repr(name) for name in found)}?)"
+
+
+def _plain(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _related(name: str, word: str) -> bool:
+    """One starts with the other (both at least three letters or digits)."""
+    return min(len(name), len(word)) >= 3 and (name.startswith(word) or word.startswith(name))
 
 
 def join_path(base: str, key: str | int) -> str:

@@ -185,3 +185,16 @@ def test_non_utf8_file_is_a_spec_error(tmp_path):
     spec.write_bytes(b"\xff\xfe\x00model")
     with pytest.raises(SpecError, match="cannot read"):
         llmpar.load_spec(spec)
+
+
+@pytest.mark.parametrize(("word", "kind", "first"), [
+    ("h100", "gpu", ["'h100-sxm'", "'h100-pcie'"]),
+    ("a100", "gpu", ["'a100-sxm-40gb'", "'a100-sxm-80gb'"]),
+    ("mixtral", "model", ["'mixtral-8x7b'", "'mixtral-8x22b'"]),
+])
+def test_did_you_mean_names_the_presets_a_short_name_begins(word, kind, first):
+    model, gpu = ("llama-3-8b", word) if kind == "gpu" else (word, "h100-sxm")
+    text = f'model = "{model}"\n[hardware]\ngpu = "{gpu}"\n'
+    [(_, message)] = problems_of(text)
+    suggested = message.split("did you mean ")[1]
+    assert suggested.startswith(" or ".join(first))
