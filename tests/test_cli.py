@@ -171,3 +171,10 @@ def test_every_command_takes_a_shipped_examples_name(capsys):
     assert "capacity_bytes" in capsys.readouterr().out
     assert main(["diff", "gpt3-175b-1024-a100", "adam-memory-7b"]) == 0
     assert "num_gpus" in capsys.readouterr().out
+
+
+def test_check_exits_1_when_the_plan_does_not_fit(capsys):
+    assert main(["evaluate", "gpt3-175b-1024-a100", "--check"]) == 0
+    assert main(["evaluate", "gpt3-175b-1024-a100", "--check",
+                 "--set", "hardware.gpu.memory_bytes=\"2 GB\""]) == 1
+    assert "DOES NOT FIT" in capsys.readouterr().out

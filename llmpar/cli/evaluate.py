@@ -8,6 +8,9 @@ from llmpar.cli.common import add_question_arguments, print_spec, question
 from llmpar.report import FORMATS, print_report
 from llmpar.session import Session
 
+EXIT_DOES_NOT_FIT = 1
+"""`llmpar evaluate --check` of a plan that does not fit (as `llmpar search` finding none)."""
+
 
 def add_format_argument(parser: argparse.ArgumentParser) -> None:
     """--format text|markdown|json, with --json as an alias of --format json."""
@@ -27,6 +30,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "llama-3-70b --cluster dgx-h100 --gpus 64 --seq 8192 --tp 8 --pp 2")
     add_question_arguments(parser)
     add_format_argument(parser)
+    parser.add_argument("--check", action="store_true",
+                        help="exit with status 1 when the plan does not fit (0 when it does)")
     parser.set_defaults(run=run)
 
 
@@ -37,4 +42,4 @@ def run(session: Session, args: argparse.Namespace) -> int:
         return 0
     plan = session.evaluate(source, changes)
     print_report(plan, args.format, extra=session.report_sections(plan))
-    return 0
+    return EXIT_DOES_NOT_FIT if args.check and not plan.fits else 0
