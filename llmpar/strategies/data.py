@@ -32,12 +32,22 @@ group is the innermost `shard_degree` x context ranks of the data x context bloc
 where `[parallel] order` puts the data axis places both. DeepSpeed's ZeRO++ hierarchical
 partitioning (hpZ), which keeps a second weight partition per node, is another mechanism
 and not this one.
+
+Two FSDP settings change what stage 3 does per micro-batch. `reshard_after_forward = false`
+(PyTorch FSDP2's `fully_shard(reshard_after_forward=False)`; DeepSpeed ZeRO-3 always
+reshards) keeps the weights gathered for a micro-batch's forward pass until its backward
+pass: one all-gather per micro-batch instead of two, and the stage's unsharded weights held
+from the forward to the backward. `gradient_sync = "last-micro-batch"` (FSDP2's
+`set_requires_gradient_sync(False)` on every micro-batch but the last, FSDP1's `no_sync()`)
+accumulates unsharded gradients across the micro-batches and reduce-scatters them once per
+step, layer by layer during the last micro-batch's backward pass; the stage's unsharded
+gradients are held across the micro-batches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -59,7 +69,7 @@ from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
-from llmpar.spec.validators import FieldError, positive
+from llmpar.spec.validators import FieldError, one_of, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
     TENSOR_SPLIT_GROUPS,
@@ -93,6 +103,10 @@ bucket_size` (megatron/core/distributed/distributed_data_parallel.py: larger gro
 larger buckets so that each collective stays bandwidth-bound). PyTorch DDP buckets the
 same way, 25 MiB by default (`bucket_cap_mb`; Li et al. 2020, arXiv:2006.15704, describe
 the buckets and their overlap with the backward pass)."""
+
+
+GradientSync = Literal["every-micro-batch", "last-micro-batch"]
+GRADIENT_SYNCS = ("every-micro-batch", "last-micro-batch")
 
 
 def bucket_parameters(ranks: int) -> int:
@@ -133,6 +147,21 @@ class DataConfig:
     context ranks); the states are replicated across the data degree / shard_degree
     groups, whose gradient shards are all-reduced once per step. Needs ZeRO-3 (`zero =
     3` or `fsdp = true`) and must divide the data degree; unset: the whole data group."""
+
+    reshard_after_forward: bool = True
+    """ZeRO-3: free each layer's gathered weights after its forward pass and gather them
+    again for its backward pass (PyTorch FSDP2's `fully_shard(reshard_after_forward=True)`,
+    its default; DeepSpeed ZeRO-3 always does). False keeps them gathered from the forward
+    to the backward: one all-gather per micro-batch instead of two, and each GPU holds the
+    stage's unsharded weights, less the shard it keeps, on top of its states."""
+    gradient_sync: GradientSync = attrs.field(default="every-micro-batch",
+                                              validator=one_of(*GRADIENT_SYNCS))
+    """ZeRO-3: when the gradients are reduce-scattered. "every-micro-batch" (FSDP2's and
+    DeepSpeed ZeRO-3's default): each layer's after its backward pass in every micro-batch.
+    "last-micro-batch" (FSDP2's `set_requires_gradient_sync(False)` on all but the last
+    micro-batch, FSDP1's `no_sync()`): once per step, behind the last micro-batch's
+    backward pass; each GPU accumulates the stage's unsharded gradients, less the shard it
+    keeps, across the micro-batches."""
 
     @property
     def stage(self) -> int:
@@ -228,6 +257,37 @@ def _shard_rules(config: DataConfig, layout: Layout) -> list[Rule]:
     return found
 
 
+RESHARD_PATH = "$.parallel.data.reshard_after_forward"
+SYNC_PATH = "$.parallel.data.gradient_sync"
+
+
+def keeps_weights_gathered(config: DataConfig) -> Any:
+    """`reshard_after_forward = false` (a boolean array where the field is one)."""
+    return logical_not(config.reshard_after_forward)
+
+
+def syncs_last_micro_batch(config: DataConfig) -> Any:
+    """`gradient_sync = "last-micro-batch"` (a boolean array where the field is one)."""
+    return np.asarray(config.gradient_sync) == "last-micro-batch" if is_array(
+        config.gradient_sync) else config.gradient_sync == "last-micro-batch"
+
+
+def _fsdp_setting_rules(config: DataConfig) -> list[Rule]:
+    """The FSDP settings change what ZeRO-3 does per micro-batch; under stages 0 to 2
+    there is no per-micro-batch gather or reduce-scatter for them to change."""
+    stage = zero_stage(config)
+    needs = "needs parallel.data.zero = 3 or parallel.data.fsdp = true"
+    return [
+        Rule(RESHARD_PATH, logical_and(keeps_weights_gathered(config), stage != 3),
+             lambda: f"reshard_after_forward = false {needs} (ZeRO-3 / FSDP gathers the "
+                     f"weights per micro-batch; ZeRO stage {stage} does not)"),
+        Rule(SYNC_PATH, logical_and(syncs_last_micro_batch(config), stage != 3),
+             lambda: f'gradient_sync = "last-micro-batch" {needs} (ZeRO-3 / FSDP '
+                     f"reduce-scatters the gradients per micro-batch; ZeRO stage {stage} "
+                     "already reduces them once per step)"),
+    ]
+
+
 class DataParallel(Strategy[DataConfig]):
     name = "data"
     config_type = DataConfig
@@ -249,7 +309,7 @@ class DataParallel(Strategy[DataConfig]):
         degree = layout.degree(self.name)
         per_pass = training.micro_batch_size * degree
         batch = training.global_batch_size
-        found = _shard_rules(config, layout)
+        found = _shard_rules(config, layout) + _fsdp_setting_rules(config)
         if batch is None:
             return found
         return [Rule("$.training.global_batch_size", batch % per_pass != 0,
@@ -277,7 +337,8 @@ class DataParallel(Strategy[DataConfig]):
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
             shards=_shards(stage, dense, expert),
             collectives=_collectives(config, ctx, stage, copies),
-            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx), 0.0),
+            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx)
+                               + _held_unsharded_bytes(config, ctx, dense, expert), 0.0),
             notes=notes,
         )
 
@@ -384,6 +445,10 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: fl
     weights: dict[str, Any] = dict(bytes_per_parameter=weight_size, component="weights",
                                    **common)
     sharded = logical_and(stage >= 1, stage <= 2)
+    fsdp = stage == 3
+    # Weights kept gathered from the forward to the backward need no second gather.
+    gathers = where(keeps_weights_gathered(config), m, 2 * m)
+    last = syncs_last_micro_batch(config)
     once: dict[str, Any] = dict(hides_behind="last-backward",
                                 bucket_bytes=windows.bucket_parameters * grad_size)
     per_layer: dict[str, Any] = dict(hides_behind="layers", pieces=windows.layers)
@@ -396,18 +461,26 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: fl
              calls_per_step=where(sharded, 1.0, 0.0), overlap=grad_overlap,
              reason="sum gradient shards across replicas", **once, **gradients),
         dict(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
-             calls_per_step=where(stage == 3, m, 0.0), overlap=grad_overlap,
+             calls_per_step=where(logical_and(fsdp, logical_not(last)), m, 0.0),
+             overlap=grad_overlap,
              reason="sum each layer's gradient shards across replicas, every "
                     "micro-batch (ZeRO-3)", **per_layer, **gradients),
+        dict(name=f"data.{label}-grad-reduce-scatter", operation="reduce-scatter",
+             calls_per_step=where(logical_and(fsdp, last), 1.0, 0.0), overlap=grad_overlap,
+             hides_behind="last-backward", pieces=windows.layers,
+             reason="sum each layer's accumulated gradients into shards across replicas, "
+                    'once per step (ZeRO-3, gradient_sync = "last-micro-batch")',
+             **gradients),
         dict(name=f"data.{label}-param-all-gather", operation="all-gather",
              calls_per_step=where(sharded, 1.0, 0.0), overlap=gather_overlap,
              hides_behind="first-forward",
              bucket_bytes=windows.bucket_parameters * weight_size,
              reason=f"{gather}, before the next forward pass", **weights),
         dict(name=f"data.{label}-param-all-gather", operation="all-gather",
-             calls_per_step=where(stage == 3, 2 * m, 0.0), overlap=gather_overlap,
+             calls_per_step=where(fsdp, gathers, 0.0), overlap=gather_overlap,
              reason="gather each layer's weights for its forward and backward passes "
-                    "(ZeRO-3)", **per_layer, **weights),
+                    "(ZeRO-3; once per micro-batch where reshard_after_forward = false)",
+             **per_layer, **weights),
     ]
 
 
@@ -418,6 +491,21 @@ def _fsdp_buffer_bytes(ctx: StrategyContext) -> float:
     held = parameters_per_gpu(ctx, False) + parameters_per_gpu(ctx, True)
     per_layer = held * ctx.layout.degree("pipeline") / layers
     return FSDP_PREFETCH_LAYERS * per_layer * bytes_per_element(ctx.spec.precision.weights)
+
+
+def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
+                          expert: Any) -> Any:
+    """What the FSDP settings hold beyond the states: the stage's gathered weights
+    (reshard_after_forward = false) and accumulated gradients (gradient_sync =
+    "last-micro-batch"), each unsharded less the shard the states already count, over
+    `dense` and `expert` shard ranks. It joins the transform's buffers, so the peak stays
+    states + activations + buffers (llmpar.evaluation.memory.memory_core)."""
+    unsharded = (parameters_per_gpu(ctx, False) * (1 - 1 / dense)
+                 + parameters_per_gpu(ctx, True) * (1 - 1 / expert))
+    spec = ctx.spec
+    weights = where(keeps_weights_gathered(config), bytes_per_element(spec.precision.weights), 0.0)
+    gradients = where(syncs_last_micro_batch(config), bytes_per_element(spec.gradients_dtype), 0.0)
+    return unsharded * (weights + gradients)
 
 
 @hookimpl
