@@ -136,3 +136,17 @@ def test_a_small_quantity_with_its_unit_is_taken_as_written():
     plan = llmpar.evaluate(H100, {"hardware.gpu.memory_bytes": "900 MB",
                                   "hardware.inter_node_bandwidth_bytes_per_s": "400 MB/s"})
     assert plan.capacity_bytes == 900 * 10**6 and not plan.fits
+
+
+def test_a_preset_is_parsed_once_and_read_again_when_it_changes(tmp_path):
+    from llmpar.loading.presets import catalog_of
+
+    (tmp_path / "models").mkdir()
+    preset = tmp_path / "models" / "tiny.toml"
+    preset.write_text("parameters = 1e9\n", encoding="utf-8")
+    catalog = catalog_of([tmp_path])
+    first = catalog.read("models", "tiny")
+    first["parameters"] = 0  # a caller's change does not reach the next reader
+    assert catalog.read("models", "tiny")["parameters"] == 1e9
+    preset.write_text("parameters = 7e9  # edited\n", encoding="utf-8")
+    assert catalog.read("models", "tiny")["parameters"] == 7e9

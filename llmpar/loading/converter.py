@@ -60,8 +60,9 @@ prints the string."""
 def _string(value: Any, _type: Any = str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
-    if any(unicodedata.category(ch) in ("Cc", "Cf") and ch not in PRINTED_CONTROLS
-           for ch in value):  # control and format (bidirectional override) characters
+    if not value.isprintable() and any(  # the common case, all printable, checked at once
+            unicodedata.category(ch) in ("Cc", "Cf") and ch not in PRINTED_CONTROLS
+            for ch in value):  # control and format (bidirectional override) characters
         raise ValueError(f"control characters are not allowed in a string, got {value!r}")
     return value
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from llmpar.loading.limits import read_text
+from llmpar.loading.limits import plain_table, read_text
 from llmpar.loading.reader import parse_toml
 
 PRESET_KINDS = ("models", "gpus", "clusters", "optimizers", "examples")
@@ -44,6 +44,10 @@ class PresetCatalog:
     """Preset folders in order; the first folder that has a name wins."""
 
     folders: tuple[Path, ...]
+    _parsed: dict[tuple[Path, int, int], dict[str, Any]] = attrs.field(
+        factory=dict, eq=False, repr=False)
+    """Tables already parsed, by file, modification time and size (a preset edited while
+    a session runs is read again); the catalogue's own, as a session owns its catalogue."""
 
     def names(self, kind: str) -> list[str]:
         """Every preset name of `kind` ("models", "gpus", ...), sorted."""
@@ -63,7 +67,17 @@ class PresetCatalog:
     def read(self, kind: str, name: str) -> dict[str, Any]:
         """The preset's table, with its `name` filled in from the file name."""
         path = self.path(kind, name)
-        table = parse_toml(read_text(path, str(path)), str(path))
+        try:
+            status = path.stat()
+            key = (path, status.st_mtime_ns, status.st_size)
+        except OSError:  # reported by read_text below
+            key = None
+        table = self._parsed.get(key) if key is not None else None
+        if table is None:
+            table = parse_toml(read_text(path, str(path)), str(path))
+            if key is not None:
+                self._parsed[key] = table
+        table = plain_table(table, str(path))  # a copy: callers change what they get
         if kind != "examples":
             table.setdefault("name", name)
         return table
