@@ -180,7 +180,8 @@ def test_missing_keys_are_named_with_the_model_type():
               if k not in ("num_hidden_layers", "num_experts")}
     problems = problems_of(config)
     assert ("$.num_hidden_layers", "required for model_type 'qwen2_moe'") in problems
-    assert ("$.num_experts", "required for model_type 'qwen2_moe'") in problems
+    assert ("$.num_experts", "required for model_type 'qwen2_moe' (or num_local_experts)"
+            ) in problems
 
 
 def test_missing_gpt2_key_uses_the_gpt2_name():
@@ -257,3 +258,13 @@ def test_spec_with_a_bad_hf_config_names_the_key(tmp_path):
     [problem] = caught.value.problems
     assert problem.path == "$.model.hf_config"
     assert "$.model_type" in problem.message and "'mamba'" in problem.message
+
+
+def test_a_qwen3_moe_config_as_transformers_5_writes_it():
+    # transformers 5 writes Qwen3-MoE's routed experts as num_local_experts.
+    config = json.loads((VALIDATION / "configs" / "qwen3-30b-a3b.json").read_text())
+    renamed = {("num_local_experts" if k == "num_experts" else k): v for k, v in config.items()}
+    assert model_table_from_hf(renamed) == model_table_from_hf(config)
+    neither = {k: v for k, v in config.items() if k != "num_experts"}
+    with pytest.raises(llmpar.SpecError, match="num_local_experts"):
+        model_table_from_hf(neither)

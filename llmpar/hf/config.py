@@ -66,12 +66,17 @@ class HfConfig:
 
 
 def missing_problems(config: HfConfig, required: Iterable[str]) -> list[Problem]:
-    """A problem for every required key that is missing, null or not an integer."""
+    """A problem for every required key that is missing, null or not an integer; "a|b"
+    requires either (a key that transformers renamed: the first present is checked)."""
     problems = []
-    for key in required:
+    for names in required:
+        first, *others = names.split("|")
+        key = next((name for name in (first, *others) if config.values.get(name) is not None),
+                   first)
         value = config.values.get(key)
         if value is None:
-            message = f"required for model_type {config.model_type!r}"
+            also = "".join(f" (or {other})" for other in others)
+            message = f"required for model_type {config.model_type!r}{also}"
         elif isinstance(value, bool) or not isinstance(value, int):
             message = f"expected an integer, got {value!r} (model_type {config.model_type!r})"
         else:

@@ -59,10 +59,20 @@ def _qwen_moe(config: HfConfig) -> dict[str, Any]:
     """Qwen MoE blocks: layer i has experts when (i + 1) % decoder_sparse_step == 0."""
     if config.get("mlp_only_layers"):
         raise config.error("mlp_only_layers", "only [] is supported")
-    return {"num_experts": config.integer("num_experts"),
+    return {"num_experts": routed_experts(config),
             "experts_per_token": config.integer("num_experts_per_tok"),
             "expert_ffn_hidden_size": config.integer("moe_intermediate_size"),
             "layer_frequency": config.integer("decoder_sparse_step", 1)}
+
+
+def routed_experts(config: HfConfig) -> int:
+    """`num_experts`, or `num_local_experts` as transformers 5 writes Qwen MoE configs."""
+    found = config.integer("num_experts")
+    found = config.integer("num_local_experts") if found is None else found
+    if found is None:
+        raise config.error("num_experts", "required (or num_local_experts, as transformers 5 "
+                                          "writes it): the routed experts of a layer")
+    return found
 
 
 def qwen3_moe(config: HfConfig) -> dict[str, Any]:

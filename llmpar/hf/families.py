@@ -19,6 +19,7 @@ class Family:
     hf_class: str
     """The transformers class whose parameters the table counts."""
     required: tuple[str, ...]
+    """Keys the config must give; "a|b" takes either (a key transformers renamed)."""
     read: Callable[[HfConfig], dict[str, Any]]
     note: str = ""
     """What the count leaves out or assumes, for the model's source."""
@@ -36,10 +37,12 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                         "num_experts_per_tok"),
     "qwen2": _decoder("Qwen2ForCausalLM", decoders.qwen2),
     "qwen3": _decoder("Qwen3ForCausalLM", decoders.qwen3),
-    "qwen2_moe": _decoder("Qwen2MoeForCausalLM", decoders.qwen2_moe, "num_experts",
-                          "num_experts_per_tok", "moe_intermediate_size"),
-    "qwen3_moe": _decoder("Qwen3MoeForCausalLM", decoders.qwen3_moe, "num_experts",
-                          "num_experts_per_tok", "moe_intermediate_size"),
+    "qwen2_moe": _decoder("Qwen2MoeForCausalLM", decoders.qwen2_moe,
+                          "num_experts|num_local_experts", "num_experts_per_tok",
+                          "moe_intermediate_size"),
+    "qwen3_moe": _decoder("Qwen3MoeForCausalLM", decoders.qwen3_moe,
+                          "num_experts|num_local_experts", "num_experts_per_tok",
+                          "moe_intermediate_size"),
     "deepseek_v2": Family(hf_class="DeepseekV2ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
                           read=deepseek.deepseek),
     "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
