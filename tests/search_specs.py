@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+import attrs
+
+from llmpar.search.prepare import prepare
+from llmpar.search.vectorised import FastPath
 
 SMALL_MODEL = {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_kv_heads": 4,
                "ffn_hidden_size": 1024, "ffn_activation": "swiglu", "vocab_size": 1000}
@@ -23,3 +29,40 @@ def small_spec(num_gpus: int = 8, **sections: Any) -> dict[str, Any]:
     }
     spec.update(sections)
     return spec
+
+
+@attrs.frozen
+class LayoutPair:
+    """One layout of a search space, judged in one call over its node (`fast_*`) and
+    evaluated alone (`alone_*`); the totals and times are None where it does not fit or
+    breaks a rule."""
+
+    choice: Any
+    degrees: Any
+    fast_problem: str | None
+    alone_problem: str | None
+    fast_total_bytes: int | None
+    alone_total_bytes: int | None
+    fast_step_seconds: float | None
+    alone_step_seconds: float | None
+
+
+def layout_pairs(session: Any, spec: Any, every: int = 1) -> Iterator[LayoutPair]:
+    """Every `every`-th layout of each node of `spec`'s search space, both ways."""
+    prepared = prepare(session, spec, {}, {})
+    path = FastPath(prepared, session)
+    for n, node in enumerate(prepared.space.nodes):
+        result = path.evaluate(node)
+        for local in range(0, node.size, every):
+            index = prepared.offsets[n] + local
+            problem, score = path.judge.examine(index)
+            code = int(result.codes[local])
+            scored = score is not None
+            yield LayoutPair(
+                choice=prepared.choice(index), degrees=node.degrees,
+                fast_problem=None if code == 0 else path.paths[code - 1],
+                alone_problem=None if problem is None else problem.path,
+                fast_total_bytes=result.total_bytes[local] if scored else None,
+                alone_total_bytes=score.total_bytes if scored else None,
+                fast_step_seconds=result.step_seconds[local] if scored else None,
+                alone_step_seconds=score.step_seconds if scored else None)

@@ -6,11 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from search_specs import MOE_MODEL, small_spec
+from search_specs import MOE_MODEL, layout_pairs, small_spec
 
 import llmpar
-from llmpar.search.prepare import prepare
-from llmpar.search.vectorised import FastPath
 from llmpar.testing.fast_form import disagreements
 
 SESSION = llmpar.Session(load_entry_points=False)
@@ -107,22 +105,14 @@ SPACES = {
 
 @pytest.mark.parametrize("name", sorted(SPACES))
 def test_fast_path_agrees_with_each_layout_alone(name):
-    prepared = prepare(SESSION, SPACES[name], {}, {})
-    path = FastPath(prepared, SESSION)
     scored = 0
-    for n, node in enumerate(prepared.space.nodes):
-        result = path.evaluate(node)
-        for local in range(node.size):
-            index = prepared.offsets[n] + local
-            problem, score = path.judge.examine(index)
-            code = int(result.codes[local])
-            assert (None if code == 0 else path.paths[code - 1]) == (
-                None if problem is None else problem.path), prepared.choice(index)
-            if score is None:
-                continue
-            scored += 1
-            assert result.total_bytes[local] == score.total_bytes
-            assert result.step_seconds[local] == pytest.approx(score.step_seconds, rel=1e-12)
+    for pair in layout_pairs(SESSION, SPACES[name]):
+        assert pair.fast_problem == pair.alone_problem, pair.choice
+        if pair.alone_total_bytes is None:
+            continue
+        scored += 1
+        assert pair.fast_total_bytes == pair.alone_total_bytes
+        assert pair.fast_step_seconds == pytest.approx(pair.alone_step_seconds, rel=1e-12)
     assert scored > 0
 
 

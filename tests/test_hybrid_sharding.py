@@ -9,11 +9,9 @@ from typing import Any
 
 import attrs
 import pytest
-from search_specs import MOE_MODEL, small_spec
+from search_specs import MOE_MODEL, layout_pairs, small_spec
 
 import llmpar
-from llmpar.search.prepare import prepare
-from llmpar.search.vectorised import FastPath
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "specs" / "examples" / \
     "llama-3-70b-hsdp-256-h100.toml"
@@ -142,24 +140,15 @@ HYBRID_SPACES = {
 
 @pytest.mark.parametrize("name", sorted(HYBRID_SPACES))
 def test_fast_path_agrees_with_each_layout_alone(name):
-    session = llmpar.default_session()
-    prepared = prepare(session, HYBRID_SPACES[name], {}, {})
-    path = FastPath(prepared, session)
     hybrid = 0
-    for n, node in enumerate(prepared.space.nodes):
-        result = path.evaluate(node)
-        for local in range(node.size):
-            index = prepared.offsets[n] + local
-            problem, score = path.judge.examine(index)
-            code = int(result.codes[local])
-            assert (None if code == 0 else path.paths[code - 1]) == (
-                None if problem is None else problem.path), prepared.choice(index)
-            if score is None:
-                continue
-            assert result.total_bytes[local] == score.total_bytes
-            assert result.step_seconds[local] == pytest.approx(score.step_seconds, rel=1e-12)
-            shard = prepared.choice(index).get("data.shard_degree")
-            hybrid += shard is not None and shard < node.degrees["data"]
+    for pair in layout_pairs(llmpar.default_session(), HYBRID_SPACES[name]):
+        assert pair.fast_problem == pair.alone_problem, pair.choice
+        if pair.alone_total_bytes is None:
+            continue
+        assert pair.fast_total_bytes == pair.alone_total_bytes
+        assert pair.fast_step_seconds == pytest.approx(pair.alone_step_seconds, rel=1e-12)
+        shard = pair.choice.get("data.shard_degree")
+        hybrid += shard is not None and shard < pair.degrees["data"]
     assert hybrid > 0
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from search_specs import MOE_MODEL, SMALL_MODEL, small_spec
+from search_specs import MOE_MODEL, SMALL_MODEL, layout_pairs, small_spec
 
 import llmpar
 from llmpar.search.prepare import prepare
@@ -38,23 +38,13 @@ SPACES = {
 
 @pytest.mark.parametrize("name", sorted(SPACES))
 def test_each_layout_gets_what_evaluating_it_alone_gives(name):
-    session = llmpar.default_session()
-    prepared = prepare(session, SPACES[name], {}, {})
-    path = FastPath(prepared, session)
     compared = 0
-    for n, node in enumerate(prepared.space.nodes):
-        result = path.evaluate(node)
-        for local in range(0, node.size, 3):
-            problem, score = path.judge.examine(prepared.offsets[n] + local)
-            code = int(result.codes[local])
-            found = None if code == 0 else path.paths[code - 1]
-            assert found == (None if problem is None else problem.path), \
-                prepared.choice(prepared.offsets[n] + local)
-            if score is not None:
-                compared += 1
-                assert result.total_bytes[local] == score.total_bytes
-                assert result.step_seconds[local] == pytest.approx(score.step_seconds,
-                                                                   rel=1e-12)
+    for pair in layout_pairs(llmpar.default_session(), SPACES[name], every=3):
+        assert pair.fast_problem == pair.alone_problem, pair.choice
+        if pair.alone_total_bytes is not None:
+            compared += 1
+            assert pair.fast_total_bytes == pair.alone_total_bytes
+            assert pair.fast_step_seconds == pytest.approx(pair.alone_step_seconds, rel=1e-12)
     assert compared > 100
 
 
