@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 
 from llmpar.loading.presets import builtin_specs_dir
-from llmpar.spec import Spec
+from llmpar.spec import Model, Spec
 
 FAMILIES_FILE = Path("validation") / "step_time.toml"
 """The per-family errors, under llmpar's specs folder."""
@@ -32,6 +32,11 @@ class Family:
     runs: int
     median_abs_error: float
     worst_abs_error: float
+
+
+def model_kind(model: Model) -> str:
+    """The model half of a validation family: "moe" with routed experts, else "dense"."""
+    return "moe" if model.moe is not None else "dense"
 
 
 def load_families(path: Path | None = None) -> tuple[Family, ...]:
@@ -53,7 +58,7 @@ def step_time_trust(spec: Spec, time_model: str, families: tuple[Family, ...]) -
         return ("assumed MFU, not modelled: as good as the MFU given; no published run "
                 "checks it")
     gpu = spec.hardware.gpu
-    kind = "moe" if spec.model.moe is not None else "dense"
+    kind = model_kind(spec.model)
     known = [f for f in families if f.gpu == gpu.name]
     same = [f for f in known if f.kind == kind]
     if same:

@@ -24,6 +24,7 @@ import attrs
 
 import llmpar
 from llmpar.loading.reader import merge
+from llmpar.trust import model_kind
 
 PUBLISHED = Path(__file__).resolve().parent / "published"
 
@@ -63,10 +64,9 @@ def predicted_tflops_per_gpu(plan: llmpar.Plan, flops_counted: str = "hardware")
     return flops / plan.num_gpus / plan.step_seconds / 1e12
 
 
-def family_of(plan: llmpar.Plan) -> str:
-    """The validation family of a run: its GPU and whether its model has experts."""
-    kind = "moe" if plan.active_parameters != plan.parameters else "dense"
-    return f"{plan.gpu}/{kind}"
+def family_of(spec: llmpar.Spec) -> str:
+    """The validation family of a run: its GPU and its model's kind, as plans name it."""
+    return f"{spec.hardware.gpu.name}/{model_kind(spec.model)}"
 
 
 def family_errors() -> dict[str, list[float]]:
@@ -74,9 +74,10 @@ def family_errors() -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
     for path in sorted(PUBLISHED.glob("*.toml")):
         for row in rows(path):
-            plan = llmpar.evaluate(row.spec)
+            spec = llmpar.load_spec(row.spec)
+            plan = llmpar.evaluate(spec)
             error = predicted_tflops_per_gpu(plan, row.flops_counted) / row.reported_tflops_per_gpu
-            found.setdefault(family_of(plan), []).append(error - 1)
+            found.setdefault(family_of(spec), []).append(error - 1)
     return found
 
 
