@@ -19,6 +19,7 @@ from llmpar.plan_records import (
     CollectiveCost,
     Derivation,
     InferencePhase,
+    RunGoodput,
     SavedTensorRow,
     StageMemory,
     StrategyNote,
@@ -28,7 +29,8 @@ PLAN_SCHEMA_VERSION = 1
 """Version of the Plan's field names and meanings (`to_dict()` carries it)."""
 
 __all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase", "Plan",
-           "SavedTensorRow", "ServingPool", "StageMemory", "StrategyNote", "TrainingPart"]
+           "RunGoodput", "SavedTensorRow", "ServingPool", "StageMemory", "StrategyNote",
+           "TrainingPart"]
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +96,9 @@ class TrainingPart:
     """How far to trust `step_seconds`: the error on the published runs of its validation
     family (GPU and model kind), or what a GPU without runs rests on (`llmpar.trust`);
     empty without a step time."""
+    goodput: RunGoodput | None = None
+    """Checkpoints and interruptions over the run (`[training.goodput]`); None without
+    that table, and then `train_seconds` counts the steps only."""
 
 
 @attrs.frozen(kw_only=True)

@@ -159,3 +159,33 @@ class StrategyNote:
 
     strategy: str
     text: str
+
+
+@attrs.frozen(kw_only=True)
+class RunGoodput:
+    """Checkpoints and interruptions over the whole run (`[training.goodput]`): the share
+    of wall-clock time that trains, and the wall-clock time it implies."""
+
+    checkpoint_bytes: float
+    """Bytes of one checkpoint: every weight in its format and the optimizer's states of
+    every trainable parameter (gradients are not saved)."""
+    checkpoint_write_seconds: float
+    """Writing one checkpoint to storage (and reading it back after an interruption)."""
+    checkpoint_blocking_seconds: float
+    """How long training stops for each checkpoint: the whole write, or for an
+    asynchronous one each GPU's copy of its states to host memory."""
+    checkpoint_interval_seconds: float | None
+    """Training time between checkpoints (given or Young's optimum); None where no
+    interruption is expected and none is given."""
+    seconds_between_interruptions: float | None
+    """Mean time between interruptions of the whole job; None where none is expected."""
+    lost_seconds_per_interruption: float
+    """Restart, reading the checkpoint back, and on average half an interval of work
+    since the last checkpoint."""
+    goodput_fraction: float
+    """Share of wall-clock time that advances training."""
+    interruptions: float | None = None
+    """Interruptions expected over the run (None without a step time)."""
+    wall_seconds: float | None = None
+    """`train_seconds` / `goodput_fraction`: the run with its checkpoints and restarts
+    (None without a step time, or where the run makes no progress)."""

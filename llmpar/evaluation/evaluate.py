@@ -25,6 +25,7 @@ from llmpar.evaluation.facts import (
     stage_kinds,
     training_facts,
 )
+from llmpar.evaluation.goodput import run_goodput
 from llmpar.evaluation.memory import (
     MemoryCore,
     memory_core,
@@ -184,6 +185,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     time = step_time_record(spec, core, collectives, link_warnings, flops)
     source = time.derivations[0].source if time.derivations else ""
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
+    goodput, goodput_derivations = run_goodput(spec, footprint, peak, run.train_seconds)
     capacity = spec.hardware.capacity_bytes
     mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
                             time.step_seconds)
@@ -212,7 +214,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
         notes=strategy_notes(transforms),
         step_time_trust=step_time_trust(spec, time.time_model, (
-            load_families() if cache is None else cache.validation_families())))
+            load_families() if cache is None else cache.validation_families())),
+        goodput=goodput)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
@@ -229,7 +232,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
                      + (_total_rule(peak, capacity), capacity_rule(spec))
                      + _host_rules(spec, host_bytes, transforms)
-                     + flops.derivations + time.derivations + run.derivations),
+                     + flops.derivations + time.derivations + run.derivations
+                     + goodput_derivations),
     )
 
 

@@ -106,6 +106,12 @@ def training_problems(spec: Spec) -> list[Problem]:
     if training.tokens is not None and training.tokens_per_parameter is not None:
         problems.append(Problem("$.training.tokens_per_parameter",
                                 "give tokens or tokens_per_parameter, not both"))
+    goodput = training.goodput
+    if goodput is not None and goodput.asynchronous and (
+            spec.hardware.host_bandwidth_bytes_per_s is None):
+        problems.append(Problem("$.training.goodput.asynchronous", (
+            "an asynchronous checkpoint copies each GPU's states to host memory first: "
+            "give [hardware] host_bandwidth_bytes_per_s (or a cluster preset that has it)")))
     positions = position_limit_problem(model, training.sequence_length,
                                        "$.training.sequence_length", TRAINED_POSITIONS)
     if positions is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmpar.plan import Plan
+from llmpar.plan import Plan, RunGoodput
 from llmpar.report.fields import format_size
 from llmpar.report.serving import phases, serving, serving_memory
 from llmpar.report.tables import Table
@@ -177,17 +177,44 @@ def stages(plan: Plan) -> Table | None:
 
 
 def run(plan: Plan) -> Table | None:
-    if plan.train_tokens is None:
+    goodput = None if plan.training is None else plan.training.goodput
+    if plan.train_tokens is None and goodput is None:
         return None
-    rows = [("tokens", f"{format_count(plan.train_tokens)}"),
-            ("steps", f"{plan.train_steps:,.0f}" if plan.train_steps is not None else "-"),
-            ("model FLOPs", f"{plan.train_flops:.3g}" if plan.train_flops is not None else "-")]
+    rows = []
+    if plan.train_tokens is not None:
+        rows += [("tokens", f"{format_count(plan.train_tokens)}"),
+                 ("steps", f"{plan.train_steps:,.0f}" if plan.train_steps is not None else "-"),
+                 ("model FLOPs",
+                  f"{plan.train_flops:.3g}" if plan.train_flops is not None else "-")]
     if plan.train_seconds is not None:
+        steps_only = " (steps only)" if goodput is not None else ""
         rows.append(("time", f"{format_duration(plan.train_seconds)} on "
-                             f"{plan.num_gpus:,} GPUs"))
+                             f"{plan.num_gpus:,} GPUs{steps_only}"))
     if plan.gpu_hours is not None:
         rows.append(("GPU-hours", f"{plan.gpu_hours:,.0f}"))
+    if goodput is not None:
+        rows += goodput_rows(goodput)
     return Table(title="Whole run", columns=("quantity", "value"), rows=tuple(rows))
+
+
+def goodput_rows(goodput: RunGoodput) -> list[tuple[str, str]]:
+    """Checkpoints, interruptions and the wall-clock time they imply."""
+    rows = [("checkpoint", f"{format_size(goodput.checkpoint_bytes)}, written in "
+                           f"{format_duration(goodput.checkpoint_write_seconds)}, stops "
+                           f"training {format_duration(goodput.checkpoint_blocking_seconds)}")]
+    if goodput.checkpoint_interval_seconds is not None:
+        rows.append(("checkpoint every",
+                     format_duration(goodput.checkpoint_interval_seconds)))
+    if goodput.seconds_between_interruptions is not None:
+        expected = ("" if goodput.interruptions is None
+                    else f"; {goodput.interruptions:,.0f} over the run")
+        rows.append(("interruptions", "one every "
+                     f"{format_duration(goodput.seconds_between_interruptions)}, each losing "
+                     f"{format_duration(goodput.lost_seconds_per_interruption)}{expected}"))
+    rows.append(("goodput", f"{goodput.goodput_fraction:.1%}"))
+    if goodput.wall_seconds is not None:
+        rows.append(("wall time", format_duration(goodput.wall_seconds)))
+    return rows
 
 
 def report_warnings(plan: Plan) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Literal
 import attrs
 
 from llmpar.spec import validators as v
-from llmpar.spec.quantities import Count
+from llmpar.spec.quantities import ByteRate, Count, Seconds
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE: tuple[Recompute, ...] = typing.get_args(Recompute)
@@ -38,6 +38,38 @@ class Precision:
         validator=v.dtype,
     )
     """Format of the matrix math. Default: the activations' format."""
+
+
+LLAMA3_INTERRUPTIONS_PER_GPU_DAY = 419 / (54 * 16_384)
+"""Unexpected interruptions of the Llama 3 405B pre-training: 419 in a 54-day snapshot on
+16,384 H100 GPUs (Llama Team 2024, arXiv:2407.21783, Sec. 3.3.4): 4.7e-4 per GPU per day,
+one interruption about every three hours of the whole job."""
+
+
+@attrs.frozen(kw_only=True)
+class Goodput:
+    """What a long run loses beside its steps: writing checkpoints, and after each
+    interruption the work since the last checkpoint and the restart (`[training.goodput]`).
+    Without this table `train_seconds` counts steps only."""
+
+    storage_bandwidth_bytes_per_s: ByteRate = attrs.field(validator=v.positive)
+    """Write (and read-back) bandwidth of the checkpoint storage, all GPUs together (the
+    Llama 3 paper's Tectonic file system sustained 2 TB/s, Sec. 3.3.4)."""
+    checkpoint_interval_seconds: Seconds | None = attrs.field(default=None,
+                                                              validator=v.positive)
+    """Training time between two checkpoints. Default: Young's optimum, sqrt(2 x write
+    time x mean time between interruptions) (Young 1974, doi:10.1145/361147.361115)."""
+    interruptions_per_gpu_day: float = attrs.field(default=LLAMA3_INTERRUPTIONS_PER_GPU_DAY,
+                                                   validator=v.non_negative)
+    """Unexpected interruptions per GPU per day; a job stops when any of its GPUs does.
+    Default: the Llama 3 405B run's 419 in 54 days on 16,384 H100 (4.7e-4)."""
+    restart_seconds: Seconds = attrs.field(default=Seconds(0.0), validator=v.non_negative)
+    """Time from an interruption until the job runs again, before it reads the checkpoint
+    back (detection, rescheduling, initialisation). Default 0: give your cluster's."""
+    asynchronous: bool = False
+    """Checkpoints written in the background (PyTorch Distributed Checkpoint's
+    `async_save`, Megatron-LM's `--async-save`): training stops only while each GPU copies
+    its states to host memory, over `[hardware] host_bandwidth_bytes_per_s`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -80,3 +112,6 @@ class Training:
     attention (activation models that keep the scores: korthikanti, hf-eager), about
     half of it plus the diagonal tiles for a fused kernel on a causal model
     (FlashAttention; activation models fused, hf-sdpa, coefficient)."""
+    goodput: Goodput | None = None
+    """Checkpoints and interruptions over the whole run (`[training.goodput]`); without it
+    the run's time counts its steps only."""
