@@ -125,3 +125,36 @@ def test_fast_form_agrees_around_a_pipelined_expert_layout():
                      "data": {"fsdp": True, "reshard_after_forward": False,
                               "gradient_sync": LAST}}})
     assert list(disagreements(SESSION, spec)) == []
+
+
+def _gradient_bytes_per_step(plan: llmpar.Plan) -> float:
+    return sum(c.buffer_bytes * c.calls_per_step for c in plan.collectives
+               if c.strategy == "data" and "grad" in c.name)
+
+
+def test_gradients_reduced_in_fp32_send_twice_the_bytes_of_bf16():
+    # FSDP2's MixedPrecisionPolicy(reduce_dtype=torch.float32) over bf16 gradients.
+    bf16 = llmpar.evaluate(spec_8b())
+    fp32 = llmpar.evaluate(spec_8b(reduce_dtype="fp32"))
+    assert _gradient_bytes_per_step(fp32) == pytest.approx(2 * _gradient_bytes_per_step(bf16),
+                                                           rel=1e-6)
+    assert fp32.gradients_bytes == bf16.gradients_bytes  # kept in bf16 all the same
+    assert fp32.step_seconds >= bf16.step_seconds
+    assert "gradients reduced in fp32 (kept in bf16)" in {n.text for n in fp32.training.notes}
+
+
+def test_reducing_in_the_gradients_own_format_is_the_default():
+    assert _collectives(llmpar.evaluate(spec_8b(reduce_dtype="bf16"))) == _collectives(
+        llmpar.evaluate(spec_8b()))
+
+
+def test_megatron_main_gradients_reduced_in_bf16_halve_the_bytes():
+    # Megatron-LM's fp32 main gradients with --grad-reduce-in-bf16, ZeRO-1 (distributed optimizer).
+    spec = spec_8b()
+    spec["optimizer"] = "adam-fp32-grads"
+    spec["parallel"] = {"data": {"zero": 1}}
+    fp32 = llmpar.evaluate(spec)
+    spec["parallel"]["data"]["reduce_dtype"] = "bf16"
+    bf16 = llmpar.evaluate(spec)
+    assert _gradient_bytes_per_step(bf16) == pytest.approx(_gradient_bytes_per_step(fp32) / 2,
+                                                           rel=1e-6)

@@ -107,6 +107,8 @@ the buckets and their overlap with the backward pass)."""
 
 GradientSync = Literal["every-micro-batch", "last-micro-batch"]
 GRADIENT_SYNCS = ("every-micro-batch", "last-micro-batch")
+ReduceFormat = Literal["gradients", "fp32", "bf16", "fp16"]
+REDUCE_FORMATS = ("gradients", "fp32", "bf16", "fp16")
 
 
 def bucket_parameters(ranks: int) -> int:
@@ -162,6 +164,15 @@ class DataConfig:
     micro-batch, FSDP1's `no_sync()`): once per step, behind the last micro-batch's
     backward pass; each GPU accumulates the stage's unsharded gradients, less the shard it
     keeps, across the micro-batches."""
+
+    reduce_dtype: ReduceFormat = attrs.field(default="gradients",
+                                             validator=one_of(*REDUCE_FORMATS))
+    """The format gradients travel in when they are reduced: "gradients" (the default)
+    sends them in their own format (`[precision] gradients`, or the optimizer's fp32 main
+    gradients). "fp32" is PyTorch FSDP2's `MixedPrecisionPolicy(reduce_dtype=
+    torch.float32)` over bf16 gradients (each reduction upcasts, then sums in fp32);
+    "bf16" is Megatron-LM's `--grad-reduce-in-bf16` over fp32 main gradients. Only the
+    bytes on the wire change: the gradients are kept in their own format."""
 
     @property
     def stage(self) -> int:
@@ -332,6 +343,9 @@ class DataParallel(Strategy[DataConfig]):
         if not is_array(stage) and not is_array(copies) and copies > 1:
             notes += (f"hybrid sharding: states sharded over {dense} ranks, replicated "
                       f"{copies} times",)
+        if reduce_format(config, ctx.spec) != ctx.spec.gradients_dtype:
+            notes += (f"gradients reduced in {config.reduce_dtype} (kept in "
+                      f"{ctx.spec.gradients_dtype})",)
         return Transform(
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
@@ -369,12 +383,17 @@ def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any,
     return found
 
 
+def reduce_format(config: DataConfig, spec: Spec) -> str:
+    """The format gradients are reduced in: `reduce_dtype`, or the gradients' own."""
+    return spec.gradients_dtype if config.reduce_dtype == "gradients" else config.reduce_dtype
+
+
 def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
                     copies: int) -> tuple[Collective, ...]:
     """The collectives over `copies` replicas of the states."""
     spec, layout = ctx.spec, ctx.layout
     dense, expert = hybrid_degrees(ctx, copies)
-    grad_size = bytes_per_element(spec.gradients_dtype)
+    grad_size = bytes_per_element(reduce_format(config, spec))
     weight_size = bytes_per_element(spec.precision.weights)
     m = micro_batches_per_step(spec, layout)
     # The data x context ranks are one block (llmpar.placement); the expert-data group
