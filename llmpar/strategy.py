@@ -34,7 +34,7 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
 HIDING_WORK = ("compute", "attention", "last-backward", "first-forward", "layers",
-               "weight-gradients")
+               "weight-gradients", "projections")
 """The work a collective's overlapping share can run behind (`Collective.hides_behind`),
 on one GPU of the slowest pipeline stage:
 - "compute": any of the step's compute;
@@ -47,10 +47,19 @@ on one GPU of the slowest pipeline stage:
   (FSDP / ZeRO-3's per-layer gathers and reduce-scatters, prefetched one layer ahead);
 - "weight-gradients": the backward pass's weight-gradient products (a tensor-parallel
   input-gradient all-reduce or reduce-scatter runs behind the weight gradient of the same
-  linear layer: Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication).
+  linear layer: Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication);
+- "projections": the layers' matrix products other than attention, forward and backward
+  (tensor-parallel communication split into chunks, each overlapped with the product that
+  produces or consumes it: Transformer Engine's userbuffers, torchtitan's AsyncTP).
 Collectives that hide behind the same work share it (`llmpar.evaluation.step_time`)."""
 
 ConfigT = TypeVar("ConfigT")
+
+
+def _fraction_below_one(_instance: Any, attribute: Any, value: Any) -> None:
+    """A share in [0, 1): a kernel that took the whole GPU would hide nothing."""
+    if not (isinstance(value, (int, float)) and 0 <= value < 1):
+        raise ValueError(f"{attribute.name} must be a number in [0, 1), got {value!r}")
 
 
 def _at_least(bound: float) -> Callable[[Any, Any, Any], None]:
@@ -148,7 +157,12 @@ class Collective:
                                     validator=attrs.validators.in_(HIDING_WORK))
     """The work its overlapping share runs behind (`HIDING_WORK`): "compute" (any of the
     step's), "attention" (only the attention products, as ring attention's exchange),
-    "last-backward", "first-forward" or "layers"."""
+    "last-backward", "first-forward", "layers", "weight-gradients" or "projections"."""
+    compute_share: Any = attrs.field(default=0.0, validator=_fraction_below_one)
+    """Share of the GPU's compute its kernels take while it hides (the streaming
+    multiprocessors a communication kernel occupies beside the product it overlaps): each
+    second it hides slows that work by this much of a second. 0 (the default): copy
+    engines or a negligible share."""
     pieces: Any = attrs.field(default=None, validator=_at_least(1))
     """The calls behind one window run in this many pieces in turn, each as soon as the
     work before it has produced (or needs) it: gradient buckets, or one layer's weights.

@@ -181,17 +181,22 @@ def piece_share(collective: Collective, buffer_bytes: Value) -> Value:
 
 
 def overlap_windows(compute: Value, attention: Value, backward_share: Value,
-                    micro_batches: Value, weight_gradient_share: Value) -> dict[str, Value]:
+                    micro_batches: Value, weight_gradient_share: Value,
+                    products: Value | None = None) -> dict[str, Value]:
     """Seconds of each kind of work a collective can hide behind (`HIDING_WORK`), on one
     GPU of the slowest stage: the step's compute; the attention products; the backward
     and the forward pass of one micro-batch (compute / micro-batches, split by the
     backward's share of the executed FLOPs); every layer's passes (the whole compute,
-    a piece behind each layer); and the weight-gradient products of every micro-batch."""
+    a piece behind each layer); the weight-gradient products of every micro-batch; and
+    the matrix products other than attention (`products`, all the matrix products'
+    time; default the compute)."""
     per_micro_batch = compute / micro_batches
+    projections = maximum((compute if products is None else products) - attention, 0.0)
     return {"compute": compute, "attention": attention,
             "last-backward": per_micro_batch * backward_share,
             "first-forward": per_micro_batch * (1 - backward_share),
-            "layers": compute, "weight-gradients": compute * weight_gradient_share}
+            "layers": compute, "weight-gradients": compute * weight_gradient_share,
+            "projections": projections}
 
 
 def weight_gradient_share(facts: TrainingFacts, composition: Composition) -> Value:
@@ -258,10 +263,21 @@ def _capped(costs: Sequence[Cost], work: Value) -> tuple[Cost, ...]:
 def hide_costs(costs: Sequence[Cost], windows: Mapping[str, Value]) -> tuple[Cost, ...]:
     """Hide what overlaps behind the work it can overlap (`overlap_windows`): each window
     shared by the collectives that hide behind it, and all of them together at most
-    the compute."""
+    the compute; then charge what hiding takes from the work (`contended`)."""
     for kind, work in windows.items():
         costs = _windowed(costs, kind, work)
-    return _capped(costs, windows["compute"])
+    return contended(_capped(costs, windows["compute"]))
+
+
+def contended(costs: Sequence[Cost]) -> tuple[Cost, ...]:
+    """A collective whose kernels occupy part of the GPU while they hide
+    (`Collective.compute_share`, e.g. the 16 to 24 of an H100's 132 SMs Transformer
+    Engine's pipelined GEMM + reduce-scatter takes) slows the work it hides behind by
+    that share of its hidden seconds: exposed += share * (seconds - exposed)."""
+    if all(c.collective.compute_share == 0 for c in costs):
+        return tuple(costs)
+    return tuple(c.with_exposed(c.exposed + c.collective.compute_share * (c.seconds - c.exposed))
+                 if c.collective.compute_share else c for c in costs)
 
 
 def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]]) -> HostTime:
@@ -361,7 +377,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, facts.attention_hardware_flops_per_step / n / rate,
                               backward_share(facts, composition), m,
-                              weight_gradient_share(facts, composition))
+                              weight_gradient_share(facts, composition), matmul)
     costs = hide_costs(costs, windows)
     exposed = sum((c.exposed for c in costs), start=0.0)
     states = [k.states for k in memory.kinds]

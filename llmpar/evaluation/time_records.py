@@ -141,8 +141,11 @@ def _exposed_derivation(time: TimeCore, collectives: tuple[CollectiveCost, ...]
                 "(llmpar.evaluation.step_time.overlap_windows): last-backward and "
                 "first-forward = compute / micro-batches x the backward (forward) share of "
                 "the executed FLOPs; layers and compute = compute_seconds; attention = "
-                "the attention products' time; pieces and overlap from each strategy's "
-                "Collective (Megatron-Core's gradient buckets, FSDP's per-layer units)"),
+                "the attention products' time; projections = the matrix products' time "
+                "less attention's; pieces and overlap from each strategy's Collective "
+                "(Megatron-Core's gradient buckets, FSDP's per-layer units, chunked "
+                "tensor-parallel collectives); a collective's compute_share of each second "
+                "it hides is exposed"),
         inputs=inputs),)
 
 

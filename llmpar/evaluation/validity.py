@@ -35,12 +35,12 @@ def _plainly_fine(transform: Transform, name: str) -> bool:
              transform.bubble_fraction, transform.buffer_bytes, transform.added_activation_bytes]
     ones = [s.divisor for s in transform.shards] + [c.copies for c in transform.copies]
     ones += [s.divisor for s in transform.activation_splits]
-    shares = []
+    shares: list[Any] = []
     for c in transform.collectives:
         if c.strategy != name or c.bytes_per_parameter is not None and c.component is None:
             return False
         sizes += (c.buffer_bytes, c.calls_per_step)
-        shares.append(c.overlap)
+        shares += (c.overlap, c.compute_share)
         if c.bytes_per_parameter is not None:
             sizes.append(c.bytes_per_parameter)
     for w in transform.host_work:

@@ -10,7 +10,7 @@ of the same total traffic.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -18,6 +18,7 @@ from llmpar.arrays import anywhere, where
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
 from llmpar.search.dimension import Point, SearchDimension
+from llmpar.spec.validators import FieldError, one_of, positive
 from llmpar.strategies.common import (
     backward_input_gradient_calls,
     hidden_state_bytes,
@@ -35,10 +36,18 @@ from llmpar.strategy import (
 
 ALL_GATHER = "sequence.all-gather"
 """Gathers the sequence before each tensor-parallel block (forward, and backward)."""
+CommOverlap = Literal["none", "pipelined"]
+COMM_OVERLAPS: tuple[CommOverlap, ...] = ("none", "pipelined")
 REDUCE_SCATTER = "sequence.reduce-scatter"
 """Scatters each block's output by sequence (forward), and output gradients (backward)."""
 INPUT_GRADIENT_REDUCE_SCATTER = "sequence.input-gradient-reduce-scatter"
 """Reduce-scatters the input gradients of the column-parallel projections (backward)."""
+
+
+def _share(_instance: Any, attribute: Any, value: float) -> None:
+    """A share of the GPU in [0, 1): kernels that took all of it would hide nothing."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise FieldError(attribute.name, f"must be a number in [0, 1), got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -51,6 +60,22 @@ class SequenceConfig:
     """Run the backward pass's input-gradient reduce-scatters of the column-parallel
     projections behind their weight-gradient products (Megatron-LM,
     `LinearWithGradAccumulationAndAsyncCommunication`); false: on the critical path."""
+    comm_overlap: CommOverlap = attrs.field(default="none", validator=one_of(*COMM_OVERLAPS))
+    """"pipelined": each layer's all-gathers and reduce-scatters run in chunks, each
+    overlapped with the matrix product that consumes or produces it (Megatron-LM's
+    `--tp-comm-overlap` with Transformer Engine's userbuffers; torchtitan's AsyncTP; both
+    need sequence parallelism). An all-gather runs as a ring exchange, one chunk per
+    tensor rank, over the copy engines; a reduce-scatter in `overlap_splits` chunks on
+    `overlap_compute_share` of the GPU. One chunk of each stays exposed. "none": on the
+    critical path."""
+    overlap_splits: int = attrs.field(default=4, validator=positive)
+    """Chunks of a pipelined reduce-scatter (Transformer Engine's `num_splits`; NeMo's H100
+    configurations use 4)."""
+    overlap_compute_share: float = attrs.field(default=20 / 132, validator=_share)
+    """Share of the GPU a pipelined reduce-scatter's kernels take from the product beside
+    it: NeMo's H100 bf16 configuration (Llama 3 70B, TP4) gives them 24 and 16 of the 132
+    SMs after the attention and MLP output projections, 20 on average
+    (nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py)."""
 
 
 class SequenceParallel(Strategy[SequenceConfig]):
@@ -86,10 +111,13 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                                       "sequence"),),
             collectives=(
                 Collective(name=ALL_GATHER, operation="all-gather", calls_per_step=calls,
-                           reason="gather the sequence before each split block", **common),
+                           reason="gather the sequence before each split block",
+                           **common, **_pipelined(config, pieces=t)),
                 Collective(name=REDUCE_SCATTER, operation="reduce-scatter",
                            calls_per_step=calls - backward,
-                           reason="scatter each split block's output by sequence", **common),
+                           reason="scatter each split block's output by sequence", **common,
+                           **_pipelined(config, pieces=config.overlap_splits,
+                                        compute_share=config.overlap_compute_share)),
                 Collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
                            operation="reduce-scatter", calls_per_step=backward,
                            overlap=1.0 if config.overlap_backward else 0.0,
@@ -100,6 +128,17 @@ class SequenceParallel(Strategy[SequenceConfig]):
                            **common),
             ),
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
+
+
+def _pipelined(config: SequenceConfig, pieces: int,
+               compute_share: float = 0.0) -> dict[str, Any]:
+    """How a layer collective overlaps its products under `comm_overlap = "pipelined"`:
+    in `pieces` chunks behind the layers' matrix products (one chunk exposed), taking
+    `compute_share` of the GPU while it hides; nothing otherwise."""
+    if config.comm_overlap == "none":
+        return {}
+    return dict(overlap=1.0, hides_behind="projections", pieces=pieces,
+                compute_share=compute_share)
 
 
 @hookimpl
