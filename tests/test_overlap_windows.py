@@ -191,3 +191,29 @@ def test_tensor_input_gradients_hide_only_behind_the_weight_gradients():
               if c.name == "sequence.input-gradient-reduce-scatter"]
     assert behind and behind[0].window_seconds < plan.compute_seconds / 2
     assert behind[0].window_seconds == pytest.approx(plan.compute_seconds / 3, rel=0.02)
+
+
+def _gpt3(**overrides: object) -> llmpar.Plan:
+    return SESSION.evaluate(EXAMPLES / "gpt3-175b-1024-a100.toml", dict(overrides))
+
+
+def test_pipeline_sends_on_the_critical_path_unless_overlapped():
+    (plain,) = [c for c in _gpt3().collectives if c.name == "pipeline.send-recv"]
+    assert plain.exposed_seconds == plain.seconds and plain.hides_behind == "compute"
+    overlapped = _gpt3(**{"parallel.pipeline.overlap_p2p": True})
+    (sends,) = [c for c in overlapped.collectives if c.name == "pipeline.send-recv"]
+    # Of the step's forward and backward sends, one of each stays exposed.
+    assert sends.calls_per_step == plain.calls_per_step
+    assert sends.exposed_seconds == pytest.approx(plain.seconds * 2 / plain.calls_per_step)
+    assert overlapped.step_seconds < _gpt3().step_seconds
+
+
+def test_hidden_seconds_cost_their_compute_share():
+    collective = Collective(strategy="s", name="s.c", operation="reduce-scatter", group_size=2,
+                            overlap=1.0, hides_behind="projections", pieces=4,
+                            compute_share=0.25)
+    cost = Cost(collective, 1, 1, "intra-node", 8.0, 0.0, True, 0.25)
+    windows = {"compute": 100.0, "projections": 100.0}
+    (hidden,) = hide_costs([cost], windows)
+    # One of four chunks exposed (2 s); the 6 s hidden cost a quarter of a second each.
+    assert hidden.exposed == pytest.approx(2.0 + 0.25 * 6.0)

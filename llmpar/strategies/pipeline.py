@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import attrs
 
-from llmpar.arrays import is_array, logical_and, logical_not, logical_or, minimum, where
+from llmpar.arrays import is_array, logical_and, logical_not, logical_or, maximum, minimum, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.loading.limits import MAX_STAGES
@@ -75,6 +75,13 @@ class PipelineConfig:
     al. 2021, arXiv:2104.04473, Sec. 4.1, Megatron-LM's default); false: every tensor
     rank sends the whole tensor. With sequence parallelism the slice is what is sent
     anyway."""
+    overlap_p2p: bool = False
+    """Send one micro-batch's activations (and gradients) while the stage computes another
+    (Megatron-Core's `overlap_p2p_comm` with batched isend/irecv; torchtitan's
+    PipelineSchedule posts its sends asynchronously): the sends hide behind compute, but
+    for the two at the ends of the step (the first forward receive, the last backward
+    send), which nothing runs beside. False (the default): every send on the critical
+    path, as llmpar has modelled it so far."""
 
 
 def bubble_fraction(config: PipelineConfig, m: Any) -> Any:
@@ -167,7 +174,10 @@ class PipelineParallel(Strategy[PipelineConfig]):
                            buffer_bytes=self._boundary_bytes(config, ctx), group_size=2,
                            group_stride=layout.stride(self.name), calls_per_step=calls,
                            reason="activations forward and their gradients backward, per "
-                                  "micro-batch and stage boundary")
+                                  "micro-batch and stage boundary" + (
+                                      ", behind another micro-batch's compute"
+                                      if config.overlap_p2p else ""),
+                           **_overlapped_sends(config, calls))
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
                          collectives=(sends, *self._gathers(config, ctx, calls)),
                          warnings=tuple(warnings))
@@ -204,6 +214,14 @@ class PipelineParallel(Strategy[PipelineConfig]):
                            group_stride=ctx.layout.stride("tensor"),
                            calls_per_step=where(sequence_parallel(ctx.layout), 0.0, calls),
                            reason="rebuild the received boundary tensor from its slices"),)
+
+
+def _overlapped_sends(config: PipelineConfig, calls: Any) -> dict[str, Any]:
+    """With `overlap_p2p`, the step's sends hide behind compute in `calls / 2` pieces:
+    one forward and one backward send (a piece) wait with nothing beside them."""
+    if not config.overlap_p2p:
+        return {}
+    return dict(overlap=1.0, hides_behind="compute", pieces=maximum(calls / 2, 1))
 
 
 @hookimpl
