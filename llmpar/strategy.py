@@ -289,6 +289,10 @@ class Transform:
     products), all GPUs together; at most the model's."""
     bubble_fraction: Any = 0.0
     """Idle time as a share of compute time (pipeline bubble)."""
+    busiest_rank_extra_work: Any = 0.0
+    """Work the busiest rank does beyond the average, as a share of the step's executed
+    FLOPs (uneven expert load: every rank waits for the busiest one); >= 0. The matrix
+    products take (1 + the sum over strategies) as long; the FLOPs do not change."""
     buffer_bytes: Any = 0.0
     """Extra per-GPU memory the strategy needs (gathered weights, communication)."""
     offloads: tuple[Offload, ...] = ()

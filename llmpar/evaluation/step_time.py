@@ -371,7 +371,9 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     m = composition.micro_batches_per_step()
     shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = executed_flops(facts, composition)
-    matmul = hardware / n / rate * facts.slowest_stage_factor + shape_loss
+    # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
+    busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
+    matmul = hardware / n / rate * facts.slowest_stage_factor * busiest + shape_loss
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
     compute = matmul + elementwise / bandwidth

@@ -32,7 +32,8 @@ def _plainly_fine(transform: Transform, name: str) -> bool:
     """The common case, quickly: every number plain, >= 0 (divisors >= 1, overlaps <= 1)
     and finite (a sum of non-negative numbers is finite only when each is)."""
     sizes = [transform.extra_flops_per_step, transform.skipped_flops_per_step,
-             transform.bubble_fraction, transform.buffer_bytes, transform.added_activation_bytes]
+             transform.bubble_fraction, transform.buffer_bytes, transform.added_activation_bytes,
+             transform.busiest_rank_extra_work]
     ones = [s.divisor for s in transform.shards] + [c.copies for c in transform.copies]
     ones += [s.divisor for s in transform.activation_splits]
     shares: list[Any] = []
@@ -77,7 +78,7 @@ def transform_problems(transform: Any, name: str, spec: Spec) -> list[str]:
                  for s in transform.activation_splits if bad_number(s.divisor, at_least=1)]
     problems += _collective_problems(transform, name, spec.hardware.num_gpus)
     for label in ("extra_flops_per_step", "skipped_flops_per_step", "bubble_fraction",
-                  "buffer_bytes", "added_activation_bytes"):
+                  "buffer_bytes", "added_activation_bytes", "busiest_rank_extra_work"):
         if bad_number(getattr(transform, label)):
             problems.append(f"{label} {getattr(transform, label)!r} is not a finite number >= 0")
     problems += _micro_batch_problems(transform)

@@ -13,6 +13,7 @@ GShard, arXiv:2006.16668; Fedus et al. 2021, Switch Transformer, arXiv:2101.0396
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Callable
 from typing import Any, Literal
@@ -22,11 +23,12 @@ import attrs
 from llmpar.arrays import logical_not, where
 from llmpar.communication.collectives import members_per_node
 from llmpar.dtypes import bytes_per_element
+from llmpar.footprint.flops import ForwardFlops, mlp_matmul_weights
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension, divisors
 from llmpar.spec import Spec
-from llmpar.spec.validators import one_of, positive
+from llmpar.spec.validators import FieldError, one_of, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
     EXPERT_TENSOR,
@@ -73,6 +75,25 @@ def network_copies(dispatcher: str, k: int, e: int, members: int) -> float:
     return remote_nodes * e / (e - members)
 
 
+def at_least_one(_instance: Any, attribute: Any, value: float) -> None:
+    """A finite ratio >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value >= 1):
+        raise FieldError(attribute.name, f"must be a finite number >= 1, got {value!r}")
+
+
+def routed_share(spec: Spec, forward: ForwardFlops | None) -> float:
+    """The routed experts' products' share of the FLOPs a forward pass executes (the
+    backward repeats the same shares): k experts per token in each MoE layer."""
+    model = spec.model
+    moe = model.moe
+    if forward is None or moe is None or forward.executed_total <= 0:
+        return 0.0
+    routed = (2 * spec.training.sequence_length * model.num_moe_layers * moe.experts_per_token
+              * mlp_matmul_weights(model, moe.expert_ffn_hidden_size))
+    return min(1.0, routed / forward.executed_total)
+
+
 @attrs.frozen(kw_only=True)
 class ExpertConfig:
     """`[parallel.expert]`."""
@@ -88,6 +109,19 @@ class ExpertConfig:
     --expert-tensor-parallel-size); unset: the tensor degree. Below it, the expert
     ranks fold into the tensor ranks (MoE parallel folding: expert x expert tensor x
     expert data = tensor x context x data), which needs sequence parallelism."""
+    imbalance: float = attrs.field(default=1.0, validator=at_least_one)
+    """Tokens the busiest expert rank receives over the average (1: even routing, as
+    llmpar assumed so far). Dropless routing needs the ratio stated (from the router's
+    load statistics); with token dropping the capacity factor bounds it (GShard, Lepikhin
+    et al. 2020, arXiv:2006.16668, Sec. 2.2; Switch Transformer, Fedus et al. 2021,
+    arXiv:2101.03961, Sec. 2.2). Every rank waits for the busiest: its routed experts'
+    products and its share of each all-to-all grow by this factor."""
+    overlap_a2a: bool = False
+    """Run one micro-batch's dispatch and combine all-to-alls behind another micro-batch's
+    compute (Megatron-Core's `--overlap-moe-expert-parallel-comm`, which merges the
+    forward of one micro-batch with the backward of another; DeepSeek-V3's overlap of
+    computation and communication, Sec. 3.2.1): one micro-batch's all-to-alls of the step
+    stay exposed, so a step of one micro-batch hides nothing."""
 
 
 class ExpertParallel(Strategy[ExpertConfig]):
@@ -148,8 +182,13 @@ class ExpertParallel(Strategy[ExpertConfig]):
         x = expert_tensor_degree(layout)
         split = ProductSplit(experts=e,
                              expert_width=None if x == layout.degree("tensor") else x)
+        extra = (config.imbalance - 1) * routed_share(
+            ctx.spec, ctx.footprint.forward_flops_per_sequence)
+        notes = () if config.imbalance == 1 else (
+            f"busiest expert rank gets {config.imbalance:g}x the average tokens",)
         return Transform(strategy=self.name, shards=shards,
-                         collectives=(self._a2a(config, ctx, e),), product_split=split)
+                         collectives=(self._a2a(config, ctx, e),), product_split=split,
+                         busiest_rank_extra_work=extra, notes=notes)
 
     def serving_collectives(self, config: ExpertConfig, ctx: StrategyContext,
                             step: ForwardStep) -> tuple[Collective, ...]:
@@ -183,12 +222,17 @@ class ExpertParallel(Strategy[ExpertConfig]):
         moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
         per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)  # dispatch + combine
         calls = per_micro_batch * moe_layers * micro_batches_per_step(spec, layout)
+        m = micro_batches_per_step(spec, layout)
+        overlapped: dict[str, Any] = {} if not config.overlap_a2a else dict(
+            overlap=1.0, hides_behind="compute", pieces=m)
         return Collective(strategy=self.name, name=ALL_TO_ALL, operation="all-to-all",
-                          buffer_bytes=tokens_bytes, group_size=e, group_stride=stride,
-                          calls_per_step=calls,
+                          buffer_bytes=tokens_bytes * config.imbalance, group_size=e,
+                          group_stride=stride, calls_per_step=calls,
                           reason="token dispatch and combine, forward and backward"
                                  + (" (DeepEP: once per remote node, then NVLink)"
-                                    if config.dispatcher == "deepep" else ""))
+                                    if config.dispatcher == "deepep" else "")
+                                 + (", behind another micro-batch's compute"
+                                    if config.overlap_a2a else ""), **overlapped)
 
 
 @hookimpl
