@@ -105,7 +105,7 @@ def test_every_builtin_strategy_has_its_table():
 def test_field_docstrings_are_read_from_the_source():
     rows = page("reference/spec.md")
     assert "| `num_kv_heads` |" in rows and "one is MQA. Default: a." in rows
-    assert "| `kind` | string; one of `ring`, `all-to-all` |" in rows
+    assert "| `kind` | string; one of `ring`, `all-to-all`, `hybrid` |" in rows
 
 
 # --------------------------------------------------------------------------------------

@@ -56,8 +56,8 @@ def test_ring_context_parallelism_launches_attention_once_per_step():
     fixed = spec.hardware.gpu.matmul_fixed_seconds
 
     def loss(ring):
-        return shape_loss_seconds(spec, RankShape(tensor=8, context=4, context_ring=ring),
-                                  rates, "none", 0.0, False)
+        shape = RankShape(tensor=8, context=4, attention_steps=4 if ring else 1)
+        return shape_loss_seconds(spec, shape, rates, "none", 0.0, False)
 
     assert loss(True) - loss(False) == pytest.approx(96 * (4 - 1) * 2 * fixed)
 

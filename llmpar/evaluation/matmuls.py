@@ -59,9 +59,16 @@ class RankShape:
     """Ranks each routed expert splits over; unset: the tensor degree."""
     micro_batch_size: Any = 1
     """Sequences per micro-batch (an array over a search node where it varies)."""
-    context_ring: Any = True
-    """Context parallelism runs as a ring (one attention kernel per ring step); a
-    boolean array where it varies."""
+    attention_steps: Any = None
+    """Attention kernels per layer and pass under context parallelism, each over
+    1/steps of the sequence's keys for context / steps of the heads' share: the context
+    degree for a ring (None, the default), 1 for all-to-all, the ring's degree for the
+    hybrid (an array where it varies)."""
+
+    @property
+    def context_steps(self) -> Any:
+        """`attention_steps`, with a ring's where none is given."""
+        return self.context if self.attention_steps is None else self.attention_steps
 
     @property
     def experts_split(self) -> int:
@@ -122,14 +129,14 @@ def _attention(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> li
 def _scores(spec: Spec, shape: RankShape, layers: float) -> list[Product]:
     """Q.K^T and scores.V per head, as eager attention runs them: under ring context
     parallelism one pair per ring step, each over the chunk of keys at hand; under
-    all-to-all context parallelism over the whole sequence for 1/c of the heads."""
+    all-to-all context parallelism over the whole sequence for 1/c of the heads; under
+    the hybrid, r ring steps over s/r tokens for r/c of the heads."""
     model = spec.model
     assert model.num_attention_heads is not None
-    s, c, ring = spec.training.sequence_length, shape.context, shape.context_ring
+    s, c, steps = spec.training.sequence_length, shape.context, shape.context_steps
     heads = shape.micro_batch_size * model.num_attention_heads / shape.tensor * layers
-    steps = where(ring, c, 1)
-    length = where(ring, s / c, s)
-    heads = heads / where(ring, 1, c)
+    length = s / steps
+    heads = heads * steps / c
     per_launch = heads / layers
     return [Product(name="Q.K^T", m=length, n=length, k=model.qk_head_dim, count=heads * steps,
                     batch=per_launch, weights=False),
@@ -232,7 +239,7 @@ def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
     """FlashAttention kernels of one micro-batch along the pipeline: one per layer and
     pass, and under ring context parallelism one per ring step (each step attends to the
     chunk at hand; Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun."""
-    steps = where(shape.context_ring, shape.context, 1)
+    steps = shape.context_steps
     reruns = where(recompute == "full", recomputed_fraction,
                    where(recompute == "selective", 1.0, 0.0))
     return (spec.model.num_layers or 0) * steps * (2.0 + reruns)

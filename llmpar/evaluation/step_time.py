@@ -310,7 +310,7 @@ def rank_shape(spec: Spec, composition: Composition) -> RankShape:
     return RankShape(tensor=split.width, context=split.tokens, expert=split.experts,
                      expert_tensor=split.expert_width,
                      micro_batch_size=spec.training.micro_batch_size,
-                     context_ring=split.attention_steps == split.tokens)
+                     attention_steps=split.attention_steps)
 
 
 def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,

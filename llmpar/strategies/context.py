@@ -9,6 +9,10 @@ needs all keys and values:
 - "all-to-all" (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv:2309.14509):
   all-to-alls swap the sequence split for a head split around attention: Q, K,
   V in and the output back, in each direction of the pass.
+- "hybrid" (USP, Fang and Zhao 2024, arXiv:2405.07719; Megatron-Core's
+  `cp_comm_type = "a2a+p2p"` with `hierarchical_context_parallel_sizes`): an
+  all-to-all over the inner `all_to_all_degree` = a ranks, then a ring over the
+  c / a groups, each step over s / (c / a) tokens of 1/a of the heads.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from llmpar.strategy import (
     Transform,
 )
 
-Kind = Literal["ring", "all-to-all"]
+Kind = Literal["ring", "all-to-all", "hybrid"]
 KINDS: tuple[Kind, ...] = typing.get_args(Kind)
 KV_RING = "context.kv-ring"
 """Ring attention's K/V chunks (and their gradients) passed around the ring."""
@@ -60,7 +64,12 @@ class ContextConfig:
     degree: int = attrs.field(default=1, validator=positive)
     """GPUs the sequence is split over."""
     kind: Kind = attrs.field(default="ring", validator=one_of(*KINDS))
-    """"ring" (K/V passed around, behind attention) or "all-to-all" (Ulysses)."""
+    """"ring" (K/V passed around, behind attention), "all-to-all" (Ulysses) or "hybrid"
+    (an all-to-all inside groups of `all_to_all_degree` ranks, a ring across them)."""
+    all_to_all_degree: int | None = attrs.field(default=None, validator=positive)
+    """With kind = "hybrid": the context ranks of each all-to-all group (consecutive
+    ranks, Megatron-Core's first hierarchical size); it must divide the degree, and the
+    ring runs over degree / all_to_all_degree groups."""
 
 
 class ContextParallel(Strategy[ContextConfig]):
@@ -79,7 +88,11 @@ class ContextParallel(Strategy[ContextConfig]):
                          lambda: "context parallelism needs the model's architecture "
                                  "(hidden_size, heads, head_dim), not just its parameter count")]
         heads, t = spec.model.num_attention_heads, layout.degree("tensor")
+        if _hybrid(config):
+            return self._hybrid_rules(config, heads, t, s)
         return [
+            Rule(f"{path}.all_to_all_degree", config.all_to_all_degree is not None,
+                 lambda: 'all_to_all_degree needs kind = "hybrid"'),
             Rule(f"{path}.degree", c > 1 and s % (2 * c) != 0,
                  lambda: f"training.sequence_length ({s}) must be divisible by 2 x context "
                          f"degree ({2 * c}) for load-balanced causal attention"),
@@ -89,16 +102,54 @@ class ContextParallel(Strategy[ContextConfig]):
                          f"context x tensor degree ({c} x {t} = {c * t})"),
         ]
 
+    def _hybrid_rules(self, config: ContextConfig, heads: int | None, t: int,
+                      s: int) -> list[Rule]:
+        c, a, path = config.degree, config.all_to_all_degree, "$.parallel.context"
+        if a is None or a <= 1 or a >= c or c % a:
+            return [Rule(f"{path}.all_to_all_degree", True,
+                         lambda: f"kind = 'hybrid' needs all_to_all_degree above 1 and below "
+                                 f"the degree ({c}), dividing it; got {a}")]
+        return [
+            Rule(f"{path}.degree", s % (2 * c) != 0,
+                 lambda: f"training.sequence_length ({s}) must be divisible by 2 x context "
+                         f"degree ({2 * c}) for load-balanced causal attention"),
+            Rule(f"{path}.all_to_all_degree", heads is not None and heads % (a * t) != 0,
+                 lambda: f"the all-to-all needs num_attention_heads ({heads}) divisible by "
+                         f"all_to_all_degree x tensor degree ({a} x {t} = {a * t})")]
+
     def transform(self, config: ContextConfig, ctx: StrategyContext) -> Transform:
         c = config.degree
         if c == 1:
             return Transform(strategy=self.name)
+        if _hybrid(config):
+            return self._hybrid(config, ctx, c)
         ring = config.kind == "ring"
         return Transform(strategy=self.name,
                          activation_splits=(ActivationSplit(tag=SPLIT_CONTEXT, divisor=c,
                                                             reason="sequence split"),),
                          collectives=(self._ring(ctx, c, ring), self._all_to_all(ctx, c, ring)),
                          product_split=ProductSplit(tokens=c, attention_steps=where(ring, c, 1)))
+
+    def _hybrid(self, config: ContextConfig, ctx: StrategyContext, c: int) -> Transform:
+        """The all-to-all over the inner a ranks and the ring over the c / a groups: the
+        ring's K/V chunk is the same s/c tokens' worth (s/r tokens of 1/a of the K/V
+        heads) in r - 1 steps; the all-to-all's share of Q, K, V, out as Ulysses'."""
+        a = config.all_to_all_degree
+        assert a is not None
+        r, stride = c // a, ctx.layout.stride(self.name)
+        ring = attrs.evolve(self._ring(ctx, c, True, steps=r), group_size=r,
+                            group_stride=stride * a,
+                            reason="K/V chunks around the ring of all-to-all groups, behind "
+                                   "attention")
+        swap = attrs.evolve(self._all_to_all(ctx, c, False), group_size=a,
+                            reason="Q, K, V in and the output back inside each all-to-all "
+                                   "group, forward and backward")
+        return Transform(strategy=self.name,
+                         activation_splits=(ActivationSplit(tag=SPLIT_CONTEXT, divisor=c,
+                                                            reason="sequence split"),),
+                         collectives=(ring, swap),
+                         product_split=ProductSplit(tokens=c, attention_steps=r),
+                         notes=(f"hybrid: all-to-all over {a} ranks, ring over {r} groups",))
 
     def serving_collectives(self, config: ContextConfig, ctx: StrategyContext,
                             step: ForwardStep) -> tuple[Collective, ...]:
@@ -133,13 +184,16 @@ class ContextParallel(Strategy[ContextConfig]):
         training = ctx.spec.training
         return training.micro_batch_size * training.sequence_length / c
 
-    def _ring(self, ctx: StrategyContext, c: int, ring: Any) -> Collective:
+    def _ring(self, ctx: StrategyContext, c: int, ring: Any, steps: int | None = None
+              ) -> Collective:
         spec, layout = ctx.spec, ctx.layout
         model = spec.model
+        steps = c if steps is None else steps
         kv_bytes = (self._chunk_elements(ctx, c) * 2 * model.kv_width / layout.degree("tensor")
                     * bytes_per_element(spec.precision.activations))
-        # c-1 sends of K,V forward; backward sends K,V and dK,dV: 3 x (c-1) per layer.
-        calls = 3 * (c - 1) * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+        # steps-1 sends of K,V forward; backward sends K,V and dK,dV: 3 x (steps-1) per layer.
+        calls = (3 * (steps - 1) * layers_per_stage(spec, layout)
+                 * micro_batches_per_step(spec, layout))
         return Collective(strategy=self.name, name=KV_RING, operation="send-recv",
                           buffer_bytes=kv_bytes, group_size=c,
                           group_stride=layout.stride(self.name),
@@ -161,13 +215,23 @@ class ContextParallel(Strategy[ContextConfig]):
                           reason="Q, K, V in and the output back, forward and backward")
 
 
+def _hybrid(config: ContextConfig) -> bool:
+    """The hybrid kind, set for one layout (the search varies ring and all-to-all only,
+    as arrays)."""
+    return isinstance(config.kind, str) and config.kind == "hybrid"
+
+
 @hookimpl
 def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> None:
     register(ContextParallel())
 
 
+SEARCHED_KINDS: tuple[Kind, ...] = ("ring", "all-to-all")
+"""The kinds a search tries; the hybrid needs its all-to-all degree stated."""
+
+
 def _kinds(point: Point) -> tuple[Kind, ...]:
-    return KINDS if point.degree("context") > 1 else (ContextConfig().kind,)
+    return SEARCHED_KINDS if point.degree("context") > 1 else (ContextConfig().kind,)
 
 
 @hookimpl
