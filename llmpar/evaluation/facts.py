@@ -44,6 +44,33 @@ def tag_bytes(inventory: ActivationInventory) -> dict[frozenset[str], float]:
     return found
 
 
+def layer_tag_bytes(inventory: ActivationInventory) -> dict[frozenset[str], float]:
+    """The layers' part of `tag_bytes` (not the embedding's or output layer's tensors)."""
+    return tag_bytes(attrs.evolve(inventory, fixed=()))
+
+
+def offloaded_layers(spec: Spec, stage: Stage) -> int:
+    """Layers of `stage` whose activations wait in host memory: the first
+    `activation_offload_layers`, never the stage's last."""
+    limit = spec.training.activation_offload_layers
+    return 0 if limit is None else max(0, min(limit, stage.num_layers - 1))
+
+
+def offload_split(spec: Spec, stage: Stage, inventory: ActivationInventory
+                  ) -> tuple[TagBytes, TagBytes, TagBytes]:
+    """(kept on the GPU, in host memory, one layer in transit) of one micro-batch's
+    activations on `stage`, by tags: the offloaded layers' share of the layers' bytes
+    leaves the GPU, and one layer's worth is on its way out or back at a time."""
+    kept = tag_bytes(inventory)
+    k = offloaded_layers(spec, stage)
+    if k == 0:
+        return kept, {}, {}
+    per_layer = {tags: size / stage.num_layers for tags, size in
+                 layer_tag_bytes(inventory).items()}
+    host = {tags: k * size for tags, size in per_layer.items()}
+    return {tags: size - host.get(tags, 0.0) for tags, size in kept.items()}, host, per_layer
+
+
 def stage_kind(spec: Spec, stage: Stage) -> StageKind:
     """The kind of a stage (see `StageKind`), in closed form."""
     model = spec.model
@@ -103,6 +130,11 @@ class TrainingFacts:
     same whatever `attention_flops` reports."""
     attention_hardware_flops_per_step: float
     slowest_stage_factor: float
+    offloaded_tags: tuple[TagBytes, ...] = ()
+    """Unsplit activation bytes of one micro-batch each kind of stage keeps in host memory
+    (`[training] activation_offload_layers`); empty without offloading."""
+    transit_tags: tuple[TagBytes, ...] = ()
+    """One offloaded layer's unsplit bytes per kind: what is on its way at a time."""
 
 
 def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
@@ -118,13 +150,20 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
     hardware = (flops if executed is None else executed * global_batch) + rerun * global_batch
     activations = footprint.activations
     stage_tags: tuple[TagBytes, ...] = ()
+    offloaded: tuple[TagBytes, ...] = ()
+    transit: tuple[TagBytes, ...] = ()
     full: TagBytes = {}
     if activations is not None:
-        stage_tags = tuple(tag_bytes(stage_inventory(spec, footprint, stage))
-                           for stage in kinds.representatives)
+        splits = [offload_split(spec, stage, stage_inventory(spec, footprint, stage))
+                  for stage in kinds.representatives]
+        stage_tags = tuple(kept for kept, _, _ in splits)
+        if spec.training.activation_offload_layers is not None:
+            offloaded = tuple(host for _, host, _ in splits)
+            transit = tuple(moving for _, _, moving in splits)
         full = tag_bytes(activations)
     return TrainingFacts(
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
+        offloaded_tags=offloaded, transit_tags=transit,
         inventory_bytes=0.0 if activations is None else activations.total_bytes,
         flops_per_step=flops, hardware_flops_per_step=hardware,
         executed_model_flops_per_step=hardware - rerun * global_batch,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from llmpar.arrays import Value, largest, rounded, where
+from llmpar.arrays import Value, largest, maximum, rounded, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
@@ -113,12 +113,24 @@ def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stag
     for position, members in enumerate(kinds.members):
         tags = facts.stage_tags[position] if facts.stage_tags else None
         in_flight = largest(stages[i].micro_batches_in_flight for i in members)
-        found.append(kind_memory(composition, parameters[position], per_parameter, tags,
-                                 in_flight))
-    buffers = rounded(composition.sum_of("buffer_bytes"))
+        kind = kind_memory(composition, parameters[position], per_parameter, tags, in_flight)
+        if facts.offloaded_tags:
+            kind = attrs.evolve(kind, host=kind.host + rounded(
+                composition.split_bytes(facts.offloaded_tags[position]) * in_flight))
+        found.append(kind)
+    buffers = rounded(composition.sum_of("buffer_bytes") + transit_bytes(composition, facts))
     totals = tuple(k.states_bytes + activation_bytes(k, k.in_flight) + buffers for k in found)
     return MemoryCore(kinds=tuple(found), buffers=buffers, totals=totals,
                       peak_total=largest(totals))
+
+
+def transit_bytes(composition: Composition, facts: TrainingFacts) -> Value:
+    """The GPU buffer of offloaded activations: the largest layer's worth of any kind of
+    stage, on its way to or from host memory."""
+    found: Value = 0.0
+    for tags in facts.transit_tags:
+        found = maximum(found, composition.split_bytes(tags))
+    return found
 
 
 def stage_records(core: MemoryCore, stages: Sequence[Stage],

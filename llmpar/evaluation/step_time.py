@@ -304,6 +304,34 @@ def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]
     return best
 
 
+def activation_offload_seconds(spec: Spec, composition: Composition,
+                               facts: TrainingFacts) -> tuple[Value, Value]:
+    """(all, one piece) of the host-link time of offloaded activations in one step, on
+    the busiest kind of stage: each micro-batch's offloaded layers go out after their
+    forward and come back before their backward, a layer at a time; one layer's copy
+    in one direction has nothing to hide behind (the first reload of the backward)."""
+    bandwidth = spec.hardware.host_bandwidth_bytes_per_s
+    if not facts.offloaded_tags or not bandwidth:
+        return 0.0, 0.0
+    m = composition.micro_batches_per_step()
+    moved: Value = 0.0
+    piece: Value = 0.0
+    for host, transit in zip(facts.offloaded_tags, facts.transit_tags):
+        moved = maximum(moved, 2 * m * composition.split_bytes(host))
+        piece = maximum(piece, composition.split_bytes(transit))
+    return moved / bandwidth, piece / bandwidth
+
+
+def with_activation_offload(host: HostTime, offload: tuple[Value, Value]) -> HostTime:
+    """The strategies' host work plus the activations' copies, all but one piece of
+    which can run behind compute (Megatron-Core copies on a separate CUDA stream)."""
+    seconds, piece = offload
+    if not is_array(seconds) and seconds == 0:
+        return host
+    return attrs.evolve(host, seconds=host.seconds + seconds,
+                        overlappable=host.overlappable + seconds - piece)
+
+
 def rank_shape(spec: Spec, composition: Composition) -> RankShape:
     """What decides the shapes of one GPU's products, from the strategies' splits."""
     split = composition.product_split()
@@ -321,7 +349,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     peak = gpu.peak_flops_per_s(spec.precision.compute)
     costs = collective_costs(spec, composition, kinds, parameters,
                              None if cache is None else cache.collective_seconds)
-    host = host_time(composition, parameters)
+    host = with_activation_offload(host_time(composition, parameters),
+                                   activation_offload_seconds(spec, composition, facts))
     bubble = composition.sum_of("bubble_fraction")
     if peak is None:
         return TimeCore(time_model="none", step=None, costs=costs, host=host,

@@ -106,6 +106,8 @@ def training_problems(spec: Spec) -> list[Problem]:
     if training.tokens is not None and training.tokens_per_parameter is not None:
         problems.append(Problem("$.training.tokens_per_parameter",
                                 "give tokens or tokens_per_parameter, not both"))
+    if training.activation_offload_layers is not None:
+        problems += _activation_offload_problems(spec)
     goodput = training.goodput
     if goodput is not None and goodput.asynchronous and (
             spec.hardware.host_bandwidth_bytes_per_s is None):
@@ -117,6 +119,18 @@ def training_problems(spec: Spec) -> list[Problem]:
     if positions is not None:
         problems.append(positions)
     return problems
+
+
+def _activation_offload_problems(spec: Spec) -> list[Problem]:
+    training, path = spec.training, "$.training.activation_offload_layers"
+    if spec.hardware.host_bandwidth_bytes_per_s is None:
+        return [Problem(path, "offloaded activations travel over the host link: give "
+                              "[hardware] host_bandwidth_bytes_per_s (or a cluster preset that "
+                              "has it)")]
+    if training.recompute == "full" and training.recompute_layers is not None:
+        return [Problem(path, "give recompute_layers or activation_offload_layers, not both "
+                              "(each picks the first layers of a stage)")]
+    return []
 
 
 def resolve_layout(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmpar.plan import Plan, RunGoodput
-from llmpar.report.fields import format_size
+from llmpar.report.fields import format_gb_gib, format_size
 from llmpar.report.serving import phases, serving, serving_memory
 from llmpar.report.tables import Table
 from llmpar.units import GB, GiB, format_count, format_duration
@@ -62,6 +62,8 @@ def memory(plan: Plan) -> Table:
                  "GiB = 2^30 bytes)")
     if len(plan.stages) > 1:
         notes.append(f"pipeline stage {plan.peak_stage}, the one that needs the most memory")
+    if plan.host_bytes:
+        notes.append(f"host memory: {format_gb_gib(plan.host_bytes)} per GPU (offloaded)")
     return Table(title="Memory per GPU", columns=("", "GB", "GiB", "of capacity"),
                  rows=tuple(rows), bars=tuple(bars), marked=(len(parts) - 1,),
                  notes=tuple(notes))
@@ -120,12 +122,18 @@ def time_breakdown(plan: Plan) -> Table | None:
              ("+ exposed communication", plan.exposed_communication_seconds),
              ("+ pipeline bubble", plan.bubble_seconds),
              ("+ optimizer step", plan.optimizer_seconds)]
+    if plan.offload_seconds:
+        parts.append(("+ exposed offload", plan.exposed_offload_seconds))
     rows = [(label, _duration(value), _share(value, step)) for label, value in parts]
     rows.append(("= step", format_duration(step) if step is not None else "-",
                  "100.0%" if step else "-"))
-    notes = (f"all communication {format_duration(plan.communication_seconds)}, "
-             f"of which {format_duration(plan.exposed_communication_seconds)} exposed",
-             f"bubble fraction {plan.bubble_fraction:.1%} of compute time")
+    notes: tuple[str, ...] = (
+        f"all communication {format_duration(plan.communication_seconds)}, "
+        f"of which {format_duration(plan.exposed_communication_seconds)} exposed",
+        f"bubble fraction {plan.bubble_fraction:.1%} of compute time")
+    if plan.offload_seconds:
+        notes += (f"host-link copies {format_duration(plan.offload_seconds)}, of which "
+                  f"{format_duration(plan.exposed_offload_seconds)} exposed",)
     return Table(title="Step time", columns=("", "time", "of step"), rows=tuple(rows),
                  marked=(len(rows) - 1,), notes=notes)
 

@@ -96,6 +96,14 @@ class Training:
     """With recompute = "full": recompute only the first N layers of each pipeline stage
     and keep every activation of the others (Megatron-LM's --recompute-method block
     --recompute-num-layers N). Default: every layer."""
+    activation_offload_layers: int | None = attrs.field(default=None, validator=v.positive)
+    """Keep the saved activations of the first N layers of each pipeline stage in host
+    memory between their forward and backward passes (Megatron-Core's --cpu-offloading
+    --cpu-offloading-num-layers N, activations only; PyTorch's
+    `torch.autograd.graph.save_on_cpu`). Each layer's tensors are copied out after its
+    forward and back before its backward, over `[hardware] host_bandwidth_bytes_per_s`,
+    behind the other layers' compute; the last layer of a stage is never offloaded
+    (its backward starts at once). Default: none."""
     activation_model: str = attrs.field(default="korthikanti", validator=_known_activation_model)
     """How activations are counted: "korthikanti" (Korthikanti et al. 2022), "fused"
     (FlashAttention and fused kernels), "hf-eager" / "hf-sdpa" (what Hugging Face
