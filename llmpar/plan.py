@@ -94,6 +94,12 @@ class TrainingPart:
     """How far to trust `step_seconds`: the error on the published runs of its validation
     family (GPU and model kind), or what a GPU without runs rests on (`llmpar.trust`);
     empty without a step time."""
+    framework: str = "megatron-core"
+    """The framework profile the plan was made under (`[training] framework`; unset:
+    megatron-core)."""
+    host_overhead_seconds: float = 0.0
+    """The framework profile's exposed host time in one step: per micro-batch and per
+    step (its per-launch overhead is part of compute_seconds)."""
 
 
 @attrs.frozen(kw_only=True)
