@@ -222,3 +222,27 @@ def test_concepts_quotes_the_step_times_of_two_profiles():
     titan = llmpar.evaluate(path, {"training.framework": "torchtitan"}).step_seconds
     assert f"takes {megatron:.1f} s a step under `megatron-core`" in text
     assert f"and {titan:.1f} s under `torchtitan`" in text
+
+
+def test_a_search_gives_layouts_the_profiles_defaults():
+    """A layout the search makes with tensor parallelism, on a spec with no [parallel.tensor]
+    table, runs it as the profile does; its plan is the one the layout's spec evaluates to
+    alone (the fast path agrees)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from search_specs import small_spec
+
+    table = small_spec(training={"sequence_length": 512, "global_batch_size": 24,
+                                 "framework": "torchtitan"},
+                       search={"micro_batch_sizes": [1], "recompute": ["none"],
+                               "values": {"tensor.degree": [1, 2], "pipeline.degree": [1]}})
+    result = llmpar.search(table, top=100)
+    tensor = [r for r in result.results if r.layout.get("tensor", 1) > 1]
+    assert tensor, "the search space has tensor-parallel layouts"
+    for ranked in tensor:
+        assert ranked.spec.parallel["tensor"].overlap_backward is False
+        alone = llmpar.evaluate(ranked.spec)
+        assert alone.step_seconds == pytest.approx(ranked.plan.step_seconds, rel=1e-9)
+    plain = [r for r in result.results if r.layout.get("tensor", 1) == 1]
+    assert all("tensor" not in r.spec.parallel for r in plain)

@@ -32,22 +32,34 @@ def activation_model_problems(table: Mapping[str, Any],
                     f"must be one of {listed}, got {name!r}{did_you_mean(name, known)}")]
 
 
-def with_framework_defaults(framework: Framework | None, raw: Mapping[str, Any],
-                            configs: dict[str, Any]) -> dict[str, Any]:
-    """The strategies' configs with the profile's defaults where the spec's own
-    `[parallel.<name>]` table leaves the key out; `reshard_after_forward` only under
+def profile_config(framework: Framework | None, strategy: str, config: Any,
+                   given: Collection[str] = ()) -> Any:
+    """`config` of `strategy` with the profile's defaults for the keys not in `given` (the
+    keys a spec's `[parallel.<name>]` table states); `reshard_after_forward` only under
     ZeRO-3 / FSDP, where it means something."""
-    if framework is None:
-        return configs
-    found = dict(configs)
-    for field, strategy, key in PARALLEL_DEFAULTS:
+    if framework is None or not attrs.has(type(config)):
+        return config
+    changes = {}
+    for field, owner, key in PARALLEL_DEFAULTS:
         value = getattr(framework, field)
-        config = found.get(strategy)
-        given = raw.get(strategy) if isinstance(raw, Mapping) else None
-        if value is None or config is None or (isinstance(given, Mapping) and key in given):
+        if owner != strategy or value is None or key in given:
             continue
         if key == "reshard_after_forward" and getattr(config, "stage", 3) != 3:
             continue
-        if attrs.has(type(config)) and key in attrs.fields_dict(type(config)):
-            found[strategy] = attrs.evolve(config, **{key: value})
+        if key in attrs.fields_dict(type(config)):
+            changes[key] = value
+    return attrs.evolve(config, **changes) if changes else config
+
+
+def with_framework_defaults(framework: Framework | None, raw: Mapping[str, Any],
+                            configs: dict[str, Any]) -> dict[str, Any]:
+    """The strategies' configs with the profile's defaults where the spec's own
+    `[parallel.<name>]` table leaves the key out (`profile_config`)."""
+    if framework is None:
+        return configs
+    found = {}
+    for name, config in configs.items():
+        given = raw.get(name) if isinstance(raw, Mapping) else None
+        found[name] = profile_config(framework, name, config,
+                                     tuple(given) if isinstance(given, Mapping) else ())
     return found
