@@ -7,6 +7,9 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import parallel_training_specs
 
 import llmpar
 from llmpar.errors import SpecError
@@ -246,3 +249,28 @@ def test_a_search_gives_layouts_the_profiles_defaults():
         assert alone.step_seconds == pytest.approx(ranked.plan.step_seconds, rel=1e-9)
     plain = [r for r in result.results if r.layout.get("tensor", 1) == 1]
     assert all("tensor" not in r.spec.parallel for r in plain)
+
+
+def _modelled(spec: dict) -> dict:
+    """The drawn spec with its step time modelled (no assumed mfu)."""
+    training = {k: v for k, v in spec["training"].items() if k != "mfu"}
+    return {**spec, "training": training}
+
+
+OVERHEADS = st.sampled_from([0.0, 1e-6, 2e-5, 3e-4, 1e-3])
+
+
+@given(parallel_training_specs(), st.sampled_from(SHIPPED), OVERHEADS, OVERHEADS)
+def test_profiles_hold_for_every_layout(spec, profile, per_launch, per_micro_batch):
+    """Under any layout: megatron-core named is the plan of no profile named; every
+    shipped profile evaluates; a host overhead never shortens the step."""
+    spec = _modelled(spec)
+    plain = llmpar.evaluate(spec)
+    named = llmpar.evaluate(spec, {"training.framework": "megatron-core"})
+    assert named.to_dict() == plain.to_dict()
+    llmpar.evaluate(spec, {"training.framework": profile})
+    slower = llmpar.evaluate(spec, {"training.framework": {
+        "preset": "megatron-core", "kernel_overhead_seconds": per_launch,
+        "micro_batch_overhead_seconds": per_micro_batch}})
+    assert plain.step_seconds is not None and slower.step_seconds is not None
+    assert slower.step_seconds >= plain.step_seconds * (1 - 1e-12)
