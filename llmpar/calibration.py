@@ -70,7 +70,8 @@ class RunFit:
 
     name: str
     measured_step_seconds: float
-    before_step_seconds: float
+    before_step_seconds: float | None
+    """As the spec stands (None: its GPU states no matmul_efficiency and no MFU)."""
     after_step_seconds: float
     left_out_step_seconds: float | None
     """Predicted by the fit on every other run (None with a single run)."""
@@ -352,7 +353,6 @@ def calibrate(source: SpecSource, session: Session | None = None,
     results = []
     for index, run in enumerate(runs):
         before = session.evaluate(run.spec).step_seconds
-        assert before is not None
         after, count = predicted(run, efficiency)
         left_out = None
         if len(runs) > 1:

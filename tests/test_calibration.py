@@ -10,9 +10,11 @@ import attrs
 import pytest
 
 import llmpar
+from llmpar.cli.calibrate import calibration_table
 from llmpar.cli.main import main
 from llmpar.errors import SpecError
 from llmpar.loading.presets import builtin_specs_dir
+from llmpar.report.tables import render_text
 from tests.validation_scripts import load_script
 
 published = load_script("published_throughput")
@@ -160,3 +162,24 @@ def test_runs_on_two_gpus_are_refused():
         {"spec": spec, "step_seconds": 10},
         {"spec": spec, "set": {"hardware.gpu": "a100-sxm-80gb"}, "step_seconds": 10}]})
     assert problem.startswith("$.runs[1].spec: every run must be on one GPU")
+
+
+def test_a_gpu_without_an_efficiency_gets_one(session):
+    """A GPU table that states no matmul_efficiency (nor an achievable MFU) has no step
+    time before the fit; the fit gives it one."""
+    gpu = {k: v for k, v in session.presets.read("gpus", "h100-sxm").items()
+           if k not in ("matmul_efficiency", "achievable_mfu", "achievable_mfu_source")}
+    gpu["name"] = "our-h100"
+    runs = []
+    for batch in (1, 2):
+        spec = {"model": "llama-3-8b", "hardware": {"gpu": gpu, "num_gpus": 8},
+                "training": {"sequence_length": 4096, "micro_batch_size": batch,
+                             "global_batch_size": 32},
+                "parallel": {"data": {"zero": 3}}}
+        known = llmpar.evaluate(spec, {"hardware.gpu.matmul_efficiency": 0.5})
+        runs.append({"spec": spec, "step_seconds": known.step_seconds})
+    result = llmpar.calibrate({"runs": runs})
+    assert [r.before_step_seconds for r in result.runs] == [None, None]
+    assert dict(result.fitted)["matmul_efficiency"] == pytest.approx(0.5, abs=0.002)
+    assert result.gpu.name == "our-h100-calibrated"
+    assert "-" in render_text(calibration_table(result))
