@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llmpar.calibration import Calibration
 from llmpar.errors import PluginError, Problem, SpecError
 from llmpar.hf import model_from_hf
 from llmpar.hookspecs import hookimpl
@@ -43,6 +44,7 @@ from llmpar.strategy import (
 __all__ = [
     "ActivationSplit",
     "Axis",
+    "Calibration",
     "Collective",
     "Copy",
     "Derivation",
@@ -68,6 +70,7 @@ __all__ = [
     "Strategy",
     "StrategyContext",
     "Transform",
+    "calibrate",
     "default_session",
     "dump_spec",
     "evaluate",
@@ -100,6 +103,14 @@ def dump_spec(spec: Spec) -> str:
 def spec_to_dict(spec: Spec) -> dict[str, Any]:
     """The spec as a fully resolved table (see `llmpar.loading.dump.spec_to_dict`)."""
     return _dump.spec_to_dict(spec, default_session().axes)
+
+
+def calibrate(runs: SpecSource, fit: Sequence[str] | None = None) -> Calibration:
+    """Fit the runs of a RUNS.toml (a path, TOML text or a table) with the default session
+    (see `llmpar.calibration`)."""
+    from llmpar.calibration import calibrate as fit_runs
+
+    return fit_runs(runs, default_session(), fit)
 
 
 def evaluate(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None) -> Plan:

@@ -99,6 +99,12 @@ class TrainingPart:
     goodput: RunGoodput | None = None
     """Checkpoints and interruptions over the run (`[training.goodput]`); None without
     that table, and then `train_seconds` counts the steps only."""
+    framework: str = "megatron-core"
+    """The framework profile the plan was made under (`[training] framework`; unset:
+    megatron-core)."""
+    host_overhead_seconds: float = 0.0
+    """The framework profile's exposed host time in one step: per micro-batch and per
+    step (its per-launch overhead is part of compute_seconds)."""
 
 
 @attrs.frozen(kw_only=True)

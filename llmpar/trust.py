@@ -74,7 +74,8 @@ def step_time_trust(spec: Spec, time_model: str, families: tuple[Family, ...]) -
 
 
 BASES = {"measured": "scaled from a calibrated GPU by this GPU's measured GEMM plateau",
-         "derived": "taken from a sibling GPU"}
+         "derived": "taken from a sibling GPU",
+         "calibrated": "fitted to measured runs by llmpar calibrate (its leave-one-out error)"}
 """How a preset without runs got its matmul_efficiency, by the first word of its
 `efficiency_source` (validation/published/gemm/matmul_efficiency.toml)."""
 

@@ -16,6 +16,7 @@ from llmpar.report.fields import format_gb_gib
 from llmpar.report.tables import Table, render_text
 from llmpar.session import Session
 from llmpar.spec import Model, Optimizer
+from llmpar.spec.framework import Framework
 from llmpar.spec.hardware import Gpu
 from llmpar.units import format_count, parse_byte_rate
 
@@ -132,13 +133,20 @@ def _cluster_key(_session: Session, table: dict[str, Any], _path: Path) -> str:
             f"{_rate(table.get('inter_node_bandwidth_bytes_per_s'))} across")
 
 
+def _framework_key(session: Session, table: dict[str, Any], _path: Path) -> str:
+    framework = _structured(session, table, Framework)
+    return f"{framework.attention_kernel} ({framework.default_activation_model} activations)"
+
+
 def _example_key(session: Session, _table: dict[str, Any], path: Path) -> str:
     plan = session.evaluate(path)
     return f"{format_gb_gib(plan.total_bytes)} per GPU"
 
 
 _KEY_NUMBERS = {"models": _model_key, "gpus": _gpu_key, "clusters": _cluster_key,
-                "optimizers": _optimizer_key, "examples": _example_key}
+                "optimizers": _optimizer_key, "frameworks": _framework_key,
+                "examples": _example_key}
 _KEY_LABELS = {"models": "parameters", "gpus": "memory, peak",
                "clusters": "node; per-GPU bandwidth, one way",
-               "optimizers": "state with bf16 weights", "examples": "total memory"}
+               "optimizers": "state with bf16 weights",
+               "frameworks": "attention kernel (activation model)", "examples": "total memory"}

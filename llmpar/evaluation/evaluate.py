@@ -212,7 +212,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
         optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
         exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
-        notes=strategy_notes(transforms),
+        notes=strategy_notes(transforms), framework=spec.training.profile.name,
+        host_overhead_seconds=time.host_overhead_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families())),
         goodput=goodput)

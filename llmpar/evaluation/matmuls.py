@@ -7,7 +7,8 @@ reach. A product of C[m x n] = A[m x k] B[k x n] takes
     fixed + max(FLOPs / (peak * matmul_efficiency),
                 bytes / (HBM bandwidth * memory_efficiency))
 
-every product pays a launch and first-tile latency (`matmul_fixed_seconds`; once per
+every product pays a launch and first-tile latency (`matmul_fixed_seconds`, plus the
+host time the framework profile adds to a launch, `kernel_overhead_seconds`; once per
 launch for batched and grouped products), and a product whose weights and operands
 take longer to stream from HBM than its FLOPs take to compute runs at the memory's
 pace (the roofline, Williams et al. 2009). This law is checked against measured GEMMs
@@ -204,8 +205,16 @@ def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Val
     weight = bytes_per_element(spec.precision.weights) if product.weights else act
     moved = (product.m * product.k + product.m * product.n) * act + product.k * product.n * weight
     memory = moved / (rates.bandwidth * rates.memory_efficiency)
-    fixed = (rates.gpu.matmul_fixed_seconds or 0.0) / product.batch
+    fixed = launch_seconds(spec, rates) / product.batch
     return fixed + maximum(compute, memory), compute
+
+
+def launch_seconds(spec: Spec, rates: Rates) -> float:
+    """The fixed time of one kernel launch: the GPU's launch and first tile
+    (`matmul_fixed_seconds`, fitted on GEMM tables) plus the host time the framework
+    profile adds to each launch (`kernel_overhead_seconds`)."""
+    return ((rates.gpu.matmul_fixed_seconds or 0.0)
+            + spec.training.profile.kernel_overhead_seconds)
 
 
 def shape_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Value]:
@@ -230,7 +239,7 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: An
                          + backward)
     if not materialized_scores:
         total = total + _fused_attention_launches(spec, shape, recompute, recomputed_fraction) * (
-            rates.gpu.matmul_fixed_seconds or 0.0)
+            launch_seconds(spec, rates))
     return total
 
 

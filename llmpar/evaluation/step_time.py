@@ -22,7 +22,10 @@ efficiencies):
                 optimizer states on the GPU (offloaded ones are updated by the host)
     offload   = host work on offloaded states not hidden behind compute
                 (0 without offloading)
-    step      = compute + exposed + bubble + optimizer + offload
+    overhead  = the framework profile's exposed host time: micro_batch_overhead_seconds
+                per micro-batch (each GPU runs every micro-batch of the step) plus
+                step_overhead_seconds (0 under megatron-core)
+    step      = compute + exposed + bubble + optimizer + offload + overhead
 Elementwise bytes: every saved activation is written and read in the forward
 pass and read with its gradient written and read in the backward pass, 4 passes
 over the inventory (6 with full recomputation, which runs the forward twice).
@@ -121,6 +124,8 @@ class TimeCore:
     optimizer: Value = 0.0
     on_gpu: Value = 1.0
     exposed_host: Value = 0.0
+    overhead: Value = 0.0
+    """The framework profile's exposed host time of one step (`framework_overhead`)."""
     mfu: float | None = None
     mfu_source: str = ""
     windows: Mapping[str, Value] = attrs.field(factory=dict)
@@ -419,12 +424,23 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     optimizer = traffic * on_gpu / bandwidth
     bubble_seconds = bubble * compute
     exposed_host = host.exposed(compute)
-    step = compute + exposed + bubble_seconds + optimizer + exposed_host
+    overhead = framework_overhead(spec, m)
+    step = compute + exposed + bubble_seconds + optimizer + exposed_host + overhead
     return TimeCore(time_model="modelled", step=step, costs=costs, host=host, compute=compute,
                     matmul=matmul, shape_loss=shape_loss, slowest=facts.slowest_stage_factor,
                     elementwise_bytes=elementwise, exposed=exposed, bubble_fraction=bubble,
                     bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
-                    exposed_host=exposed_host, windows=windows)
+                    exposed_host=exposed_host, overhead=overhead, windows=windows)
+
+
+def framework_overhead(spec: Spec, micro_batches: Value) -> Value:
+    """Exposed host time of one step on one GPU under the framework profile: its
+    per-micro-batch overhead for each of the step's micro-batches, plus its per-step
+    overhead (the per-launch overhead is in the products' fixed time,
+    `llmpar.evaluation.matmuls.launch_seconds`)."""
+    profile = spec.training.profile
+    return (profile.micro_batch_overhead_seconds * micro_batches
+            + profile.step_overhead_seconds)
 
 
 def executed_flops(facts: TrainingFacts, composition: Composition) -> Value:

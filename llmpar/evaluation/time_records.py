@@ -32,6 +32,7 @@ class StepTime:
     optimizer_seconds: float = 0.0
     offload_seconds: float = 0.0
     exposed_offload_seconds: float = 0.0
+    host_overhead_seconds: float = 0.0
     collectives: tuple[CollectiveCost, ...] = ()
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
@@ -74,7 +75,7 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
             "flops_per_step": flops.flops_per_step, "num_gpus": spec.hardware.num_gpus,
             f"peak_{spec.precision.compute}_flops_per_s":
                 gpu.peak_flops_per_s(spec.precision.compute) or 0.0,
-            "mfu": time.mfu or 0.0}
+            "mfu": time.mfu or 0.0, "framework_profile": spec.training.profile.name}
         rule = "flops_per_step / (num_gpus * peak * mfu)"
         if host.seconds:
             rule += " + exposed offload"
@@ -99,11 +100,16 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
               "bubble_fraction": float(time.bubble_fraction),
               "optimizer_seconds": float(time.optimizer),
               "matmul_efficiency": gpu.matmul_efficiency or 0.0,
-              "memory_efficiency": gpu.memory_efficiency or 0.0}
+              "memory_efficiency": gpu.memory_efficiency or 0.0,
+              "framework_profile": spec.training.profile.name}
     if host.seconds:
         rule += " + exposed offload"
         inputs.update(exposed_offload_seconds=float(time.exposed_host),
                       optimizer_share_on_gpu=float(time.on_gpu))
+    overhead = _overhead_derivation(spec, time)
+    if overhead:
+        rule += " + host overhead"
+        inputs["host_overhead_seconds"] = float(time.overhead)
     derivation = Derivation(quantity="step_seconds", value=step, unit="s", rule=rule,
                             source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
                             inputs=inputs)
@@ -112,8 +118,25 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
                     exposed_communication_seconds=exposed,
                     bubble_seconds=float(time.bubble), optimizer_seconds=float(time.optimizer),
                     exposed_offload_seconds=float(time.exposed_host),
+                    host_overhead_seconds=float(time.overhead),
                     warnings=tuple(warnings),
-                    derivations=(derivation,) + hidden + offload, **common)
+                    derivations=(derivation,) + hidden + offload + overhead, **common)
+
+
+def _overhead_derivation(spec: Spec, time: TimeCore) -> tuple[Derivation, ...]:
+    """Where the framework profile's host overheads come from (none when all are 0)."""
+    profile = spec.training.profile
+    if not (profile.kernel_overhead_seconds or profile.micro_batch_overhead_seconds
+            or profile.step_overhead_seconds):
+        return ()
+    return (Derivation(
+        quantity="host_overhead_seconds", value=float(time.overhead), unit="s",
+        rule=("micro_batch_overhead_seconds * micro-batches + step_overhead_seconds; "
+              "kernel_overhead_seconds is paid per launch inside matmul_shape_seconds"),
+        source=f"framework profile {profile.name!r}: {profile.overhead_source}",
+        inputs={"micro_batch_overhead_seconds": profile.micro_batch_overhead_seconds,
+                "step_overhead_seconds": profile.step_overhead_seconds,
+                "kernel_overhead_seconds": profile.kernel_overhead_seconds}),)
 
 
 def _exposed_derivation(time: TimeCore, collectives: tuple[CollectiveCost, ...]

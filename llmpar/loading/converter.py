@@ -222,6 +222,9 @@ def _nested_attrs_class(field_type: Any) -> tuple[type | None, bool]:
     if attrs.has(field_type):
         return field_type, False
     args = [a for a in typing.get_args(field_type) if a is not Ellipsis]
+    optional = [a for a in args if a is not type(None)]
+    if len(optional) == 1 and len(args) == 2 and attrs.has(optional[0]):
+        return optional[0], False  # `X | None`
     if typing.get_origin(field_type) is tuple and len(args) == 1 and attrs.has(args[0]):
         return args[0], True
     return None, False

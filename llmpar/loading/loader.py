@@ -12,6 +12,11 @@ from llmpar.errors import Problem, SpecError, did_you_mean, printable
 from llmpar.footprint.activations import ACTIVATION_MODELS
 from llmpar.hf.importer import model_table_from_hf
 from llmpar.loading.converter import structure
+from llmpar.loading.framework import (
+    FRAMEWORK_PATH,
+    activation_model_problems,
+    with_framework_defaults,
+)
 from llmpar.loading.limits import read_text
 from llmpar.loading.presets import PresetCatalog, PresetNotFound, is_preset_name
 from llmpar.loading.reader import (
@@ -163,6 +168,18 @@ def _with_hf_config(table: dict[str, Any], label: str | None,
     return merge(base, table)
 
 
+def _with_framework(table: dict[str, Any], catalog: PresetCatalog, problems: list[Problem],
+                    label: str | None) -> dict[str, Any]:
+    """`[training] framework = "torchtitan"` (or a table) as the profile's table."""
+    if "framework" not in table:
+        return table
+    profile = resolve_preset(table["framework"], "frameworks", FRAMEWORK_PATH, catalog,
+                             problems, label)
+    if profile is None:  # reported; the rest of [training] is still checked
+        return {k: v for k, v in table.items() if k != "framework"}
+    return {**table, "framework": profile}
+
+
 def _section(raw: dict[str, Any], key: str, problems: list[Problem]) -> dict[str, Any]:
     value = raw.get(key, {})
     if isinstance(value, Mapping):
@@ -298,12 +315,17 @@ def structure_spec(
     precision, found = structure(converter, _section(raw, "precision", problems), Precision,
                                  "$.precision")
     problems += found
-    training_table = _section(raw, "training", problems)
+    training_table = _with_framework(_section(raw, "training", problems), catalog, problems,
+                                     label)
     training, found = structure(converter, training_table, Training, "$.training")
-    problems += found + _activation_model_problems(training_table, activation_models)
+    problems += (found + _activation_model_problems(training_table, activation_models)
+                 + activation_model_problems(training_table, activation_models))
     inference, found = _structure_inference(raw, converter, problems)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
+    if training is not None:
+        parallel = with_framework_defaults(training.framework, raw.get("parallel", {}),
+                                           parallel)
     rank_order = _structure_order(raw.get("parallel", {}), strategies, problems)
     search, found = _structure_search(raw, converter, problems)
     problems += found

@@ -100,7 +100,10 @@ def compute(plan: Plan) -> Table:
     if plan.hfu is not None:
         rows.append(("HFU", f"{plan.hfu:.1%}"))
     trust = plan.training.step_time_trust if plan.training is not None else ""
-    notes = (f"time model: {plan.time_model}",) + ((f"step time: {trust}",) if trust else ())
+    framework = plan.training.framework if plan.training is not None else ""
+    model = f"time model: {plan.time_model}" + (
+        f"; framework profile: {framework}" if framework else "")
+    notes = (model,) + ((f"step time: {trust}",) if trust else ())
     return Table(title="Compute", columns=("quantity", "value"), rows=tuple(rows),
                  notes=notes)
 
@@ -124,6 +127,9 @@ def time_breakdown(plan: Plan) -> Table | None:
              ("+ optimizer step", plan.optimizer_seconds)]
     if plan.offload_seconds:
         parts.append(("+ exposed offload", plan.exposed_offload_seconds))
+    overhead = plan.training.host_overhead_seconds if plan.training is not None else 0.0
+    if overhead:
+        parts.append(("+ host overhead", overhead))
     rows = [(label, _duration(value), _share(value, step)) for label, value in parts]
     rows.append(("= step", format_duration(step) if step is not None else "-",
                  "100.0%" if step else "-"))

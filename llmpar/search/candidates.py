@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from llmpar.loading.framework import profile_config
 from llmpar.search.dimension import DEGREE, SearchDimension
 from llmpar.search.space import MICRO_BATCH, RECOMPUTE, Choice
 from llmpar.strategy import Layout
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec, Training
+    from llmpar.spec.framework import Framework
     from llmpar.spec.workload import Recompute
     from llmpar.strategy import Strategy
 
@@ -46,13 +48,21 @@ def pins_of(spec: Spec, given: Mapping[str, Any] | None,
     return pins
 
 
-def _neutral_config(strategy: Strategy[Any], layout: Layout) -> Any | None:
-    """The strategy's config that changes nothing (None: there is none)."""
+def _neutral_config(strategy: Strategy[Any], layout: Layout,
+                    framework: Framework | None = None) -> Any | None:
+    """The strategy's config that changes nothing (None: there is none), with the
+    framework profile's defaults."""
     neutral = getattr(strategy, "neutral_config", None)
     if neutral is not None:
-        return neutral(layout)
-    default = strategy.config_type()
+        return profile_config(framework, strategy.name, neutral(layout))
+    default = profile_config(framework, strategy.name, strategy.config_type())
     return attrs.evolve(default, degree=1) if hasattr(default, DEGREE) else default
+
+
+def default_config(spec: Spec, strategy: Strategy[Any], name: str) -> Any:
+    """The config a layout gives a strategy the spec has no table for: the strategy's
+    default with the framework profile's defaults."""
+    return profile_config(spec.training.framework, name, strategy.config_type())
 
 
 class SpecBuilder:
@@ -73,7 +83,8 @@ class SpecBuilder:
         owners = {d.strategy for d in dimensions}
         self.order = tuple(dict.fromkeys(list(spec.parallel) + sorted(owners)))
         """The strategies a layout's spec may hold: the spec's, then the dimensions'."""
-        self._defaults = {name: strategies[name].config_type() for name in self.order}
+        self._defaults = {name: default_config(spec, strategies[name], name)
+                          for name in self.order}
         self._training: dict[tuple[int, str], Training] = {}
 
     def training(self, micro_batch_size: int, recompute: Recompute) -> Training:
@@ -114,7 +125,7 @@ class SpecBuilder:
         strategy = self.strategies[name]
         if name in self.spec.parallel or strategy.always_active:
             return True
-        neutral = _neutral_config(strategy, layout)
+        neutral = _neutral_config(strategy, layout, self.spec.training.framework)
         return neutral is None or config != neutral
 
     def build(self, choice: Choice) -> Spec:

@@ -39,6 +39,7 @@ from llmpar.evaluation.evaluate import (
 from llmpar.evaluation.facts import TrainingFacts, training_facts
 from llmpar.evaluation.utilization import assumed_hfu, mfu_path
 from llmpar.footprint.baseline import Footprint
+from llmpar.search.candidates import default_config
 from llmpar.search.dimension import DEGREE
 from llmpar.search.exhaustive import Judge
 from llmpar.search.grid import Grid
@@ -241,7 +242,7 @@ class FastPath:
         exact: Any = False
         for name in self.order:
             strategy = self.strategies[name]
-            default = strategy.config_type()
+            default = default_config(spec, strategy, name)
             base = spec.parallel.get(name, default)
             fields = {field: value(key, getattr(base, field), None)
                       for key, field in self.fields.get(name, ())}

@@ -8,6 +8,7 @@ from typing import Literal
 import attrs
 
 from llmpar.spec import validators as v
+from llmpar.spec.framework import DEFAULT_FRAMEWORK, Framework
 from llmpar.spec.quantities import ByteRate, Count, Seconds
 
 Recompute = Literal["none", "selective", "full"]
@@ -104,10 +105,20 @@ class Training:
     forward and back before its backward, over `[hardware] host_bandwidth_bytes_per_s`,
     behind the other layers' compute; the last layer of a stage is never offloaded
     (its backward starts at once). Default: none."""
-    activation_model: str = attrs.field(default="korthikanti", validator=_known_activation_model)
+    framework: Framework | None = None
+    """The software stack: a framework profile's name (`specs/frameworks/`, `llmpar
+    presets frameworks`), or a table (`preset = "..."` or `file = "x.toml"` plus fields
+    to override, or the whole profile). It sets the defaults that follow the stack: the
+    activation model (from its attention kernel), its overlaps and its host overheads.
+    Unset: "megatron-core", whose defaults are llmpar's numbers before profiles."""
+    activation_model: str = attrs.field(
+        default=attrs.Factory(lambda self: self.profile.default_activation_model,
+                              takes_self=True),
+        validator=_known_activation_model)
     """How activations are counted: "korthikanti" (Korthikanti et al. 2022), "fused"
     (FlashAttention and fused kernels), "hf-eager" / "hf-sdpa" (what Hugging Face
-    transformers keeps), or "coefficient" (the founding document's k*b*s*L*h*d)."""
+    transformers keeps), or "coefficient" (the founding document's k*b*s*L*h*d).
+    Default: the framework profile's (megatron-core: "korthikanti")."""
     activation_coefficient: float = attrs.field(default=30.0, validator=v.positive)
     """The founding document's k (measured there at about 30)."""
     attention_flops: AttentionFlops = attrs.field(
@@ -123,3 +134,8 @@ class Training:
     goodput: Goodput | None = None
     """Checkpoints and interruptions over the whole run (`[training.goodput]`); without it
     the run's time counts its steps only."""
+
+    @property
+    def profile(self) -> Framework:
+        """The framework profile in force: `framework`, else megatron-core's defaults."""
+        return DEFAULT_FRAMEWORK if self.framework is None else self.framework

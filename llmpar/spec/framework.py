@@ -1,0 +1,110 @@
+"""The software stack a training run uses: a framework profile (`[training] framework`)."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Literal
+
+import attrs
+
+from llmpar.spec import validators as v
+from llmpar.spec.quantities import Seconds
+
+AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
+                          "flash-attention-2", "flash-attention-3", "cudnn"]
+ATTENTION_KERNELS: tuple[AttentionKernel, ...] = typing.get_args(AttentionKernel)
+
+KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
+    # Megatron's unfused core attention (scores materialized, softmax fused with scale and
+    # mask; megatron/core/transformer/dot_product_attention.py): Korthikanti et al. 2022.
+    "unfused-softmax": "korthikanti",
+    # Hugging Face transformers' eager attention: scores and probabilities kept.
+    "eager": "hf-eager",
+    # torch SDPA's math backend materializes the scores as eager attention does.
+    "sdpa-math": "hf-eager",
+    # torch SDPA on its flash or memory-efficient backend: a fused kernel.
+    "sdpa-flash": "fused",
+    # FlashAttention-2/3 (Dao 2023, arXiv:2307.08691; Shah et al. 2024, arXiv:2407.08608)
+    # and cuDNN's fused attention keep only the output and the log-sum-exp.
+    "flash-attention-2": "fused",
+    "flash-attention-3": "fused",
+    "cudnn": "fused",
+})
+"""The activation model each attention kernel implies: the default of `[training]
+activation_model` under a profile with that kernel."""
+
+
+def _activation_model_name(_instance: object, attribute: object, value: str | None) -> None:
+    """A name (the loader checks it against the session's activation models)."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise v.FieldError(getattr(attribute, "name", "activation_model"),
+                           f"must name an activation model, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Framework:
+    """A framework profile (`specs/frameworks/`): what a training stack runs, so that the
+    defaults of a spec follow the stack. A spec that names none runs under
+    `DEFAULT_FRAMEWORK` (megatron-core), which keeps llmpar's numbers as they were before
+    profiles existed."""
+
+    name: str = "megatron-core"
+    """Preset name or a label."""
+    source: str = ""
+    """Where the profile's statements come from (source files, documentation)."""
+    version: str = ""
+    """The version of the stack the profile describes."""
+    attention_kernel: AttentionKernel = attrs.field(default="unfused-softmax",
+                                                    validator=v.one_of(*ATTENTION_KERNELS))
+    """The attention kernel the stack runs: "unfused-softmax" (Megatron's core attention,
+    scores materialized), "eager" (Hugging Face eager), "sdpa-math", "sdpa-flash" (torch
+    SDPA's flash or memory-efficient backend), "flash-attention-2", "flash-attention-3" or
+    "cudnn". It selects the default `[training] activation_model`
+    (`KERNEL_ACTIVATION_MODELS`); an `activation_model` the spec states wins."""
+    activation_model: str | None = attrs.field(default=None, validator=_activation_model_name)
+    """The activation model the stack's tensors follow, where it is not the one its
+    attention kernel implies (e.g. "hf-sdpa": what Hugging Face transformers models keep
+    beside SDPA); unset: `KERNEL_ACTIVATION_MODELS[attention_kernel]`."""
+    fused_cross_entropy: bool = False
+    """The loss is computed by a fused cross-entropy kernel that does not keep the fp32
+    logits (e.g. Megatron-Core's `cross_entropy_loss_fusion`); declared for the memory
+    model, not yet read by it."""
+    reshard_after_forward: bool | None = None
+    """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
+    applied where the spec does not set it; unset: the strategy's own default."""
+    tensor_overlap_backward: bool | None = None
+    """The stack's default of `[parallel.tensor]` and `[parallel.sequence]`
+    `overlap_backward` (input-gradient reductions behind the weight-gradient products),
+    applied where the spec does not set it; unset: the strategies' own default."""
+    kernel_overhead_seconds: Seconds = attrs.field(default=Seconds(0.0),
+                                                   validator=v.non_negative)
+    """Host time each matrix-product or attention kernel launch costs that the GPU waits
+    for, on top of the GPU's own `matmul_fixed_seconds` (launch and first tile, measured
+    by kernel benchmarks): 0 for a stack whose host runs ahead of the GPU."""
+    micro_batch_overhead_seconds: Seconds = attrs.field(default=Seconds(0.0),
+                                                        validator=v.non_negative)
+    """Exposed host time per micro-batch on each GPU (the Python of a forward and
+    backward pass, the data loader's hand-over), paid for every micro-batch of a step."""
+    step_overhead_seconds: Seconds = attrs.field(default=Seconds(0.0), validator=v.non_negative)
+    """Exposed host time once per optimizer step (gradient clipping's norm, the
+    scheduler, logging)."""
+    overhead_source: str = ""
+    """Where the three overheads come from (a kernel-level measurement, a calibration,
+    or the derivation that leaves them at 0)."""
+
+    @property
+    def default_activation_model(self) -> str:
+        """The `[training] activation_model` a spec under this profile gets by default."""
+        if self.activation_model is not None:
+            return self.activation_model
+        return KERNEL_ACTIVATION_MODELS[self.attention_kernel]
+
+
+DEFAULT_FRAMEWORK = Framework(
+    name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
+    source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
+           "under)")
+"""The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's
+statements (a test holds them equal), so that no preset is read when none is named."""
