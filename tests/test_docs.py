@@ -353,3 +353,16 @@ def test_the_worked_example_runs_as_the_page_says(worked_example):
     searched = {**scope["spec"], "parallel": {"compression": {}}}
     exact = llmpar.search(searched, session=scope["session"], exact=True)
     assert [r.choices for r in exact.results] == [r.choices for r in found.results]
+
+
+def test_the_license_ships_with_the_package():
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
+def test_the_changelog_says_whether_numbers_moved():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert text.startswith("# Changelog") and "Numbers of existing plans:" in text
