@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from llmpar.dtypes import bytes_per_element
+from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
 from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.compose import Composition
@@ -138,6 +138,23 @@ def activation_k(spec: Spec, footprint: Footprint, inventory_bytes: float) -> fl
     return inventory_bytes / denominator
 
 
+def product_format_warnings(spec: Spec) -> list[str]:
+    """What a per-operation format leaves out: fp8 products are timed at their rate, but
+    the casts to fp8 and the scaling (amax) kernels around them are not costed yet."""
+    precision, gpu = spec.precision, spec.hardware.gpu
+    found = []
+    formats = {precision.linear_format, precision.attention_format} - {precision.compute}
+    for dtype in sorted(formats):
+        if math_format(dtype) != "fp8":
+            continue
+        if gpu.fp8_matmul_efficiency is None:
+            found.append(f"{gpu.name!r} states no fp8_matmul_efficiency: {dtype} products "
+                         "are timed at its bf16 matmul_efficiency")
+        found.append(f"{dtype} products: the casts to fp8 and the scaling kernels around "
+                     "them are not costed, so the step time is a lower bound")
+    return found
+
+
 def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform], total: int,
               capacity: int, time: StepTime) -> list[str]:
     warnings = list(time.warnings)
@@ -156,6 +173,7 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
     if total > capacity:
         warnings.append(f"does not fit: needs {total / 2**30:,.2f} GiB per GPU, "
                         f"has {capacity / 2**30:,.2f} GiB")
+    warnings += product_format_warnings(spec)
     for transform in transforms:
         warnings += [f"{transform.strategy}: {text}" for text in transform.warnings]
     return warnings

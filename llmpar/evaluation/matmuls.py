@@ -200,7 +200,11 @@ def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Val
     """(time, time of its FLOPs alone) of one pass of one of `product`'s instances, its
     share of its launch's fixed time included."""
     flops = 2 * product.m * product.n * product.k
-    compute = flops / (rates.peak(spec.precision.compute) * rates.matmul_efficiency)
+    precision = spec.precision
+    dtype = precision.linear_format if product.weights else precision.attention_format
+    efficiency = (rates.matmul_efficiency if dtype == precision.compute
+                  else rates.gpu.matmul_efficiency_for(dtype) or rates.matmul_efficiency)
+    compute = flops / (rates.peak(dtype) * efficiency)
     act = bytes_per_element(spec.precision.activations)
     weight = bytes_per_element(spec.precision.weights) if product.weights else act
     moved = (product.m * product.k + product.m * product.n) * act + product.k * product.n * weight

@@ -405,13 +405,17 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     m = composition.micro_batches_per_step()
     shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = executed_flops(facts, composition)
+    attention = facts.attention_hardware_flops_per_step
+    linear_rate, attention_rate = product_rates(spec, rate)
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
-    matmul = hardware / n / rate * facts.slowest_stage_factor * busiest + shape_loss
+    products = (hardware / linear_rate if linear_rate == attention_rate
+                else (hardware - attention) / linear_rate + attention / attention_rate)
+    matmul = products / n * facts.slowest_stage_factor * busiest + shape_loss
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
     compute = matmul + elementwise / bandwidth
-    windows = overlap_windows(compute, facts.attention_hardware_flops_per_step / n / rate,
+    windows = overlap_windows(compute, attention / n / attention_rate,
                               backward_share(facts, composition), m,
                               weight_gradient_share(facts, composition), matmul)
     costs = hide_costs(costs, windows)
@@ -441,6 +445,22 @@ def framework_overhead(spec: Spec, micro_batches: Value) -> Value:
     profile = spec.training.profile
     return (profile.micro_batch_overhead_seconds * micro_batches
             + profile.step_overhead_seconds)
+
+
+def product_rates(spec: Spec, rate: float) -> tuple[float, float]:
+    """FLOP/s one GPU sustains on the linear layers' products and on attention's, each in
+    its `[precision]` format: `rate` (the compute format's) where a format is that one,
+    else its peak times its efficiency (`Gpu.matmul_efficiency_for`)."""
+    precision, gpu = spec.precision, spec.hardware.gpu
+
+    def of(dtype: str) -> float:
+        if dtype == precision.compute:
+            return rate
+        peak, efficiency = gpu.peak_flops_per_s(dtype), gpu.matmul_efficiency_for(dtype)
+        assert peak is not None and efficiency is not None  # the loader checks the peak
+        return peak * efficiency
+
+    return of(precision.linear_format), of(precision.attention_format)
 
 
 def executed_flops(facts: TrainingFacts, composition: Composition) -> Value:

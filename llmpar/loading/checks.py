@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from llmpar.dtypes import math_format
 from llmpar.errors import Problem
 from llmpar.inference.checks import inference_problems
 from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
@@ -108,6 +109,7 @@ def training_problems(spec: Spec) -> list[Problem]:
                                 "give tokens or tokens_per_parameter, not both"))
     if training.activation_offload_layers is not None:
         problems += _activation_offload_problems(spec)
+    problems += _product_format_problems(spec)
     goodput = training.goodput
     if goodput is not None and goodput.asynchronous and (
             spec.hardware.host_bandwidth_bytes_per_s is None):
@@ -118,6 +120,19 @@ def training_problems(spec: Spec) -> list[Problem]:
                                        "$.training.sequence_length", TRAINED_POSITIONS)
     if positions is not None:
         problems.append(positions)
+    return problems
+
+
+def _product_format_problems(spec: Spec) -> list[Problem]:
+    """A per-operation format needs the GPU's peak for it."""
+    gpu, problems = spec.hardware.gpu, []
+    for key in ("linear", "attention"):
+        dtype = getattr(spec.precision, key)
+        if dtype is not None and gpu.peak_flops_per_s(dtype) is None:
+            problems.append(Problem(f"$.precision.{key}", (
+                f"GPU {gpu.name!r} states no peak for {dtype!r} products (peak_"
+                f"{math_format(dtype)}_flops_per_s); set it in [hardware.gpu] or pick a "
+                "format the GPU runs")))
     return problems
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmpar.dtypes import math_format
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, MemorySize, Seconds
 
@@ -44,6 +45,13 @@ class Gpu:
     matmul_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
     """Share of the dense peak that a training step's matrix products reach; with
     `memory_efficiency` it lets llmpar model step time instead of assuming an MFU."""
+    fp8_matmul_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
+    """`matmul_efficiency` for products run in fp8 (the fp8 peak's share): the calibrated
+    `matmul_efficiency` times the ratio of the maximum achievable fp8 to bf16 matmul
+    efficiency measured on this GPU (validation/published/gemm/stas00_mamf_fp8_table.toml).
+    Unset: `matmul_efficiency`, and a plan with fp8 products says so."""
+    fp8_matmul_efficiency_source: str = ""
+    """How `fp8_matmul_efficiency` was derived."""
     memory_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
     """Share of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
     the optimizer step) reach."""
@@ -70,9 +78,17 @@ class Gpu:
         return int(self.memory_bytes if usable is None else usable)
 
     def peak_flops_per_s(self, dtype: str) -> float | None:
-        """Dense peak for math in `dtype`, or None when the datasheet gives none."""
-        value: float | None = getattr(self, f"peak_{dtype}_flops_per_s", None)
+        """Dense peak for math in `dtype` (on its tensor cores: `math_format`), or None
+        when the datasheet gives none."""
+        value: float | None = getattr(self, f"peak_{math_format(dtype)}_flops_per_s", None)
         return value
+
+    def matmul_efficiency_for(self, dtype: str) -> float | None:
+        """`matmul_efficiency`, or `fp8_matmul_efficiency` for products in an fp8 format
+        where the preset states it."""
+        if math_format(dtype) == "fp8" and self.fp8_matmul_efficiency is not None:
+            return self.fp8_matmul_efficiency
+        return self.matmul_efficiency
 
 
 @attrs.frozen(kw_only=True)

@@ -39,6 +39,25 @@ class Precision:
         validator=v.dtype,
     )
     """Format of the matrix math. Default: the activations' format."""
+    linear: str | None = attrs.field(default=None, validator=attrs.validators.optional(v.dtype))
+    """Format of the linear layers' products (projections, MLP, experts, output layer):
+    "fp8-tensorwise", "fp8-rowwise", "fp8-blockwise" or "mxfp8" for FP8 training as
+    Transformer Engine and torchao run it (attention stays in `attention`'s format).
+    Default: `compute`. Model FLOPs are counted the same; MFU and HFU stay against the
+    peak of `compute`."""
+    attention: str | None = attrs.field(default=None,
+                                        validator=attrs.validators.optional(v.dtype))
+    """Format of attention's products (Q.K^T and scores.V). Default: `compute`."""
+
+    @property
+    def linear_format(self) -> str:
+        """The linear layers' format: `linear`, else `compute`."""
+        return self.compute if self.linear is None else self.linear
+
+    @property
+    def attention_format(self) -> str:
+        """Attention's format: `attention`, else `compute`."""
+        return self.compute if self.attention is None else self.attention
 
 
 LLAMA3_INTERRUPTIONS_PER_GPU_DAY = 419 / (54 * 16_384)

@@ -1,0 +1,91 @@
+"""Per-operation formats (`[precision] linear`, `attention`): FP8 linear layers beside bf16
+attention, each product timed at its own format's peak and measured efficiency."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import llmpar
+from llmpar.dtypes import bytes_per_element, math_format
+from llmpar.evaluation.step_time import product_rates
+
+ROOT = Path(__file__).resolve().parent.parent
+GEMM = ROOT / "validation" / "published" / "gemm"
+SESSION = llmpar.Session(load_entry_points=False)
+FP8_RECIPES = ("fp8-tensorwise", "fp8-rowwise", "fp8-blockwise", "mxfp8")
+
+
+def spec(cluster: str = "dgx-h100", **precision: Any) -> dict[str, Any]:
+    """Llama-3-70B, TP8 x PP4 x DP2 on 64 GPUs, 8K tokens, fused attention."""
+    return {"model": "llama-3-70b", "hardware": {"cluster": cluster, "num_gpus": 64},
+            "precision": precision,
+            "training": {"sequence_length": 8192, "global_batch_size": 64,
+                         "activation_model": "fused"},
+            "parallel": {"tensor": {"degree": 8}, "sequence": {}, "pipeline": {"degree": 4},
+                         "data": {"zero": 1}}}
+
+
+def test_unset_formats_are_the_compute_format():
+    assert SESSION.evaluate(spec(linear="bf16", attention="bf16")).to_dict() == (
+        SESSION.evaluate(spec()).to_dict())
+
+
+@pytest.mark.parametrize("recipe", FP8_RECIPES)
+def test_fp8_recipes_run_on_the_fp8_tensor_cores(recipe):
+    assert math_format(recipe) == "fp8"
+    gpu = SESSION.load_spec(spec()).hardware.gpu
+    assert gpu.peak_flops_per_s(recipe) == gpu.peak_fp8_flops_per_s
+
+
+def test_scale_overheads_of_the_recipes():
+    # One E8M0 scale per 32 elements (OCP MX v1.0); one fp32 scale per 128 (DeepSeek-V3).
+    assert bytes_per_element("mxfp8") == pytest.approx(1 + 1 / 32)
+    assert bytes_per_element("fp8-blockwise") == pytest.approx(1 + 4 / 128)
+    assert bytes_per_element("fp8-tensorwise") == 1.0
+
+
+def test_each_product_runs_at_its_formats_rate():
+    loaded = SESSION.load_spec(spec(linear="fp8-rowwise"))
+    gpu = loaded.hardware.gpu
+    bf16 = gpu.peak_bf16_flops_per_s * gpu.matmul_efficiency
+    linear, attention = product_rates(loaded, bf16)
+    assert linear == pytest.approx(gpu.peak_fp8_flops_per_s * gpu.fp8_matmul_efficiency)
+    assert attention == bf16
+
+
+def test_fp8_linear_layers_shorten_the_step_and_keep_the_flops():
+    bf16, fp8 = SESSION.evaluate(spec()), SESSION.evaluate(spec(linear="fp8-tensorwise"))
+    assert fp8.flops_per_step == bf16.flops_per_step
+    assert fp8.hardware_flops_per_step == bf16.hardware_flops_per_step
+    assert fp8.step_seconds < bf16.step_seconds
+    # MFU stays against the bf16 peak of [precision] compute.
+    assert fp8.mfu / bf16.mfu == pytest.approx(bf16.step_seconds / fp8.step_seconds)
+    # Less than a halving: attention stays bf16 and the fp8 peak is reached less well.
+    assert fp8.compute_seconds > bf16.compute_seconds / 2
+    assert any("not costed" in w for w in fp8.warnings)
+
+
+def test_a_gpu_without_an_fp8_peak_is_refused():
+    with pytest.raises(llmpar.SpecError) as error:
+        SESSION.evaluate(spec("dgx-a100", linear="fp8-rowwise"))
+    assert [p.path for p in error.value.problems] == ["$.precision.linear"]
+
+
+def _rows(name: str) -> dict[str, dict[str, Any]]:
+    return {r["gpu"]: r for r in tomllib.loads((GEMM / name).read_text())["rows"]}
+
+
+def test_fp8_matmul_efficiencies_follow_the_measured_fp8_to_bf16_ratio():
+    fp8, bf16 = _rows("stas00_mamf_fp8_table.toml"), _rows("stas00_mamf_table.toml")
+    assert set(fp8) == {"h100-sxm", "h200-sxm", "b200", "b300", "gb200"}
+    for name, row in fp8.items():
+        gpu = SESSION.load_spec({"model": "llama-3-8b", "hardware": {"gpu": name}}).hardware.gpu
+        assert row["efficiency"] == pytest.approx(row["tflops"] / row["peak_tflops"], abs=1e-4)
+        assert row["peak_tflops"] * 1e12 == pytest.approx(gpu.peak_fp8_flops_per_s)
+        ratio = row["efficiency"] / bf16[row["bf16_gpu"]]["efficiency"]
+        assert gpu.fp8_matmul_efficiency == pytest.approx(gpu.matmul_efficiency * ratio,
+                                                          abs=5e-4)
