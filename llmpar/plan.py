@@ -159,6 +159,9 @@ class ServingPool:
     notes: tuple[StrategyNote, ...] = ()
     time_trust: str = ""
     """How far to trust the pool's TTFT, TPOT and throughput (`llmpar.trust`)."""
+    engine: str | None = None
+    """The serving engine profile the times include (`[inference] engine`: name, version,
+    CUDA graphs or eager); None: the roofline alone."""
 
 
 T = TypeVar("T")

@@ -121,8 +121,9 @@ class StageMemory:
 class InferencePhase:
     """One phase of serving, prefill or decode: one step on one GPU, by roofline.
 
-    seconds = compute_seconds + memory_seconds + communication_seconds, where each
-    operation counts as compute or memory by whichever of its FLOPs and bytes takes longer.
+    seconds = compute_seconds + memory_seconds + communication_seconds + overhead_seconds,
+    where each operation counts as compute or memory by whichever of its FLOPs and bytes
+    takes longer.
     """
 
     name: str
@@ -139,7 +140,7 @@ class InferencePhase:
     communication_seconds: float
     """Collectives and pipeline hand-offs on the critical path."""
     bound: str
-    """"compute", "memory" or "communication": the largest of the three parts."""
+    """"compute", "memory", "communication" or "overhead": the largest of the parts."""
     flops: float
     """FLOPs of the phase on one GPU per pipeline stage (summed along the pipeline)."""
     bytes: float
@@ -151,6 +152,9 @@ class InferencePhase:
     """Tokens attended at the end of the phase (decode: the average over the steps)."""
     steps: int
     """Forward passes in the phase (prefill: chunks; decode: 1)."""
+    overhead_seconds: float = 0.0
+    """The serving engine's host time the GPU waits on (scheduling, sampling, kernel
+    launches without CUDA graphs; `llmpar.inference.engine`); 0 without an engine."""
 
 
 @attrs.frozen(kw_only=True)

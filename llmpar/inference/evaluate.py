@@ -20,6 +20,7 @@ from llmpar.inference.capacity import (
     max_prompt_tokens,
 )
 from llmpar.inference.communication import step_collectives, unknown_links
+from llmpar.inference.engine import ENGINE_TRUST, engine_label, engine_warnings
 from llmpar.inference.formats import matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
 from llmpar.inference.operations import count_layer_kinds, weights_by_group
@@ -121,6 +122,7 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
     if timing is not None:
         for step in (prefill_step(serving), decode_step(serving)):
             warnings += unknown_links(serving, step_collectives(serving, step))
+        warnings += engine_warnings(serving)
     return list(dict.fromkeys(warnings))
 
 
@@ -191,6 +193,10 @@ def _workload_fields(serving: Serving) -> dict[str, object]:
             [t for t in serving.transforms if t.strategy in WARNED_STRATEGIES]))
 
 
+def _trust(serving: Serving) -> str:
+    return SERVING_TRUST if serving.inference.engine is None else ENGINE_TRUST
+
+
 def build_inference_plan(spec: Spec, layout: Layout,
                          strategies: Mapping[str, Strategy[Any]]) -> Plan:
     """Compose the plan of a validated `[inference]` spec under a resolved layout."""
@@ -210,8 +216,8 @@ def build_inference_plan(spec: Spec, layout: Layout,
     # The Plan's own fields go on the plan; the rest are the serving pool's.
     top = {f.name: fields.pop(f.name) for f in attrs.fields(Plan) if f.name in fields}
     pool = ServingPool(num_gpus=spec.hardware.num_gpus, layout=dict(serving.layout.degrees),
-                       time_trust=SERVING_TRUST if timing is not None else "",
-                       **fields)  # type: ignore[arg-type]
+                       time_trust=_trust(serving) if timing is not None else "",
+                       engine=engine_label(serving), **fields)  # type: ignore[arg-type]
     return Plan(**top, serving=(pool,),  # type: ignore[arg-type]
                 warnings=tuple(_warnings(serving, memory, timing, why_untimed)),
                 derivations=tuple(derivations))

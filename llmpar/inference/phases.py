@@ -7,7 +7,9 @@ communication on the critical path.
 - Decode: one token per sequence, attending the average context of the decode steps,
   prompt + generated / 2 (step j attends prompt + j tokens, j = 1 .. generated - 1; attention
   is linear in the context, so the average step is the step at the average context).
-A phase is compute-, memory- or communication-bound by the largest of its three parts.
+A phase is compute-, memory- or communication-bound by the largest of its three parts, or
+overhead-bound when a serving engine's host time per step is larger still
+(`llmpar.inference.engine`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import attrs
 
 from llmpar.inference.capacity import largest_fitting, largest_within
 from llmpar.inference.communication import cost, step_collectives
+from llmpar.inference.engine import step_overhead_seconds
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Step, step_ops
 from llmpar.inference.serving import Serving
@@ -81,8 +84,12 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
     compute = sum((seconds(op, rates) for op in operations if is_compute_bound(op, rates)), 0.0)
     memory = sum((seconds(op, rates) for op in operations if not is_compute_bound(op, rates)),
                  0.0)
+    exposed = exposed_seconds(costs, operations, rates)
     parts = {"compute": compute * steps, "memory": memory * steps,
-             "communication": exposed_seconds(costs, operations, rates) * steps}
+             "communication": exposed * steps}
+    overhead = step_overhead_seconds(serving, step.sequences, compute + memory + exposed)
+    if overhead:  # the engine's host time (llmpar.inference.engine)
+        parts["overhead"] = overhead * steps
     phase = InferencePhase(
         name=step.phase, seconds=sum(parts.values()),
         floor_seconds=floor_seconds(operations, rates) * steps,
@@ -90,7 +97,8 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
         communication_seconds=parts["communication"], bound=max(parts, key=parts.__getitem__),
         flops=sum(op.flops for op in operations) * steps,
         bytes=sum(op.bytes for op in operations) * steps,
-        tokens=int(step.queries), context_tokens=step.prior + step.queries, steps=steps)
+        tokens=int(step.queries), context_tokens=step.prior + step.queries, steps=steps,
+        overhead_seconds=parts.get("overhead", 0.0))
     return PhaseResult(phase=phase, operations=tuple(operations), collectives=tuple(costs))
 
 

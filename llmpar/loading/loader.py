@@ -215,15 +215,23 @@ def _structure_order(raw: Any, strategies: Mapping[str, Strategy[Any]],
 
 
 def _structure_inference(raw: dict[str, Any], converter: cattrs.Converter,
-                          problems: list[Problem]) -> tuple[Inference | None, list[Problem]]:
+                          problems: list[Problem], catalog: PresetCatalog,
+                          label: str | None) -> tuple[Inference | None, list[Problem]]:
     """`[inference]`, a serving workload in place of `[training]` (never beside it)."""
     if "inference" not in raw:
         return None, []
     if "training" in raw:
         return None, [Problem("$.inference", "a spec is either [training] or [inference]; "
                               "this one has both")]
-    return structure(converter, _section(raw, "inference", problems), Inference,
-                     "$.inference")
+    table = _section(raw, "inference", problems)
+    if "engine" in table:  # a preset name under specs/engines/, or a table
+        found: list[Problem] = []
+        engine = resolve_preset(table["engine"], "engines", "$.inference.engine", catalog,
+                                found, label)
+        if engine is None:
+            return None, found
+        table["engine"] = engine
+    return structure(converter, table, Inference, "$.inference")
 
 
 def _structure_search(raw: dict[str, Any], converter: cattrs.Converter,
@@ -301,7 +309,7 @@ def structure_spec(
     training_table = _section(raw, "training", problems)
     training, found = structure(converter, training_table, Training, "$.training")
     problems += found + _activation_model_problems(training_table, activation_models)
-    inference, found = _structure_inference(raw, converter, problems)
+    inference, found = _structure_inference(raw, converter, problems, catalog, label)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
     rank_order = _structure_order(raw.get("parallel", {}), strategies, problems)

@@ -82,19 +82,26 @@ def serving(plan: Plan) -> Table:
          _optional(plan.decode_compute_bound_batch_size, lambda v: f"{v:,}"), ""),
     ]
     trust = pool.time_trust if pool else ""
+    notes = [f"times: {trust}"] if trust else []
+    if pool is not None and plan.prefill_seconds is not None:
+        notes.append(f"engine profile: {pool.engine}" if pool.engine else
+                     "engine profile: none ([inference] engine), the roofline alone")
     return Table(title="Serving", columns=("quantity", "value", "note"), rows=tuple(rows),
-                 text_columns=(0, 2), notes=(f"times: {trust}",) if trust else ())
+                 text_columns=(0, 2), notes=tuple(notes))
 
 
 def phases(plan: Plan) -> Table | None:
     """Each phase's time, its roofline floor and what bounds it."""
     if not plan.phases:
         return None
+    host = any(p.overhead_seconds for p in plan.phases)  # an engine's host time
     rows = tuple((p.name, format_duration(p.seconds), format_duration(p.floor_seconds),
                   format_duration(p.compute_seconds), format_duration(p.memory_seconds),
-                  format_duration(p.communication_seconds), p.bound) for p in plan.phases)
-    return Table(title="Phases, one step on one GPU",
-                 columns=("phase", "time", "floor", "compute", "memory", "communication",
-                          "bound"),
-                 rows=rows, text_columns=(0, 6),
+                  format_duration(p.communication_seconds),
+                  *((format_duration(p.overhead_seconds),) if host else ()), p.bound)
+                 for p in plan.phases)
+    columns = ("phase", "time", "floor", "compute", "memory", "communication",
+               *(("engine host",) if host else ()), "bound")
+    return Table(title="Phases, one step on one GPU", columns=columns,
+                 rows=rows, text_columns=(0, len(columns) - 1),
                  notes=("floor: max(FLOPs / peak, bytes / HBM bandwidth) at full efficiency",))
