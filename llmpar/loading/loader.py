@@ -224,6 +224,10 @@ def _structure_inference(raw: dict[str, Any], converter: cattrs.Converter,
         return None, [Problem("$.inference", "a spec is either [training] or [inference]; "
                               "this one has both")]
     table = _section(raw, "inference", problems)
+    if table.get("batch_size", 1) != 1 and ({"concurrency", "request_rate_per_s"} & set(table)):
+        return None, [Problem("$.inference.batch_size", "batch_size is the static batch; "
+                              "under continuous batching (concurrency or request_rate_per_s) "
+                              "the batch follows from the workload: leave batch_size out")]
     if "engine" in table:  # a preset name under specs/engines/, or a table
         found: list[Problem] = []
         engine = resolve_preset(table["engine"], "engines", "$.inference.engine", catalog,

@@ -107,6 +107,13 @@ class Engine:
     max_running_requests): the largest continuous batch."""
 
 
+def _one_workload(instance: Inference, attribute: Any, value: float | None) -> None:
+    """A concurrency or a request rate, not both (the loader also refuses either beside
+    a batch_size: `llmpar.loading.loader`)."""
+    if value is not None and instance.concurrency is not None:
+        raise v.FieldError(attribute.name, "give concurrency or request_rate_per_s, not both")
+
+
 def _default_group_size(instance: Inference) -> int | None:
     return 128 if instance.weights == "int4" else None
 
@@ -140,7 +147,8 @@ class Inference:
     None: when the model has a window; true requires one; false caches every token."""
     prefill_chunk_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens per prefill step (chunked prefill, vLLM's max_num_batched_tokens). None: the
-    whole batch's prompts in one step."""
+    whole batch's prompts in one step. Under continuous batching: the tokens one step holds,
+    decode tokens included (None: the engine's max_num_batched_tokens, else no limit)."""
     memory_utilization: float = attrs.field(default=0.9, validator=v.fraction)
     """Share of GPU memory the serving engine may use (vLLM's gpu_memory_utilization); the
     rest is headroom for allocator slack and fragmentation."""
@@ -155,6 +163,21 @@ class Inference:
     """Whether decode steps replay CUDA graphs (vLLM's enforce_eager = false, SGLang's
     default); false: each kernel is launched from the host (the engine's
     kernel_launch_seconds)."""
+
+    concurrency: int | None = attrs.field(default=None, validator=v.positive)
+    """Continuous batching at a concurrency: requests in flight across all replicas (a
+    closed loop: each finished request is replaced at once), each of prompt_tokens in and
+    generated_tokens out. None: static batching (batch_size), unless request_rate_per_s."""
+    request_rate_per_s: float | None = attrs.field(default=None,
+                                                   validator=[v.positive, _one_workload])
+    """Continuous batching at a request rate: requests arriving per second across all
+    replicas (Poisson arrivals), each of prompt_tokens in and generated_tokens out. None:
+    static batching, unless concurrency."""
+
+    @property
+    def continuous(self) -> bool:
+        """Whether the workload is continuous batching (a concurrency or a request rate)."""
+        return self.concurrency is not None or self.request_rate_per_s is not None
 
     @property
     def context_tokens(self) -> int:

@@ -1,0 +1,244 @@
+"""Continuous batching in steady state (`[inference] concurrency` or `request_rate_per_s`):
+each replica keeps a running batch of B sequences; every forward step decodes one token for
+each of them and carries, mixed in, the prefill chunks of the requests arriving (chunked
+prefill: Agrawal et al. 2024, Sarathi-Serve, arXiv:2403.02310, Sec. 4; vLLM's
+max_num_batched_tokens budget per step, decode tokens first).
+
+Per replica, with prompts of `in` tokens and outputs of `out` tokens:
+
+- batch: the concurrency (a closed loop) or the fixed point of Little's law (Little 1961,
+  Operations Research 9(3), L = lambda W) for a request rate lambda: B = lambda x
+  (prefill steps + out - 1) x step(B), capped by the KV cache (max_batch_size at the
+  spec's context), the engine's max_num_seqs and the token budget
+  B (1 + in / out) <= max_num_batched_tokens;
+- step: one forward step of B decode tokens (attending in + out / 2 on average) and
+  P = B x in / out prefill tokens (in steady state a step carries the prefill of the
+  requests that arrive during it: lambda x step x in, with lambda = B / (out x step)),
+  each operation by its roofline, plus communication and the engine's host time; TPOT is
+  this step (prefill interference included);
+- TTFT: the prompt's prefill in ceil(in / (budget - B)) steps of B decode tokens and a
+  chunk, plus the wait to start it. Concurrency beyond the batch limit waits in the queue:
+  W = (C - B) / lambda by Little's law on the waiting room (closed loop: no spread).
+  Under a request rate the prefill budget is a single server fed by Poisson arrivals with a
+  deterministic service S (M/D/1): utilisation rho = lambda S, mean wait by
+  Pollaczek-Khinchine W = rho S / (2 (1 - rho)) (Kleinrock 1975, Queueing Systems I, Eq.
+  5.73 with E[S^2] = S^2), and its percentiles from the exponential approximation of the
+  wait's tail, P(W > t) = rho exp(-rho t / W) (P(W > 0) = rho exact for M/G/1, the tail
+  exponential with the mean matched; validation/queueing_md1.py checks it by simulation);
+- throughput: B / step output tokens per second per replica; per user 1 / TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from llmpar.inference.capacity import Limit
+from llmpar.inference.communication import cost, step_collectives
+from llmpar.inference.engine import step_overhead_seconds
+from llmpar.inference.operations import (
+    Step,
+    attention,
+    dense_mlp,
+    layer_kinds,
+    moe_ops,
+    norms,
+    outer_ops,
+    projections,
+    scaled,
+)
+from llmpar.inference.phases import exposed_seconds
+from llmpar.inference.serving import Serving
+from llmpar.plan_records import ContinuousBatching
+from llmpar.roofline import Operation, Rates, floor_seconds, seconds
+
+BISECTION_STEPS = 60
+"""Halvings of the batch interval in the request-rate fixed point (2^-60 of the limit)."""
+QUEUEING_SOURCE = ("M/D/1 prefill server: Pollaczek-Khinchine mean wait rho S / (2 (1 - rho)) "
+                   "(Kleinrock 1975, Queueing Systems I, Eq. 5.73); percentiles by the "
+                   "exponential tail P(W > t) = rho exp(-rho t / W); Little's law (Little 1961) "
+                   "for the batch")
+
+
+@attrs.frozen(kw_only=True)
+class MixedStep:
+    """One steady-state forward step on one GPU: its time and its floor."""
+
+    seconds: float
+    floor_seconds: float
+    flops: float
+    bytes: float
+
+
+def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Operation]:
+    """The operations of a step of `batch` decode tokens and `prefill_tokens` prefill tokens
+    (of whole prompts' attention, amortised: prefill_tokens / in prompts' pairs)."""
+    inference = serving.inference
+    prompt, context = inference.prompt_tokens, serving.degree("context")
+    prior = inference.prompt_tokens + inference.generated_tokens / 2 - 1
+    new = batch + prefill_tokens / context
+    together = Step(tokens=new, rows=batch, sequences=batch, queries=1.0, prior=prior,
+                    phase="decode")
+    decoding = attrs.evolve(together, tokens=batch)
+    prefilling = Step(tokens=prefill_tokens / context, rows=0.0,
+                      sequences=prefill_tokens / prompt, queries=float(prompt), prior=0.0,
+                      phase="prefill")
+    ops = outer_ops(serving, together)
+    for kind, count in layer_kinds(serving):
+        block = moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
+        layer = [projections(serving, together), attention(serving, decoding, kind.window)]
+        if prefill_tokens > 0:
+            layer.append(attention(serving, prefilling, kind.window))
+        ops += [scaled(op, count) for op in [*layer, *block, norms(serving, together)]]
+    return ops
+
+
+def mixed_step(serving: Serving, rates: Rates, batch: float,
+               prefill_tokens: float) -> MixedStep:
+    """Time of one steady-state step: its operations' rooflines, the exposed
+    communication of its tokens and the engine's host time."""
+    ops = mixed_ops(serving, batch, prefill_tokens)
+    forward = Step(tokens=batch + prefill_tokens / serving.degree("context"), rows=batch,
+                   sequences=batch, queries=1.0, prior=0.0, phase="decode")
+    costs = [cost(serving, c) for c in step_collectives(serving, forward)]
+    gpu = sum(seconds(op, rates) for op in ops) + exposed_seconds(costs, ops, rates)
+    total = gpu + step_overhead_seconds(serving, batch, gpu)
+    return MixedStep(seconds=total, floor_seconds=floor_seconds(ops, rates),
+                     flops=sum(op.flops for op in ops), bytes=sum(op.bytes for op in ops))
+
+
+def token_budget(serving: Serving) -> int | None:
+    """Tokens one step holds: prefill_chunk_tokens, else the engine's
+    max_num_batched_tokens, else none."""
+    inference = serving.inference
+    engine = inference.engine
+    return inference.prefill_chunk_tokens or (
+        engine.max_num_batched_tokens if engine is not None else None)
+
+
+def batch_limit(serving: Serving, kv: Limit) -> tuple[float, str]:
+    """The largest running batch per replica, and what sets it."""
+    inference = serving.inference
+    ratio = inference.prompt_tokens / inference.generated_tokens
+    limits: list[tuple[float, str]] = []
+    if kv.value is not None:
+        limits.append((float(kv.value), f"KV cache: max_batch_size {kv.value:,} at "
+                                        f"{inference.context_tokens:,} tokens a sequence"))
+    engine = inference.engine
+    if engine is not None and engine.max_num_seqs is not None:
+        limits.append((float(engine.max_num_seqs),
+                       f"engine max_num_seqs ({engine.max_num_seqs:,})"))
+    budget = token_budget(serving)
+    if budget is not None:
+        limits.append((budget / (1 + ratio),
+                       f"token budget: batch x (1 + in / out) <= {budget:,} tokens a step"))
+    if not limits:
+        return math.inf, "nothing"
+    return min(limits, key=lambda item: item[0])
+
+
+def prefill_steps_per_request(serving: Serving, batch: float) -> tuple[int, float]:
+    """Steps a prompt's prefill spreads over, and its tokens in each: the budget left by
+    the decode tokens (at least one), or the whole prompt."""
+    prompt = serving.inference.prompt_tokens
+    budget = token_budget(serving)
+    if budget is None:
+        return 1, float(prompt)
+    room = max(1.0, budget - batch)
+    steps = math.ceil(prompt / room)
+    return steps, prompt / steps
+
+
+def _tail_seconds(wait: float, rho: float, percentile: float) -> float:
+    """The waiting time exceeded with probability 1 - percentile under the exponential
+    tail P(W > t) = rho exp(-rho t / wait)."""
+    miss = 1 - percentile
+    if wait <= 0 or rho <= miss:
+        return 0.0
+    return wait / rho * math.log(rho / miss)
+
+
+def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> ContinuousBatching:
+    """The steady state of the spec's concurrency or request rate."""
+    inference = serving.inference
+    replicas, gpus = serving.degree("data"), serving.spec.hardware.num_gpus
+    out, prompt = inference.generated_tokens, inference.prompt_tokens
+    ratio = prompt / out
+    limit, limited_by = batch_limit(serving, kv)
+
+    def step(batch: float) -> MixedStep:
+        return mixed_step(serving, rates, batch, batch * ratio)
+
+    def residence(batch: float) -> float:
+        """Steps a request holds a slot for: its prefill steps and out - 1 decode steps."""
+        return prefill_steps_per_request(serving, batch)[0] + out - 1
+
+    top = limit if math.isfinite(limit) else float(kv.value or 2**20)
+    capacity = top / (residence(top) * step(top).seconds) * replicas  # requests/s
+    stable = True
+    if inference.concurrency is not None:
+        mode, offered = "concurrency", inference.concurrency / replicas
+        batch = min(offered, top)
+        limited = limited_by if offered > top else "concurrency"
+    else:
+        assert inference.request_rate_per_s is not None
+        mode, rate = "request rate", inference.request_rate_per_s / replicas
+        low, high = 0.0, top
+        if rate * residence(top) * step(top).seconds >= top:
+            stable, batch, limited = False, top, limited_by
+        else:
+            for _ in range(BISECTION_STEPS):  # B = lambda x residence x step(B)
+                middle = (low + high) / 2
+                if rate * residence(middle) * step(middle).seconds > middle:
+                    low = middle
+                else:
+                    high = middle
+            batch, limited = high, "request rate (Little's law)"
+    batch = max(batch, 1e-9)
+    tpot = step(batch).seconds
+    steady = step(batch)
+    completions = batch / (residence(batch) * tpot)  # requests/s per replica
+    steps, chunk = prefill_steps_per_request(serving, batch)
+    # The steps carrying this prompt's chunks carry at least the chunk.
+    prefill = steps * mixed_step(serving, rates, batch, max(chunk, batch * ratio)).seconds
+    rho: float | None = None
+    if inference.concurrency is not None:
+        waiting = max(0.0, inference.concurrency / replicas - batch)
+        wait = p90 = p99 = waiting / completions
+        queueing = ("closed loop: the concurrency beyond the batch waits (C - B) / "
+                    "completion rate (Little's law); no spread")
+        in_flight = float(inference.concurrency)
+        arrivals = completions * replicas
+    else:
+        arrivals = inference.request_rate_per_s or 0.0
+        # The prefill budget serves one prompt in `prefill` seconds (deterministic).
+        rho = min(1.0, arrivals / replicas * prefill)
+        if rho >= 1 or not stable:
+            wait = p90 = p99 = math.inf
+        else:
+            wait = rho * prefill / (2 * (1 - rho))
+            p90, p99 = _tail_seconds(wait, rho, 0.90), _tail_seconds(wait, rho, 0.99)
+        queueing = QUEUEING_SOURCE
+        in_flight = arrivals * (wait + prefill + (out - 1) * tpot)  # Little's law
+    per_replica = batch / tpot
+    known = math.isfinite(wait)
+
+    def finite(value: float) -> float | None:
+        return value if known else None
+
+    return ContinuousBatching(
+        mode=mode, concurrency=finite(in_flight),
+        request_rate_per_s=arrivals,
+        batch_size=batch, batch_limit=limit if math.isfinite(limit) else None,
+        batch_limited_by=limited, token_budget=token_budget(serving),
+        prefill_tokens_per_step=batch * ratio, prefill_steps_per_request=steps,
+        prefill_chunk_tokens=chunk, tpot_seconds=tpot,
+        tpot_floor_seconds=steady.floor_seconds, queue_seconds=finite(wait),
+        ttft_seconds=finite(wait + prefill), ttft_p90_seconds=finite(p90 + prefill),
+        ttft_p99_seconds=finite(p99 + prefill), prefill_utilization=rho,
+        latency_seconds=finite(wait + prefill + (out - 1) * tpot),
+        tokens_per_second=per_replica * replicas,
+        tokens_per_second_per_gpu=per_replica * replicas / gpus,
+        tokens_per_second_per_user=1 / tpot, max_request_rate_per_s=capacity,
+        flops_per_step=steady.flops, stable=stable and known, queueing_model=queueing)
