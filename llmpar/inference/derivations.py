@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from llmpar.dtypes import bytes_per_element
 from llmpar.inference import continuous, formats, kv_cache, overhead, workspace
+from llmpar.inference import speculative as speculative_module
 from llmpar.inference.capacity import Limit
 from llmpar.inference.formats import quantized_bytes_per_weight
 from llmpar.inference.memory import ServingMemory, prefill_peak_shape
 from llmpar.inference.overhead import Overhead
 from llmpar.inference.phases import PhaseResult, average_decode_context
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import expected_tokens
 from llmpar.plan import Derivation
 from llmpar.plan_records import ContinuousBatching
 from llmpar.roofline import Rates
@@ -120,12 +122,30 @@ def time_derivations(serving: Serving, prefill: PhaseResult, decode: PhaseResult
                    rule=rule + f", over {prefill.phase.steps} step(s) of the batch's prompts",
                    source=ROOFLINE_SOURCE + effs,
                    inputs={**_phase_inputs(prefill), "prompt_tokens": inference.prompt_tokens}),
-        Derivation(quantity="tpot_seconds", value=decode.phase.seconds, unit="s",
-                   rule=rule + ", one decode step at the average context prompt + generated / 2",
-                   source=ROOFLINE_SOURCE + effs,
-                   inputs={**_phase_inputs(decode),
-                           "context_tokens": average_decode_context(serving)}),
+        _tpot_derivation(serving, decode, rule, effs),
     ]
+
+
+def _tpot_derivation(serving: Serving, decode: PhaseResult, rule: str,
+                     effs: str) -> Derivation:
+    inputs = {**_phase_inputs(decode), "context_tokens": average_decode_context(serving)}
+    speculative = serving.inference.speculative
+    if speculative is None:
+        return Derivation(quantity="tpot_seconds", value=decode.phase.seconds, unit="s",
+                          rule=rule + ", one decode step at the average context prompt + "
+                                      "generated / 2",
+                          source=ROOFLINE_SOURCE + effs, inputs=inputs)
+    tokens = expected_tokens(speculative)
+    return Derivation(
+        quantity="tpot_seconds", value=decode.phase.seconds, unit="s",
+        rule=rule + ", (a verify step of draft_tokens + 1 tokens per sequence + draft_tokens "
+                    "steps of the draft head) / expected tokens per step, at the average "
+                    "context prompt + generated / 2",
+        source=speculative_module.__doc__.strip().splitlines()[0] + "; Leviathan et al. 2023 "
+               "(arXiv:2211.17192) Eq. 1; " + ROOFLINE_SOURCE + effs,
+        inputs={**inputs, "draft_tokens": speculative.draft_tokens,
+                "acceptance_rate": speculative.acceptance_rate,
+                "expected_tokens_per_step": tokens})
 
 
 def rate_derivations(serving: Serving, latency: float, floor: float,

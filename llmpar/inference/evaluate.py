@@ -36,6 +36,7 @@ from llmpar.inference.phases import (
     prefill_step,
 )
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import draft_spec
 from llmpar.plan import Derivation, Plan, ServingPool
 from llmpar.positions import SERVED_POSITIONS, position_limit_warning
 from llmpar.roofline import DEFAULT_SOURCE, Rates, rates_of
@@ -60,6 +61,9 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                       stages=stages_of(spec, transforms), strategies=strategies)
     serving = attrs.evolve(serving, weights_by_group=weights_by_group(serving),
                            layer_counts=count_layer_kinds(serving))
+    if serving.inference.speculative is not None:  # the draft head, a model of its own
+        serving = attrs.evolve(serving, draft=serving_of(*draft_spec(spec, layout),
+                                                         strategies))
     return attrs.evolve(serving, fixed=fixed_parts(serving))
 
 
@@ -125,6 +129,9 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
         for step in (prefill_step(serving), decode_step(serving)):
             warnings += unknown_links(serving, step_collectives(serving, step))
         warnings += engine_warnings(serving)
+    if inference.speculative is not None and inference.continuous:
+        warnings.append("speculative decoding is modelled for static batching only: the "
+                        "continuous-batching steady state decodes one token a step")
     return list(dict.fromkeys(warnings))
 
 

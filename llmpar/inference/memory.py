@@ -9,6 +9,7 @@ from llmpar.evaluation.stages import stage_parameters
 from llmpar.inference.kv_cache import kv_cache_bytes, layer_windows
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import draft_weights_bytes
 from llmpar.inference.weights import weight_bytes
 from llmpar.inference.workspace import workspace_bytes
 from llmpar.strategy import Stage
@@ -104,11 +105,14 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
     for stage in serving.stages:
         parameters = stage_parameters(spec, serving.footprint, stage)
         layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
-        found.append(StageFixed(
-            stage=stage, weights_bytes=round(weight_bytes(spec, parameters,
-                                                          list(serving.transforms))),
-            overhead_bytes=overhead, windows=layer_windows(spec.model, serving.inference,
-                                                           layers)))
+        weights = weight_bytes(spec, parameters, list(serving.transforms))
+        windows = layer_windows(spec.model, serving.inference, layers)
+        if serving.draft is not None and stage.has_head:
+            # Speculative decoding's draft head: its layers' weights and KV cache.
+            weights += draft_weights_bytes(serving.draft)
+            windows = (*windows, *(serving.draft.fixed[0].windows))
+        found.append(StageFixed(stage=stage, weights_bytes=round(weights),
+                                overhead_bytes=overhead, windows=windows))
     return tuple(found)
 
 

@@ -25,6 +25,7 @@ from llmpar.inference.engine import step_overhead_seconds
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Step, step_ops
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import expected_tokens
 from llmpar.plan import CollectiveCost, InferencePhase
 from llmpar.roofline import (
     Operation,
@@ -107,7 +108,38 @@ def prefill(serving: Serving, rates: Rates) -> PhaseResult:
 
 
 def decode(serving: Serving, rates: Rates) -> PhaseResult:
+    if serving.draft is not None:
+        return speculative_decode(serving, rates)
     return run_phase(serving, decode_step(serving), 1, rates)
+
+
+def speculative_decode(serving: Serving, rates: Rates) -> PhaseResult:
+    """One output token under speculative decoding: a verify step of k + 1 tokens per
+    sequence and k steps of the draft head, over the tokens a step yields on average
+    (`llmpar.inference.speculative`)."""
+    inference, draft = serving.inference, serving.draft
+    assert inference.speculative is not None and draft is not None
+    k = inference.speculative.draft_tokens
+    plain = decode_step(serving)
+    verify = attrs.evolve(plain, tokens=plain.tokens * (k + 1), rows=plain.rows * (k + 1),
+                          queries=float(k + 1))
+    checked = run_phase(serving, verify, 1, rates)
+    head = attrs.evolve(draft, spec=attrs.evolve(draft.spec, inference=attrs.evolve(
+        draft.inference, batch_size=inference.batch_size,
+        prompt_tokens=inference.prompt_tokens, generated_tokens=inference.generated_tokens)))
+    drafted = run_phase(head, decode_step(head), k, rates)
+    share = 1 / expected_tokens(inference.speculative)
+    a, b = checked.phase, drafted.phase
+    parts = {name: (getattr(a, f"{name}_seconds") + getattr(b, f"{name}_seconds")) * share
+             for name in ("compute", "memory", "communication", "overhead")}
+    phase = attrs.evolve(
+        a, seconds=sum(parts.values()), floor_seconds=(a.floor_seconds + b.floor_seconds) * share,
+        compute_seconds=parts["compute"], memory_seconds=parts["memory"],
+        communication_seconds=parts["communication"], overhead_seconds=parts["overhead"],
+        bound=max(parts, key=parts.__getitem__), flops=(a.flops + b.flops) * share,
+        bytes=(a.bytes + b.bytes) * share, tokens=1, context_tokens=plain.prior + 1)
+    return PhaseResult(phase=phase, operations=checked.operations + drafted.operations,
+                       collectives=checked.collectives + drafted.collectives)
 
 
 def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[float, float]]:

@@ -107,6 +107,23 @@ class Engine:
     max_running_requests): the largest continuous batch."""
 
 
+@attrs.frozen(kw_only=True)
+class Speculative:
+    """Speculative decoding with draft heads (`[inference.speculative]`): each step a head
+    of `draft_layers` transformer layers of the target's shape, sharing its embedding and
+    output layer (EAGLE, Li et al. 2024, arXiv:2401.15077: one decoder layer; DeepSeek-V3's
+    multi-token prediction module, arXiv:2412.19437 Sec. 2.2), proposes `draft_tokens`
+    tokens one after another, and the target verifies them in one forward step."""
+
+    draft_tokens: int = attrs.field(validator=v.positive)
+    """Tokens the head proposes per step (k)."""
+    acceptance_rate: float = attrs.field(validator=v.fraction)
+    """Probability that the target accepts each proposed token, as measured for the head
+    and the data (alpha of Leviathan et al. 2023, arXiv:2211.17192); stated, not derived."""
+    draft_layers: int = attrs.field(default=1, validator=v.positive)
+    """Transformer layers of the draft head, each of the shape of the target's last layer."""
+
+
 def _one_workload(instance: Inference, attribute: Any, value: float | None) -> None:
     """A concurrency or a request rate, not both (the loader also refuses either beside
     a batch_size: `llmpar.loading.loader`)."""
@@ -173,6 +190,9 @@ class Inference:
     """Continuous batching at a request rate: requests arriving per second across all
     replicas (Poisson arrivals), each of prompt_tokens in and generated_tokens out. None:
     static batching, unless concurrency."""
+
+    speculative: Speculative | None = None
+    """Speculative decoding with draft heads; None: one token per sequence a step."""
 
     @property
     def continuous(self) -> bool:
