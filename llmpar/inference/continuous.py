@@ -53,8 +53,8 @@ from llmpar.inference.serving import Serving
 from llmpar.plan_records import ContinuousBatching
 from llmpar.roofline import Operation, Rates, floor_seconds, seconds
 
-BISECTION_STEPS = 60
-"""Halvings of the batch interval in the request-rate fixed point (2^-60 of the limit)."""
+BISECTION_STEPS = 40
+"""Halvings of the batch interval in the request-rate fixed point (2^-40 of the limit)."""
 QUEUEING_SOURCE = ("M/D/1 prefill server: Pollaczek-Khinchine mean wait rho S / (2 (1 - rho)) "
                    "(Kleinrock 1975, Queueing Systems I, Eq. 5.73); percentiles by the "
                    "exponential tail P(W > t) = rho exp(-rho t / W); Little's law (Little 1961) "
