@@ -148,3 +148,43 @@ def test_the_shipped_vllm_example_gives_ttft_tpot_and_throughput(capsys):
     assert main(["evaluate", DONE_WHEN, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["serving"][0]["continuous"]["tpot_seconds"] == state.tpot_seconds
+
+
+# --- prefix caching ------------------------------------------------------------------------
+
+def test_a_prefix_cache_leaves_the_prefill_the_uncached_tokens_by_hand():
+    # Half of each 2048-token prompt is cached: the prefill computes 1024 tokens per
+    # sequence, which attend the cached 1024 and each other (pairs(2048) - pairs(1024)).
+    plain = llmpar.evaluate(LLAMA_70B)
+    plan = llmpar.evaluate(LLAMA_70B, {"inference.prefix_cache_hit_rate": 0.5})
+    layer_weights = 8192 * 8192 * 2 + 2 * 8192 * 1024 + 3 * 8192 * 28672
+    pairs = 16 * (2048 * 2049 / 2 - 1024 * 1025 / 2)
+    flops = (2 * 16 * 1024 * 80 * layer_weights / 8 + 80 * pairs * 2 * 8 * 256
+             + 2 * 16 * 8192 * 32000 / 8)
+    assert plan.phases[0].flops == pytest.approx(flops, rel=1e-12)
+    # The cached prefix still sits in the cache; decode does not change.
+    assert plan.kv_cache_bytes == plain.kv_cache_bytes
+    assert plan.tpot_seconds == plain.tpot_seconds
+    assert plan.prefill_seconds < plain.prefill_seconds
+    assert plan.derivation("prefill_seconds").inputs["cached_prompt_tokens"] == 1024
+
+
+def test_a_prefix_cache_mixes_fewer_prefill_tokens_into_each_step():
+    _, plain = steady(concurrency=32)
+    _, cached = steady(concurrency=32, prefix_cache_hit_rate=0.75)
+    assert cached.prefill_tokens_per_step == plain.prefill_tokens_per_step / 4 == 64
+    assert cached.tpot_seconds < plain.tpot_seconds
+    assert cached.ttft_seconds < plain.ttft_seconds
+
+
+def test_the_last_prompt_token_is_always_computed():
+    spec = llmpar.load_spec(LLAMA_70B, {"inference.prefix_cache_hit_rate": 0.9999})
+    assert spec.inference.cached_prompt_tokens == 2047
+    assert spec.inference.computed_prompt_tokens == 1
+
+
+@pytest.mark.parametrize("rate", [1.0, -0.1, 2])
+def test_bad_hit_rate_names_its_key(rate):
+    with pytest.raises(llmpar.SpecError) as error:
+        llmpar.evaluate(LLAMA_70B, {"inference.prefix_cache_hit_rate": rate})
+    assert [p.path for p in error.value.problems] == ["$.inference.prefix_cache_hit_rate"]

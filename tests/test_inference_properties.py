@@ -28,6 +28,7 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
         "kv_cache": draw(st.sampled_from(["bf16", "fp8"])),
         "kv_block_tokens": draw(st.sampled_from([None, 16, 128])),
         "prefill_chunk_tokens": draw(st.sampled_from([None, 2048, 8192])),
+        "prefix_cache_hit_rate": draw(st.sampled_from([0.0, 0.0, 0.5, 0.9])),
     }
 
 

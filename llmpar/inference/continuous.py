@@ -4,7 +4,8 @@ each of them and carries, mixed in, the prefill chunks of the requests arriving 
 prefill: Agrawal et al. 2024, Sarathi-Serve, arXiv:2403.02310, Sec. 4; vLLM's
 max_num_batched_tokens budget per step, decode tokens first).
 
-Per replica, with prompts of `in` tokens and outputs of `out` tokens:
+Per replica, with prompts of `in` computed tokens (less the prefix a prefix cache holds,
+`[inference] prefix_cache_hit_rate`) and outputs of `out` tokens:
 
 - batch: the concurrency (a closed loop) or the fixed point of Little's law (Little 1961,
   Operations Research 9(3), L = lambda W) for a request rate lambda: B = lambda x
@@ -75,15 +76,15 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
     """The operations of a step of `batch` decode tokens and `prefill_tokens` prefill tokens
     (of whole prompts' attention, amortised: prefill_tokens / in prompts' pairs)."""
     inference = serving.inference
-    prompt, context = inference.prompt_tokens, serving.degree("context")
+    prompt, context = inference.computed_prompt_tokens, serving.degree("context")
     prior = inference.prompt_tokens + inference.generated_tokens / 2 - 1
     new = batch + prefill_tokens / context
     together = Step(tokens=new, rows=batch, sequences=batch, queries=1.0, prior=prior,
                     phase="decode")
     decoding = attrs.evolve(together, tokens=batch)
     prefilling = Step(tokens=prefill_tokens / context, rows=0.0,
-                      sequences=prefill_tokens / prompt, queries=float(prompt), prior=0.0,
-                      phase="prefill")
+                      sequences=prefill_tokens / prompt, queries=float(prompt),
+                      prior=float(inference.cached_prompt_tokens), phase="prefill")
     ops = outer_ops(serving, together)
     for kind, count in layer_kinds(serving):
         block = moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
@@ -120,7 +121,7 @@ def token_budget(serving: Serving) -> int | None:
 def batch_limit(serving: Serving, kv: Limit) -> tuple[float, str]:
     """The largest running batch per replica, and what sets it."""
     inference = serving.inference
-    ratio = inference.prompt_tokens / inference.generated_tokens
+    ratio = inference.computed_prompt_tokens / inference.generated_tokens
     limits: list[tuple[float, str]] = []
     if kv.value is not None:
         limits.append((float(kv.value), f"KV cache: max_batch_size {kv.value:,} at "
@@ -141,7 +142,7 @@ def batch_limit(serving: Serving, kv: Limit) -> tuple[float, str]:
 def prefill_steps_per_request(serving: Serving, batch: float) -> tuple[int, float]:
     """Steps a prompt's prefill spreads over, and its tokens in each: the budget left by
     the decode tokens (at least one), or the whole prompt."""
-    prompt = serving.inference.prompt_tokens
+    prompt = serving.inference.computed_prompt_tokens
     budget = token_budget(serving)
     if budget is None:
         return 1, float(prompt)
@@ -163,7 +164,7 @@ def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> Continuous
     """The steady state of the spec's concurrency or request rate."""
     inference = serving.inference
     replicas, gpus = serving.degree("data"), serving.spec.hardware.num_gpus
-    out, prompt = inference.generated_tokens, inference.prompt_tokens
+    out, prompt = inference.generated_tokens, inference.computed_prompt_tokens
     ratio = prompt / out
     limit, limited_by = batch_limit(serving, kv)
 

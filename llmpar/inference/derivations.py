@@ -121,7 +121,9 @@ def time_derivations(serving: Serving, prefill: PhaseResult, decode: PhaseResult
         Derivation(quantity="prefill_seconds", value=prefill.phase.seconds, unit="s",
                    rule=rule + f", over {prefill.phase.steps} step(s) of the batch's prompts",
                    source=ROOFLINE_SOURCE + effs,
-                   inputs={**_phase_inputs(prefill), "prompt_tokens": inference.prompt_tokens}),
+                   inputs={**_phase_inputs(prefill), "prompt_tokens": inference.prompt_tokens,
+                           **({"cached_prompt_tokens": inference.cached_prompt_tokens}
+                              if inference.cached_prompt_tokens else {})}),
         _tpot_derivation(serving, decode, rule, effs),
     ]
 

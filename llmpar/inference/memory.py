@@ -40,7 +40,7 @@ class ServingMemory:
 def prefill_steps(serving: Serving, batch: int | None = None) -> int:
     """Forward steps of the prefill: the batch's prompts in chunks of prefill_chunk_tokens."""
     inference = serving.inference
-    total = (inference.batch_size if batch is None else batch) * inference.prompt_tokens
+    total = (inference.batch_size if batch is None else batch) * inference.computed_prompt_tokens
     chunk = inference.prefill_chunk_tokens or total
     return -(-total // chunk)
 
@@ -52,7 +52,7 @@ def prefill_shape(serving: Serving, batch: int | None = None) -> StepShape:
     inference = serving.inference
     batch = inference.batch_size if batch is None else batch
     steps = prefill_steps(serving, batch)
-    tokens = batch * inference.prompt_tokens / steps
+    tokens = batch * inference.computed_prompt_tokens / steps
     return StepShape(tokens=tokens / serving.degree("context"), rows=batch / steps)
 
 
@@ -65,7 +65,7 @@ def prefill_peak_shape(serving: Serving, batch: int | None = None) -> StepShape:
     never shrinks when the prompts take one more chunk, so memory grows with the prompt."""
     inference = serving.inference
     batch = inference.batch_size if batch is None else batch
-    total = batch * inference.prompt_tokens
+    total = batch * inference.computed_prompt_tokens
     tokens = min(inference.prefill_chunk_tokens or total, total)
     return StepShape(tokens=tokens / serving.degree("context"), rows=min(batch, tokens))
 

@@ -53,7 +53,8 @@ def prefill_step(serving: Serving) -> Step:
     shape = prefill_shape(serving)
     return Step(tokens=shape.tokens, rows=shape.rows,
                 sequences=inference.batch_size / prefill_steps(serving),
-                queries=inference.prompt_tokens, prior=0.0, phase="prefill")
+                queries=inference.computed_prompt_tokens,
+                prior=float(inference.cached_prompt_tokens), phase="prefill")
 
 
 def average_decode_context(serving: Serving) -> float:

@@ -124,6 +124,11 @@ class Speculative:
     """Transformer layers of the draft head, each of the shape of the target's last layer."""
 
 
+def _hit_rate(_instance: Any, attribute: Any, value: float) -> None:
+    if not isinstance(value, float | int) or not 0 <= value < 1:
+        raise v.FieldError(attribute.name, f"must be in [0, 1), got {value!r}")
+
+
 def _one_workload(instance: Inference, attribute: Any, value: float | None) -> None:
     """A concurrency or a request rate, not both (the loader also refuses either beside
     a batch_size: `llmpar.loading.loader`)."""
@@ -193,11 +198,29 @@ class Inference:
 
     speculative: Speculative | None = None
     """Speculative decoding with draft heads; None: one token per sequence a step."""
+    prefix_cache_hit_rate: float = attrs.field(default=0.0, validator=_hit_rate)
+    """Share of each prompt's tokens whose keys and values a prefix cache already holds
+    (vLLM's automatic prefix caching, SGLang's RadixAttention: Zheng et al. 2023,
+    arXiv:2312.07104): the prefill computes only the rest, attending the cached prefix.
+    0: every prompt token is computed."""
 
     @property
     def continuous(self) -> bool:
         """Whether the workload is continuous batching (a concurrency or a request rate)."""
         return self.concurrency is not None or self.request_rate_per_s is not None
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Prompt tokens found in the prefix cache: the hit rate's share, rounded down, the
+        last token always computed (its logits give the first output token)."""
+        if not self.prefix_cache_hit_rate:
+            return 0
+        return min(int(self.prefix_cache_hit_rate * self.prompt_tokens), self.prompt_tokens - 1)
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        """Prompt tokens the prefill computes: the prompt less its cached prefix."""
+        return self.prompt_tokens - self.cached_prompt_tokens
 
     @property
     def context_tokens(self) -> int:
