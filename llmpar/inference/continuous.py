@@ -32,6 +32,7 @@ Per replica, with prompts of `in` computed tokens (less the prefix a prefix cach
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import attrs
 
@@ -160,12 +161,55 @@ def _tail_seconds(wait: float, rho: float, percentile: float) -> float:
     return wait / rho * math.log(rho / miss)
 
 
+def _running_batch(serving: Serving, step: Callable[[float], float],
+                   residence: Callable[[float], float], top: float,
+                   limited_by: str) -> tuple[float, str, bool]:
+    """(batch per replica, what sets it, stable): the concurrency capped by the limit, or
+    the least B with B = rate x residence(B) x step(B) (Little's law; both sides grow with
+    B, so bisection finds it), unstable when even the limit falls short."""
+    inference = serving.inference
+    replicas = serving.degree("data")
+    if inference.concurrency is not None:
+        offered = inference.concurrency / replicas
+        return min(offered, top), limited_by if offered > top else "concurrency", True
+    assert inference.request_rate_per_s is not None
+    rate = inference.request_rate_per_s / replicas
+    if rate * residence(top) * step(top) >= top:
+        return top, limited_by, False
+    low, high = 0.0, top
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2
+        if rate * residence(middle) * step(middle) > middle:
+            low = middle
+        else:
+            high = middle
+    return high, "request rate (Little's law)", True
+
+
+def _wait(serving: Serving, batch: float, completions: float,
+          prefill: float) -> tuple[float, float, float, float | None, str]:
+    """(mean, p90 and p99 wait before the prefill, rho or None, the model in words)."""
+    inference = serving.inference
+    replicas = serving.degree("data")
+    if inference.concurrency is not None:
+        wait = max(0.0, inference.concurrency / replicas - batch) / completions
+        return wait, wait, wait, None, ("closed loop: the concurrency beyond the batch waits "
+                                        "(C - B) / completion rate (Little's law); no spread")
+    # The prefill budget serves one prompt in `prefill` seconds (deterministic): M/D/1.
+    rho = min(1.0, (inference.request_rate_per_s or 0.0) / replicas * prefill)
+    if rho >= 1:
+        return math.inf, math.inf, math.inf, rho, QUEUEING_SOURCE
+    wait = rho * prefill / (2 * (1 - rho))
+    return (wait, _tail_seconds(wait, rho, 0.90), _tail_seconds(wait, rho, 0.99), rho,
+            QUEUEING_SOURCE)
+
+
 def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> ContinuousBatching:
     """The steady state of the spec's concurrency or request rate."""
     inference = serving.inference
     replicas, gpus = serving.degree("data"), serving.spec.hardware.num_gpus
-    out, prompt = inference.generated_tokens, inference.computed_prompt_tokens
-    ratio = prompt / out
+    out = inference.generated_tokens
+    ratio = inference.computed_prompt_tokens / out  # prefill tokens per decode token
     limit, limited_by = batch_limit(serving, kv)
 
     def step(batch: float) -> MixedStep:
@@ -177,60 +221,29 @@ def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> Continuous
 
     top = limit if math.isfinite(limit) else float(kv.value or 2**20)
     capacity = top / (residence(top) * step(top).seconds) * replicas  # requests/s
-    stable = True
-    if inference.concurrency is not None:
-        mode, offered = "concurrency", inference.concurrency / replicas
-        batch = min(offered, top)
-        limited = limited_by if offered > top else "concurrency"
-    else:
-        assert inference.request_rate_per_s is not None
-        mode, rate = "request rate", inference.request_rate_per_s / replicas
-        low, high = 0.0, top
-        if rate * residence(top) * step(top).seconds >= top:
-            stable, batch, limited = False, top, limited_by
-        else:
-            for _ in range(BISECTION_STEPS):  # B = lambda x residence x step(B)
-                middle = (low + high) / 2
-                if rate * residence(middle) * step(middle).seconds > middle:
-                    low = middle
-                else:
-                    high = middle
-            batch, limited = high, "request rate (Little's law)"
+    batch, limited, stable = _running_batch(serving, lambda b: step(b).seconds, residence,
+                                            top, limited_by)
     batch = max(batch, 1e-9)
-    tpot = step(batch).seconds
     steady = step(batch)
+    tpot = steady.seconds
     completions = batch / (residence(batch) * tpot)  # requests/s per replica
     steps, chunk = prefill_steps_per_request(serving, batch)
     # The steps carrying this prompt's chunks carry at least the chunk.
     prefill = steps * mixed_step(serving, rates, batch, max(chunk, batch * ratio)).seconds
-    rho: float | None = None
+    wait, p90, p99, rho, queueing = _wait(serving, batch, completions, prefill)
+    known = stable and math.isfinite(wait)
     if inference.concurrency is not None:
-        waiting = max(0.0, inference.concurrency / replicas - batch)
-        wait = p90 = p99 = waiting / completions
-        queueing = ("closed loop: the concurrency beyond the batch waits (C - B) / "
-                    "completion rate (Little's law); no spread")
-        in_flight = float(inference.concurrency)
-        arrivals = completions * replicas
+        in_flight, arrivals = float(inference.concurrency), completions * replicas
     else:
         arrivals = inference.request_rate_per_s or 0.0
-        # The prefill budget serves one prompt in `prefill` seconds (deterministic).
-        rho = min(1.0, arrivals / replicas * prefill)
-        if rho >= 1 or not stable:
-            wait = p90 = p99 = math.inf
-        else:
-            wait = rho * prefill / (2 * (1 - rho))
-            p90, p99 = _tail_seconds(wait, rho, 0.90), _tail_seconds(wait, rho, 0.99)
-        queueing = QUEUEING_SOURCE
         in_flight = arrivals * (wait + prefill + (out - 1) * tpot)  # Little's law
-    per_replica = batch / tpot
-    known = math.isfinite(wait)
 
     def finite(value: float) -> float | None:
         return value if known else None
 
     return ContinuousBatching(
-        mode=mode, concurrency=finite(in_flight),
-        request_rate_per_s=arrivals,
+        mode="concurrency" if inference.concurrency is not None else "request rate",
+        concurrency=finite(in_flight), request_rate_per_s=arrivals,
         batch_size=batch, batch_limit=limit if math.isfinite(limit) else None,
         batch_limited_by=limited, token_budget=token_budget(serving),
         prefill_tokens_per_step=batch * ratio, prefill_steps_per_request=steps,
@@ -239,7 +252,7 @@ def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> Continuous
         ttft_seconds=finite(wait + prefill), ttft_p90_seconds=finite(p90 + prefill),
         ttft_p99_seconds=finite(p99 + prefill), prefill_utilization=rho,
         latency_seconds=finite(wait + prefill + (out - 1) * tpot),
-        tokens_per_second=per_replica * replicas,
-        tokens_per_second_per_gpu=per_replica * replicas / gpus,
+        tokens_per_second=batch / tpot * replicas,
+        tokens_per_second_per_gpu=batch / tpot * replicas / gpus,
         tokens_per_second_per_user=1 / tpot, max_request_rate_per_s=capacity,
-        flops_per_step=steady.flops, stable=stable and known, queueing_model=queueing)
+        flops_per_step=steady.flops, stable=known, queueing_model=queueing)
