@@ -87,3 +87,10 @@ def test_cost_needs_a_gpu_hour_price():
     with pytest.raises(llmpar.SpecError) as error:
         search_serving(session, session.load_spec(DONE_WHEN), objective="cost")
     assert error.value.problems[0].path == "$.hardware.gpu_hour_cost"
+
+
+def test_serving_limits_on_a_training_spec_are_an_error():
+    with pytest.raises(llmpar.SpecError) as error:
+        llmpar.search(str(EXAMPLES / "llama-3-8b-fsdp-8-h100.toml"),
+                      {"search.tpot_seconds_max": 0.05})
+    assert "$.search.tpot_seconds_max" in [p.path for p in error.value.problems]
