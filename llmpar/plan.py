@@ -17,6 +17,7 @@ import attrs
 
 from llmpar.plan_records import (
     CollectiveCost,
+    ContinuousBatching,
     Derivation,
     InferencePhase,
     RunGoodput,
@@ -170,6 +171,12 @@ class ServingPool:
     notes: tuple[StrategyNote, ...] = ()
     time_trust: str = ""
     """How far to trust the pool's TTFT, TPOT and throughput (`llmpar.trust`)."""
+    continuous: ContinuousBatching | None = None
+    """The steady state under continuous batching (`[inference] concurrency` or
+    `request_rate_per_s`); None: static batching, one batch served start to end."""
+    engine: str | None = None
+    """The serving engine profile the times include (`[inference] engine`: name, version,
+    CUDA graphs or eager); None: the roofline alone."""
 
 
 T = TypeVar("T")

@@ -121,8 +121,9 @@ class StageMemory:
 class InferencePhase:
     """One phase of serving, prefill or decode: one step on one GPU, by roofline.
 
-    seconds = compute_seconds + memory_seconds + communication_seconds, where each
-    operation counts as compute or memory by whichever of its FLOPs and bytes takes longer.
+    seconds = compute_seconds + memory_seconds + communication_seconds + overhead_seconds,
+    where each operation counts as compute or memory by whichever of its FLOPs and bytes
+    takes longer.
     """
 
     name: str
@@ -139,7 +140,7 @@ class InferencePhase:
     communication_seconds: float
     """Collectives and pipeline hand-offs on the critical path."""
     bound: str
-    """"compute", "memory" or "communication": the largest of the three parts."""
+    """"compute", "memory", "communication" or "overhead": the largest of the parts."""
     flops: float
     """FLOPs of the phase on one GPU per pipeline stage (summed along the pipeline)."""
     bytes: float
@@ -151,6 +152,74 @@ class InferencePhase:
     """Tokens attended at the end of the phase (decode: the average over the steps)."""
     steps: int
     """Forward passes in the phase (prefill: chunks; decode: 1)."""
+    overhead_seconds: float = 0.0
+    """The serving engine's host time the GPU waits on (scheduling, sampling, kernel
+    launches without CUDA graphs; `llmpar.inference.engine`); 0 without an engine."""
+
+
+@attrs.frozen(kw_only=True)
+class ContinuousBatching:
+    """A serving pool's steady state under continuous batching (`[inference] concurrency`
+    or `request_rate_per_s`; `llmpar.inference.continuous`): the running batch, TPOT with
+    the prefill chunks mixed into every decode step, TTFT with queueing, throughput."""
+
+    mode: str
+    """"concurrency" (a closed loop) or "request rate" (Poisson arrivals)."""
+    concurrency: float | None
+    """Requests in flight across the pool: the concurrency given, or by Little's law
+    request_rate_per_s x latency_seconds; None when overloaded."""
+    request_rate_per_s: float
+    """Requests per second across the pool: the rate given, or the completions the
+    concurrency sustains."""
+    batch_size: float
+    """Sequences in each replica's running batch, on average."""
+    batch_limit: float | None
+    """The largest running batch per replica (KV cache, engine max_num_seqs, token
+    budget); None: nothing binds."""
+    batch_limited_by: str
+    """What sets batch_size: "concurrency", the request rate, or the limit in words."""
+    token_budget: int | None
+    """Tokens one step holds (prefill_chunk_tokens, else the engine's
+    max_num_batched_tokens); None: no limit."""
+    prefill_tokens_per_step: float
+    """Prefill tokens mixed into each step: batch_size x prompt / generated."""
+    prefill_steps_per_request: int
+    """Steps a prompt's prefill spreads over."""
+    prefill_chunk_tokens: float
+    """Tokens of one prompt in each of those steps."""
+    tpot_seconds: float
+    """One steady-state step: a decode token for every running sequence, with the prefill
+    tokens mixed in, the exposed communication and the engine's host time."""
+    tpot_floor_seconds: float
+    """max(FLOPs / peak, bytes / HBM bandwidth) of that step: no implementation is faster."""
+    queue_seconds: float | None
+    """Mean wait before a request's prefill starts; None when overloaded (the queue
+    grows without bound)."""
+    ttft_seconds: float | None
+    """Mean time to first token: the wait and the prompt's prefill steps."""
+    ttft_p90_seconds: float | None
+    """TTFT that 90% of requests stay within (the wait's exponential tail)."""
+    ttft_p99_seconds: float | None
+    """TTFT that 99% of requests stay within."""
+    prefill_utilization: float | None
+    """Share of the prefill budget the arriving prompts use (M/D/1 rho); None for a
+    concurrency."""
+    latency_seconds: float | None
+    """ttft_seconds + (generated_tokens - 1) x tpot_seconds."""
+    tokens_per_second: float
+    """Output tokens per second across the pool."""
+    tokens_per_second_per_gpu: float
+    """tokens_per_second / num_gpus."""
+    tokens_per_second_per_user: float
+    """1 / tpot_seconds: what a streaming user sees after the first token."""
+    max_request_rate_per_s: float
+    """Requests per second the pool sustains at its batch limit."""
+    flops_per_step: float
+    """FLOPs of one steady-state step on one GPU per pipeline stage."""
+    stable: bool
+    """False when the request rate exceeds max_request_rate_per_s (the queue grows)."""
+    queueing_model: str
+    """The queueing model of the wait, with its sources."""
 
 
 @attrs.frozen(kw_only=True)

@@ -32,6 +32,9 @@ class Operation:
     bytes: float
     dtype: str
     """The format whose peak its FLOPs run at."""
+    memory_efficiency: float | None = None
+    """Share of HBM bandwidth its bytes move at, where its kernel's own is known (a serving
+    engine's weight kernels, `llmpar.inference.engine`); None: the GPU's."""
 
 
 @attrs.frozen(kw_only=True)
@@ -68,7 +71,7 @@ def compute_seconds(op: Operation, rates: Rates) -> float:
 
 
 def memory_seconds(op: Operation, rates: Rates) -> float:
-    return op.bytes / (rates.bandwidth * rates.memory_efficiency)
+    return op.bytes / (rates.bandwidth * (op.memory_efficiency or rates.memory_efficiency))
 
 
 def seconds(op: Operation, rates: Rates) -> float:

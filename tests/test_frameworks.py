@@ -3,6 +3,7 @@ llmpar's numbers, the defaults a profile sets, and its host overheads."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import attrs
@@ -26,7 +27,7 @@ from llmpar.spec.framework import (
 EXAMPLES = builtin_specs_dir() / "examples"
 SHIPPED = ("megatron-core", "nemo", "torchtitan", "pytorch-fsdp2", "deepspeed", "hf-trainer")
 TRAINING_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.toml")
-                           if not p.name.startswith("inference-"))
+                           if "inference" not in tomllib.loads(p.read_text()))
 DESCRIPTIVE = ("source", "version", "overhead_source")
 """Fields that describe a profile and change no number."""
 

@@ -391,3 +391,34 @@ def test_expert_ranks_folded_into_the_tensor_ranks_share_its_tokens():
     decode = [[p for p in plan.serving[0].phases if p.name == "decode"][0].bytes
               for plan in (split, folded)]
     assert decode[1] == pytest.approx(decode[0], rel=1e-3)
+
+
+def test_folded_expert_ranks_read_the_experts_the_batch_picks_not_e_times_more():
+    # The EP-on-TP token count (issue: TP4 + EP4 counted each rank's tokens as distinct).
+    # Mixtral-8x7B, batch 4, one decode step: 4 tokens each pick 2 of 8 experts; under
+    # uniform routing a given expert is picked by some token with probability
+    # 1 - (6/8)^4 (Switch Transformer, arXiv:2101.03961, Sec. 2.2), not 1 - (6/8)^16.
+    from llmpar.inference.evaluate import serving_of
+    from llmpar.inference.operations import step_ops
+    from llmpar.inference.phases import decode_step
+    from llmpar.loading.checks import resolve_layout
+
+    session = llmpar.Session()
+    expert_bytes = 3 * 4096 * 14336 * 2  # gate, up and down of one expert, bf16
+    touched = 1 - (6 / 8) ** 4
+    for parallel, held in (({"tensor": {"degree": 4}}, 8 / 4),
+                           ({"tensor": {"degree": 4}, "sequence": {},
+                             "expert": {"degree": 4, "tensor_degree": 1}}, 2)):
+        spec = llmpar.load_spec({"model": "mixtral-8x7b",
+                                 "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
+                                 "inference": {"batch_size": 4, "prompt_tokens": 1024,
+                                               "generated_tokens": 256},
+                                 "parallel": parallel})
+        layout, _ = resolve_layout(spec, session.strategies)
+        serving = serving_of(spec, layout, session.strategies)
+        routed = [op for op in step_ops(serving, decode_step(serving))
+                  if op.name == "routed experts"][0]
+        # `held` whole experts' worth per GPU: all 8 split four ways, or 2 whole ones.
+        weights = 32 * held * touched * expert_bytes
+        assert routed.bytes == pytest.approx(weights, rel=2e-3)
+        assert 15.1e9 < routed.bytes < 15.5e9

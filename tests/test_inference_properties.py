@@ -28,6 +28,7 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
         "kv_cache": draw(st.sampled_from(["bf16", "fp8"])),
         "kv_block_tokens": draw(st.sampled_from([None, 16, 128])),
         "prefill_chunk_tokens": draw(st.sampled_from([None, 2048, 8192])),
+        "prefix_cache_hit_rate": draw(st.sampled_from([0.0, 0.0, 0.5, 0.9])),
     }
 
 
@@ -154,3 +155,93 @@ def test_largest_within_finds_what_bisection_finds(steps, target, strict, limit,
     measure = MEASURES[kind](steps)
     fits = ((lambda n: measure(n) < target) if strict else (lambda n: measure(n) <= target))
     assert largest_within(measure, target, limit, strict=strict) == largest_fitting(fits, limit)
+
+
+ENGINES = (None, "vllm", "sglang", "trt-llm")
+NULL_ENGINE = {"name": "null", "version": "0", "source": "adds nothing",
+               "step_overhead_seconds": 0.0}
+LAYOUTS = ({}, {"tensor": {"degree": 2}}, {"data": {"degree": 2}})
+
+
+def _serving_spec(model: dict[str, Any], workload: dict[str, Any], gpu: str,
+                  parallel: dict[str, Any], **inference: Any) -> dict[str, Any]:
+    return {"model": model,
+            "hardware": {"gpu": gpu, "num_gpus": 2 if parallel else 1,
+                         "intra_node_bandwidth_bytes_per_s": 64e9},
+            "inference": _plain({**workload, **inference}), "parallel": parallel}
+
+
+def _continuous(workload: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in workload.items() if key != "batch_size"}
+
+
+@given(architectures(), workloads(), st.sampled_from(GPUS), st.sampled_from(LAYOUTS),
+       st.sampled_from(ENGINES), st.booleans(), st.integers(1, 256))
+def test_tpot_never_below_the_bytes_a_step_moves_nor_its_flops_at_peak(
+        model, workload, gpu, parallel, engine, graphs, concurrency):
+    """Static or continuous, with any engine: a decode step reads at least its weights and
+    KV cache at full HBM bandwidth, and runs its FLOPs at most at the GPU's peak."""
+    assume(tensor_ok(model, parallel.get("tensor", {}).get("degree", 1)))
+    static = llmpar.evaluate(_serving_spec(model, workload, gpu, parallel, engine=engine,
+                                           cuda_graphs=graphs))
+    rates = llmpar.load_spec({"model": "gpt2", "hardware": {"gpu": gpu},
+                              "inference": {"prompt_tokens": 1, "generated_tokens": 1}}
+                             ).hardware.gpu
+    bandwidth = rates.hbm_bandwidth_bytes_per_s
+    peak = max(rates.peak_flops_per_s(d) or 0.0 for d in ("bf16", "fp16", "fp8", "fp32"))
+    decode = static.phases[1]
+    assert static.tpot_seconds >= decode.bytes / bandwidth
+    assert static.tpot_seconds >= decode.flops / peak
+    assert decode.seconds == pytest.approx(decode.compute_seconds + decode.memory_seconds
+                                           + decode.communication_seconds
+                                           + decode.overhead_seconds, rel=1e-12)
+    plan = llmpar.evaluate(_serving_spec(model, _continuous(workload), gpu, parallel,
+                                         engine=engine, cuda_graphs=graphs,
+                                         concurrency=concurrency))
+    state = plan.serving[0].continuous
+    assert state is not None and 0 < state.batch_size <= concurrency
+    assert state.tpot_seconds >= state.tpot_floor_seconds > 0
+    # Throughput under the compute roofline: one GPU's FLOPs of a step at most at peak.
+    assert state.flops_per_step / state.tpot_seconds <= peak
+    replicas = parallel.get("data", {}).get("degree", 1)
+    assert state.tokens_per_second == pytest.approx(
+        replicas * state.batch_size / state.tpot_seconds, rel=1e-12)
+
+
+@given(architectures(), workloads(), st.sampled_from(GPUS), st.sampled_from(ENGINES),
+       st.floats(0.05, 20), st.floats(1.05, 4))
+def test_ttft_grows_with_the_request_rate(model, workload, gpu, engine, rate, factor):
+    """A higher arrival rate never shortens the mean, p90 or p99 time to first token."""
+    def state(r: float) -> Any:
+        return llmpar.evaluate(_serving_spec(model, _continuous(workload), gpu, {},
+                                             engine=engine, request_rate_per_s=r)
+                               ).serving[0].continuous
+
+    low, high = state(rate), state(rate * factor)
+    assume(high.stable)
+    assert low.stable and low.batch_size <= high.batch_size
+    for field in ("ttft_seconds", "ttft_p90_seconds", "ttft_p99_seconds", "tpot_seconds"):
+        assert getattr(low, field) <= getattr(high, field)
+
+
+@given(architectures(), workloads(), st.sampled_from(GPUS), st.sampled_from(LAYOUTS),
+       st.sampled_from([None, 8, 64]))
+def test_without_an_engine_the_plan_is_the_roofline_alone(model, workload, gpu, parallel,
+                                                           concurrency):
+    """An engine profile that adds nothing gives the numbers of no engine at all."""
+    assume(tensor_ok(model, parallel.get("tensor", {}).get("degree", 1)))
+    shape = workload if concurrency is None else {**_continuous(workload),
+                                                  "concurrency": concurrency}
+    plain = llmpar.evaluate(_serving_spec(model, shape, gpu, parallel)).to_dict()
+    null = llmpar.evaluate(_serving_spec(model, shape, gpu, parallel,
+                                         engine=NULL_ENGINE)).to_dict()
+
+    def numbers(table: Any) -> Any:
+        if isinstance(table, dict):
+            return {k: numbers(v) for k, v in table.items()
+                    if k not in ("engine", "time_trust", "warnings")}
+        if isinstance(table, list):
+            return [numbers(v) for v in table]
+        return table
+
+    assert numbers(null) == numbers(plain)

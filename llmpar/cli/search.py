@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from llmpar.cli.common import add_question_arguments, print_spec, question
-from llmpar.loading.reader import SpecSource
+from llmpar.loading.reader import SpecSource, apply_overrides, read_source
 from llmpar.report.json_format import strict_json
 from llmpar.session import Session
+from llmpar.spec import Spec
 from llmpar.spec.search import OBJECTIVES
 
 
@@ -19,7 +20,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Enumerate every layout (degrees, ZeRO stage, sequence parallelism, "
                     "pipeline schedule, micro-batch size, recomputation), reject those that "
                     "break a rule or do not fit, and rank the rest. The spec's [parallel] "
-                    "tables pin choices; [search] narrows the space (docs/search.md).")
+                    "tables pin choices; [search] narrows the space (docs/search.md). A "
+                    "serving spec ([inference]) searches its tensor, pipeline, expert and "
+                    "replica degrees under [search] ttft_seconds_max and tpot_seconds_max "
+                    "(docs/inference.md).")
     add_question_arguments(parser)
     parser.add_argument("--top", type=int, help="how many layouts to list (default 10)")
     parser.add_argument("--objective", choices=OBJECTIVES,
@@ -44,6 +48,9 @@ def run(session: Session, args: argparse.Namespace) -> int:
         return 0
     if args.dimensions:
         return _list_dimensions(session, source, changes, args.json)
+    spec = _serving_spec(session, source, changes)
+    if spec is not None:
+        return _search_serving(session, spec, args)
     from llmpar.search import search
     from llmpar.search.progress import clear, terminal_progress
     from llmpar.search.report import text_report
@@ -77,3 +84,25 @@ def _list_dimensions(session: Session, source: SpecSource, changes: dict[str, An
     listing = list_dimensions(session, source, changes)
     print(strict_json(listing.to_dict()) if as_json else dimensions_report(listing))
     return 0
+
+
+def _serving_spec(session: Session, source: SpecSource,
+                  changes: dict[str, Any]) -> Spec | None:
+    """The spec when it describes serving (`[inference]`), else None (a training search)."""
+    raw, _label = read_source(source)
+    if "inference" not in apply_overrides(raw, changes):
+        return None
+    return session.load_spec(source, changes)
+
+
+def _search_serving(session: Session, spec: Spec, args: argparse.Namespace) -> int:
+    from llmpar.search.serving import search_serving, text_report
+
+    result = search_serving(session, spec, objective=args.objective, top=args.top)
+    if args.emit and result.results:
+        Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
+    print(strict_json(result.to_dict()) if args.json else text_report(result))
+    if args.emit and not args.json:
+        print(f"best layout written to {args.emit}" if result.results
+              else "no layout fits: nothing written")
+    return 0 if result.results else 1

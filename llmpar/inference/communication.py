@@ -1,11 +1,13 @@
 """Communication of one forward step: what each strategy in the layout says it sends
 (`Strategy.serving_collectives`), costed per call by
 `llmpar.communication.collectives.call_seconds` (alpha-beta ring costs on the link the
-group spans: latency-bound for the small buffers of decode)."""
+group spans: latency-bound for the small buffers of decode), or by the serving engine's
+custom all-reduce where it takes the call (`llmpar.inference.engine`)."""
 
 from __future__ import annotations
 
 from llmpar.communication.collectives import call_seconds
+from llmpar.inference.engine import custom_all_reduce_seconds
 from llmpar.inference.operations import Step
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
@@ -28,6 +30,9 @@ def cost(serving: Serving, collective: Collective) -> CollectiveCost:
     """One collective's calls of a step, on its link; an unknown link costs nothing (the
     plan warns)."""
     per_call, tier = call_seconds(collective, serving.spec.hardware)
+    custom = custom_all_reduce_seconds(serving, collective)
+    if custom is not None:  # the engine's own kernel (llmpar.inference.engine)
+        per_call = custom
     seconds = (per_call or 0.0) * collective.calls_per_step
     return CollectiveCost(strategy=collective.strategy, operation=collective.operation,
                           name=collective.name, buffer_bytes=round(collective.buffer_bytes),

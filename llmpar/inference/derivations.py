@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from llmpar.dtypes import bytes_per_element
-from llmpar.inference import formats, kv_cache, overhead, workspace
+from llmpar.inference import continuous, formats, kv_cache, overhead, workspace
+from llmpar.inference import speculative as speculative_module
 from llmpar.inference.capacity import Limit
 from llmpar.inference.formats import quantized_bytes_per_weight
 from llmpar.inference.memory import ServingMemory, prefill_peak_shape
 from llmpar.inference.overhead import Overhead
 from llmpar.inference.phases import PhaseResult, average_decode_context
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import expected_tokens
 from llmpar.plan import Derivation
+from llmpar.plan_records import ContinuousBatching
 from llmpar.roofline import Rates
 
 METRICS_SOURCE = ("NVIDIA NIM LLM benchmarking metrics (docs.nvidia.com/nim/benchmarking/llm): "
@@ -118,13 +121,33 @@ def time_derivations(serving: Serving, prefill: PhaseResult, decode: PhaseResult
         Derivation(quantity="prefill_seconds", value=prefill.phase.seconds, unit="s",
                    rule=rule + f", over {prefill.phase.steps} step(s) of the batch's prompts",
                    source=ROOFLINE_SOURCE + effs,
-                   inputs={**_phase_inputs(prefill), "prompt_tokens": inference.prompt_tokens}),
-        Derivation(quantity="tpot_seconds", value=decode.phase.seconds, unit="s",
-                   rule=rule + ", one decode step at the average context prompt + generated / 2",
-                   source=ROOFLINE_SOURCE + effs,
-                   inputs={**_phase_inputs(decode),
-                           "context_tokens": average_decode_context(serving)}),
+                   inputs={**_phase_inputs(prefill), "prompt_tokens": inference.prompt_tokens,
+                           **({"cached_prompt_tokens": inference.cached_prompt_tokens}
+                              if inference.cached_prompt_tokens else {})}),
+        _tpot_derivation(serving, decode, rule, effs),
     ]
+
+
+def _tpot_derivation(serving: Serving, decode: PhaseResult, rule: str,
+                     effs: str) -> Derivation:
+    inputs = {**_phase_inputs(decode), "context_tokens": average_decode_context(serving)}
+    speculative = serving.inference.speculative
+    if speculative is None:
+        return Derivation(quantity="tpot_seconds", value=decode.phase.seconds, unit="s",
+                          rule=rule + ", one decode step at the average context prompt + "
+                                      "generated / 2",
+                          source=ROOFLINE_SOURCE + effs, inputs=inputs)
+    tokens = expected_tokens(speculative)
+    return Derivation(
+        quantity="tpot_seconds", value=decode.phase.seconds, unit="s",
+        rule=rule + ", (a verify step of draft_tokens + 1 tokens per sequence + draft_tokens "
+                    "steps of the draft head) / expected tokens per step, at the average "
+                    "context prompt + generated / 2",
+        source=speculative_module.__doc__.strip().splitlines()[0] + "; Leviathan et al. 2023 "
+               "(arXiv:2211.17192) Eq. 1; " + ROOFLINE_SOURCE + effs,
+        inputs={**inputs, "draft_tokens": speculative.draft_tokens,
+                "acceptance_rate": speculative.acceptance_rate,
+                "expected_tokens_per_step": tokens})
 
 
 def rate_derivations(serving: Serving, latency: float, floor: float,
@@ -169,3 +192,43 @@ def compute_bound_derivation(serving: Serving, batch: int | None, rates: Rates,
         inputs={"ridge_flops_per_byte": ridge, "bytes_per_weight": weight,
                 "weights_only_batch": ridge * weight / 2,
                 "activation_bytes": bytes_per_element(serving.spec.precision.activations)})
+
+
+def continuous_derivations(serving: Serving, state: ContinuousBatching) -> list[Derivation]:
+    """The steady state under continuous batching (`llmpar.inference.continuous`)."""
+    inference = serving.inference
+    source = continuous.__doc__.strip().splitlines()[0]
+    shape = {"prompt_tokens": inference.prompt_tokens,
+             "generated_tokens": inference.generated_tokens,
+             "replicas": serving.degree("data")}
+    return [
+        Derivation(quantity="continuous.batch_size", value=state.batch_size, unit="sequences",
+                   rule="concurrency / replicas, or B = rate / replicas x (prefill steps + "
+                        "generated - 1) x step(B) (Little's law), at most the batch limit",
+                   source="Little 1961, L = lambda W; " + source,
+                   inputs={**shape, "batch_limit": state.batch_limit or 0.0,
+                           "limited_by": state.batch_limited_by}),
+        Derivation(quantity="continuous.tpot_seconds", value=state.tpot_seconds, unit="s",
+                   rule="one step of batch decode tokens and batch x prompt / generated "
+                        "prefill tokens: sum of operation rooflines + exposed communication "
+                        "+ engine host time",
+                   source="chunked prefill mixed into decode steps (Sarathi-Serve, "
+                          "arXiv:2403.02310); " + ROOFLINE_SOURCE,
+                   inputs={"prefill_tokens_per_step": state.prefill_tokens_per_step,
+                           "floor_seconds": state.tpot_floor_seconds,
+                           "token_budget": state.token_budget or 0}),
+        Derivation(quantity="continuous.ttft_seconds", value=state.ttft_seconds, unit="s",
+                   rule="mean wait + prefill steps x step of the batch and the prompt's chunk",
+                   source=state.queueing_model,
+                   inputs={"queue_seconds": state.queue_seconds or 0.0,
+                           "prefill_steps": state.prefill_steps_per_request,
+                           "utilization": state.prefill_utilization or 0.0,
+                           "p90_seconds": state.ttft_p90_seconds or 0.0,
+                           "p99_seconds": state.ttft_p99_seconds or 0.0}),
+        Derivation(quantity="continuous.tokens_per_second", value=state.tokens_per_second,
+                   unit="tokens/s", rule="replicas x batch / tpot_seconds (output tokens)",
+                   source=METRICS_SOURCE,
+                   inputs={"per_gpu": state.tokens_per_second_per_gpu,
+                           "per_user": state.tokens_per_second_per_user,
+                           "max_request_rate_per_s": state.max_request_rate_per_s}),
+    ]

@@ -3,6 +3,7 @@ prompt that fit, prefill and decode times, throughput, and the derivation of eac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ from llmpar.inference.capacity import (
     max_prompt_tokens,
 )
 from llmpar.inference.communication import step_collectives, unknown_links
+from llmpar.inference.continuous import continuous_batching, token_budget
+from llmpar.inference.engine import ENGINE_TRUST, engine_label, engine_warnings
 from llmpar.inference.formats import matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
 from llmpar.inference.operations import count_layer_kinds, weights_by_group
@@ -33,6 +36,7 @@ from llmpar.inference.phases import (
     prefill_step,
 )
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import draft_spec
 from llmpar.plan import Derivation, Plan, ServingPool
 from llmpar.positions import SERVED_POSITIONS, position_limit_warning
 from llmpar.roofline import DEFAULT_SOURCE, Rates, rates_of
@@ -57,6 +61,9 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                       stages=stages_of(spec, transforms), strategies=strategies)
     serving = attrs.evolve(serving, weights_by_group=weights_by_group(serving),
                            layer_counts=count_layer_kinds(serving))
+    if serving.inference.speculative is not None:  # the draft head, a model of its own
+        serving = attrs.evolve(serving, draft=serving_of(*draft_spec(spec, layout),
+                                                         strategies))
     return attrs.evolve(serving, fixed=fixed_parts(serving))
 
 
@@ -121,6 +128,10 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
     if timing is not None:
         for step in (prefill_step(serving), decode_step(serving)):
             warnings += unknown_links(serving, step_collectives(serving, step))
+        warnings += engine_warnings(serving)
+    if inference.speculative is not None and inference.continuous:
+        warnings.append("speculative decoding is modelled for static batching only: the "
+                        "continuous-batching steady state decodes one token a step")
     return list(dict.fromkeys(warnings))
 
 
@@ -191,14 +202,29 @@ def _workload_fields(serving: Serving) -> dict[str, object]:
             [t for t in serving.transforms if t.strategy in WARNED_STRATEGIES]))
 
 
+def _trust(serving: Serving) -> str:
+    return SERVING_TRUST if serving.inference.engine is None else ENGINE_TRUST
+
+
 def build_inference_plan(spec: Spec, layout: Layout,
                          strategies: Mapping[str, Strategy[Any]]) -> Plan:
     """Compose the plan of a validated `[inference]` spec under a resolved layout."""
     serving = serving_of(spec, layout, strategies)
-    memory = peak_memory(serving)
-    batch, context = max_batch_size(serving), max_context_tokens(serving)
-    prompt = max_prompt_tokens(serving)
     why_untimed = untimed(serving)
+    budget = token_budget(serving) if serving.inference.continuous else None
+    if budget is not None:  # continuous batching steps the prefill in the token budget
+        inference = attrs.evolve(serving.inference, prefill_chunk_tokens=budget)
+        serving = attrs.evolve(serving, spec=attrs.evolve(spec, inference=inference))
+    batch = max_batch_size(serving)
+    continuous = None
+    if serving.inference.continuous and why_untimed is None:
+        # The steady state first; the static parts then at its batch (memory, phases).
+        continuous = continuous_batching(serving, rates_of(spec.hardware.gpu), batch)
+        steady = max(1, math.ceil(continuous.batch_size - 1e-9))
+        serving = serving.with_batch(min(steady, batch.value or steady) or 1)
+    memory = peak_memory(serving)
+    context = max_context_tokens(serving)
+    prompt = max_prompt_tokens(serving)
     timing = timing_of(serving) if why_untimed is None else None
     derivations = (d.memory_derivations(serving, memory, runtime_overhead(spec, layout))
                    + d.limit_derivations(serving, batch, context, prompt))
@@ -207,10 +233,13 @@ def build_inference_plan(spec: Spec, layout: Layout,
     if timing is not None:
         fields.update(_time_fields(serving, timing))
         derivations += _time_derivations(serving, timing)
+    if continuous is not None:
+        derivations += d.continuous_derivations(serving, continuous)
     # The Plan's own fields go on the plan; the rest are the serving pool's.
     top = {f.name: fields.pop(f.name) for f in attrs.fields(Plan) if f.name in fields}
     pool = ServingPool(num_gpus=spec.hardware.num_gpus, layout=dict(serving.layout.degrees),
-                       time_trust=SERVING_TRUST if timing is not None else "",
+                       time_trust=_trust(serving) if timing is not None else "",
+                       engine=engine_label(serving), continuous=continuous,
                        **fields)  # type: ignore[arg-type]
     return Plan(**top, serving=(pool,),  # type: ignore[arg-type]
                 warnings=tuple(_warnings(serving, memory, timing, why_untimed)),

@@ -9,6 +9,7 @@ from llmpar.evaluation.stages import stage_parameters
 from llmpar.inference.kv_cache import kv_cache_bytes, layer_windows
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import draft_weights_bytes
 from llmpar.inference.weights import weight_bytes
 from llmpar.inference.workspace import workspace_bytes
 from llmpar.strategy import Stage
@@ -39,7 +40,7 @@ class ServingMemory:
 def prefill_steps(serving: Serving, batch: int | None = None) -> int:
     """Forward steps of the prefill: the batch's prompts in chunks of prefill_chunk_tokens."""
     inference = serving.inference
-    total = (inference.batch_size if batch is None else batch) * inference.prompt_tokens
+    total = (inference.batch_size if batch is None else batch) * inference.computed_prompt_tokens
     chunk = inference.prefill_chunk_tokens or total
     return -(-total // chunk)
 
@@ -51,7 +52,7 @@ def prefill_shape(serving: Serving, batch: int | None = None) -> StepShape:
     inference = serving.inference
     batch = inference.batch_size if batch is None else batch
     steps = prefill_steps(serving, batch)
-    tokens = batch * inference.prompt_tokens / steps
+    tokens = batch * inference.computed_prompt_tokens / steps
     return StepShape(tokens=tokens / serving.degree("context"), rows=batch / steps)
 
 
@@ -64,7 +65,7 @@ def prefill_peak_shape(serving: Serving, batch: int | None = None) -> StepShape:
     never shrinks when the prompts take one more chunk, so memory grows with the prompt."""
     inference = serving.inference
     batch = inference.batch_size if batch is None else batch
-    total = batch * inference.prompt_tokens
+    total = batch * inference.computed_prompt_tokens
     tokens = min(inference.prefill_chunk_tokens or total, total)
     return StepShape(tokens=tokens / serving.degree("context"), rows=min(batch, tokens))
 
@@ -104,11 +105,14 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
     for stage in serving.stages:
         parameters = stage_parameters(spec, serving.footprint, stage)
         layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
-        found.append(StageFixed(
-            stage=stage, weights_bytes=round(weight_bytes(spec, parameters,
-                                                          list(serving.transforms))),
-            overhead_bytes=overhead, windows=layer_windows(spec.model, serving.inference,
-                                                           layers)))
+        weights = weight_bytes(spec, parameters, list(serving.transforms))
+        windows = layer_windows(spec.model, serving.inference, layers)
+        if serving.draft is not None and stage.has_head:
+            # Speculative decoding's draft head: its layers' weights and KV cache.
+            weights += draft_weights_bytes(serving.draft)
+            windows = (*windows, *(serving.draft.fixed[0].windows))
+        found.append(StageFixed(stage=stage, weights_bytes=round(weights),
+                                overhead_bytes=overhead, windows=windows))
     return tuple(found)
 
 

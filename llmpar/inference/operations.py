@@ -31,6 +31,7 @@ import attrs
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import mlp_matmul_weights
 from llmpar.footprint.parameters import attention_matmul_weights
+from llmpar.inference.engine import weight_efficiency
 from llmpar.inference.formats import bytes_per_parameter, matmul_dtype
 from llmpar.inference.kv_cache import kv_bytes_per_token
 from llmpar.inference.serving import Serving
@@ -133,6 +134,21 @@ def _unquantized(serving: Serving) -> str:
     return _matmul(serving)
 
 
+def _quantized_reads(serving: Serving) -> float | None:
+    """The engine's bandwidth share reading the blocks' linear weights (their format)."""
+    return weight_efficiency(serving, serving.inference.weights)
+
+
+def _unquantized_reads(serving: Serving) -> float | None:
+    """The engine's bandwidth share reading weights a quantized checkpoint keeps 16-bit."""
+    inference = serving.inference
+    if inference.engine is None:
+        return None
+    if inference.weights in QUANTIZED_FORMATS:
+        return weight_efficiency(serving, serving.spec.precision.activations)
+    return weight_efficiency(serving, inference.weights)
+
+
 def projections(serving: Serving, step: Step) -> Operation:
     """Q, K, V and output projections of one layer."""
     spec, t = serving.spec, serving.degree("tensor")
@@ -142,7 +158,7 @@ def projections(serving: Serving, step: Step) -> Operation:
     io = step.tokens * (2 * model.hidden_size + attention_width(model, t)) * _act(serving)
     return Operation(name="attention projections", flops=2 * step.tokens * weights,
                      bytes=_per_layer(serving, "attention", model.num_layers or 1) + io,
-                     dtype=_matmul(serving))
+                     dtype=_matmul(serving), memory_efficiency=_quantized_reads(serving))
 
 
 def _pair_flops(serving: Serving, absorbed: bool) -> float:
@@ -176,7 +192,7 @@ def dense_mlp(serving: Serving, step: Step) -> Operation:
                         + 2 * mlp_width(model, model.ffn_hidden_size, t)) * _act(serving)
     return Operation(name="mlp", flops=2 * step.tokens * weights,
                      bytes=_per_layer(serving, "mlp", model.num_dense_layers) + io,
-                     dtype=_matmul(serving))
+                     dtype=_matmul(serving), memory_efficiency=_quantized_reads(serving))
 
 
 def _expert_share(serving: Serving) -> float:
@@ -215,19 +231,20 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     width = moe.expert_ffn_hidden_size
     shared_width = moe.shared_expert_ffn_hidden_size or width
     shared = moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t
+    quantized = _quantized_reads(serving)
     return [
         Operation(name="router", flops=2 * n * h * moe.num_experts,
                   bytes=_per_layer(serving, "router", layers) + n * (h + moe.num_experts) * act,
-                  dtype=_unquantized(serving)),
+                  dtype=_unquantized(serving), memory_efficiency=_unquantized_reads(serving)),
         Operation(name="routed experts",
                   flops=2 * pairs * mlp_matmul_weights(model, width) / x,
                   bytes=(active_local_experts(serving, n) * expert_bytes
                          + pairs * (2 * h + 2 * mlp_width(model, width, x)) * act),
-                  dtype=_matmul(serving)),
+                  dtype=_matmul(serving), memory_efficiency=quantized),
         Operation(name="shared experts", flops=2 * n * shared,
                   bytes=(_per_layer(serving, "shared_experts", layers)
                          + n * 2 * (h + moe.num_shared_experts * shared_width / t) * act),
-                  dtype=_matmul(serving)),
+                  dtype=_matmul(serving), memory_efficiency=quantized),
     ]
 
 
@@ -261,14 +278,14 @@ def outer_ops(serving: Serving, step: Step) -> list[Operation]:
         Operation(name="output layer", flops=2 * step.rows * h * vocab / t,
                   bytes=(_per_layer(serving, head_group, 1)
                          + step.rows * (h + vocab / t) * act),
-                  dtype=_unquantized(serving)),
+                  dtype=_unquantized(serving), memory_efficiency=_unquantized_reads(serving)),
     ]
 
 
 def scaled(op: Operation, count: int) -> Operation:
     """`count` identical operations as one (the roofline of each scales alike)."""
     return Operation(name=op.name, flops=op.flops * count, bytes=op.bytes * count,
-                     dtype=op.dtype)
+                     dtype=op.dtype, memory_efficiency=op.memory_efficiency)
 
 
 def step_ops(serving: Serving, step: Step) -> list[Operation]:

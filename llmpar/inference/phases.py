@@ -7,7 +7,9 @@ communication on the critical path.
 - Decode: one token per sequence, attending the average context of the decode steps,
   prompt + generated / 2 (step j attends prompt + j tokens, j = 1 .. generated - 1; attention
   is linear in the context, so the average step is the step at the average context).
-A phase is compute-, memory- or communication-bound by the largest of its three parts.
+A phase is compute-, memory- or communication-bound by the largest of its three parts, or
+overhead-bound when a serving engine's host time per step is larger still
+(`llmpar.inference.engine`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import attrs
 
 from llmpar.inference.capacity import largest_fitting, largest_within
 from llmpar.inference.communication import cost, step_collectives
+from llmpar.inference.engine import step_overhead_seconds
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Step, step_ops
 from llmpar.inference.serving import Serving
+from llmpar.inference.speculative import expected_tokens
 from llmpar.plan import CollectiveCost, InferencePhase
 from llmpar.roofline import (
     Operation,
@@ -49,7 +53,8 @@ def prefill_step(serving: Serving) -> Step:
     shape = prefill_shape(serving)
     return Step(tokens=shape.tokens, rows=shape.rows,
                 sequences=inference.batch_size / prefill_steps(serving),
-                queries=inference.prompt_tokens, prior=0.0, phase="prefill")
+                queries=inference.computed_prompt_tokens,
+                prior=float(inference.cached_prompt_tokens), phase="prefill")
 
 
 def average_decode_context(serving: Serving) -> float:
@@ -81,8 +86,12 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
     compute = sum((seconds(op, rates) for op in operations if is_compute_bound(op, rates)), 0.0)
     memory = sum((seconds(op, rates) for op in operations if not is_compute_bound(op, rates)),
                  0.0)
+    exposed = exposed_seconds(costs, operations, rates)
     parts = {"compute": compute * steps, "memory": memory * steps,
-             "communication": exposed_seconds(costs, operations, rates) * steps}
+             "communication": exposed * steps}
+    overhead = step_overhead_seconds(serving, step.sequences, compute + memory + exposed)
+    if overhead:  # the engine's host time (llmpar.inference.engine)
+        parts["overhead"] = overhead * steps
     phase = InferencePhase(
         name=step.phase, seconds=sum(parts.values()),
         floor_seconds=floor_seconds(operations, rates) * steps,
@@ -90,7 +99,8 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
         communication_seconds=parts["communication"], bound=max(parts, key=parts.__getitem__),
         flops=sum(op.flops for op in operations) * steps,
         bytes=sum(op.bytes for op in operations) * steps,
-        tokens=int(step.queries), context_tokens=step.prior + step.queries, steps=steps)
+        tokens=int(step.queries), context_tokens=step.prior + step.queries, steps=steps,
+        overhead_seconds=parts.get("overhead", 0.0))
     return PhaseResult(phase=phase, operations=tuple(operations), collectives=tuple(costs))
 
 
@@ -99,7 +109,38 @@ def prefill(serving: Serving, rates: Rates) -> PhaseResult:
 
 
 def decode(serving: Serving, rates: Rates) -> PhaseResult:
+    if serving.draft is not None:
+        return speculative_decode(serving, rates)
     return run_phase(serving, decode_step(serving), 1, rates)
+
+
+def speculative_decode(serving: Serving, rates: Rates) -> PhaseResult:
+    """One output token under speculative decoding: a verify step of k + 1 tokens per
+    sequence and k steps of the draft head, over the tokens a step yields on average
+    (`llmpar.inference.speculative`)."""
+    inference, draft = serving.inference, serving.draft
+    assert inference.speculative is not None and draft is not None
+    k = inference.speculative.draft_tokens
+    plain = decode_step(serving)
+    verify = attrs.evolve(plain, tokens=plain.tokens * (k + 1), rows=plain.rows * (k + 1),
+                          queries=float(k + 1))
+    checked = run_phase(serving, verify, 1, rates)
+    head = attrs.evolve(draft, spec=attrs.evolve(draft.spec, inference=attrs.evolve(
+        draft.inference, batch_size=inference.batch_size,
+        prompt_tokens=inference.prompt_tokens, generated_tokens=inference.generated_tokens)))
+    drafted = run_phase(head, decode_step(head), k, rates)
+    share = 1 / expected_tokens(inference.speculative)
+    a, b = checked.phase, drafted.phase
+    parts = {name: (getattr(a, f"{name}_seconds") + getattr(b, f"{name}_seconds")) * share
+             for name in ("compute", "memory", "communication", "overhead")}
+    phase = attrs.evolve(
+        a, seconds=sum(parts.values()), floor_seconds=(a.floor_seconds + b.floor_seconds) * share,
+        compute_seconds=parts["compute"], memory_seconds=parts["memory"],
+        communication_seconds=parts["communication"], overhead_seconds=parts["overhead"],
+        bound=max(parts, key=parts.__getitem__), flops=(a.flops + b.flops) * share,
+        bytes=(a.bytes + b.bytes) * share, tokens=1, context_tokens=plain.prior + 1)
+    return PhaseResult(phase=phase, operations=checked.operations + drafted.operations,
+                       collectives=checked.collectives + drafted.collectives)
 
 
 def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[float, float]]:

@@ -28,6 +28,9 @@ class Serving:
     """How many layers of each kind (`llmpar.inference.operations.LayerKind`)."""
     strategies: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
     """The session's strategies (for their serving collectives)."""
+    draft: Serving | None = attrs.field(default=None, eq=False)
+    """The draft head of speculative decoding as a model of its own layers, on the same
+    tensor and expert ranks (`llmpar.inference.speculative`); None without one."""
     fixed: tuple[Any, ...] = attrs.field(default=(), eq=False)
     """Each stage's weights, runtime allowance and cache windows
     (`llmpar.inference.memory.StageFixed`): computed once."""

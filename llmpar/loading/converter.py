@@ -257,8 +257,8 @@ def validator_problems(converter: cattrs.Converter, raw: Any, cls: type,
         try:
             structured = converter.structure(value, field.type)
             field.validator(None, field, structured)
-        except FieldError as exc:
-            problems.append(Problem(where, str(exc)))
+        except FieldError as exc:  # its field may name a key below the field's own
+            problems.append(Problem(join_path(path, exc.field), str(exc)))
         except Exception:  # a type error: cattrs reports it with its path
             continue
     return problems

@@ -232,15 +232,27 @@ def _structure_order(raw: Any, strategies: Mapping[str, Strategy[Any]],
 
 
 def _structure_inference(raw: dict[str, Any], converter: cattrs.Converter,
-                          problems: list[Problem]) -> tuple[Inference | None, list[Problem]]:
+                          problems: list[Problem], catalog: PresetCatalog,
+                          label: str | None) -> tuple[Inference | None, list[Problem]]:
     """`[inference]`, a serving workload in place of `[training]` (never beside it)."""
     if "inference" not in raw:
         return None, []
     if "training" in raw:
         return None, [Problem("$.inference", "a spec is either [training] or [inference]; "
                               "this one has both")]
-    return structure(converter, _section(raw, "inference", problems), Inference,
-                     "$.inference")
+    table = _section(raw, "inference", problems)
+    if table.get("batch_size", 1) != 1 and ({"concurrency", "request_rate_per_s"} & set(table)):
+        return None, [Problem("$.inference.batch_size", "batch_size is the static batch; "
+                              "under continuous batching (concurrency or request_rate_per_s) "
+                              "the batch follows from the workload: leave batch_size out")]
+    if "engine" in table:  # a preset name under specs/engines/, or a table
+        found: list[Problem] = []
+        engine = resolve_preset(table["engine"], "engines", "$.inference.engine", catalog,
+                                found, label)
+        if engine is None:
+            return None, found
+        table["engine"] = engine
+    return structure(converter, table, Inference, "$.inference")
 
 
 def _structure_search(raw: dict[str, Any], converter: cattrs.Converter,
@@ -320,7 +332,7 @@ def structure_spec(
     training, found = structure(converter, training_table, Training, "$.training")
     problems += (found + _activation_model_problems(training_table, activation_models)
                  + activation_model_problems(training_table, activation_models))
-    inference, found = _structure_inference(raw, converter, problems)
+    inference, found = _structure_inference(raw, converter, problems, catalog, label)
     problems += found
     parallel = _structure_parallel(raw.get("parallel", {}), strategies, converter, problems)
     if training is not None:

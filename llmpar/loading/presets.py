@@ -12,7 +12,8 @@ import attrs
 from llmpar.loading.limits import plain_table, read_text
 from llmpar.loading.reader import parse_toml
 
-PRESET_KINDS = ("models", "gpus", "clusters", "optimizers", "frameworks", "examples")
+PRESET_KINDS = ("models", "gpus", "clusters", "optimizers", "frameworks", "examples",
+                "engines")
 PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 """What a preset name looks like: a file stem inside a preset folder, never a path (no
 `/`, no leading `.`), so that a name cannot reach a file outside the folders."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from llmpar.plan import Plan, RunGoodput
 from llmpar.report.fields import format_gb_gib, format_size
-from llmpar.report.serving import phases, serving, serving_memory
+from llmpar.report.serving import continuous, phases, serving, serving_memory
 from llmpar.report.tables import Table
 from llmpar.units import GB, GiB, format_count, format_duration
 
@@ -265,8 +265,8 @@ def all_sections(plan: Plan, extra: Sequence[Table] = ()) -> tuple[Table, ...]:
     sections, `llmpar_report_sections`) before the warnings."""
     built: tuple[Table | None, ...]
     if plan.workload == "inference":
-        built = (header(plan), serving_memory(plan), serving(plan), phases(plan),
-                 collectives(plan))
+        built = (header(plan), serving_memory(plan), serving(plan), continuous(plan),
+                 phases(plan), collectives(plan))
     else:
         built = (header(plan), memory(plan), stages(plan), saved_tensors(plan), compute(plan),
                  time_breakdown(plan), collectives(plan), run(plan))

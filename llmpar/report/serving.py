@@ -82,19 +82,74 @@ def serving(plan: Plan) -> Table:
          _optional(plan.decode_compute_bound_batch_size, lambda v: f"{v:,}"), ""),
     ]
     trust = pool.time_trust if pool else ""
+    notes = [f"times: {trust}"] if trust else []
+    if pool is not None and pool.continuous is not None:
+        # Static times serve one batch start to end; the steady state is its own table.
+        rows = [row for row in rows if row[0].startswith(("max ", "decode "))]
+        notes.insert(0, "continuous batching: times in the steady-state table below")
+    if pool is not None and plan.prefill_seconds is not None:
+        notes.append(f"engine profile: {pool.engine}" if pool.engine else
+                     "engine profile: none ([inference] engine), the roofline alone")
     return Table(title="Serving", columns=("quantity", "value", "note"), rows=tuple(rows),
-                 text_columns=(0, 2), notes=(f"times: {trust}",) if trust else ())
+                 text_columns=(0, 2), notes=tuple(notes))
 
 
 def phases(plan: Plan) -> Table | None:
     """Each phase's time, its roofline floor and what bounds it."""
     if not plan.phases:
         return None
+    host = any(p.overhead_seconds for p in plan.phases)  # an engine's host time
     rows = tuple((p.name, format_duration(p.seconds), format_duration(p.floor_seconds),
                   format_duration(p.compute_seconds), format_duration(p.memory_seconds),
-                  format_duration(p.communication_seconds), p.bound) for p in plan.phases)
-    return Table(title="Phases, one step on one GPU",
-                 columns=("phase", "time", "floor", "compute", "memory", "communication",
-                          "bound"),
-                 rows=rows, text_columns=(0, 6),
+                  format_duration(p.communication_seconds),
+                  *((format_duration(p.overhead_seconds),) if host else ()), p.bound)
+                 for p in plan.phases)
+    columns = ("phase", "time", "floor", "compute", "memory", "communication",
+               *(("engine host",) if host else ()), "bound")
+    return Table(title="Phases, one step on one GPU", columns=columns,
+                 rows=rows, text_columns=(0, len(columns) - 1),
                  notes=("floor: max(FLOPs / peak, bytes / HBM bandwidth) at full efficiency",))
+
+
+def _seconds(value: float | None) -> str:
+    return "overloaded" if value is None else format_duration(value)
+
+
+def continuous(plan: Plan) -> Table | None:
+    """The steady state under continuous batching: batch, TPOT, TTFT, throughput."""
+    state = plan.serving[0].continuous if plan.serving else None
+    if state is None:
+        return None
+    given = (f"{state.concurrency:,.0f} requests in flight" if state.mode == "concurrency"
+             else f"{state.request_rate_per_s:,.2f} requests/s arriving")
+    in_flight = "-" if state.concurrency is None else f"{state.concurrency:,.1f}"
+    rows = [
+        ("workload", given, state.mode),
+        ("running batch per replica", f"{state.batch_size:,.1f}",
+         f"limited by {state.batch_limited_by}"),
+        ("requests in flight", in_flight, "all replicas (Little's law for a rate)"),
+        ("prefill tokens per step", f"{state.prefill_tokens_per_step:,.0f}",
+         "batch x prompt / generated, mixed into each decode step"),
+        ("prefill steps per request", f"{state.prefill_steps_per_request:,}",
+         "token budget " + ("none" if state.token_budget is None
+                            else f"{state.token_budget:,} a step")),
+        ("time per output token", format_duration(state.tpot_seconds),
+         f"one mixed step; floor {format_duration(state.tpot_floor_seconds)}"),
+        ("time to first token (mean)", _seconds(state.ttft_seconds),
+         f"queue {_seconds(state.queue_seconds)} + prefill steps"),
+        ("time to first token (p90 / p99)",
+         f"{_seconds(state.ttft_p90_seconds)} / {_seconds(state.ttft_p99_seconds)}",
+         "exponential tail of the wait" if state.mode != "concurrency" else "no spread"),
+        ("latency", _seconds(state.latency_seconds), "TTFT + (generated - 1) x TPOT"),
+        ("output tokens/s", f"{state.tokens_per_second:,.0f}", "all GPUs"),
+        ("output tokens/s per GPU", f"{state.tokens_per_second_per_gpu:,.1f}", ""),
+        ("output tokens/s per user", f"{state.tokens_per_second_per_user:,.1f}", "1 / TPOT"),
+        ("max request rate", f"{state.max_request_rate_per_s:,.2f}/s", "at the batch limit"),
+    ]
+    notes = [f"queueing: {state.queueing_model}"]
+    if not state.stable:
+        notes.insert(0, "OVERLOADED: the request rate exceeds what the batch limit sustains; "
+                        "the queue grows without bound")
+    return Table(title="Continuous batching (steady state)",
+                 columns=("quantity", "value", "note"), rows=tuple(rows),
+                 text_columns=(0, 2), notes=tuple(notes))

@@ -75,7 +75,13 @@ def _search_problems(spec: Spec) -> list[Problem]:
     problems = []
     if getattr(spec, "inference", None) is not None:
         problems.append(Problem("$.inference", "search ranks training layouts; this spec "
-                                               "describes serving"))
+                                               "describes serving (`llmpar search` on the "
+                                               "command line, or llmpar.search.serving."
+                                               "search_serving)"))
+    for key in ("ttft_seconds_max", "tpot_seconds_max"):
+        if spec.search is not None and getattr(spec.search, key) is not None:
+            problems.append(Problem(f"$.search.{key}", "limits serving layouts (a spec with "
+                                                       "[inference]); this spec trains"))
     if spec.training.global_batch_size is None:
         problems.append(Problem("$.training.global_batch_size",
                                 "search needs a fixed global batch: without one it grows with "

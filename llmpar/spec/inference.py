@@ -7,10 +7,13 @@ replicas, each serving `batch_size` sequences.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
+from llmpar.errors import did_you_mean
 from llmpar.spec import validators as v
-from llmpar.spec.quantities import Bytes
+from llmpar.spec.quantities import ByteRate, Bytes, Seconds
 
 WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 """Formats the blocks' linear weights may be stored in."""
@@ -19,6 +22,118 @@ KV_CACHE_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8")
 QUANTIZED_FORMATS = ("fp8", "int8", "int4")
 """Formats that keep only the blocks' linear layers quantized; embeddings, output layer,
 norms and router stay in `[precision] activations` (see llmpar.inference.formats)."""
+
+
+
+
+def _efficiencies(_instance: Any, attribute: Any, value: dict[str, float]) -> None:
+    """Each key a weight format, each value in (0, 1]."""
+    for key, efficiency in value.items():
+        if key not in WEIGHT_FORMATS:
+            listed = ", ".join(repr(f) for f in WEIGHT_FORMATS)
+            raise v.FieldError(f"{attribute.name}.{key}", f"must be a weight format, one of "
+                               f"{listed}{did_you_mean(str(key), WEIGHT_FORMATS)}")
+        if not isinstance(efficiency, float | int) or not 0 < efficiency <= 1:
+            raise v.FieldError(f"{attribute.name}.{key}",
+                               f"must be in (0, 1], got {efficiency!r}")
+
+
+@attrs.frozen(kw_only=True)
+class CustomAllReduce:
+    """An engine's own all-reduce for small messages inside one NVLink domain (vLLM's
+    custom_all_reduce.cuh, TensorRT-LLM's allReduceKernels.cu): each GPU reads its peers'
+    buffers directly. One-shot: every GPU reads all n - 1 peers' whole buffers and sums
+    them, one step; two-shot: a reduce-scatter then an all-gather over the same peer
+    reads, 2 (n - 1) / n of the buffer in two steps.
+
+    seconds = steps x latency_seconds + bytes read from peers / bandwidth_bytes_per_s
+    """
+
+    max_bytes: Bytes = attrs.field(validator=v.positive)
+    """Largest buffer the engine sends through it; larger ones go to NCCL."""
+    one_shot_max_total_bytes: Bytes = attrs.field(validator=v.positive)
+    """One-shot while group size x buffer bytes stays below this, two-shot above (vLLM:
+    one-shot under 512 KiB at 4 GPUs and under 256 KiB at 8, 2 MiB either way)."""
+    max_group_size: int = attrs.field(default=8, validator=v.positive)
+    """Most GPUs it runs on (one NVLink domain)."""
+    latency_seconds: Seconds = attrs.field(validator=v.positive)
+    """Fixed time of one step (kernel launch, flag exchange between the GPUs)."""
+    bandwidth_bytes_per_s: ByteRate = attrs.field(validator=v.positive)
+    """Peer bytes one GPU reads per second inside the kernel."""
+    source: str = ""
+    """Where the constants come from (kernel-level measurements)."""
+
+
+@attrs.frozen(kw_only=True)
+class Engine:
+    """A serving engine's profile (`[inference] engine = "vllm"`, a preset under
+    specs/engines/): what it adds to each step beyond the roofline of the operations, as
+    measured on its kernels, for one version."""
+
+    name: str
+    """The profile's name (its file name under specs/engines/)."""
+    version: str
+    """The engine version the constants were measured on."""
+    source: str
+    """Where the profile's numbers come from."""
+    step_overhead_seconds: Seconds | None = attrs.field(default=None,
+                                                        validator=v.non_negative)
+    """Host time per forward step the GPU waits on with CUDA graphs on: scheduling,
+    input preparation, sampling and output processing. None: not measured (counted as
+    nothing; the plan warns)."""
+    step_overhead_per_sequence_seconds: Seconds = attrs.field(default=Seconds(0.0),
+                                                              validator=v.non_negative)
+    """Host time per step added by each sequence of the step."""
+    kernel_launch_seconds: Seconds | None = attrs.field(default=None,
+                                                        validator=v.non_negative)
+    """Host time to launch one kernel without CUDA graphs; the GPU waits when the launches
+    of a step take longer than its kernels. None: not measured."""
+    kernels_per_layer: int = attrs.field(default=12, validator=v.positive)
+    """Kernels one transformer layer launches in a forward step."""
+    weight_memory_efficiency: dict[str, float] = attrs.field(
+        factory=dict, validator=_efficiencies, hash=False)
+    """Share of HBM bandwidth the engine's matrix-vector kernels reach when reading
+    weights of each format (memory-bound, small batch); a format not listed reads at the
+    GPU's memory_efficiency."""
+    weight_memory_efficiency_gpu: str | None = None
+    """The GPU preset those efficiencies were measured on (the plan warns on another)."""
+    custom_all_reduce: CustomAllReduce | None = None
+    """The engine's own all-reduce for small messages; None: NCCL for all."""
+    max_num_batched_tokens: int | None = attrs.field(default=None, validator=v.positive)
+    """Tokens one step processes at most under continuous batching (vLLM's
+    max_num_batched_tokens, SGLang's chunked_prefill_size): the default prefill chunk."""
+    max_num_seqs: int | None = attrs.field(default=None, validator=v.positive)
+    """Sequences one step holds at most (vLLM's max_num_seqs, SGLang's
+    max_running_requests): the largest continuous batch."""
+
+
+@attrs.frozen(kw_only=True)
+class Speculative:
+    """Speculative decoding with draft heads (`[inference.speculative]`): each step a head
+    of `draft_layers` transformer layers of the target's shape, sharing its embedding and
+    output layer (EAGLE, Li et al. 2024, arXiv:2401.15077: one decoder layer; DeepSeek-V3's
+    multi-token prediction module, arXiv:2412.19437 Sec. 2.2), proposes `draft_tokens`
+    tokens one after another, and the target verifies them in one forward step."""
+
+    draft_tokens: int = attrs.field(validator=v.positive)
+    """Tokens the head proposes per step (k)."""
+    acceptance_rate: float = attrs.field(validator=v.fraction)
+    """Probability that the target accepts each proposed token, as measured for the head
+    and the data (alpha of Leviathan et al. 2023, arXiv:2211.17192); stated, not derived."""
+    draft_layers: int = attrs.field(default=1, validator=v.positive)
+    """Transformer layers of the draft head, each of the shape of the target's last layer."""
+
+
+def _hit_rate(_instance: Any, attribute: Any, value: float) -> None:
+    if not isinstance(value, float | int) or not 0 <= value < 1:
+        raise v.FieldError(attribute.name, f"must be in [0, 1), got {value!r}")
+
+
+def _one_workload(instance: Inference, attribute: Any, value: float | None) -> None:
+    """A concurrency or a request rate, not both (the loader also refuses either beside
+    a batch_size: `llmpar.loading.loader`)."""
+    if value is not None and instance.concurrency is not None:
+        raise v.FieldError(attribute.name, "give concurrency or request_rate_per_s, not both")
 
 
 def _default_group_size(instance: Inference) -> int | None:
@@ -54,13 +169,58 @@ class Inference:
     None: when the model has a window; true requires one; false caches every token."""
     prefill_chunk_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens per prefill step (chunked prefill, vLLM's max_num_batched_tokens). None: the
-    whole batch's prompts in one step."""
+    whole batch's prompts in one step. Under continuous batching: the tokens one step holds,
+    decode tokens included (None: the engine's max_num_batched_tokens, else no limit)."""
     memory_utilization: float = attrs.field(default=0.9, validator=v.fraction)
     """Share of GPU memory the serving engine may use (vLLM's gpu_memory_utilization); the
     rest is headroom for allocator slack and fragmentation."""
     runtime_overhead_bytes: Bytes | None = attrs.field(default=None, validator=v.non_negative)
     """CUDA context, libraries and communication buffers on each GPU. None: llmpar's stated
     allowance (see llmpar.inference.overhead)."""
+
+    engine: Engine | None = None
+    """The serving engine's profile: a preset name under specs/engines/ ("vllm",
+    "sglang", "trt-llm") or a table. None: the roofline alone, no engine's step costs."""
+    cuda_graphs: bool = True
+    """Whether decode steps replay CUDA graphs (vLLM's enforce_eager = false, SGLang's
+    default); false: each kernel is launched from the host (the engine's
+    kernel_launch_seconds)."""
+
+    concurrency: int | None = attrs.field(default=None, validator=v.positive)
+    """Continuous batching at a concurrency: requests in flight across all replicas (a
+    closed loop: each finished request is replaced at once), each of prompt_tokens in and
+    generated_tokens out. None: static batching (batch_size), unless request_rate_per_s."""
+    request_rate_per_s: float | None = attrs.field(default=None,
+                                                   validator=[v.positive, _one_workload])
+    """Continuous batching at a request rate: requests arriving per second across all
+    replicas (Poisson arrivals), each of prompt_tokens in and generated_tokens out. None:
+    static batching, unless concurrency."""
+
+    speculative: Speculative | None = None
+    """Speculative decoding with draft heads; None: one token per sequence a step."""
+    prefix_cache_hit_rate: float = attrs.field(default=0.0, validator=_hit_rate)
+    """Share of each prompt's tokens whose keys and values a prefix cache already holds
+    (vLLM's automatic prefix caching, SGLang's RadixAttention: Zheng et al. 2023,
+    arXiv:2312.07104): the prefill computes only the rest, attending the cached prefix.
+    0: every prompt token is computed."""
+
+    @property
+    def continuous(self) -> bool:
+        """Whether the workload is continuous batching (a concurrency or a request rate)."""
+        return self.concurrency is not None or self.request_rate_per_s is not None
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Prompt tokens found in the prefix cache: the hit rate's share, rounded down, the
+        last token always computed (its logits give the first output token)."""
+        if not self.prefix_cache_hit_rate:
+            return 0
+        return min(int(self.prefix_cache_hit_rate * self.prompt_tokens), self.prompt_tokens - 1)
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        """Prompt tokens the prefill computes: the prompt less its cached prefix."""
+        return self.prompt_tokens - self.cached_prompt_tokens
 
     @property
     def context_tokens(self) -> int:

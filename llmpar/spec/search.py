@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from llmpar.spec import validators as v
-from llmpar.spec.quantities import Bytes
+from llmpar.spec.quantities import Bytes, Seconds
 from llmpar.spec.validators import FieldError
 from llmpar.spec.workload import RECOMPUTE
 
@@ -18,6 +18,9 @@ OBJECTIVES = ("step_time", "tokens_per_second_per_gpu", "cost", "memory")
 """step_time: seconds per optimizer step (lower is better); tokens_per_second_per_gpu
 (higher); cost: dollars per million tokens at `[hardware] gpu_hour_cost`; memory:
 bytes on the busiest GPU."""
+
+PERCENTILES = ("mean", "p90", "p99")
+"""Which time to first token `[search] ttft_seconds_max` limits (serving specs)."""
 
 MAX_LAYOUTS = 5_000_000
 """Default `[search] max_layouts`: about 15 s of search in one process (the largest
@@ -85,3 +88,10 @@ class Search:
     """The most combinations of degrees a search lays out (20,000 by default); each
     holds one or more layouts. A larger split of the GPU count is a SpecError that gives
     the count and what narrows it."""
+    ttft_seconds_max: Seconds | None = attrs.field(default=None, validator=v.positive)
+    """Serving specs: layouts must reach the first token within this (the mean, or the
+    `percentile`; continuous batching's TTFT when the spec has a concurrency or a rate)."""
+    tpot_seconds_max: Seconds | None = attrs.field(default=None, validator=v.positive)
+    """Serving specs: layouts must keep the time per output token within this."""
+    percentile: str = attrs.field(default="mean", validator=v.one_of(*PERCENTILES))
+    """Which TTFT ttft_seconds_max limits under a request rate: "mean", "p90" or "p99"."""

@@ -1,0 +1,113 @@
+"""What a serving engine adds to a forward step beyond the roofline of its operations
+(`[inference] engine`, a profile under specs/engines/ with its version and sources):
+
+- weight kernels: a matrix product that reads weights of a format reaches the share of HBM
+  bandwidth the engine's kernel for that format was measured at (cuBLAS for 16-bit,
+  Marlin for int8/int4 weight-only), in place of the GPU's memory_efficiency;
+- custom all-reduce: a small all-reduce inside one NVLink domain runs the engine's own
+  kernel, one-shot (each GPU reads every peer's buffer: 1 step, (n - 1) x B read) or
+  two-shot (reduce-scatter then all-gather: 2 steps, 2 (n - 1) / n x B read), at the
+  latency and bandwidth fitted on its measurements (`llmpar.spec.inference.CustomAllReduce`);
+- host time: with CUDA graphs, the step waits for the engine's scheduling, input
+  preparation and sampling, step_overhead_seconds + step_overhead_per_sequence_seconds x
+  sequences; without them, the host also launches every kernel, layers x kernels_per_layer
+  x kernel_launch_seconds, and the GPU runs behind the launches (the CPU runs ahead of the
+  GPU, so launches cost time only where they outlast the kernels they launch).
+
+Without an engine none of this applies: the plan is the roofline alone.
+"""
+
+from __future__ import annotations
+
+from llmpar.communication.collectives import INTRA_NODE, link_of
+from llmpar.inference.serving import Serving
+from llmpar.strategy import Collective
+
+ENGINE_TRUST = ("not yet checked against published serving runs: each phase is a roofline of "
+                "its operations with the engine profile's measured weight kernels, custom "
+                "all-reduce and host time per step (llmpar.inference.engine); its constants "
+                "come from kernel and trace measurements, not from runs")
+"""What a serving plan's times rest on when an engine profile is named."""
+
+
+def weight_efficiency(serving: Serving, weights: str) -> float | None:
+    """Share of HBM bandwidth the engine's kernel reads weights of `weights` at; None: the
+    GPU's memory_efficiency (no engine, or the format not measured)."""
+    engine = serving.inference.engine
+    if engine is None:
+        return None
+    return engine.weight_memory_efficiency.get(weights)
+
+
+def custom_all_reduce_seconds(serving: Serving, collective: Collective) -> float | None:
+    """Seconds of one call of `collective` through the engine's custom all-reduce; None
+    when it does not take it (no engine or no kernel, not an all-reduce, a group larger
+    than the kernel's or leaving the node, a buffer above max_bytes)."""
+    engine = serving.inference.engine
+    kernel = engine.custom_all_reduce if engine is not None else None
+    n, size = collective.group_size, float(collective.buffer_bytes)
+    if (kernel is None or collective.operation != "all-reduce" or n > kernel.max_group_size
+            or size > kernel.max_bytes
+            or link_of(collective, serving.spec.hardware).tier != INTRA_NODE):
+        return None
+    if n * size < kernel.one_shot_max_total_bytes:
+        steps, read = 1, (n - 1) * size
+    else:
+        steps, read = 2, 2 * (n - 1) / n * size
+    return steps * kernel.latency_seconds + read / kernel.bandwidth_bytes_per_s
+
+
+def launch_seconds(serving: Serving) -> float:
+    """Host time to launch one step's kernels without CUDA graphs (0 with them)."""
+    engine = serving.inference.engine
+    if engine is None or serving.inference.cuda_graphs or engine.kernel_launch_seconds is None:
+        return 0.0
+    layers = serving.spec.model.num_layers or 0
+    return layers * engine.kernels_per_layer * engine.kernel_launch_seconds
+
+
+def host_seconds(serving: Serving, sequences: float) -> float:
+    """The engine's host time per step around the kernels, for `sequences` in the step."""
+    engine = serving.inference.engine
+    if engine is None:
+        return 0.0
+    return ((engine.step_overhead_seconds or 0.0)
+            + engine.step_overhead_per_sequence_seconds * sequences)
+
+
+def step_overhead_seconds(serving: Serving, sequences: float, gpu_seconds: float) -> float:
+    """What one step adds to `gpu_seconds` of kernels and collectives: the host time, and
+    the launches' time beyond the kernels' (eager mode)."""
+    if serving.inference.engine is None:
+        return 0.0
+    return (host_seconds(serving, sequences)
+            + max(0.0, launch_seconds(serving) - gpu_seconds))
+
+
+def engine_label(serving: Serving) -> str | None:
+    """The profile in words for the plan: name, version, CUDA graphs or eager."""
+    engine = serving.inference.engine
+    if engine is None:
+        return None
+    mode = "CUDA graphs" if serving.inference.cuda_graphs else "eager, no CUDA graphs"
+    return f"{engine.name} {engine.version} ({mode})"
+
+
+def engine_warnings(serving: Serving) -> list[str]:
+    """What the profile does not cover for this plan."""
+    engine = serving.inference.engine
+    if engine is None:
+        return []
+    found = []
+    gpu = serving.spec.hardware.gpu.name
+    measured = engine.weight_memory_efficiency_gpu
+    if engine.weight_memory_efficiency and measured is not None and measured != gpu:
+        found.append(f"engine {engine.name!r}: its weight kernels' efficiencies were measured "
+                     f"on {measured}, applied here to {gpu}")
+    if engine.step_overhead_seconds is None:
+        found.append(f"engine {engine.name!r} states no step_overhead_seconds: no host time "
+                     "per step counted")
+    if not serving.inference.cuda_graphs and engine.kernel_launch_seconds is None:
+        found.append(f"engine {engine.name!r} states no kernel_launch_seconds: launches "
+                     "without CUDA graphs not counted")
+    return found

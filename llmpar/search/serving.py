@@ -1,0 +1,211 @@
+"""`llmpar search` on a serving spec: every split of its GPUs into tensor, pipeline, expert
+and data (replica) degrees, each evaluated exactly (`llmpar.evaluate`; serving has no fast
+form yet, and its spaces are small: the divisors of the GPU count), kept when it fits and
+meets `[search] ttft_seconds_max` and `tpot_seconds_max`, and ranked by the objective.
+
+Times are the steady state's under continuous batching (`[inference] concurrency` or
+`request_rate_per_s`; TTFT at `[search] percentile`), else the static batch's. Objectives:
+tokens_per_second_per_gpu (higher is better), step_time (the time per output token), cost
+(dollars per million output tokens at `[hardware] gpu_hour_cost`) and memory (bytes on the
+busiest GPU). Expert parallelism spans the replicas (attention data-parallel with the experts
+split over the same GPUs, as the DeepSeek-V3 example), never beyond them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import toml
+
+from llmpar.errors import Problem, SpecError
+from llmpar.loading.dump import spec_to_dict
+from llmpar.plan import Plan
+from llmpar.spec import Spec
+from llmpar.spec.search import Search
+
+if TYPE_CHECKING:
+    from llmpar.session import Session
+
+SEARCHED = ("tensor", "pipeline", "expert", "data")
+"""The strategies whose degrees a serving search varies; the others keep the spec's."""
+HIGHER_IS_BETTER = ("tokens_per_second_per_gpu",)
+
+
+@attrs.frozen(kw_only=True)
+class ServingCandidate:
+    """One layout that fits and meets the limits."""
+
+    layout: dict[str, int] = attrs.field(hash=False)
+    score: float
+    ttft_seconds: float
+    tpot_seconds: float
+    tokens_per_second_per_gpu: float
+    total_bytes: int
+    table: dict[str, Any] = attrs.field(hash=False, repr=False)
+    """The spec of this layout, as a table."""
+
+    def to_toml(self) -> str:
+        return toml.dumps(self.table)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layout": dict(self.layout), "score": self.score,
+                "ttft_seconds": self.ttft_seconds, "tpot_seconds": self.tpot_seconds,
+                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu,
+                "total_bytes": self.total_bytes}
+
+
+@attrs.frozen(kw_only=True)
+class ServingSearchResult:
+    objective: str
+    results: tuple[ServingCandidate, ...]
+    """The best layouts, best first (at most `[search] top`)."""
+    tried: int
+    rejected: dict[str, int] = attrs.field(hash=False)
+    """Layouts set aside, by reason."""
+    limits: dict[str, float] = attrs.field(hash=False)
+
+    @property
+    def best(self) -> ServingCandidate:
+        return self.results[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"objective": self.objective, "tried": self.tried,
+                "rejected": dict(self.rejected), "limits": dict(self.limits),
+                "results": [c.to_dict() for c in self.results]}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(spec: Spec, settings: Search) -> list[dict[str, int]]:
+    """Every split of the GPU count into tensor x pipeline x data, with expert degrees
+    dividing both the replicas and the experts, under `[search] max_degrees` and
+    `tensor_within_node`."""
+    gpus, limits = spec.hardware.num_gpus, settings.max_degrees
+    layers, moe = spec.model.num_layers or 1, spec.model.moe
+    found = []
+    for t in _divisors(gpus):
+        if t > limits.get("tensor", gpus) or (settings.tensor_within_node
+                                               and spec.hardware.gpus_per_node % t):
+            continue
+        for p in _divisors(gpus // t):
+            d = gpus // t // p
+            if p > min(layers, limits.get("pipeline", gpus)) or d > limits.get("data", gpus):
+                continue
+            experts = [1] if moe is None else [
+                e for e in _divisors(d) if moe.num_experts % e == 0
+                and e <= limits.get("expert", gpus)]
+            found += [{"tensor": t, "pipeline": p, "expert": e, "data": d} for e in experts]
+    return found
+
+
+def _table(base: dict[str, Any], layout: dict[str, int]) -> dict[str, Any]:
+    table = copy.deepcopy(base)
+    parallel = {name: config for name, config in table.get("parallel", {}).items()
+                if name not in SEARCHED}
+    for name in SEARCHED:
+        if layout[name] > 1:
+            kept = base.get("parallel", {}).get(name, {})
+            parallel[name] = {**(kept if isinstance(kept, dict) else {}),
+                              "degree": layout[name]}
+    table["parallel"] = parallel
+    table.pop("search", None)
+    return table
+
+
+def _times(plan: Plan, percentile: str) -> tuple[float | None, float | None, float | None]:
+    """(TTFT, TPOT, output tokens/s per GPU): the steady state's, else the static batch's."""
+    pool = plan.serving[0]
+    state = pool.continuous
+    if state is None:
+        return plan.prefill_seconds, plan.tpot_seconds, plan.tokens_per_second_per_gpu
+    ttft = {"mean": state.ttft_seconds, "p90": state.ttft_p90_seconds,
+            "p99": state.ttft_p99_seconds}[percentile]
+    return ttft, state.tpot_seconds, state.tokens_per_second_per_gpu
+
+
+def _score(objective: str, plan: Plan, tpot: float, per_gpu: float, spec: Spec) -> float:
+    if objective == "tokens_per_second_per_gpu":
+        return per_gpu
+    if objective == "step_time":
+        return tpot
+    if objective == "memory":
+        return float(plan.total_bytes)
+    cost = spec.hardware.gpu_hour_cost
+    assert cost is not None
+    return cost / 3600 / per_gpu * 1e6  # dollars per million output tokens
+
+
+def search_serving(session: Session, spec: Spec, objective: str | None = None,
+                   top: int | None = None) -> ServingSearchResult:
+    """The best layouts of a serving spec (see the module's docstring)."""
+    settings = spec.search or Search()
+    objective = objective or settings.objective
+    if objective == "cost" and spec.hardware.gpu_hour_cost is None:
+        raise SpecError([Problem("$.hardware.gpu_hour_cost",
+                                 "the cost objective needs dollars per GPU-hour")], spec.source)
+    base = spec_to_dict(spec)
+    rejected: Counter[str] = Counter()
+    found: list[ServingCandidate] = []
+    tried = layouts(spec, settings)
+    for layout in tried:
+        table = _table(base, layout)
+        try:
+            plan = session.evaluate(table)
+        except SpecError as error:
+            rejected[f"invalid: {error.problems[0].message}"] += 1
+            continue
+        ttft, tpot, per_gpu = _times(plan, settings.percentile)
+        if not plan.fits:
+            rejected["does not fit"] += 1
+        elif ttft is None or tpot is None or per_gpu is None:
+            rejected["not timed, or overloaded"] += 1
+        elif settings.ttft_seconds_max is not None and ttft > settings.ttft_seconds_max:
+            rejected["ttft_seconds_max"] += 1
+        elif settings.tpot_seconds_max is not None and tpot > settings.tpot_seconds_max:
+            rejected["tpot_seconds_max"] += 1
+        else:
+            found.append(ServingCandidate(
+                layout={k: v for k, v in layout.items() if v > 1} or {"data": 1},
+                score=_score(objective, plan, tpot, per_gpu, spec), ttft_seconds=ttft,
+                tpot_seconds=tpot, tokens_per_second_per_gpu=per_gpu,
+                total_bytes=plan.total_bytes, table=table))
+    # Ties (every layout serves a request rate at the same throughput) go to the faster
+    # token, then the shorter first token.
+    sign = -1 if objective in HIGHER_IS_BETTER else 1
+    found.sort(key=lambda c: (sign * c.score, c.tpot_seconds, c.ttft_seconds))
+    stated = (("ttft_seconds_max", settings.ttft_seconds_max),
+              ("tpot_seconds_max", settings.tpot_seconds_max))
+    limits = {name: float(value) for name, value in stated if value is not None}
+    return ServingSearchResult(objective=objective,
+                               results=tuple(found[:top or settings.top]), tried=len(tried),
+                               rejected=dict(rejected), limits=limits)
+
+
+def text_report(result: ServingSearchResult) -> str:
+    """The ranked layouts as a table."""
+    from llmpar.units import format_duration
+
+    lines = [f"Serving layouts by {result.objective} ({len(result.results)} shown, "
+             f"{result.tried} tried)"]
+    if result.limits:
+        lines.append("limits: " + ", ".join(f"{k} = {format_duration(v)}"
+                                            for k, v in result.limits.items()))
+    header = f"  {'rank':>4}  {'layout':<36} {'TTFT':>10} {'TPOT':>10} {'tok/s/GPU':>10} " \
+             f"{'GB/GPU':>8}  score"
+    lines.append(header)
+    for rank, c in enumerate(result.results, 1):
+        layout = " ".join(f"{k}={v}" for k, v in c.layout.items())
+        lines.append(f"  {rank:>4}  {layout:<36} {format_duration(c.ttft_seconds):>10} "
+                     f"{format_duration(c.tpot_seconds):>10} "
+                     f"{c.tokens_per_second_per_gpu:>10,.1f} {c.total_bytes / 1e9:>8,.2f}"
+                     f"  {c.score:,.6g}")
+    if not result.results:
+        lines.append("  no layout fits and meets the limits")
+    for reason, count in sorted(result.rejected.items()):
+        lines.append(f"  set aside: {count} x {reason}")
+    return "\n".join(lines)
