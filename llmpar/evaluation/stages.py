@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from llmpar.dtypes import bytes_per_element
+from llmpar.finetune.footprint import beside
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import (
     ActivationInventory,
@@ -54,7 +55,8 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
     share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
     share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
     share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
-    return {group: count * share.get(group, stage.num_layers / layers)
+    # Adapters and trained copies sit where their base group does (llmpar.finetune).
+    return {group: count * share.get(beside(group), stage.num_layers / layers)
             for group, count in by_group.items()}
 
 

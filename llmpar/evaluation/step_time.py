@@ -44,6 +44,7 @@ from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import MemoryCore
+from llmpar.finetune.states import StateCounts, counts_of
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
@@ -145,9 +146,11 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
 
 def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
                      parameters: Sequence[Mapping[str, float]],
-                     cost_model: CollectiveSeconds | None = None) -> tuple[Cost, ...]:
+                     cost_model: CollectiveSeconds | None = None,
+                     counts: Sequence[StateCounts] | None = None) -> tuple[Cost, ...]:
     """Every collective still in force, costed on its link, for one step on one GPU
-    (one that runs nowhere is left out)."""
+    (one that runs nowhere is left out); a collective of model states counts the
+    parameters its component counts (`counts`: the trainable ones for gradients)."""
     found = []
     per_parameter: dict[tuple[Any, ...], Value] = {}
     for collective, calls in composition.active_collectives():
@@ -157,8 +160,9 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
         if collective.bytes_per_parameter is not None and collective.component is not None:
             key = (collective.component, collective.parameter_groups, collective.strategy)
             if key not in per_parameter:
-                per_parameter[key] = parameters_per_gpu(composition, kinds, parameters,
-                                                        collective)
+                per_parameter[key] = parameters_per_gpu(
+                    composition, kinds, counts_of(collective.component, parameters, counts),
+                    collective)
             buffer = collective.bytes_per_parameter * per_parameter[key]
         per_call, tier = (cost_model or seconds_of)(collective, spec.hardware, buffer)
         seconds = (0.0 if per_call is None else per_call) * calls
@@ -264,14 +268,16 @@ def hide_costs(costs: Sequence[Cost], windows: Mapping[str, Value]) -> tuple[Cos
     return _capped(costs, windows["compute"])
 
 
-def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]]) -> HostTime:
+def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]],
+              counts: Sequence[StateCounts] | None = None) -> HostTime:
     """The strategies' host work, on the kind of stage where it takes longest."""
     work = composition.host_work
     if not work:
         return HostTime()
     best: HostTime | None = None
     for kind, held in enumerate(parameters):
-        costed = tuple(w.passes_per_step * composition.held(held, 1.0, w.component)
+        costed = tuple(w.passes_per_step * composition.held(
+            held if counts is None else counts[kind][w.component], 1.0, w.component)
                        * w.seconds_per_parameter for w in work)
         seconds = sum(costed, start=0.0)
         overlappable = sum((s * w.overlap for s, w in zip(costed, work)), start=0.0)
@@ -299,13 +305,14 @@ def rank_shape(spec: Spec, composition: Composition) -> RankShape:
 
 def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               kinds: StageKinds, parameters: Sequence[Mapping[str, float]],
-              materialized_scores: bool, cache: EvaluationCache | None = None) -> TimeCore:
+              materialized_scores: bool, cache: EvaluationCache | None = None,
+              counts: Sequence[StateCounts] | None = None) -> TimeCore:
     """How long one optimizer step takes, in parts."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     peak = gpu.peak_flops_per_s(spec.precision.compute)
     costs = collective_costs(spec, composition, kinds, parameters,
-                             None if cache is None else cache.collective_seconds)
-    host = host_time(composition, parameters)
+                             None if cache is None else cache.collective_seconds, counts)
+    host = host_time(composition, parameters, counts)
     bubble = composition.sum_of("bubble_fraction")
     if peak is None:
         return TimeCore(time_model="none", step=None, costs=costs, host=host,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from llmpar.errors import Problem
+from llmpar.finetune.checks import finetune_problems
 from llmpar.inference.checks import inference_problems
 from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
@@ -110,7 +111,7 @@ def training_problems(spec: Spec) -> list[Problem]:
                                        "$.training.sequence_length", TRAINED_POSITIONS)
     if positions is not None:
         problems.append(positions)
-    return problems
+    return problems + finetune_problems(spec)
 
 
 def resolve_layout(
