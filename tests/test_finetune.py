@@ -3,7 +3,9 @@ communication, checked by hand against the model's shapes and PEFT's counting.""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ import llmpar
 from llmpar import SpecError
 from llmpar.dtypes import blockwise_bytes_per_element
 from llmpar.finetune.targets import block_linears
+from llmpar.footprint.baseline import baseline_footprint
 from llmpar.loading.dump import dump_spec
 
 SESSION = llmpar.Session(load_entry_points=False)
@@ -229,3 +232,27 @@ def test_lora_on_one_24_gb_gpu_fits_where_full_training_does_not():
     assert not llmpar.evaluate(base).fits
     plan = llmpar.evaluate({**base, "finetune": {"method": "lora"}})
     assert plan.fits and math.isfinite(plan.training.step_seconds)
+
+
+PEFT_COUNTS = json.loads((Path(__file__).resolve().parent.parent / "validation" / "data"
+                          / "peft_counts.json").read_text())
+
+
+@pytest.mark.parametrize("row", PEFT_COUNTS["rows"], ids=lambda row: (
+    f"{row['model']}-{row['method']}-r{row['rank']}-{'+'.join(row['target_modules'])}"))
+def test_adapter_counts_equal_peft_measured(row):
+    """Measured with validation/measure_peft.py (peft, transformers, torch at full size on the
+    meta device; versions in the data file)."""
+    spec = SESSION.load_spec({"model": row["model"], "hardware": {"gpu": "h100-sxm"},
+                              "training": {"sequence_length": 512},
+                              "finetune": {"method": row["method"], "rank": row["rank"],
+                                           "target_modules": row["target_modules"]}})
+    tuned = baseline_footprint(spec).finetune
+    assert tuned is not None
+    assert sum(tuned.adapters_by_group.values()) == row["trainable_parameters"]
+
+
+def test_peft_data_covers_the_measured_architectures():
+    measured = {row["model"] for row in PEFT_COUNTS["rows"]}
+    assert len(measured) + len(PEFT_COUNTS["not_covered"]) == 15
+    assert PEFT_COUNTS["versions"]["peft"]
