@@ -256,3 +256,13 @@ def test_peft_data_covers_the_measured_architectures():
     measured = {row["model"] for row in PEFT_COUNTS["rows"]}
     assert len(measured) + len(PEFT_COUNTS["not_covered"]) == 15
     assert PEFT_COUNTS["versions"]["peft"]
+
+
+def test_explain_names_the_trainable_parameters():
+    plan = llmpar.evaluate(spec_with(LLAMA_8B, method="lora", target_modules=["all-linear"]))
+    trainable = plan.training.finetune.trainable_parameters
+    assert plan.derivation("trainable_parameters").value == trainable
+    assert plan.derivation("gradients_bytes").inputs["N"] == trainable
+    assert "PEFT" in plan.explain("trainable_parameters")
+    assert "trainable_parameters" not in {d.quantity for d in llmpar.evaluate(LLAMA_8B)
+                                          .derivations}

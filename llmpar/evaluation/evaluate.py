@@ -40,6 +40,7 @@ from llmpar.evaluation.time_records import StepTime, step_time_record
 from llmpar.evaluation.timing import run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
+from llmpar.finetune.derivations import finetune_derivations
 from llmpar.finetune.states import kinds_state_counts
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import Derivation, FinetunePart, Plan, StrategyNote, TrainingPart
@@ -194,6 +195,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
                             time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
+    tuned = finetune_part(footprint, flops.global_batch_size)
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -219,7 +221,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         notes=strategy_notes(transforms),
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families())),
-        finetune=finetune_part(footprint, flops.global_batch_size))
+        finetune=tuned)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
@@ -233,10 +235,12 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         peak_stage=peak.stage, stages=records, training=training,
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
-        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
+        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
+                                        None if tuned is None else tuned.trainable_parameters)
                      + (_total_rule(peak, capacity), capacity_rule(spec))
                      + _host_rules(spec, host_bytes, transforms)
-                     + flops.derivations + time.derivations + run.derivations),
+                     + flops.derivations + time.derivations + run.derivations
+                     + finetune_derivations(spec, tuned)),
     )
 
 

@@ -156,8 +156,12 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
 
 def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                        inventory: ActivationInventory | None,
-                       rows: Sequence[SavedTensorRow]) -> tuple[Derivation, ...]:
+                       rows: Sequence[SavedTensorRow],
+                       trainable_total: float | None = None) -> tuple[Derivation, ...]:
+    """`trainable_total`: the parameters with gradients and optimizer states, where not
+    all are (`[finetune]`)."""
     precision = spec.precision
+    trained = parameters_total if trainable_total is None else trainable_total
     states = spec.optimizer.kept_states(precision.weights)
     listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
     rule = "sum over parameter groups held by the stage of N_g * {} / (shards applying to g)"
@@ -167,10 +171,10 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                    inputs={"N": parameters_total, "stage": peak.stage}),
         Derivation(quantity="gradients_bytes", value=peak.gradients_bytes, unit="bytes",
                    rule=rule.format(f"bytes({spec.gradients_dtype})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": parameters_total, "stage": peak.stage}),
+                   inputs={"N": trained, "stage": peak.stage}),
         Derivation(quantity="optimizer_bytes", value=peak.optimizer_bytes, unit="bytes",
                    rule=rule.format(f"({listed})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": parameters_total, "bytes_per_parameter":
+                   inputs={"N": trained, "bytes_per_parameter":
                            spec.optimizer.bytes_per_parameter(precision.weights)}),
     ]
     if inventory is not None:

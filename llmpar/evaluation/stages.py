@@ -56,7 +56,9 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
     share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
     share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
     # Adapters and trained copies sit where their base group does (llmpar.finetune).
-    return {group: count * share.get(beside(group), stage.num_layers / layers)
+    default = stage.num_layers / layers
+    return {group: count * (share[group] if group in share else
+                            share.get(beside(group), default))
             for group, count in by_group.items()}
 
 
