@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from search_specs import MOE_MODEL, layout_pairs, small_spec
 
 import llmpar
 from llmpar import SpecError
@@ -266,3 +267,50 @@ def test_explain_names_the_trainable_parameters():
     assert "PEFT" in plan.explain("trainable_parameters")
     assert "trainable_parameters" not in {d.quantity for d in llmpar.evaluate(LLAMA_8B)
                                           .derivations}
+
+
+FINETUNE_SPACES = {
+    "lora": small_spec(finetune={"method": "lora", "rank": 8, "target_modules": ["all-linear"],
+                                 "dropout": 0.1}),
+    "qlora-moe": small_spec(model=MOE_MODEL, finetune={"method": "qlora",
+                                                      "target_modules": ["all-linear"],
+                                                      "modules_to_save": ["lm_head"]}),
+    "frozen-layers": small_spec(finetune={"method": "frozen",
+                                          "frozen": ["embedding", "layers[0:3]"]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FINETUNE_SPACES))
+def test_search_fast_path_agrees_with_evaluating_each_fine_tuning_layout(name):
+    compared = 0
+    for pair in layout_pairs(llmpar.default_session(), FINETUNE_SPACES[name], every=3):
+        assert pair.fast_problem == pair.alone_problem, pair.choice
+        if pair.alone_total_bytes is not None:
+            compared += 1
+            assert pair.fast_total_bytes == pair.alone_total_bytes
+            assert pair.fast_step_seconds == pytest.approx(pair.alone_step_seconds, rel=1e-12)
+    assert compared > 50
+
+
+def test_search_ranks_fine_tuning_layouts_as_exhaustive_search_does():
+    spec = FINETUNE_SPACES["lora"]
+    fast, slow = llmpar.search(spec, top=5), llmpar.search(spec, top=5, exact=True)
+    assert [r.choices for r in fast.results] == [r.choices for r in slow.results]
+    assert fast.results and all(r.plan.training.finetune is not None for r in slow.results)
+
+
+def test_fsdp_buffers_hold_the_stored_base_and_trainable_gradients():
+    base = {**LLAMA_8B, "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "training": {"sequence_length": 2048, "global_batch_size": 16}}
+    fsdp = {"data": {"fsdp": True, "reshard_after_forward": False,
+                     "gradient_sync": "last-micro-batch"}}
+    lora = llmpar.evaluate({**base, "parallel": fsdp,
+                            "finetune": {"method": "lora"}}).buffers_bytes
+    qlora = llmpar.evaluate({**base, "parallel": fsdp, "finetune": {
+        "method": "qlora", "base_format": "bf16"}}).buffers_bytes
+    nf4 = llmpar.evaluate({**base, "parallel": fsdp,
+                           "finetune": {"method": "qlora"}}).buffers_bytes
+    full = llmpar.evaluate({**base, "parallel": fsdp}).buffers_bytes
+    assert lora < full  # no frozen gradients accumulated
+    assert qlora == lora  # an unquantized QLoRA base is LoRA's
+    assert nf4 < lora  # gathered 4-bit weights, plus one dequantized layer

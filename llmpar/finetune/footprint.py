@@ -192,9 +192,10 @@ def finetune_footprint(spec: Spec, groups: dict[str, int]) -> FinetuneFootprint 
         frozen_groups
     skipped = 2.0 * s * frozen_active_weights(model, finetune, base_frozen, frozen)
     transient = 0.0
-    if finetune.method in ("qlora", "dora"):
+    quantized = finetune.method == "qlora" and finetune.base_format != "bf16"
+    if quantized or finetune.method == "dora":
         largest = max((linear.in_features * linear.out_features for linear in (
-            block_linears(model) if finetune.method == "qlora" else linears)), default=0)
+            block_linears(model) if quantized else linears)), default=0)
         transient = largest * bytes_per_element(spec.precision.activations)
     return FinetuneFootprint(
         method=finetune.method, adapters_by_group=adapters, copies_by_group=copies,

@@ -57,6 +57,15 @@ class Footprint:
             return self.parameters_by_group
         return dict(self.finetune.trainable_by_group)
 
+    @property
+    def stored_weights_by_group(self) -> dict[str, float]:
+        """Parameters by group, a quantized fine-tuning base counted at its bytes per
+        weight over `[precision] weights`' (16-bit equivalents); `parameters_by_group`
+        otherwise."""
+        groups = self.parameters_by_group
+        factors = {} if self.finetune is None else self.finetune.weight_factors
+        return {g: c * factors.get(g, 1.0) for g, c in groups.items()} if factors else groups
+
     def train_flops_per_sequence(self) -> float | None:
         """Forward plus backward model FLOPs of one sequence."""
         if self.forward_flops_per_sequence is None:
