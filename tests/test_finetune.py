@@ -314,3 +314,18 @@ def test_fsdp_buffers_hold_the_stored_base_and_trainable_gradients():
     assert lora < full  # no frozen gradients accumulated
     assert qlora == lora  # an unquantized QLoRA base is LoRA's
     assert nf4 < lora  # gathered 4-bit weights, plus one dequantized layer
+
+
+def test_qlora_dequantization_traffic_is_memory_bound_time():
+    spec = {**LLAMA_8B, "training": {"sequence_length": 2048, "global_batch_size": 4,
+                                     "recompute": "full"}}
+    nf4 = llmpar.evaluate(spec_with(spec, method="qlora"))
+    bf16 = llmpar.evaluate(spec_with(spec, method="qlora", base_format="bf16"))
+    gpu = SESSION.load_spec(spec).hardware.gpu
+    model = SESSION.load_spec(spec).model
+    linears = sum(linear.weights for linear in block_linears(model))
+    moved = linears * (blockwise_bytes_per_element("nf4", 64, True) + 2)  # read nf4, write bf16
+    passes = 4 * 3  # 4 micro-batches x (forward, input gradients, recomputed forward)
+    expected = passes * moved / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    assert nf4.training.compute_seconds - bf16.training.compute_seconds == pytest.approx(
+        expected, rel=1e-9)

@@ -44,7 +44,7 @@ from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import MemoryCore
-from llmpar.finetune.states import StateCounts, counts_of
+from llmpar.finetune.states import StateCounts, counts_of, dequantized_bytes_per_pass
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
@@ -332,7 +332,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
     return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
-                     peak, _shape_loss(spec, composition, facts, materialized_scores, cache))
+                     peak, _shape_loss(spec, composition, facts, materialized_scores, cache),
+                     dequantized_bytes_per_pass(composition, counts))
 
 
 def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -354,7 +355,7 @@ def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
 
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value, peak: float,
-              shape_loss_per_micro_batch: Value) -> TimeCore:
+              shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -365,6 +366,11 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     matmul = hardware / n / rate * facts.slowest_stage_factor + shape_loss
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
+    if not (isinstance(dequantized_per_pass, float) and dequantized_per_pass == 0.0):
+        # QLoRA dequantizes each base layer for the forward, the input-gradient products and
+        # a recomputed forward, every micro-batch (llmpar.finetune.footprint).
+        elementwise = elementwise + dequantized_per_pass * m * (
+            2 + where(spec.training.recompute == "full", 1, 0))
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, facts.attention_hardware_flops_per_step / n / rate,
                               backward_share(facts, composition), m,

@@ -63,6 +63,9 @@ class FinetuneFootprint:
     """Blocks whose groups are all kept fixed (`layers[a:b]`)."""
     weight_factors: dict[str, float] = attrs.field(factory=dict, hash=False)
     """Bytes per weight of a group over `[precision] weights`' (QLoRA's base)."""
+    dequantized_bytes: dict[str, float] = attrs.field(factory=dict, hash=False)
+    """QLoRA: bytes one pass moves per parameter of a group to dequantize its base
+    linear layers (`dequantization_bytes`)."""
     skipped_flops_per_sequence: float = 0.0
     adapter_flops_per_sequence: float = 0.0
     trainable_by_group: dict[str, float] = attrs.field(factory=dict, hash=False)
@@ -142,25 +145,49 @@ def frozen_base_groups(finetune: Finetune, groups: dict[str, int]) -> frozenset[
     return frozenset(g for g in finetune.frozen if g in groups)
 
 
+def quantized_bytes_per_weight(spec: Spec, finetune: Finetune) -> float:
+    """QLoRA: bytes per base linear weight in `base_format`, its scales included."""
+    model = spec.model
+    assert model.hidden_size is not None
+    if finetune.base_format == "int8":
+        return 1.0 + INT8_ROW_SCALE_BYTES / model.hidden_size
+    return blockwise_bytes_per_element(finetune.base_format, finetune.block_size,
+                                       finetune.double_quantization)
+
+
+def linear_weights_by_group(model: Model) -> dict[str, float]:
+    weights: dict[str, float] = {}
+    for linear in block_linears(model):
+        weights[linear.group] = weights.get(linear.group, 0.0) + linear.weights
+    return weights
+
+
+def dequantization_bytes(spec: Spec, finetune: Finetune,
+                         groups: dict[str, int]) -> dict[str, float]:
+    """QLoRA: bytes one pass moves per parameter of each quantized group to dequantize
+    its linear layers: it reads the stored weight and writes it in the compute format
+    (bitsandbytes' `dequantize_4bit` before each product of `Linear4bit`, forward and
+    backward: QLoRA, Dettmers et al. 2023, Sec. 3, "we dequantize the storage data type to
+    the computation data type to perform the forward and backward pass")."""
+    if finetune.method != "qlora" or finetune.base_format == "bf16":
+        return {}
+    moved = quantized_bytes_per_weight(spec, finetune) + bytes_per_element(
+        spec.precision.activations)
+    return {group: matrices / groups[group] * moved
+            for group, matrices in linear_weights_by_group(spec.model).items()
+            if groups.get(group)}
+
+
 def weight_factors(spec: Spec, finetune: Finetune, groups: dict[str, int]) -> dict[str, float]:
     """QLoRA: bytes per weight of each quantized group over the 16-bit weights': the
     linear layers' weights in `base_format`, biases and norms inside the group as they
     were."""
     if finetune.method != "qlora" or finetune.base_format == "bf16":
         return {}
-    model = spec.model
-    assert model.hidden_size is not None
     size = bytes_per_element(spec.precision.weights)
-    if finetune.base_format == "int8":
-        quantized = 1.0 + INT8_ROW_SCALE_BYTES / model.hidden_size
-    else:
-        quantized = blockwise_bytes_per_element(finetune.base_format, finetune.block_size,
-                                                finetune.double_quantization)
-    weights: dict[str, float] = {}
-    for linear in block_linears(model):
-        weights[linear.group] = weights.get(linear.group, 0.0) + linear.weights
+    quantized = quantized_bytes_per_weight(spec, finetune)
     found = {}
-    for group, matrices in weights.items():
+    for group, matrices in linear_weights_by_group(spec.model).items():
         count = groups.get(group, 0)
         if count:
             found[group] = (matrices * quantized + (count - matrices) * size) / (count * size)
@@ -201,5 +228,6 @@ def finetune_footprint(spec: Spec, groups: dict[str, int]) -> FinetuneFootprint 
         method=finetune.method, adapters_by_group=adapters, copies_by_group=copies,
         frozen_groups=frozen_groups, frozen_layers=frozen,
         weight_factors=weight_factors(spec, finetune, groups),
+        dequantized_bytes=dequantization_bytes(spec, finetune, groups),
         skipped_flops_per_sequence=skipped, adapter_flops_per_sequence=adapter_flops,
         transient_bytes=transient)
