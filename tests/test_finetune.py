@@ -329,3 +329,26 @@ def test_qlora_dequantization_traffic_is_memory_bound_time():
     expected = passes * moved / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
     assert nf4.training.compute_seconds - bf16.training.compute_seconds == pytest.approx(
         expected, rel=1e-9)
+
+
+def test_leading_frozen_blocks_run_no_backward():
+    base = {**LLAMA_8B, "training": {"sequence_length": 2048, "activation_model": "fused"}}
+    plain = llmpar.evaluate(base)
+    # Blocks 0-7 frozen and the embedding too: nothing before block 8 needs a gradient.
+    lead = llmpar.evaluate(spec_with(base, method="frozen", frozen=["embedding", "layers[0:8]"]))
+    # The embedding trains: blocks 0-7 still pass gradients back to it.
+    inner = llmpar.evaluate(spec_with(base, method="frozen", frozen=["layers[0:8]"]))
+    assert inner.activations_bytes == plain.activations_bytes
+    inventory = baseline_footprint(SESSION.load_spec(base)).activations
+    layer = inventory.groups[0].layer_bytes
+    token_ids = sum(t.bytes for t in inventory.fixed if t.placement == "embedding")
+    assert lead.activations_bytes == pytest.approx(
+        plain.activations_bytes - 8 * layer - token_ids, abs=1)
+    # Beyond their weight gradients, the 8 blocks skip their input-gradient products and
+    # attention's backward (twice its forward).
+    model = SESSION.load_spec(base).model
+    block = sum(linear.in_features * linear.out_features for linear in block_linears(model))
+    attention = baseline_footprint(SESSION.load_spec(base)).forward_flops_per_sequence
+    extra = 2 * 2048 * 8 * block + 2 * attention.executed_attention * 8 / LAYERS
+    assert (lead.training.finetune.skipped_flops_per_step
+            - inner.training.finetune.skipped_flops_per_step) == pytest.approx(extra)

@@ -19,7 +19,7 @@ from llmpar.evaluation.timing import (
     attention_hardware_flops_per_sequence,
     recompute_flops_per_sequence,
 )
-from llmpar.finetune.footprint import frozen_layers_of
+from llmpar.finetune.footprint import backward_free_layers_of, frozen_layers_of
 from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.flops import executed_attention_share
@@ -58,8 +58,10 @@ def stage_kind(spec: Spec, stage: Stage) -> StageKind:
     tuned = spec.tuning
     if tuned is None or not tuned.frozen or model.num_layers is None:
         return kind
-    return kind + frozen_layer_counts(
-        model, frozen_layers_of(tuned, model.num_layers), stage)
+    frozen = frozen_layers_of(tuned, model.num_layers)
+    free = frozenset(range(backward_free_layers_of(spec, frozen)))
+    return (kind + frozen_layer_counts(model, frozen, stage)
+            + frozen_layer_counts(model, free, stage))
 
 
 @attrs.frozen(kw_only=True)

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from llmpar.dtypes import bytes_per_element
+from llmpar.finetune.activations import without_backward
 from llmpar.finetune.footprint import beside
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import (
@@ -85,7 +86,16 @@ def recomputed_layers(spec: Spec, stage: Stage) -> int:
 
 def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
     """The stage's saved tensors; under partial full recomputation its first layers
-    keep only their inputs and the others keep everything."""
+    keep only their inputs and the others keep everything; blocks no backward pass runs
+    through (`[finetune]`, llmpar.finetune.activations) keep nothing."""
+    inventory = _stage_inventory(spec, footprint, stage)
+    tuned = footprint.finetune
+    if tuned is None or tuned.method != "frozen":
+        return inventory
+    return without_backward(spec, tuned, stage, inventory)
+
+
+def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
     assert footprint.activations is not None
     inventory = footprint.activations
     rerun = recomputed_layers(spec, stage)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import attrs
 
 from llmpar.dtypes import bytes_per_element
+from llmpar.finetune.footprint import FinetuneFootprint
 from llmpar.finetune.targets import Linear, targeted
 from llmpar.footprint.activations.common import INSIDE_TP, OUTSIDE_TP, TOKENS_ONLY
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
 from llmpar.spec import Spec
+from llmpar.strategy import Stage
 
 MASK_BYTES = 1.0
 """A dropout mask: one bool per element (PyTorch's `native_dropout` keeps a bool mask)."""
@@ -78,3 +80,30 @@ def with_adapters(spec: Spec, inventory: ActivationInventory) -> ActivationInven
         return attrs.evolve(group, tensors=group.tensors + added.get(group.kind, attention))
 
     return inventory.map_layers(add)
+
+
+def without_backward(spec: Spec, tuned: FinetuneFootprint, stage: Stage,
+                     inventory: ActivationInventory) -> ActivationInventory:
+    """A stage's inventory without what no backward pass needs (method "frozen"): the
+    leading blocks before the first trainable parameter keep nothing (their groups come
+    first in the inventory: the checkpointed layers of partial recomputation are the
+    stage's first), and a frozen embedding keeps no token ids (`nn.Embedding` saves its
+    indices only for its weight's gradient)."""
+    model = spec.model
+    free = [i for i in range(stage.first_layer, stage.first_layer + stage.num_layers)
+            if i < tuned.backward_free_layers]
+    moe = sum(1 for i in free if model.is_moe_layer(i))
+    left = {"dense": len(free) - moe, "moe": moe, "layer": len(free)}
+    groups = []
+    for group in inventory.groups:
+        dropped = min(group.count, left.get(group.kind, 0))
+        left[group.kind] = left.get(group.kind, 0) - dropped
+        if group.kind == "layer":
+            left["dense"] = left["moe"] = 0
+        elif group.kind in ("dense", "moe"):
+            left["layer"] = 0
+        groups.append(attrs.evolve(group, count=group.count - dropped))
+    fixed = inventory.fixed
+    if "embedding" in tuned.frozen_groups:
+        fixed = tuple(t for t in fixed if t.placement != "embedding")
+    return attrs.evolve(inventory, groups=tuple(groups), fixed=fixed)

@@ -24,6 +24,7 @@ import attrs
 
 from llmpar.dtypes import blockwise_bytes_per_element, bytes_per_element
 from llmpar.finetune.targets import Linear, block_linears, targeted
+from llmpar.footprint.parameters import parameter_groups
 from llmpar.spec import Model, Spec
 from llmpar.spec.finetune import LAYER_RANGE, Finetune
 
@@ -66,6 +67,9 @@ class FinetuneFootprint:
     dequantized_bytes: dict[str, float] = attrs.field(factory=dict, hash=False)
     """QLoRA: bytes one pass moves per parameter of a group to dequantize its base
     linear layers (`dequantization_bytes`)."""
+    backward_free_layers: int = 0
+    """Leading blocks with nothing trainable at or before them (`backward_free_layers`):
+    no backward pass runs through them."""
     skipped_flops_per_sequence: float = 0.0
     adapter_flops_per_sequence: float = 0.0
     trainable_by_group: dict[str, float] = attrs.field(factory=dict, hash=False)
@@ -194,7 +198,58 @@ def weight_factors(spec: Spec, finetune: Finetune, groups: dict[str, int]) -> di
     return found
 
 
-def finetune_footprint(spec: Spec, groups: dict[str, int]) -> FinetuneFootprint | None:
+def layer_groups(model: Model, index: int) -> frozenset[str]:
+    """The per-layer parameter groups block `index` has."""
+    if not model.is_moe_layer(index):
+        return frozenset({"attention", "norms", "mlp"})
+    assert model.moe is not None
+    shared = {"shared_experts"} if model.moe.num_shared_experts else set()
+    return frozenset({"attention", "norms", "experts", "router"} | shared)
+
+
+def backward_free_layers(model: Model, finetune: Finetune, frozen_groups: frozenset[str],
+                         frozen: frozenset[int]) -> int:
+    """Under method "frozen", the leading blocks before the first trainable parameter
+    (the embedding frozen too): autograd runs no backward through them, since nothing
+    before them needs a gradient (PyTorch builds no graph for operations whose inputs and
+    parameters do not require gradients), so they keep no activations and skip their
+    input-gradient products as well."""
+    if finetune.method != "frozen" or "embedding" not in frozen_groups:
+        return 0
+    layers = model.num_layers or 0
+    for index in range(layers):
+        if index not in frozen and not layer_groups(model, index) <= frozen_groups:
+            return index
+    return layers
+
+
+def backward_free_layers_of(spec: Spec, frozen: frozenset[int]) -> int:
+    """`backward_free_layers` of `spec`'s `[finetune]` (0 without one)."""
+    finetune = spec.tuning
+    if finetune is None:
+        return 0
+    groups = parameter_groups(spec.model)
+    return backward_free_layers(spec.model, finetune, frozen_base_groups(finetune, groups),
+                                frozen)
+
+
+def backward_free_flops(model: Model, layers: int, sequence_length: int,
+                        executed_attention: float) -> float:
+    """What the blocks without a backward pass skip beyond their weight gradients: their
+    input-gradient products (as large as the forward products) and attention's backward
+    (twice its forward: Dao et al. 2022, FlashAttention, arXiv:2205.14135, Sec. 3.1's
+    dQ, dK, dV), one sequence."""
+    if not layers:
+        return 0.0
+    prefix = frozenset(range(layers))
+    products = sum(linear.in_features * linear.out_features * linear.active
+                   * linear_layers_frozen(linear, model, prefix) for linear in block_linears(model))
+    assert model.num_layers
+    return 2.0 * sequence_length * products + 2.0 * executed_attention * layers / model.num_layers
+
+
+def finetune_footprint(spec: Spec, groups: dict[str, int],
+                       executed_attention: float = 0.0) -> FinetuneFootprint | None:
     """The method's footprint for `spec`'s model with base groups `groups`; None where
     `[finetune]` changes nothing (absent, or method = "full")."""
     finetune = spec.tuning
@@ -218,6 +273,8 @@ def finetune_footprint(spec: Spec, groups: dict[str, int]) -> FinetuneFootprint 
     base_frozen = frozen_groups - set(finetune.saved_groups) if finetune.adapters else \
         frozen_groups
     skipped = 2.0 * s * frozen_active_weights(model, finetune, base_frozen, frozen)
+    free = backward_free_layers(model, finetune, frozen_groups, frozen)
+    skipped += backward_free_flops(model, free, s, executed_attention)
     transient = 0.0
     quantized = finetune.method == "qlora" and finetune.base_format != "bf16"
     if quantized or finetune.method == "dora":
@@ -229,5 +286,6 @@ def finetune_footprint(spec: Spec, groups: dict[str, int]) -> FinetuneFootprint 
         frozen_groups=frozen_groups, frozen_layers=frozen,
         weight_factors=weight_factors(spec, finetune, groups),
         dequantized_bytes=dequantization_bytes(spec, finetune, groups),
+        backward_free_layers=free,
         skipped_flops_per_sequence=skipped, adapter_flops_per_sequence=adapter_flops,
         transient_bytes=transient)

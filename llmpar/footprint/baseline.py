@@ -92,13 +92,14 @@ def attention_kernel_of(activations: ActivationInventory | None) -> AttentionKer
     return "fused"
 
 
-def tuned_footprint(spec: Spec, groups: dict[str, int]) -> FinetuneFootprint | None:
+def tuned_footprint(spec: Spec, groups: dict[str, int],
+                    executed_attention: float = 0.0) -> FinetuneFootprint | None:
     """`[finetune]`'s part of the footprint, with what the whole model trains."""
     from llmpar.evaluation.stages import whole_model_stage  # it imports this module
     from llmpar.finetune.footprint import finetune_footprint
     from llmpar.finetune.trainable import trainable_held
 
-    tuned = finetune_footprint(spec, groups)
+    tuned = finetune_footprint(spec, groups, executed_attention)
     if tuned is None:
         return None
     held = {**groups, **tuned.adapters_by_group, **tuned.copies_by_group}
@@ -136,5 +137,6 @@ def baseline_footprint(spec: Spec,
         activations=activations,
         activations_unavailable=unavailable,
         attention_kernel=kernel,
-        finetune=None if spec.tuning is None else tuned_footprint(spec, parameters.by_group),
+        finetune=None if spec.tuning is None else tuned_footprint(
+            spec, parameters.by_group, 0.0 if flops is None else flops.executed_attention),
     )
