@@ -352,3 +352,21 @@ def test_leading_frozen_blocks_run_no_backward():
     extra = 2 * 2048 * 8 * block + 2 * attention.executed_attention * 8 / LAYERS
     assert (lead.training.finetune.skipped_flops_per_step
             - inner.training.finetune.skipped_flops_per_step) == pytest.approx(extra)
+
+
+def test_strategies_see_each_stage_s_trainable_parameters():
+    from llmpar.evaluation.stages import stages_of
+    from llmpar.strategy import Layout, StrategyContext
+
+    spec = SESSION.load_spec({**spec_with(LLAMA_8B, method="frozen",
+                                          frozen=["embedding", "layers[0:16]"]),
+                              "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                              "parallel": {"pipeline": {"degree": 2}}})
+    footprint = baseline_footprint(spec)
+    layout = Layout(degrees={"pipeline": 2, "data": 1}, num_gpus=2)
+    ctx = StrategyContext(spec=spec, footprint=footprint, layout=layout)
+    pipeline = SESSION.strategies["pipeline"]
+    stages = stages_of(spec, [pipeline.transform(spec.parallel["pipeline"], ctx)])
+    first, second = (sum(ctx.trainable_in(stage).values()) for stage in stages)
+    assert first == 0
+    assert second == pytest.approx(sum(footprint.trainable_by_group.values()))
