@@ -35,6 +35,30 @@ __all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhas
 
 
 @attrs.frozen(kw_only=True)
+class FinetunePart:
+    """What `[finetune]` trains and skips (a training plan's `finetune`; absent for full
+    training)."""
+
+    method: str
+    trainable_parameters: int
+    """Parameters with gradients and optimizer states: adapters, trained copies and
+    unfrozen groups (PEFT's "trainable params")."""
+    adapter_parameters: int
+    """Of those, the adapters' (LoRA's A and B, DoRA's magnitudes)."""
+    frozen_parameters: int
+    """Parameters of the model without gradients or optimizer states."""
+    skipped_flops_per_step: float
+    """Weight-gradient products of the frozen weights not run, all GPUs: the forward
+    FLOPs of their products (hardware_flops_per_step leaves them out)."""
+    adapter_flops_per_step: float
+    """The adapters' products, forward and backward, all GPUs (in
+    hardware_flops_per_step)."""
+    transient_bytes: int
+    """The largest weight materialized at once in 16-bit (QLoRA's dequantized base
+    layer, DoRA's W + BA), in the peak stage's buffers_bytes."""
+
+
+@attrs.frozen(kw_only=True)
 class TrainingPart:
     """What a training plan holds beyond what every plan has."""
 
@@ -106,6 +130,9 @@ class TrainingPart:
     host_overhead_seconds: float = 0.0
     """The framework profile's exposed host time in one step: per micro-batch and per
     step (its per-launch overhead is part of compute_seconds)."""
+    finetune: FinetunePart | None = None
+    """What `[finetune]` trains and skips; None in full training (no `[finetune]`, or
+    `method = "full"`)."""
 
 
 @attrs.frozen(kw_only=True)

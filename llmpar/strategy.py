@@ -370,6 +370,11 @@ class StrategyContext:
         from llmpar.evaluation.stages import stage_parameters  # it imports this module
 
         held = stage_parameters(self.spec, self.footprint, stage)
+        tuned = self.footprint.finetune
+        if tuned is not None:  # frozen layer ranges make it depend on the stage's layers
+            from llmpar.finetune.trainable import trainable_held
+
+            return trainable_held(self.spec.model, tuned, stage, held)
         trainable = self.trainable_by_group
         total = self.footprint.parameters_by_group
         return {group: count * (trainable.get(group, 0.0) / total[group] if total[group] else 0.0)

@@ -17,7 +17,8 @@ from llmpar.hf import SUPPORTED_MODEL_TYPES, model_table_from_hf
 
 VALIDATION = Path(__file__).resolve().parent.parent / "validation"
 CONFIGS = sorted((VALIDATION / "configs").glob("*.json"))
-MEASURED = sorted((VALIDATION / "data").glob("*.json"))
+MEASURED = sorted(path for path in (VALIDATION / "data").glob("*.json")
+                  if path.name != "peft_counts.json")  # adapters: tests/test_finetune.py
 SESSION = llmpar.Session(load_entry_points=False)
 GPU = {"gpu": "h100-sxm"}
 SHORT = {"sequence_length": 512}  # within GPT-2's and BERT's learned position tables

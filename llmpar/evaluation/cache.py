@@ -69,7 +69,7 @@ class EvaluationCache:
 
     @staticmethod
     def footprint_key(spec: Spec) -> Hashable:
-        return spec.model, spec.precision, spec.training
+        return spec.model, spec.precision, spec.training, spec.finetune
 
     def validation_families(self) -> tuple[Family, ...]:
         """llmpar's validation families (`llmpar.trust`), read on first use."""

@@ -21,6 +21,7 @@ from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import (
     StageKinds,
     TrainingFacts,
+    finetune_flops_per_sequence,
     stage_kind,
     stage_kinds,
     training_facts,
@@ -40,8 +41,10 @@ from llmpar.evaluation.time_records import StepTime, step_time_record
 from llmpar.evaluation.timing import run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
+from llmpar.finetune.derivations import finetune_derivations
+from llmpar.finetune.states import kinds_state_counts
 from llmpar.footprint.baseline import Footprint, baseline_footprint
-from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
+from llmpar.plan import Derivation, FinetunePart, Plan, StrategyNote, TrainingPart
 from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
@@ -119,9 +122,12 @@ def evaluate_core(spec: Spec, footprint: Footprint, layout: Layout,
         batch = global_batch_of(spec, layout)
         facts = (training_facts(spec, footprint, stages, kinds, batch) if cache is None
                  else cache.facts(spec, footprint, stages, kinds, batch))
-    memory = memory_core(spec, composition, facts, stages, kinds, parameters)
+    tuned = footprint.finetune
+    counts = kinds_state_counts(spec, tuned, kinds.representatives, parameters)
+    memory = memory_core(spec, composition, facts, stages, kinds, parameters, counts,
+                         0.0 if tuned is None else tuned.transient_bytes)
     scores = footprint.attention_kernel == "eager"
-    time = time_core(spec, composition, facts, memory, kinds, parameters, scores, cache)
+    time = time_core(spec, composition, facts, memory, kinds, parameters, scores, cache, counts)
     return Evaluation(composition=composition, stages=stages, kinds=kinds,
                       parameters=parameters, facts=facts, memory=memory, time=time)
 
@@ -196,7 +202,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                      else cache.stage_inventory(spec, footprint, stage))
         rows = _rows(spec, stage, inventory, core.composition, cache)
     extra = (core.composition.sum_of("extra_flops_per_step")
-             - core.composition.sum_of("skipped_flops_per_step"))
+             - core.composition.sum_of("skipped_flops_per_step")
+             + finetune_flops_per_sequence(footprint) * global_batch_of(spec, layout))
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
                        core.facts.recomputed_fraction)
     collectives, link_warnings = cost_records(core.time.costs)
@@ -208,6 +215,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
                             time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
+    tuned = finetune_part(footprint, flops.global_batch_size)
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -234,7 +242,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         host_overhead_seconds=time.host_overhead_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families())),
-        goodput=goodput)
+        goodput=goodput,
+        finetune=tuned)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
@@ -248,12 +257,30 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         peak_stage=peak.stage, stages=records, training=training,
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
-        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
+        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
+                                        None if tuned is None else tuned.trainable_parameters)
                      + (_total_rule(peak, capacity), capacity_rule(spec))
                      + _host_rules(spec, host_bytes, transforms)
                      + flops.derivations + time.derivations + run.derivations
-                     + goodput_derivations),
+                     + goodput_derivations + finetune_derivations(spec, tuned)),
     )
+
+
+def finetune_part(footprint: Footprint, global_batch: int) -> FinetunePart | None:
+    """The plan's account of `[finetune]` (None in full training)."""
+    tuned = footprint.finetune
+    if tuned is None:
+        return None
+    trainable = sum(tuned.trainable_by_group.values())
+    adapters = sum(tuned.adapters_by_group.values())
+    copies = sum(tuned.copies_by_group.values())
+    return FinetunePart(
+        method=tuned.method, trainable_parameters=round(trainable),
+        adapter_parameters=round(adapters),
+        frozen_parameters=round(footprint.parameters.total + adapters + copies - trainable),
+        skipped_flops_per_step=tuned.skipped_flops_per_sequence * global_batch,
+        adapter_flops_per_step=tuned.adapter_flops_per_sequence * global_batch,
+        transient_bytes=round(tuned.transient_bytes))
 
 
 def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,

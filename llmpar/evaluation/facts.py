@@ -19,6 +19,8 @@ from llmpar.evaluation.timing import (
     attention_hardware_flops_per_sequence,
     recompute_flops_per_sequence,
 )
+from llmpar.finetune.footprint import backward_free_layers_of, frozen_layers_of
+from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.flops import executed_attention_share
 from llmpar.footprint.inventory import ActivationInventory
@@ -27,10 +29,11 @@ from llmpar.strategy import Stage
 
 TagBytes = Mapping[frozenset[str], float]
 """Activation bytes of one micro-batch by the split tags their tensors carry."""
-StageKind = tuple[int, int, int, bool, bool]
+StageKind = tuple[int | bool, ...]
 """(layers, MoE layers among the recomputed ones, MoE layers among the rest, holds the
-embedding, holds the output layer): what a stage's memory depends on besides the
-micro-batches in flight."""
+embedding, holds the output layer), and under `[finetune] frozen` layer ranges the dense
+and MoE blocks they freeze: what a stage's memory depends on besides the micro-batches
+in flight."""
 
 
 def tag_bytes(inventory: ActivationInventory) -> dict[frozenset[str], float]:
@@ -78,7 +81,14 @@ def stage_kind(spec: Spec, stage: Stage) -> StageKind:
     head = stage.num_layers if limit is None else min(limit, stage.num_layers)
     first_moe = model.moe_layers_in(stage.first_layer, head)
     rest_moe = model.moe_layers_in(stage.first_layer + head, stage.num_layers - head)
-    return stage.num_layers, first_moe, rest_moe, stage.has_embedding, stage.has_head
+    kind = (stage.num_layers, first_moe, rest_moe, stage.has_embedding, stage.has_head)
+    tuned = spec.tuning
+    if tuned is None or not tuned.frozen or model.num_layers is None:
+        return kind
+    frozen = frozen_layers_of(tuned, model.num_layers)
+    free = frozenset(range(backward_free_layers_of(spec, frozen)))
+    return (kind + frozen_layer_counts(model, frozen, stage)
+            + frozen_layer_counts(model, free, stage))
 
 
 @attrs.frozen(kw_only=True)
@@ -148,6 +158,7 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
     rerun = recompute_flops_per_sequence(spec, footprint, fraction)
     executed = footprint.executed_train_flops_per_sequence()
     hardware = (flops if executed is None else executed * global_batch) + rerun * global_batch
+    hardware += finetune_flops_per_sequence(footprint) * global_batch
     activations = footprint.activations
     stage_tags: tuple[TagBytes, ...] = ()
     offloaded: tuple[TagBytes, ...] = ()
@@ -171,6 +182,16 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
             spec, footprint, fraction) * global_batch,
         slowest_stage_factor=slowest_stage_factor(spec, stages, fraction,
                                                    attention_share(spec, footprint)))
+
+
+def finetune_flops_per_sequence(footprint: Footprint) -> float:
+    """What a fine-tuning method changes in the executed FLOPs of one sequence: its
+    adapters' products less the frozen weights' gradient products (`llmpar.finetune`);
+    0 in full training."""
+    tuned = footprint.finetune
+    if tuned is None:
+        return 0.0
+    return tuned.adapter_flops_per_sequence - tuned.skipped_flops_per_sequence
 
 
 def attention_share(spec: Spec, footprint: Footprint) -> float:

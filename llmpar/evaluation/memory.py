@@ -22,6 +22,7 @@ from llmpar.arrays import Value, largest, maximum, rounded, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
+from llmpar.finetune.states import StateCounts
 from llmpar.footprint.inventory import ActivationInventory, SavedTensor
 from llmpar.plan import Derivation, SavedTensorRow, StageMemory
 from llmpar.spec import Spec
@@ -84,12 +85,14 @@ class MemoryCore:
 
 def kind_memory(composition: Composition, parameters: Mapping[str, float],
                 per_parameter: Mapping[str, float], tags: Mapping[frozenset[str], Value] | None,
-                in_flight: Value) -> KindMemory:
+                in_flight: Value, counts: StateCounts | None = None) -> KindMemory:
+    """`counts`: the parameters each component counts (fine-tuning), else `parameters`."""
     held, offloaded, states, host = {}, {}, {}, 0.0
     for component in COMPONENTS:
         size = per_parameter[component]
-        held[component] = composition.held(parameters, size, component)
-        offloaded[component] = composition.offloaded(parameters, size, component)
+        counted = parameters if counts is None else counts[component]
+        held[component] = composition.held(counted, size, component)
+        offloaded[component] = composition.offloaded(counted, size, component)
         moved = rounded(offloaded[component])
         states[component] = rounded(held[component]) - moved
         host = host + moved
@@ -106,19 +109,25 @@ def activation_bytes(kind: KindMemory, in_flight: Value) -> Value:
 
 
 def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stages: Sequence[Stage],
-                kinds: StageKinds, parameters: Sequence[Mapping[str, float]]) -> MemoryCore:
-    """Every kind's memory; `parameters` are each kind's unsharded parameters."""
+                kinds: StageKinds, parameters: Sequence[Mapping[str, float]],
+                counts: Sequence[StateCounts] | None = None,
+                transient_bytes: float = 0.0) -> MemoryCore:
+    """Every kind's memory; `parameters` are each kind's unsharded parameters, `counts`
+    what each component counts of them in fine-tuning, and `transient_bytes` the
+    fine-tuning method's working copy, held beside the strategies' buffers."""
     found = []
     per_parameter = bytes_per_parameter(spec)
     for position, members in enumerate(kinds.members):
         tags = facts.stage_tags[position] if facts.stage_tags else None
         in_flight = largest(stages[i].micro_batches_in_flight for i in members)
-        kind = kind_memory(composition, parameters[position], per_parameter, tags, in_flight)
+        kind = kind_memory(composition, parameters[position], per_parameter, tags,
+                           in_flight, None if counts is None else counts[position])
         if facts.offloaded_tags:
             kind = attrs.evolve(kind, host=kind.host + rounded(
                 composition.split_bytes(facts.offloaded_tags[position]) * in_flight))
         found.append(kind)
-    buffers = rounded(composition.sum_of("buffer_bytes") + transit_bytes(composition, facts))
+    buffers = rounded(composition.sum_of("buffer_bytes") + transient_bytes
+                      + transit_bytes(composition, facts))
     totals = tuple(k.states_bytes + activation_bytes(k, k.in_flight) + buffers for k in found)
     return MemoryCore(kinds=tuple(found), buffers=buffers, totals=totals,
                       peak_total=largest(totals))
@@ -161,8 +170,12 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
 
 def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                        inventory: ActivationInventory | None,
-                       rows: Sequence[SavedTensorRow]) -> tuple[Derivation, ...]:
+                       rows: Sequence[SavedTensorRow],
+                       trainable_total: float | None = None) -> tuple[Derivation, ...]:
+    """`trainable_total`: the parameters with gradients and optimizer states, where not
+    all are (`[finetune]`)."""
     precision = spec.precision
+    trained = parameters_total if trainable_total is None else trainable_total
     states = spec.optimizer.kept_states(precision.weights)
     listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
     rule = "sum over parameter groups held by the stage of N_g * {} / (shards applying to g)"
@@ -172,10 +185,10 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                    inputs={"N": parameters_total, "stage": peak.stage}),
         Derivation(quantity="gradients_bytes", value=peak.gradients_bytes, unit="bytes",
                    rule=rule.format(f"bytes({spec.gradients_dtype})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": parameters_total, "stage": peak.stage}),
+                   inputs={"N": trained, "stage": peak.stage}),
         Derivation(quantity="optimizer_bytes", value=peak.optimizer_bytes, unit="bytes",
                    rule=rule.format(f"({listed})"), source=MODEL_STATE_SOURCE,
-                   inputs={"N": parameters_total, "bytes_per_parameter":
+                   inputs={"N": trained, "bytes_per_parameter":
                            spec.optimizer.bytes_per_parameter(precision.weights)}),
     ]
     if inventory is not None:

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from llmpar.dtypes import bytes_per_element
+from llmpar.finetune.activations import without_backward
+from llmpar.finetune.footprint import beside
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import (
     ActivationInventory,
@@ -54,7 +56,10 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
     share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
     share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
     share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
-    return {group: count * share.get(group, stage.num_layers / layers)
+    # Adapters and trained copies sit where their base group does (llmpar.finetune).
+    default = stage.num_layers / layers
+    return {group: count * (share[group] if group in share else
+                            share.get(beside(group), default))
             for group, count in by_group.items()}
 
 
@@ -81,7 +86,16 @@ def recomputed_layers(spec: Spec, stage: Stage) -> int:
 
 def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
     """The stage's saved tensors; under partial full recomputation its first layers
-    keep only their inputs and the others keep everything."""
+    keep only their inputs and the others keep everything; blocks no backward pass runs
+    through (`[finetune]`, llmpar.finetune.activations) keep nothing."""
+    inventory = _stage_inventory(spec, footprint, stage)
+    tuned = footprint.finetune
+    if tuned is None or tuned.method != "frozen":
+        return inventory
+    return without_backward(spec, tuned, stage, inventory)
+
+
+def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
     assert footprint.activations is not None
     inventory = footprint.activations
     rerun = recomputed_layers(spec, stage)

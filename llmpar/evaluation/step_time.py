@@ -47,6 +47,7 @@ from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
 from llmpar.evaluation.memory import MemoryCore
+from llmpar.finetune.states import StateCounts, counts_of, dequantized_bytes_per_pass
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
@@ -150,9 +151,11 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
 
 def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
                      parameters: Sequence[Mapping[str, float]],
-                     cost_model: CollectiveSeconds | None = None) -> tuple[Cost, ...]:
+                     cost_model: CollectiveSeconds | None = None,
+                     counts: Sequence[StateCounts] | None = None) -> tuple[Cost, ...]:
     """Every collective still in force, costed on its link, for one step on one GPU
-    (one that runs nowhere is left out)."""
+    (one that runs nowhere is left out); a collective of model states counts the
+    parameters its component counts (`counts`: the trainable ones for gradients)."""
     found = []
     per_parameter: dict[tuple[Any, ...], Value] = {}
     for collective, calls in composition.active_collectives():
@@ -162,8 +165,9 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
         if collective.bytes_per_parameter is not None and collective.component is not None:
             key = (collective.component, collective.parameter_groups, collective.strategy)
             if key not in per_parameter:
-                per_parameter[key] = parameters_per_gpu(composition, kinds, parameters,
-                                                        collective)
+                per_parameter[key] = parameters_per_gpu(
+                    composition, kinds, counts_of(collective.component, parameters, counts),
+                    collective)
             buffer = collective.bytes_per_parameter * per_parameter[key]
         per_call, tier = (cost_model or seconds_of)(collective, spec.hardware, buffer)
         seconds = (0.0 if per_call is None else per_call) * calls
@@ -285,14 +289,16 @@ def contended(costs: Sequence[Cost]) -> tuple[Cost, ...]:
                  if c.collective.compute_share else c for c in costs)
 
 
-def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]]) -> HostTime:
+def host_time(composition: Composition, parameters: Sequence[Mapping[str, float]],
+              counts: Sequence[StateCounts] | None = None) -> HostTime:
     """The strategies' host work, on the kind of stage where it takes longest."""
     work = composition.host_work
     if not work:
         return HostTime()
     best: HostTime | None = None
     for kind, held in enumerate(parameters):
-        costed = tuple(w.passes_per_step * composition.held(held, 1.0, w.component)
+        costed = tuple(w.passes_per_step * composition.held(
+            held if counts is None else counts[kind][w.component], 1.0, w.component)
                        * w.seconds_per_parameter for w in work)
         seconds = sum(costed, start=0.0)
         overlappable = sum((s * w.overlap for s, w in zip(costed, work)), start=0.0)
@@ -348,13 +354,14 @@ def rank_shape(spec: Spec, composition: Composition) -> RankShape:
 
 def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               kinds: StageKinds, parameters: Sequence[Mapping[str, float]],
-              materialized_scores: bool, cache: EvaluationCache | None = None) -> TimeCore:
+              materialized_scores: bool, cache: EvaluationCache | None = None,
+              counts: Sequence[StateCounts] | None = None) -> TimeCore:
     """How long one optimizer step takes, in parts."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     peak = gpu.peak_flops_per_s(spec.precision.compute)
     costs = collective_costs(spec, composition, kinds, parameters,
-                             None if cache is None else cache.collective_seconds)
-    host = with_activation_offload(host_time(composition, parameters),
+                             None if cache is None else cache.collective_seconds, counts)
+    host = with_activation_offload(host_time(composition, parameters, counts),
                                    activation_offload_seconds(spec, composition, facts))
     bubble = composition.sum_of("bubble_fraction")
     if peak is None:
@@ -375,7 +382,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
     return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
-                     peak, _shape_loss(spec, composition, facts, materialized_scores, cache))
+                     peak, _shape_loss(spec, composition, facts, materialized_scores, cache),
+                     dequantized_bytes_per_pass(composition, counts))
 
 
 def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -397,7 +405,7 @@ def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
 
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value, peak: float,
-              shape_loss_per_micro_batch: Value) -> TimeCore:
+              shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -414,6 +422,11 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     matmul = products / n * facts.slowest_stage_factor * busiest + shape_loss
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
+    if not (isinstance(dequantized_per_pass, float) and dequantized_per_pass == 0.0):
+        # QLoRA dequantizes each base layer for the forward, the input-gradient products and
+        # a recomputed forward, every micro-batch (llmpar.finetune.footprint).
+        elementwise = elementwise + dequantized_per_pass * m * (
+            2 + where(spec.training.recompute == "full", 1, 0))
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, attention / n / attention_rate,
                               backward_share(facts, composition), m,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from llmpar.finetune.footprint import FinetuneFootprint
 from llmpar.footprint.activation_models import (
     ACTIVATION_MODELS,
     ActivationModel,
@@ -34,17 +35,36 @@ class Footprint:
     """Why there is no activation estimate, when there is none."""
     attention_kernel: AttentionKernel = "fused"
     """How attention runs, as the activation model has it (`attention_kernel_of`)."""
+    finetune: FinetuneFootprint | None = None
+    """What `[finetune]` adds, trains and skips (None: full training)."""
 
     @property
     def parameters_by_group(self) -> dict[str, float]:
-        """Parameters by group; one group "all" for a model given by its size."""
-        return dict(self.parameters.by_group) or {"all": self.parameters.total}
+        """Parameters by group; one group "all" for a model given by its size. A
+        fine-tuning method's adapters and trained copies are groups of their own."""
+        groups: dict[str, float] = {**self.parameters.by_group} or {"all": self.parameters.total}
+        tuned = self.finetune
+        if tuned is not None:
+            groups.update(tuned.adapters_by_group)
+            groups.update(tuned.copies_by_group)
+        return groups
 
     @property
     def trainable_by_group(self) -> dict[str, float]:
         """Parameters that get gradients and optimizer states, by group: all of them in
-        pre-training."""
-        return self.parameters_by_group
+        pre-training, what `[finetune]` trains in fine-tuning."""
+        if self.finetune is None:
+            return self.parameters_by_group
+        return dict(self.finetune.trainable_by_group)
+
+    @property
+    def stored_weights_by_group(self) -> dict[str, float]:
+        """Parameters by group, a quantized fine-tuning base counted at its bytes per
+        weight over `[precision] weights`' (16-bit equivalents); `parameters_by_group`
+        otherwise."""
+        groups = self.parameters_by_group
+        factors = {} if self.finetune is None else self.finetune.weight_factors
+        return {g: c * factors.get(g, 1.0) for g, c in groups.items()} if factors else groups
 
     def train_flops_per_sequence(self) -> float | None:
         """Forward plus backward model FLOPs of one sequence."""
@@ -72,6 +92,21 @@ def attention_kernel_of(activations: ActivationInventory | None) -> AttentionKer
     return "fused"
 
 
+def tuned_footprint(spec: Spec, groups: dict[str, int],
+                    executed_attention: float = 0.0) -> FinetuneFootprint | None:
+    """`[finetune]`'s part of the footprint, with what the whole model trains."""
+    from llmpar.evaluation.stages import whole_model_stage  # it imports this module
+    from llmpar.finetune.footprint import finetune_footprint
+    from llmpar.finetune.trainable import trainable_held
+
+    tuned = finetune_footprint(spec, groups, executed_attention)
+    if tuned is None:
+        return None
+    held = {**groups, **tuned.adapters_by_group, **tuned.copies_by_group}
+    trainable = trainable_held(spec.model, tuned, whole_model_stage(spec), held)
+    return attrs.evolve(tuned, trainable_by_group=trainable)
+
+
 def baseline_footprint(spec: Spec,
                        models: Mapping[str, ActivationModel] | None = None) -> Footprint:
     """Count parameters, FLOPs and activations of `spec`'s model and workload; `models`
@@ -84,6 +119,10 @@ def baseline_footprint(spec: Spec,
         if model_of is None:
             raise ActivationUnavailable(f"no activation model {training.activation_model!r}")
         activations = model_of(spec)
+        if spec.tuning is not None:
+            from llmpar.finetune.activations import with_adapters
+
+            activations = with_adapters(spec, activations)
     except ActivationUnavailable as exc:
         unavailable = str(exc)
     kernel = attention_kernel_of(activations)
@@ -91,10 +130,13 @@ def baseline_footprint(spec: Spec,
     if model.has_architecture:
         causal = training.attention_flops == "causal"
         flops = forward_flops_per_sequence(model, training.sequence_length, causal, kernel)
+    parameters = count_parameters(model)
     return Footprint(
-        parameters=count_parameters(model),
+        parameters=parameters,
         forward_flops_per_sequence=flops,
         activations=activations,
         activations_unavailable=unavailable,
         attention_kernel=kernel,
+        finetune=None if spec.tuning is None else tuned_footprint(
+            spec, parameters.by_group, 0.0 if flops is None else flops.executed_attention),
     )

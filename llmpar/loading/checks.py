@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmpar.dtypes import math_format
 from llmpar.errors import Problem
+from llmpar.finetune.checks import finetune_problems
 from llmpar.inference.checks import inference_problems
 from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
@@ -120,7 +121,7 @@ def training_problems(spec: Spec) -> list[Problem]:
                                        "$.training.sequence_length", TRAINED_POSITIONS)
     if positions is not None:
         problems.append(positions)
-    return problems
+    return problems + finetune_problems(spec)
 
 
 def _product_format_problems(spec: Spec) -> list[Problem]:

@@ -152,6 +152,10 @@ def _array_hook(converter: cattrs.Converter) -> Callable[[Any, Any], tuple[Any, 
     return structure
 
 
+def _switch_or_number(value: Any, _kind: Any) -> bool | float:
+    return value if isinstance(value, bool) else _number(value)
+
+
 def make_converter() -> cattrs.Converter:
     """A converter for spec tables: strict scalars, units, unknown keys refused."""
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
@@ -172,6 +176,8 @@ def make_converter() -> cattrs.Converter:
     # and suggests the nearest, as for every other field.
     converter.register_structure_hook_func(_is_choice, lambda value, _kind: _string(value))
     converter.register_structure_hook_func(_is_array, _array_hook(converter))
+    # A switch or a probability (`[finetune] dropout`): the field's validator checks it.
+    converter.register_structure_hook(bool | float, _switch_or_number)
     return converter
 
 

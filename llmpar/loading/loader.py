@@ -37,13 +37,14 @@ from llmpar.spec import (
     Spec,
     Training,
 )
+from llmpar.spec.finetune import Finetune
 from llmpar.spec.search import Search
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
 
 SECTIONS = ("version", "model", "hardware", "optimizer", "precision", "training", "inference",
-            "parallel", "search")
+            "parallel", "search", "finetune")
 DEFAULT_OPTIMIZER = "adam"
 """Mixed-precision Adam, the founding document's optimizer, when a spec names none."""
 
@@ -263,6 +264,17 @@ def _structure_search(raw: dict[str, Any], converter: cattrs.Converter,
     return structure(converter, _section(raw, "search", problems), Search, "$.search")
 
 
+def _structure_finetune(raw: dict[str, Any], converter: cattrs.Converter,
+                        problems: list[Problem]) -> tuple[Finetune | None, list[Problem]]:
+    """`[finetune]`, which parameters a training run updates (never with `[inference]`)."""
+    if "finetune" not in raw:
+        return None, []
+    if "inference" in raw:
+        return None, [Problem("$.finetune", "[finetune] belongs to a training spec; this one "
+                              "has [inference]")]
+    return structure(converter, _section(raw, "finetune", problems), Finetune, "$.finetune")
+
+
 def structure_spec(
     raw: dict[str, Any],
     catalog: PresetCatalog,
@@ -341,12 +353,14 @@ def structure_spec(
     rank_order = _structure_order(raw.get("parallel", {}), strategies, problems)
     search, found = _structure_search(raw, converter, problems)
     problems += found
+    finetune, found = _structure_finetune(raw, converter, problems)
+    problems += found
 
     if problems:
         return None, problems
     spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
                 training=training, inference=inference, parallel=parallel,
-                rank_order=rank_order, search=search, source=label)
+                rank_order=rank_order, search=search, finetune=finetune, source=label)
     return spec, []
 
 

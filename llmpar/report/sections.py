@@ -32,6 +32,12 @@ def header(plan: Plan) -> Table:
         parameters += f" ({format_count(plan.active_parameters)} active per token)"
     notes = [f"layout: {layout or '-'}", parameters + (f"; {groups}" if groups else "")]
     notes += [f"{note.strategy}: {note.text}" for note in plan.notes]
+    tuned = plan.training.finetune if plan.training is not None else None
+    if tuned is not None:
+        share = tuned.trainable_parameters / max(1, plan.parameters)
+        notes.append(f"finetune: {tuned.method}, {format_count(tuned.trainable_parameters)} "
+                     f"trainable ({share:.2%} of the model), "
+                     f"{format_count(tuned.adapter_parameters)} in adapters")
     return Table(title=f"{plan.model} on {plan.num_gpus:,} x {plan.gpu}", columns=(),
                  notes=tuple(notes))
 

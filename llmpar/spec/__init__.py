@@ -1,5 +1,6 @@
 """Spec types: frozen attrs classes for everything a user varies."""
 
+from llmpar.spec.finetune import Finetune
 from llmpar.spec.hardware import Gpu, Hardware
 from llmpar.spec.inference import Inference
 from llmpar.spec.model import Model, MoE
@@ -9,6 +10,7 @@ from llmpar.spec.workload import Precision, Training
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Finetune",
     "Gpu",
     "Hardware",
     "Inference",

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from llmpar.placement import RANK_ORDER
+from llmpar.spec.finetune import Finetune
 from llmpar.spec.hardware import Hardware
 from llmpar.spec.inference import Inference
 from llmpar.spec.model import Model
@@ -39,6 +40,8 @@ class Spec:
     """Spec schema version."""
     search: Search | None = None
     """`[search]`: limits and objective for `llmpar search`; evaluation ignores it."""
+    finetune: Finetune | None = None
+    """`[finetune]`: which parameters training updates (None: all of them)."""
     source: str | None = attrs.field(default=None, eq=False)
     """The file this spec was read from, for error messages; not part of the spec."""
 
@@ -47,3 +50,9 @@ class Spec:
         """The gradients' format: the optimizer's own (fp32 main gradients), else
         `[precision] gradients`."""
         return self.optimizer.gradients_dtype(self.precision.gradients)
+
+    @property
+    def tuning(self) -> Finetune | None:
+        """`[finetune]` where it changes training (not absent, not `method = "full"`)."""
+        finetune = self.finetune
+        return finetune if finetune is not None and finetune.changes_training else None

@@ -18,8 +18,9 @@ from llmpar.strategy import Layout
 TENSOR_SPLIT_GROUPS = frozenset({"embedding", "attention", "mlp", "experts", "shared_experts",
                                  "head"})
 """Parameter groups Megatron-style tensor parallelism splits (norms and router stay whole)."""
-EXPERT_GROUPS = frozenset({"experts"})
-"""Parameters that live on expert-parallel ranks."""
+EXPERT_GROUPS = frozenset({"experts", "expert_adapters"})
+"""Parameters that live on expert-parallel ranks: the routed experts, and the LoRA
+adapters of their linear layers (`[finetune]`), which sit beside each expert."""
 EXPERT_TENSOR = "expert_tensor"
 """The layout key of the expert tensor degree (`[parallel.expert] tensor_degree`)."""
 

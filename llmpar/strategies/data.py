@@ -46,7 +46,7 @@ gradients are held across the micro-batches.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -210,12 +210,15 @@ def hybrid_degrees(ctx: StrategyContext, copies: Any) -> tuple[Any, Any]:
     return maximum(1, dense // copies), maximum(1, expert // copies)
 
 
-def parameters_per_gpu(ctx: StrategyContext, experts: bool) -> float:
+def parameters_per_gpu(ctx: StrategyContext, experts: bool,
+                       counts: Mapping[str, float] | None = None) -> float:
     """Expert (or all other) parameters one GPU holds before ZeRO: split by tensor
-    (in the groups it splits), expert (experts) and pipeline ranks, on average."""
+    (in the groups it splits), expert (experts) and pipeline ranks, on average; of
+    `counts` by group when given (the trainable ones, the stored weights)."""
     layout = ctx.layout
     total = 0.0
-    for group, count in ctx.footprint.parameters_by_group.items():
+    given = ctx.footprint.parameters_by_group if counts is None else counts
+    for group, count in given.items():
         if (group in EXPERT_GROUPS) != experts:
             continue
         divisor = layout.degree("pipeline")
@@ -507,7 +510,8 @@ def _fsdp_buffer_bytes(ctx: StrategyContext) -> float:
     layers = ctx.spec.model.num_layers
     if not layers:
         return 0.0  # a model given only by its size has no layers to prefetch
-    held = parameters_per_gpu(ctx, False) + parameters_per_gpu(ctx, True)
+    stored = ctx.footprint.stored_weights_by_group
+    held = parameters_per_gpu(ctx, False, stored) + parameters_per_gpu(ctx, True, stored)
     per_layer = held * ctx.layout.degree("pipeline") / layers
     return FSDP_PREFETCH_LAYERS * per_layer * bytes_per_element(ctx.spec.precision.weights)
 
@@ -519,12 +523,18 @@ def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
     "last-micro-batch"), each unsharded less the shard the states already count, over
     `dense` and `expert` shard ranks. It joins the transform's buffers, so the peak stays
     states + activations + buffers (llmpar.evaluation.memory.memory_core)."""
-    unsharded = (parameters_per_gpu(ctx, False) * (1 - 1 / dense)
-                 + parameters_per_gpu(ctx, True) * (1 - 1 / expert))
+    def unsharded(counts: Mapping[str, float]) -> Any:
+        return (parameters_per_gpu(ctx, False, counts) * (1 - 1 / dense)
+                + parameters_per_gpu(ctx, True, counts) * (1 - 1 / expert))
+
     spec = ctx.spec
     weights = where(keeps_weights_gathered(config), bytes_per_element(spec.precision.weights), 0.0)
     gradients = where(syncs_last_micro_batch(config), bytes_per_element(spec.gradients_dtype), 0.0)
-    return unsharded * (weights + gradients)
+    if ctx.footprint.finetune is None:
+        return unsharded(ctx.footprint.parameters_by_group) * (weights + gradients)
+    # Weights as stored (a quantized fine-tuning base), gradients of trainable parameters.
+    return (unsharded(ctx.footprint.stored_weights_by_group) * weights
+            + unsharded(ctx.trainable_by_group) * gradients)
 
 
 @hookimpl

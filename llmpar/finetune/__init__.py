@@ -1,0 +1,1 @@
+"""Fine-tuning: what `[finetune]` trains, adds and skips (`llmpar.spec.finetune`)."""
