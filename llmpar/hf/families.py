@@ -47,6 +47,10 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                           read=deepseek.deepseek),
     "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
                           read=deepseek.deepseek, note=deepseek.V3_NOTE),
+    # Kimi K2 ships DeepSeek-V3's modeling code under its own model_type (the config's
+    # architectures: DeepseekV3ForCausalLM; moonshotai/Kimi-K2-Instruct's config.json).
+    "kimi_k2": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
+                      read=deepseek.deepseek, note=deepseek.V3_NOTE),
     "gemma2": _decoder("Gemma2ForCausalLM", decoders.gemma2),
     "gemma3_text": Family(hf_class="Gemma3ForCausalLM",
                           required=("num_hidden_layers", "hidden_size", "intermediate_size"),

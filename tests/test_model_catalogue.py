@@ -1,0 +1,99 @@
+"""The model catalogue: presets written from published config.json files, their parameter
+counts against the figures their publishers state, and a model read from a TOML file."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from validation_scripts import load_script
+
+import llmpar
+from llmpar.footprint.parameters import count_parameters
+
+WRITER = load_script("write_presets")
+CITED = WRITER.cited_configs()
+SESSION = llmpar.Session(load_entry_points=False)
+UNITS = {"M": Decimal(10) ** 6, "B": Decimal(10) ** 9, "T": Decimal(10) ** 12}
+
+
+def stated_of(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text(encoding="utf-8")).get("_stated_parameters", {})
+
+
+STATED = [(path, kind) for path in CITED for kind in stated_of(path) if kind != "where"]
+
+
+def figure(text: str) -> tuple[Decimal, Decimal]:
+    """A stated figure ("14.8B") as a count and one unit of its last digit (0.1e9)."""
+    match = re.fullmatch(r"(\d+)(?:\.(\d+))?([MBT])", text)
+    assert match, text
+    whole, fraction, unit = match.groups()
+    digits = len(fraction or "")
+    return (Decimal(f"{whole}.{fraction or 0}") * UNITS[unit],
+            UNITS[unit] / Decimal(10) ** digits)
+
+
+def test_at_least_45_model_presets():
+    assert len(SESSION.presets.names("models")) >= 45
+
+
+@pytest.mark.parametrize("config", CITED, ids=lambda p: p.stem)
+def test_each_preset_is_what_its_config_writes(config):
+    # specs/models/<name>.toml is `llmpar import-hf` of validation/configs/<name>.json plus
+    # its citation (validation/write_presets.py), so a preset cannot drift from its config.
+    preset = SESSION.presets.path("models", config.stem)
+    assert preset.read_text(encoding="utf-8") == WRITER.preset_text(config)
+
+
+@pytest.mark.parametrize(("config", "kind"), STATED, ids=lambda x: getattr(x, "stem", x))
+def test_counts_agree_with_the_publishers_figures(config, kind):
+    # `_stated_parameters` are the figures of the model card or paper named in `where`,
+    # rounded (or cut) to their last digit: the count must lie within one unit of it.
+    # "non_embedding": without the input embedding and the output layer (Qwen's and
+    # Gemma 3's convention: Qwen3-0.6B 0.6B in all, 0.44B without its tied embedding).
+    count = count_parameters(llmpar.model_from_hf(config))
+    counted = {"total": count.total, "active": count.active,
+               "non_embedding": count.total - count.by_group.get("embedding", 0)
+               - count.by_group.get("head", 0)}[kind]
+    value, unit = figure(stated_of(config)[kind])
+    assert abs(Decimal(int(counted)) - value) < unit, (kind, counted, value)
+
+
+def test_deepseek_r1_is_deepseek_v3():
+    r1, v3 = (SESSION.load_spec({"model": name, "hardware": {"gpu": "h100-sxm"}}).model
+              for name in ("deepseek-r1", "deepseek-v3"))
+    assert count_parameters(r1) == count_parameters(v3)
+
+
+def test_kimi_k2_is_read_as_deepseek_v3():
+    # Kimi K2's config.json says model_type "kimi_k2" over DeepSeek-V3's modeling code.
+    model = llmpar.model_from_hf(WRITER.CONFIGS / "kimi-k2.json")
+    assert model.moe is not None and model.moe.num_experts == 384
+    assert model.mla is not None and model.mla.kv_lora_rank == 512
+
+
+def test_a_model_file_in_a_subfolder_is_read_relative_to_the_spec(tmp_path):
+    # `[model] file = "models/x.toml"` names a TOML file beside the spec; a preset name
+    # stays a name.
+    (tmp_path / "models").mkdir()
+    preset = SESSION.presets.path("models", "qwen3-0.6b").read_text(encoding="utf-8")
+    (tmp_path / "models" / "mine.toml").write_text(preset, encoding="utf-8")
+    spec = tmp_path / "run.toml"
+    spec.write_text('[model]\nfile = "models/mine.toml"\nnum_layers = 2\n'
+                    '[hardware]\ngpu = "h100-sxm"\n', encoding="utf-8")
+    model = llmpar.load_spec(spec).model
+    reference = SESSION.load_spec({"model": "qwen3-0.6b", "hardware": {"gpu": "h100-sxm"}},
+                                  {"model.num_layers": 2}).model
+    assert count_parameters(model) == count_parameters(reference)
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    moved = elsewhere / "run.toml"
+    moved.write_text(spec.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.load_spec(moved)
+    [problem] = caught.value.problems
+    assert problem.path == "$.model.file" and "file not found" in problem.message
