@@ -97,3 +97,81 @@ def test_a_model_file_in_a_subfolder_is_read_relative_to_the_spec(tmp_path):
         llmpar.load_spec(moved)
     [problem] = caught.value.problems
     assert problem.path == "$.model.file" and "file not found" in problem.message
+
+
+# --- short names -----------------------------------------------------------------------
+
+def resolved(kind: str, name: str) -> str:
+    return SESSION.presets.path(kind, name).stem
+
+
+@pytest.mark.parametrize(("kind", "name", "preset"), [
+    ("models", "llama-3.1-70b", "llama-3.1-70b"),      # a full name is itself
+    ("models", "Llama-3.1-70B", "llama-3.1-70b"),      # case and separators do not count
+    ("models", "llama3.1-70b", "llama-3.1-70b"),
+    ("models", "qwen3_32b", "qwen3-32b"),
+    ("models", "qwen3-30b", "qwen3-30b-a3b"),          # the one preset it begins
+    ("models", "mistral-large-2", "mistral-large-2-123b"),
+    ("models", "kimi", "kimi-k2"),
+    ("models", "phi-4", "phi-4"),                      # a full name wins over phi-4-mini
+    ("gpus", "h200", "h200-sxm"),
+    ("optimizers", "sgd", "sgd-momentum"),
+])
+def test_a_short_name_resolves_to_the_one_preset_it_names(kind, name, preset):
+    assert resolved(kind, name) == preset
+
+
+def test_a_spec_with_short_names_reads_the_presets_under_their_own_names():
+    spec = SESSION.load_spec({"model": "qwen3-30b", "hardware": {"gpu": "h200"}})
+    assert spec.model.name == "qwen3-30b-a3b" and spec.hardware.gpu.name == "h200-sxm"
+    full = SESSION.load_spec({"model": "qwen3-30b-a3b", "hardware": {"gpu": "h200-sxm"}})
+    assert spec == full
+
+
+@pytest.mark.parametrize(("kind", "name", "candidates"), [
+    # ranked as did-you-mean ranks the names a word begins: nearest in length first
+    ("gpus", "h100", ["h100-sxm", "h100-pcie"]),
+    ("gpus", "a100", ["a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb"]),
+    ("models", "gemma-3", ["gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b"]),
+    ("models", "deepseek", ["deepseek-r1", "deepseek-v3"]),
+])
+def test_a_short_name_of_several_presets_is_an_error_listing_them(kind, name, candidates):
+    section = {"models": "model", "gpus": "hardware.gpu"}[kind]
+    spec = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}}
+    if kind == "models":
+        spec["model"] = name
+    else:
+        spec["hardware"]["gpu"] = name
+    with pytest.raises(llmpar.SpecError) as caught:
+        SESSION.load_spec(spec)
+    [problem] = caught.value.problems
+    assert problem.path == f"$.{section}"
+    listed = " or ".join(repr(c) for c in candidates)
+    assert problem.message == (f"no {kind[:-1]} preset named {name!r}: a short name of "
+                               f"{len(candidates)} presets; give one (did you mean {listed}?)")
+
+
+def test_a_name_cut_inside_a_word_is_no_short_name_but_a_did_you_mean():
+    # "h10" and "llama-3.1-70" stop inside a word: no alias, the nearest names first.
+    for kind, name, first in [("gpus", "h10", "h100-sxm"), ("models", "llama-3.1-70",
+                                                           "llama-3.1-70b")]:
+        with pytest.raises(llmpar.loading.presets.PresetNotFound) as caught:
+            SESSION.presets.path(kind, name)
+        assert not caught.value.candidates
+        assert caught.value.message().startswith(
+            f"no {kind[:-1]} preset named {name!r} (did you mean {first!r}")
+
+
+def test_an_example_is_named_in_full():
+    example = SESSION.presets.names("examples")[0]
+    with pytest.raises(llmpar.loading.presets.PresetNotFound):
+        SESSION.presets.path("examples", example[:-3])
+
+
+def test_presets_show_lists_the_candidates(capsys):
+    from llmpar.cli.main import main
+
+    assert main(["presets", "show", "h100"]) != 0
+    assert "(did you mean 'h100-sxm' or 'h100-pcie'?)" in capsys.readouterr().err
+    assert main(["presets", "show", "kimi"]) == 0
+    assert "# model preset 'kimi-k2'" in capsys.readouterr().out
