@@ -54,11 +54,16 @@ def test_counts_agree_with_the_publishers_figures(config, kind):
     # `_stated_parameters` are the figures of the model card or paper named in `where`,
     # rounded (or cut) to their last digit: the count must lie within one unit of it.
     # "non_embedding": without the input embedding and the output layer (Qwen's and
-    # Gemma 3's convention: Qwen3-0.6B 0.6B in all, 0.44B without its tied embedding).
+    # Gemma 3's convention: Qwen3-0.6B 0.6B in all, 0.44B without its tied embedding);
+    # "active_non_embedding" the active ones so (GLM-4.5); "active_less_embedding" the
+    # active ones without the input embedding, a lookup (gpt-oss's model card, Table 1).
     count = count_parameters(llmpar.model_from_hf(config))
+    embedding = count.by_group.get("embedding", 0)
+    tables = embedding + count.by_group.get("head", 0)
     counted = {"total": count.total, "active": count.active,
-               "non_embedding": count.total - count.by_group.get("embedding", 0)
-               - count.by_group.get("head", 0)}[kind]
+               "non_embedding": count.total - tables,
+               "active_non_embedding": count.active - tables,
+               "active_less_embedding": count.active - embedding}[kind]
     value, unit = figure(stated_of(config)[kind])
     assert abs(Decimal(int(counted)) - value) < unit, (kind, counted, value)
 
@@ -175,3 +180,126 @@ def test_presets_show_lists_the_candidates(capsys):
     assert "(did you mean 'h100-sxm' or 'h100-pcie'?)" in capsys.readouterr().err
     assert main(["presets", "show", "kimi"]) == 0
     assert "# model preset 'kimi-k2'" in capsys.readouterr().out
+
+
+# --- model types of 2025 ----------------------------------------------------------------
+
+def config_of(name: str) -> dict:
+    return json.loads((WRITER.CONFIGS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("name", "mlp", "attention", "tables"), [
+    # gpt-oss model card (arXiv:2508.10925), Table 1, in billions: MLP (experts and
+    # router), attention (with the sinks), embedding and unembedding.
+    ("gpt-oss-20b", "19.12B", "0.64B", "1.16B"),
+    ("gpt-oss-120b", "114.71B", "0.96B", "1.16B"),
+])
+def test_gpt_oss_components_agree_with_its_model_card(name, mlp, attention, tables):
+    groups = count_parameters(llmpar.model_from_hf(config_of(name))).by_group
+    counted = {"mlp": groups["experts"] + groups["router"], "attention": groups["attention"],
+               "tables": groups["embedding"] + groups["head"]}
+    for kind, text in {"mlp": mlp, "attention": attention, "tables": tables}.items():
+        value, unit = figure(text)
+        assert abs(Decimal(counted[kind]) - value) < unit, kind
+
+
+def test_gpt_oss_attention_by_hand():
+    # GptOssAttention: q/k/v/o with biases and a sink logit per head; h 2880, 64 query
+    # heads and 8 kv heads of 64.
+    model = llmpar.model_from_hf(config_of("gpt-oss-20b"))
+    h, q, kv = 2880, 64 * 64, 8 * 64
+    per_layer = (h * q + q) + 2 * (h * kv + kv) + (q * h + h) + 64
+    assert count_parameters(model).by_group["attention"] == 24 * per_layer
+    assert [model.is_sliding_window_layer(i) for i in range(4)] == [True, False] * 2
+    assert model.moe is not None and model.moe.router_bias and model.mlp_bias
+
+
+def test_gpt_oss_windowed_layers_cap_their_cache():
+    # 12 of 24 layers attend within 128 tokens: past the window only the 12 full layers
+    # grow, 2 (K and V) x 8 heads x 64 x 2 bytes a token each.
+    def cache(prompt: int) -> int:
+        plan = SESSION.evaluate({"model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"},
+                                 "inference": {"batch_size": 2, "prompt_tokens": prompt,
+                                               "generated_tokens": 1, "weights": "bf16",
+                                               "kv_cache": "bf16"}})
+        assert plan.kv_cache_bytes is not None
+        return plan.kv_cache_bytes
+    per_token_layer = 2 * 8 * 64 * 2
+    assert cache(63) == 2 * 64 * 24 * per_token_layer
+    assert cache(3071) - cache(1023) == 2 * 2048 * 12 * per_token_layer
+
+
+def test_unmeasured_transformers_code_has_no_hf_activations():
+    plan = SESSION.evaluate({"model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"},
+                             "training": {"sequence_length": 512,
+                                          "activation_model": "hf-eager"}})
+    assert any("GptOssForCausalLM keeps for backward is not measured" in warning
+               for warning in plan.warnings)
+    fused = SESSION.evaluate({"model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"},
+                              "training": {"sequence_length": 512, "activation_model": "fused"}})
+    assert fused.activations_bytes > 0
+
+
+def test_smollm3_nope_layers_count_as_llama():
+    # NoPE layers skip RoPE: no parameter changes; the same dims as a Llama config count
+    # the same.
+    config = {k: v for k, v in config_of("smollm3-3b").items() if not k.startswith("_")}
+    llama = {**config, "model_type": "llama", "tie_word_embeddings": True}
+    assert (count_parameters(llmpar.model_from_hf(config))
+            == count_parameters(llmpar.model_from_hf(llama)))
+
+
+def test_glm_4_5_biases_on_q_k_v_only_and_dense_first_layers():
+    model = llmpar.model_from_hf(config_of("glm-4.5"))
+    groups = count_parameters(model).by_group
+    h, q, kv = 5120, 96 * 128, 8 * 128
+    per_layer = (h * q + q) + 2 * (h * kv + kv) + q * h + 2 * 128  # + per-head q/k norms
+    assert groups["attention"] == 92 * per_layer
+    assert groups["mlp"] == 3 * 3 * h * 12288
+    assert groups["shared_experts"] == 89 * 3 * h * 1536
+
+
+def test_ernie_moe_layers_from_start_index_and_interval():
+    config = {k: v for k, v in config_of("ernie-4.5-21b-a3b").items()
+              if not k.startswith("_")}
+    model = llmpar.model_from_hf({**config, "moe_layer_interval": 2})
+    assert [model.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, True]
+    with pytest.raises(llmpar.SpecError, match="moe_layer_end_index"):
+        llmpar.model_from_hf({**config, "moe_layer_end_index": 20})
+
+
+def test_olmo3_windows_from_layer_types():
+    # Olmo3ForCausalLM: OLMo 2's block, three windowed layers to one full one.
+    config = {**{k: v for k, v in config_of("olmo-2-13b").items() if not k.startswith("_")},
+              "model_type": "olmo3", "architectures": ["Olmo3ForCausalLM"],
+              "sliding_window": 4096,
+              "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    config["layer_types"] *= config["num_hidden_layers"] // 4
+    model = llmpar.model_from_hf(config)
+    assert (model.sliding_window, model.sliding_window_pattern) == (4096, 4)
+    olmo2 = llmpar.model_from_hf(config_of("olmo-2-13b"))
+    assert count_parameters(model) == count_parameters(olmo2)
+    every = {**config, "layer_types": ["full_attention"] * 40}
+    assert llmpar.model_from_hf(every).sliding_window is None
+    with pytest.raises(llmpar.SpecError, match="layer_types"):
+        llmpar.model_from_hf({**config, "layer_types": ["full_attention", "sliding_attention"]
+                              * 20})
+
+
+@pytest.mark.parametrize(("model_type", "fragment"), [
+    ("qwen3_next", "gated DeltaNet linear-attention layers"),
+    ("falcon_h1", "Mamba-2 state-space layers"),
+    ("deepseek_v32", "DeepSeek sparse attention"),
+    ("llama4", "multimodal towers are out of scope"),
+    ("some_new_vlm", "multimodal towers are out of scope"),
+])
+def test_unsupported_mechanisms_are_named(model_type, fragment):
+    config = {"model_type": model_type, "hidden_size": 8}
+    if model_type == "some_new_vlm":
+        config["vision_config"] = {"hidden_size": 8}
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.model_from_hf(config)
+    [problem] = caught.value.problems
+    assert problem.path == "$.model_type"
+    assert f"model_type {model_type!r} is not supported: llmpar does not model" in problem.message
+    assert fragment in problem.message

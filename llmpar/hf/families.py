@@ -26,8 +26,9 @@ class Family:
 
 
 def _decoder(hf_class: str, read: Callable[[HfConfig], dict[str, Any]],
-             *extra: str) -> Family:
-    return Family(hf_class=hf_class, required=decoders.DECODER_KEYS + extra, read=read)
+             *extra: str, note: str = "") -> Family:
+    return Family(hf_class=hf_class, required=decoders.DECODER_KEYS + extra, read=read,
+                  note=note)
 
 
 FAMILIES: Mapping[str, Family] = MappingProxyType({
@@ -57,6 +58,19 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                           read=decoders.gemma3_text),
     "phi3": _decoder("Phi3ForCausalLM", decoders.phi3),
     "olmo2": _decoder("Olmo2ForCausalLM", decoders.olmo2),
+    "olmo3": _decoder("Olmo3ForCausalLM", decoders.olmo3),
+    "smollm3": _decoder("SmolLM3ForCausalLM", decoders.smollm3),
+    "gpt_oss": Family(hf_class="GptOssForCausalLM",
+                      required=("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                "intermediate_size", "vocab_size", "num_local_experts",
+                                "num_experts_per_tok|experts_per_token"),
+                      read=decoders.gpt_oss, note=decoders.GPT_OSS_NOTE),
+    "glm4_moe": _decoder("Glm4MoeForCausalLM", decoders.glm4_moe, "n_routed_experts",
+                         "num_experts_per_tok", "moe_intermediate_size",
+                         note=decoders.MTP_NOTE),
+    "ernie4_5": _decoder("Ernie4_5ForCausalLM", decoders.ernie4_5),
+    "ernie4_5_moe": _decoder("Ernie4_5_MoeForCausalLM", decoders.ernie4_5_moe,
+                             "moe_num_experts", "moe_k", "moe_intermediate_size"),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
     "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
                    note=classic.BERT_NOTE),
@@ -68,3 +82,32 @@ MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text"})
 """model_types whose language model is the `text_config` of the given model_type."""
 
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
+
+LINEAR_ATTENTION = ("gated DeltaNet linear-attention layers (a fixed-size recurrent state in "
+                    "place of a KV cache, and a scan instead of softmax attention)")
+STATE_SPACE = ("Mamba-2 state-space layers (a fixed-size recurrent state in place of a KV "
+               "cache, and a selective scan instead of attention)")
+VISION = ("a vision tower beside the language model: multimodal towers are out of scope, "
+          "and this model_type's language model is not read on its own")
+UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
+    "qwen3_next": LINEAR_ATTENTION,
+    "qwen3_5": LINEAR_ATTENTION,
+    "qwen3_5_moe": LINEAR_ATTENTION,
+    "falcon_h1": STATE_SPACE,
+    "nemotron_h": STATE_SPACE,
+    "granitemoehybrid": STATE_SPACE,
+    "mamba2": STATE_SPACE,
+    "mamba": "Mamba state-space layers (a fixed-size recurrent state, a selective scan)",
+    "jamba": STATE_SPACE.replace("Mamba-2", "Mamba"),
+    "zamba2": STATE_SPACE,
+    "deepseek_v32": ("DeepSeek sparse attention (the lightning indexer and its top-k "
+                     "selection of keys)"),
+    "llama4": VISION + "; its text model also has chunked attention",
+    "mistral3": VISION,
+    "qwen2_5_vl": VISION,
+    "qwen3_vl": VISION,
+    "qwen3_vl_moe": VISION,
+    "llava": VISION,
+    "mllama": VISION,
+})
+"""model_types that are refused with the mechanism llmpar does not model."""

@@ -8,7 +8,14 @@ import attrs
 
 from llmpar.errors import Problem, SpecError
 from llmpar.hf.config import HfConfig, HfSource, missing_problems, read_config
-from llmpar.hf.families import FAMILIES, MULTIMODAL, SUPPORTED_MODEL_TYPES, Family
+from llmpar.hf.families import (
+    FAMILIES,
+    MULTIMODAL,
+    SUPPORTED_MODEL_TYPES,
+    UNSUPPORTED_MECHANISMS,
+    VISION,
+    Family,
+)
 from llmpar.loading.converter import make_converter, structure
 from llmpar.spec import Model
 from llmpar.spec.model import MLA, MoE
@@ -29,6 +36,13 @@ def _language_model(config: HfConfig) -> tuple[HfConfig, str]:
 
 def _family(config: HfConfig) -> Family:
     family = FAMILIES.get(config.model_type)
+    mechanism = UNSUPPORTED_MECHANISMS.get(config.model_type)
+    if family is None and mechanism is None and isinstance(config.get("vision_config"), dict):
+        mechanism = VISION
+    if family is None and mechanism is not None:
+        raise SpecError([Problem("$.model_type", f"model_type {config.model_type!r} is not "
+                                 f"supported: llmpar does not model {mechanism}")],
+                        config.label)
     if family is None:
         supported = ", ".join(SUPPORTED_MODEL_TYPES)
         raise SpecError([Problem("$.model_type", f"unsupported model_type "
