@@ -290,7 +290,7 @@ def test_olmo3_windows_from_layer_types():
     ("qwen3_next", "gated DeltaNet linear-attention layers"),
     ("falcon_h1", "Mamba-2 state-space layers"),
     ("deepseek_v32", "DeepSeek sparse attention"),
-    ("llama4", "multimodal towers are out of scope"),
+    ("qwen2_5_vl", "multimodal towers are out of scope"),
     ("some_new_vlm", "multimodal towers are out of scope"),
 ])
 def test_unsupported_mechanisms_are_named(model_type, fragment):
@@ -303,3 +303,24 @@ def test_unsupported_mechanisms_are_named(model_type, fragment):
     assert problem.path == "$.model_type"
     assert f"model_type {model_type!r} is not supported: llmpar does not model" in problem.message
     assert fragment in problem.message
+
+
+def test_llama4_reads_its_language_model():
+    # Llama 4 Maverick: 24 MoE layers (every second, from layer 1) of 128 experts and a
+    # shared one of 8192, 24 dense layers of 16384; chunked attention on 3 layers in 4.
+    config = config_of("llama-4-maverick")
+    model = llmpar.model_from_hf(config)
+    groups = count_parameters(model).by_group
+    h = 5120
+    assert groups["mlp"] == 24 * 3 * h * 16384
+    assert groups["experts"] == 24 * 128 * 3 * h * 8192
+    assert groups["shared_experts"] == 24 * 3 * h * 8192 and groups["router"] == 24 * 128 * h
+    assert [model.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert [model.is_sliding_window_layer(i) for i in range(4)] == [True, True, True, False]
+    assert model.sliding_window == 8192
+    assert "without the vision tower" in model.source and "out of scope" in model.source
+    text = config["text_config"]
+    for key, value in [("moe_layers", [0, 2]), ("no_rope_layers", [0] * 48)]:
+        with pytest.raises(llmpar.SpecError) as caught:
+            llmpar.model_from_hf({**config, "text_config": {**text, key: value}})
+        assert caught.value.problems[0].path == f"$.text_config.{key}"

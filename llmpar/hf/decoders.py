@@ -1,5 +1,5 @@
 """Llama-like decoders: llama, mistral, mixtral, qwen2, qwen3, phi3, olmo2, olmo3, gemma2,
-gemma3, smollm3, gpt_oss, glm4_moe, ernie4_5 and ernie4_5_moe.
+gemma3, llama4, smollm3, gpt_oss, glm4_moe, ernie4_5 and ernie4_5_moe.
 
 Each function turns a config into a model table; the module names follow the
 classes of Hugging Face transformers (modeling_<model_type>.py).
@@ -16,6 +16,10 @@ from llmpar.hf.config import HfConfig
 
 GPT_OSS_NOTE = ("; the experts as shipped are MXFP4 (quantization_config): llmpar has no FP4 "
                 "weight format, so a plan keeps them at the weights' precision its spec gives")
+LLAMA4_NOTE = ("; its chunked attention (attention_chunk_size) is held as a sliding window of "
+               "that size on the chunked layers: a cache of at most that many tokens per "
+               "layer, an upper bound on what a token of a chunk attends to; its "
+               "weightless L2 q/k norms and NoPE layers add no parameter")
 MTP_NOTE = ("; without the multi-token-prediction layers (num_nextn_predict_layers), which "
             "transformers does not build, and with e_score_correction_bias a buffer")
 
@@ -243,3 +247,38 @@ def ernie4_5_moe(config: HfConfig) -> dict[str, Any]:
            "layer_frequency": config.integer("moe_layer_interval", 1),
            "router_bias": True}
     return {**ernie4_5(config), "moe": moe}
+
+
+def _periodic(config: HfConfig, key: str, expected: list[int], what: str) -> None:
+    """A per-layer list in the config must be the periodic one llmpar models."""
+    given = config.get(key)
+    if given is not None and list(given) != expected:
+        raise config.error(key, f"expected {what}, as llmpar models it")
+
+
+def llama4_text(config: HfConfig) -> dict[str, Any]:
+    """Llama4ForCausalLM (the language model of Llama4ForConditionalGeneration): MoE
+    layers every interleave_moe_layer_step-th layer (moe_layers), each num_local_experts
+    experts of intermediate_size, top num_experts_per_tok, and one shared expert of
+    intermediate_size behind a bias-free router; the other layers a dense MLP of
+    intermediate_size_mlp; RoPE and chunked attention on every layer but each
+    no_rope_layer_interval-th (no_rope_layers: 1 rope and chunked, 0 NoPE and global)."""
+    layers = config.integer("num_hidden_layers")
+    assert layers is not None
+    step = config.integer("interleave_moe_layer_step", 1)
+    interval = config.integer("no_rope_layer_interval", 4)
+    assert step is not None and interval is not None
+    _periodic(config, "moe_layers", list(range(step - 1, layers, step)),
+              f"every {step}-th layer from layer {step - 1} (interleave_moe_layer_step)")
+    _periodic(config, "no_rope_layers", [int((i + 1) % interval != 0) for i in range(layers)],
+              f"NoPE on every {interval}-th layer (no_rope_layer_interval)")
+    moe = {"num_experts": config.integer("num_local_experts"),
+           "experts_per_token": config.integer("num_experts_per_tok"),
+           "expert_ffn_hidden_size": config.integer("intermediate_size"),
+           "num_shared_experts": 1, "layer_frequency": step}
+    table = {**decoder_table(config, tie_default=False), **attention_biases(config),
+             "ffn_hidden_size": config.integer("intermediate_size_mlp", 16384), "moe": moe}
+    chunk = config.integer("attention_chunk_size")
+    if chunk is not None:
+        table.update(sliding_window=chunk, sliding_window_pattern=interval)
+    return table

@@ -60,6 +60,11 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "olmo2": _decoder("Olmo2ForCausalLM", decoders.olmo2),
     "olmo3": _decoder("Olmo3ForCausalLM", decoders.olmo3),
     "smollm3": _decoder("SmolLM3ForCausalLM", decoders.smollm3),
+    "llama4_text": Family(hf_class="Llama4ForCausalLM",
+                          required=("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                    "intermediate_size", "vocab_size", "num_local_experts",
+                                    "num_experts_per_tok"),
+                          read=decoders.llama4_text, note=decoders.LLAMA4_NOTE),
     "gpt_oss": Family(hf_class="GptOssForCausalLM",
                       required=("num_hidden_layers", "hidden_size", "num_attention_heads",
                                 "intermediate_size", "vocab_size", "num_local_experts",
@@ -78,7 +83,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
 """Readers by config.json's model_type ("gemma3", a multimodal config, is read through its
 text_config as "gemma3_text")."""
 
-MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text"})
+MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text", "llama4": "llama4_text"})
 """model_types whose language model is the `text_config` of the given model_type."""
 
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
@@ -102,7 +107,6 @@ UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
     "zamba2": STATE_SPACE,
     "deepseek_v32": ("DeepSeek sparse attention (the lightning indexer and its top-k "
                      "selection of keys)"),
-    "llama4": VISION + "; its text model also has chunked attention",
     "mistral3": VISION,
     "qwen2_5_vl": VISION,
     "qwen3_vl": VISION,

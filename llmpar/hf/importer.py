@@ -31,7 +31,8 @@ def _language_model(config: HfConfig) -> tuple[HfConfig, str]:
     if text_type is None:
         return config, ""
     return (config.nested("text_config", text_type),
-            "; its language model only (text_config), without the vision tower")
+            "; its language model only (text_config), without the vision tower and its "
+            "projector: multimodal towers are out of scope")
 
 
 def _family(config: HfConfig) -> Family:
