@@ -324,3 +324,24 @@ def test_llama4_reads_its_language_model():
         with pytest.raises(llmpar.SpecError) as caught:
             llmpar.model_from_hf({**config, "text_config": {**text, key: value}})
         assert caught.value.problems[0].path == f"$.text_config.{key}"
+
+
+# --- measured with transformers ----------------------------------------------------------
+
+MEASURED = sorted((WRITER.CONFIGS.parent / "data" / "parameters").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=lambda p: p.stem)
+def test_counts_equal_transformers_on_the_meta_device(path):
+    # validation/data/parameters/<name>.json: the transformers model of the preset's
+    # config built at full size on the meta device (validation/measure_parameters.py,
+    # torch 2.13.0, transformers 5.24.0), its parameters in total and by group.
+    measured = json.loads(path.read_text(encoding="utf-8"))
+    count = count_parameters(llmpar.model_from_hf(WRITER.ROOT / measured["published_config_file"]))
+    assert count.total == measured["total_params"]
+    ours = {group: n for group, n in count.by_group.items() if n}
+    assert ours == measured["by_group_params"]
+
+
+def test_every_preset_config_is_measured():
+    assert {path.stem for path in MEASURED} == {path.stem for path in CITED}
