@@ -345,3 +345,26 @@ def test_counts_equal_transformers_on_the_meta_device(path):
 
 def test_every_preset_config_is_measured():
     assert {path.stem for path in MEASURED} == {path.stem for path in CITED}
+
+
+def test_mistral3_reads_the_language_model_its_text_config_names():
+    small = llmpar.model_from_hf(config_of("mistral-small-3.1-24b"))
+    assert "MistralForCausalLM" in small.source and "out of scope" in small.source
+    ministral = llmpar.model_from_hf(config_of("ministral-3-8b"))
+    assert "Ministral3ForCausalLM" in ministral.source
+    config = config_of("ministral-3-8b")
+    wrong = {**config, "text_config": {**config["text_config"], "model_type": "llama"}}
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.model_from_hf(wrong)
+    [problem] = caught.value.problems
+    assert problem.path == "$.text_config.model_type"
+    assert "'mistral' or 'ministral3'" in problem.message
+
+
+def test_olmo3_defaults_to_a_full_layer_in_four():
+    # Olmo3Config (transformers 5.24): sliding_window 4096, layer_types with every fourth
+    # layer full when the config gives none.
+    config = {**{k: v for k, v in config_of("olmo-2-13b").items() if not k.startswith("_")},
+              "model_type": "olmo3"}
+    model = llmpar.model_from_hf(config)
+    assert (model.sliding_window, model.sliding_window_pattern) == (4096, 4)

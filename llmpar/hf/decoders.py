@@ -170,10 +170,23 @@ def gemma3_text(config: HfConfig) -> dict[str, Any]:
     return {**_gemma(config, window_pattern(config)), "qk_norm": True}
 
 
+OLMO3_DEFAULTS = {"sliding_window": 4096, "sliding_window_pattern": 4}
+"""Olmo3Config's defaults (transformers 5.24): a window of 4096 tokens, and layer_types
+with a full_attention layer every fourth layer when the config gives none."""
+
+
 def olmo3(config: HfConfig) -> dict[str, Any]:
     """Olmo3ForCausalLM: OLMo 2's block; windowed layers with a full one every
-    n-th layer, as layer_types says (three in four for OLMo 3)."""
+    n-th layer, as layer_types says (three in four by default)."""
+    config = attrs.evolve(config, values={**OLMO3_DEFAULTS, **config.values})
     return {**olmo2(config), **_windows(config)}
+
+
+def ministral3(config: HfConfig) -> dict[str, Any]:
+    """Ministral3ForCausalLM (the language model of Ministral 3): Mistral's block, no
+    biases, a sliding window on every layer when one is set; its attention scaling
+    (rope_parameters' llama_4_scaling_beta) adds no parameter."""
+    return mistral(config)
 
 
 def smollm3(config: HfConfig) -> dict[str, Any]:

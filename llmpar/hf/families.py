@@ -60,6 +60,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "olmo2": _decoder("Olmo2ForCausalLM", decoders.olmo2),
     "olmo3": _decoder("Olmo3ForCausalLM", decoders.olmo3),
     "smollm3": _decoder("SmolLM3ForCausalLM", decoders.smollm3),
+    "ministral3": _decoder("Ministral3ForCausalLM", decoders.ministral3),
     "llama4_text": Family(hf_class="Llama4ForCausalLM",
                           required=("num_hidden_layers", "hidden_size", "num_attention_heads",
                                     "intermediate_size", "vocab_size", "num_local_experts",
@@ -83,8 +84,14 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
 """Readers by config.json's model_type ("gemma3", a multimodal config, is read through its
 text_config as "gemma3_text")."""
 
-MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text", "llama4": "llama4_text"})
-"""model_types whose language model is the `text_config` of the given model_type."""
+MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text", "llama4": "llama4_text",
+                               "mistral3": "mistral"})
+"""model_types whose language model is the `text_config` of the given model_type (unless
+the text_config names one of TEXT_MODELS)."""
+
+TEXT_MODELS = MappingProxyType({"mistral3": ("mistral", "ministral3")})
+"""The model_types a multimodal config's text_config may name instead of the default:
+Mistral3ForConditionalGeneration holds a Mistral (Mistral Small 3.1) or a Ministral 3."""
 
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
 
@@ -107,7 +114,6 @@ UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
     "zamba2": STATE_SPACE,
     "deepseek_v32": ("DeepSeek sparse attention (the lightning indexer and its top-k "
                      "selection of keys)"),
-    "mistral3": VISION,
     "qwen2_5_vl": VISION,
     "qwen3_vl": VISION,
     "qwen3_vl_moe": VISION,

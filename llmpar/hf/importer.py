@@ -12,6 +12,7 @@ from llmpar.hf.families import (
     FAMILIES,
     MULTIMODAL,
     SUPPORTED_MODEL_TYPES,
+    TEXT_MODELS,
     UNSUPPORTED_MECHANISMS,
     VISION,
     Family,
@@ -30,6 +31,16 @@ def _language_model(config: HfConfig) -> tuple[HfConfig, str]:
     text_type = MULTIMODAL.get(config.model_type)
     if text_type is None:
         return config, ""
+    given = config.get("text_config")
+    named = given.get("model_type") if isinstance(given, dict) else None
+    allowed = TEXT_MODELS.get(config.model_type, (text_type,))
+    if isinstance(named, str) and named in allowed:
+        text_type = named  # Mistral 3: a mistral or a ministral3 language model
+    elif named is not None:
+        raise SpecError([Problem(f"{config.path('text_config')}.model_type",
+                                 f"expected {' or '.join(repr(a) for a in allowed)} for "
+                                 f"model_type {config.model_type!r}, got {named!r}")],
+                        config.label)
     return (config.nested("text_config", text_type),
             "; its language model only (text_config), without the vision tower and its "
             "projector: multimodal towers are out of scope")
