@@ -368,3 +368,15 @@ def test_olmo3_defaults_to_a_full_layer_in_four():
               "model_type": "olmo3"}
     model = llmpar.model_from_hf(config)
     assert (model.sliding_window, model.sliding_window_pattern) == (4096, 4)
+
+
+def test_minimax_m2_norms_the_whole_query_and_key_projections():
+    config = {k: v for k, v in config_of("minimax-m2").items() if not k.startswith("_")}
+    model = llmpar.model_from_hf(config)
+    h, q, kv = 3072, 48 * 128, 8 * 128
+    per_layer = 2 * h * q + 2 * h * kv + q + kv  # projections, q_norm and k_norm
+    assert count_parameters(model).by_group["attention"] == 62 * per_layer
+    renamed = {("num_experts" if k == "num_local_experts" else k): v for k, v in config.items()}
+    assert llmpar.model_from_hf(renamed) == model
+    with pytest.raises(llmpar.SpecError, match="use_qk_norm"):
+        llmpar.model_from_hf({**config, "use_qk_norm": False})

@@ -1,5 +1,5 @@
 """Llama-like decoders: llama, mistral, mixtral, qwen2, qwen3, phi3, olmo2, olmo3, gemma2,
-gemma3, llama4, smollm3, gpt_oss, glm4_moe, ernie4_5 and ernie4_5_moe.
+gemma3, llama4, smollm3, gpt_oss, glm4_moe, ernie4_5, ernie4_5_moe and minimax_m2.
 
 Each function turns a config into a model table; the module names follow the
 classes of Hugging Face transformers (modeling_<model_type>.py).
@@ -20,6 +20,8 @@ LLAMA4_NOTE = ("; its chunked attention (attention_chunk_size) is held as a slid
                "that size on the chunked layers: a cache of at most that many tokens per "
                "layer, an upper bound on what a token of a chunk attends to; its "
                "weightless L2 q/k norms and NoPE layers add no parameter")
+MINIMAX_NOTE = ("; without the multi-token-prediction modules, which transformers does not "
+                "build, and with e_score_correction_bias a buffer")
 MTP_NOTE = ("; without the multi-token-prediction layers (num_nextn_predict_layers), which "
             "transformers does not build, and with e_score_correction_bias a buffer")
 
@@ -295,3 +297,29 @@ def llama4_text(config: HfConfig) -> dict[str, Any]:
     if chunk is not None:
         table.update(sliding_window=chunk, sliding_window_pattern=interval)
     return table
+
+
+def minimax_m2(config: HfConfig) -> dict[str, Any]:
+    """MiniMaxM2ForCausalLM: no biases, RMSNorm over the whole query and key projections
+    (q_norm of heads x head_dim, k_norm of kv heads x head_dim), partial RoPE (rotary_dim;
+    no parameters), every MLP num_local_experts experts of intermediate_size behind a
+    sigmoid router whose e_score_correction_bias is a buffer; the MTP modules of the
+    checkpoint are not built by transformers."""
+    if not config.flag("use_qk_norm", True):
+        raise config.error("use_qk_norm", "only true is supported (MiniMaxM2Attention "
+                                          "always builds q_norm and k_norm)")
+    moe = {"num_experts": routed_experts_local(config),
+           "experts_per_token": config.integer("num_experts_per_tok"),
+           "expert_ffn_hidden_size": config.integer("intermediate_size")}
+    return {**decoder_table(config, tie_default=False), "qk_norm": True,
+            "qk_norm_scope": "projection", "moe": moe}
+
+
+def routed_experts_local(config: HfConfig) -> int:
+    """`num_local_experts`, or `num_experts` (its attribute_map name in transformers)."""
+    found = config.integer("num_local_experts")
+    found = config.integer("num_experts") if found is None else found
+    if found is None:
+        raise config.error("num_local_experts", "required (or num_experts): the routed "
+                                                "experts of a layer")
+    return found
