@@ -380,3 +380,33 @@ def test_minimax_m2_norms_the_whole_query_and_key_projections():
     assert llmpar.model_from_hf(renamed) == model
     with pytest.raises(llmpar.SpecError, match="use_qk_norm"):
         llmpar.model_from_hf({**config, "use_qk_norm": False})
+
+
+FLOP_RUNS = [pytest.param(run, id=f"{path.stem}-L{run['num_layers']}-b{run['batch']}-s{run['seq']}")
+             for path in sorted((WRITER.CONFIGS.parent / "data" / "flops").glob("*.json"))
+             for run in json.loads(path.read_text(encoding="utf-8"))["runs"]]
+
+
+@pytest.mark.parametrize("run", FLOP_RUNS)
+def test_flops_equal_flop_counter_on_the_2025_model_types(run):
+    # validation/data/flops/<name>.json (validation/measure_flops.py): FlopCounterMode on
+    # the transformers model of `config_used` (1 or 2 layers, eager attention, training
+    # mode), plus the kernels it has no formula for, counted from their shapes; llmpar's
+    # forward is the same matrix products, its training step 3x the forward.
+    from llmpar.footprint.flops import forward_flops_per_sequence
+
+    model = llmpar.model_from_hf(run["config_used"])
+    predicted = forward_flops_per_sequence(model, run["seq"]).total * run["batch"]
+    if run["model_class"] == "Llama4ForCausalLM" and model.moe is not None:
+        # transformers runs every routed expert on every token, zero-weighted
+        # (Llama4TextMoe.forward repeats the tokens for each expert, then one bmm per
+        # projection); llmpar counts the top-k experts a token is routed to, as an MoE
+        # kernel runs them: the difference is the other experts' three matrices.
+        moe, tokens = model.moe, run["seq"] * run["batch"]
+        assert model.hidden_size is not None
+        predicted += (model.num_moe_layers * (moe.num_experts - moe.experts_per_token) * tokens
+                      * 2 * 3 * model.hidden_size * moe.expert_ffn_hidden_size)
+    uncounted = run["uncounted_kernel_flops_computed_here"]
+    assert predicted == pytest.approx(run["forward_flops"] + uncounted, rel=0.01)
+    assert 3 * predicted == pytest.approx(run["forward_backward_flops"] + 3 * uncounted,
+                                          rel=0.01)
