@@ -1,5 +1,7 @@
 """The model catalogue: presets written from published config.json files, their parameter
-counts against the figures their publishers state, and a model read from a TOML file."""
+counts against the figures their publishers state and against transformers, short names,
+a model read from a TOML file, and the model types of 2025 (gpt-oss, Llama 4, GLM-4.5,
+ERNIE 4.5, MiniMax-M2, SmolLM3, OLMo 3, Mistral 3) with their measured FLOPs."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from validation_scripts import load_script
 
 import llmpar
 from llmpar.footprint.parameters import count_parameters
+from llmpar.hf import model_table_from_hf
 
 WRITER = load_script("write_presets")
 CITED = WRITER.cited_configs()
@@ -410,3 +413,22 @@ def test_flops_equal_flop_counter_on_the_2025_model_types(run):
     assert predicted == pytest.approx(run["forward_flops"] + uncounted, rel=0.01)
     assert 3 * predicted == pytest.approx(run["forward_backward_flops"] + 3 * uncounted,
                                           rel=0.01)
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "llama-4-scout"])
+def test_num_experts_spelling_is_read(name):
+    # transformers' attribute maps let a config name the routed experts num_experts.
+    config = config_of(name)
+    inner = config.get("text_config", config)
+    renamed = {("num_experts" if k == "num_local_experts" else k): v for k, v in inner.items()}
+    spelled = {**config, "text_config": renamed} if "text_config" in config else renamed
+    assert model_table_from_hf(spelled) == model_table_from_hf(config)
+
+
+def test_kimi_k2_5_reads_its_text_config():
+    # Kimi K2.5 wraps a kimi_k2 language model in a multimodal config.
+    text = {k: v for k, v in config_of("kimi-k2").items() if not k.startswith("_")}
+    wrapped = {"model_type": "kimi_k25", "text_config": text,
+               "vision_config": {"model_type": "kimi_k25_vision"}}
+    assert (count_parameters(llmpar.model_from_hf(wrapped))
+            == count_parameters(llmpar.model_from_hf(text)))

@@ -207,7 +207,7 @@ def gpt_oss(config: HfConfig) -> dict[str, Any]:
     adds no parameter."""
     bias = config.flag("attention_bias", True)
     experts = config.integer("num_experts_per_tok")
-    moe = {"num_experts": config.integer("num_local_experts"),
+    moe = {"num_experts": routed_experts_local(config),
            "experts_per_token": config.integer("experts_per_token") if experts is None
            else experts,
            "expert_ffn_hidden_size": config.integer("intermediate_size"),
@@ -287,7 +287,7 @@ def llama4_text(config: HfConfig) -> dict[str, Any]:
               f"every {step}-th layer from layer {step - 1} (interleave_moe_layer_step)")
     _periodic(config, "no_rope_layers", [int((i + 1) % interval != 0) for i in range(layers)],
               f"NoPE on every {interval}-th layer (no_rope_layer_interval)")
-    moe = {"num_experts": config.integer("num_local_experts"),
+    moe = {"num_experts": routed_experts_local(config),
            "experts_per_token": config.integer("num_experts_per_tok"),
            "expert_ffn_hidden_size": config.integer("intermediate_size"),
            "num_shared_experts": 1, "layer_frequency": step}

@@ -63,12 +63,13 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "ministral3": _decoder("Ministral3ForCausalLM", decoders.ministral3),
     "llama4_text": Family(hf_class="Llama4ForCausalLM",
                           required=("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                    "intermediate_size", "vocab_size", "num_local_experts",
-                                    "num_experts_per_tok"),
+                                    "intermediate_size", "vocab_size",
+                                    "num_local_experts|num_experts", "num_experts_per_tok"),
                           read=decoders.llama4_text, note=decoders.LLAMA4_NOTE),
     "gpt_oss": Family(hf_class="GptOssForCausalLM",
                       required=("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                "intermediate_size", "vocab_size", "num_local_experts",
+                                "intermediate_size", "vocab_size",
+                                "num_local_experts|num_experts",
                                 "num_experts_per_tok|experts_per_token"),
                       read=decoders.gpt_oss, note=decoders.GPT_OSS_NOTE),
     "glm4_moe": _decoder("Glm4MoeForCausalLM", decoders.glm4_moe, "n_routed_experts",
@@ -88,7 +89,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
 text_config as "gemma3_text")."""
 
 MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text", "llama4": "llama4_text",
-                               "mistral3": "mistral"})
+                               "mistral3": "mistral", "kimi_k25": "kimi_k2"})
 """model_types whose language model is the `text_config` of the given model_type (unless
 the text_config names one of TEXT_MODELS)."""
 
