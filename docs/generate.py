@@ -14,6 +14,8 @@
   `llmpar.cli.main.build_parser()`.
 - reference/gpus.md: every GPU preset's time model (efficiencies, fixed time per product,
   uncertainty) and the source its preset gives for it.
+- reference/models.md: every model preset (parameters, source), how short names reach a
+  preset, and the Hugging Face model types `llmpar import-hf` reads or refuses.
 
 tests/test_docs.py runs `generate()` and compares the result with the committed pages.
 """
@@ -692,12 +694,74 @@ def gpu_reference() -> str:
 
 
 # --------------------------------------------------------------------------------------
+# Model presets and model types
+
+
+def _billions(count: float) -> str:
+    return f"{count / 1e9:,.2f}B" if count >= 1e9 else f"{count / 1e6:,.1f}M"
+
+
+def model_reference() -> str:
+    from llmpar.footprint.parameters import count_parameters
+    from llmpar.hf.families import FAMILIES, MULTIMODAL, UNSUPPORTED_MECHANISMS
+    from llmpar.loading.presets import ALIASED_KINDS
+    from llmpar.session import Session
+
+    session = Session(load_entry_points=False)
+    names = session.presets.names("models")
+    lines = [GENERATED_NOTE, "", "# Model presets and model types", "",
+             f"{len(names)} model presets ship with llmpar (`llmpar presets models`). A preset "
+             "read from a published config.json is what `llmpar import-hf` prints for that "
+             "config (`validation/configs/<name>.json`, written by "
+             "`validation/write_presets.py`), and its parameter count is checked against the "
+             "figure its publisher states (tests/test_model_catalogue.py). Parameters are "
+             "those of the transformers class named in the source: a multimodal model's "
+             "language model only.", "",
+             "## Short names", "",
+             f"A preset of kind {', '.join(ALIASED_KINDS)} can be named by a short name. Case "
+             "and separators (`-`, `.`, `_`) do not count: `Llama-3.1-70B` and "
+             "`llama3.1-70b` are `llama-3.1-70b`. A name also stands for every preset it "
+             "begins up to a separator: `qwen3-30b` is `qwen3-30b-a3b`, `h200` is "
+             "`h200-sxm`. A short name of several presets is an error that lists them, "
+             "nearest in length first (`h100`: `h100-sxm` or `h100-pcie`); a name that spells "
+             "a preset in full is that preset (`phi-4`, not `phi-4-mini`). Example specs are "
+             "named in full.", "",
+             "## Presets", ""]
+    rows = []
+    for name in names:
+        model = session.load_spec({"model": name, "hardware": {"gpu": "h100-sxm"},
+                                   "training": {"sequence_length": 256}}).model
+        count = count_parameters(model)
+        active = "" if count.active == count.total else _billions(count.active)
+        rows.append((f"`{name}`", _billions(count.total), active,
+                     _inline(model.source.split(";")[0])))
+    lines += _table(("preset", "parameters", "active", "source"), rows)
+    lines += ["", "## Hugging Face model types", "",
+              "`llmpar import-hf config.json` (and `[model] hf_config`) reads these "
+              "`model_type`s, each counted as the transformers class beside it:", ""]
+    read = {kind: (family.hf_class, "") for kind, family in FAMILIES.items()}
+    read.update({kind: (FAMILIES[text].hf_class,
+                        f"its `text_config` (as `{text}`); the vision tower is out of scope")
+                 for kind, text in MULTIMODAL.items()})
+    lines += _table(("model_type", "counted as", "read"),
+                    [(f"`{kind}`", f"`{hf_class}`", how)
+                     for kind, (hf_class, how) in sorted(read.items())])
+    lines += ["", "These are refused with the mechanism llmpar does not model (as is any "
+              "other config with a `vision_config`):", ""]
+    lines += _table(("model_type", "not modelled"),
+                    [(f"`{kind}`", reason) for kind, reason
+                     in sorted(UNSUPPORTED_MECHANISMS.items())])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "reference/spec.md": spec_reference,
     "reference/formulas.md": formulas_reference,
     "reference/cli.md": cli_reference,
     "reference/gpus.md": gpu_reference,
+    "reference/models.md": model_reference,
 }
 """Generated pages, relative to docs/, and the functions that write them."""
 

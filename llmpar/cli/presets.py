@@ -11,7 +11,12 @@ from typing import Any
 from llmpar.errors import SpecError, did_you_mean
 from llmpar.footprint.parameters import count_parameters
 from llmpar.loading.converter import structure
-from llmpar.loading.presets import PRESET_KINDS
+from llmpar.loading.presets import (
+    ALIASED_KINDS,
+    PRESET_KINDS,
+    alias_candidates,
+    candidates_message,
+)
 from llmpar.report.fields import format_gb_gib
 from llmpar.report.tables import Table, render_text
 from llmpar.session import Session
@@ -54,9 +59,14 @@ def show(session: Session, name: str, kinds: tuple[str, ...]) -> int:
     hits = [(kind, path) for kind, path in session.presets.find(name) if kind in kinds]
     if not hits:
         known = {n for kind in kinds for n in session.presets.names(kind)}
-        print(f"llmpar: no preset named {name!r}{did_you_mean(name, known)}", file=sys.stderr)
+        aliased = {n for kind in kinds if kind in ALIASED_KINDS
+                   for n in session.presets.names(kind)}
+        candidates = alias_candidates(name, aliased)
+        hint = (f": {candidates_message(name, candidates, 'llmpar presets')}" if candidates
+                else did_you_mean(name, known))
+        print(f"llmpar: no preset named {name!r}{hint}", file=sys.stderr)
         return EXIT_UNKNOWN_PRESET
-    blocks = [f"# {kind[:-1]} preset {name!r}: {path}\n{path.read_text().rstrip()}"
+    blocks = [f"# {kind[:-1]} preset {path.stem!r}: {path}\n{path.read_text().rstrip()}"
               for kind, path in hits]
     print("\n\n".join(blocks))
     return 0

@@ -88,10 +88,19 @@ def attention_norm_parameters(model: Model) -> int:
     return total
 
 
+def attention_sink_parameters(model: Model) -> int:
+    """gpt-oss's sinks: one logit per query head (GptOssAttention.sinks, transformers)."""
+    if not model.attention_sinks:
+        return 0
+    assert model.num_attention_heads is not None
+    return model.num_attention_heads
+
+
 def attention_parameters(model: Model) -> int:
-    """One layer's attention module: projections, biases and the norms inside it."""
+    """One layer's attention module: projections, biases, the norms inside it and
+    attention sinks."""
     return (attention_matmul_weights(model) + attention_bias_parameters(model)
-            + attention_norm_parameters(model))
+            + attention_norm_parameters(model) + attention_sink_parameters(model))
 
 
 def mlp_parameters(model: Model, width: int) -> int:

@@ -26,8 +26,9 @@ class Family:
 
 
 def _decoder(hf_class: str, read: Callable[[HfConfig], dict[str, Any]],
-             *extra: str) -> Family:
-    return Family(hf_class=hf_class, required=decoders.DECODER_KEYS + extra, read=read)
+             *extra: str, note: str = "") -> Family:
+    return Family(hf_class=hf_class, required=decoders.DECODER_KEYS + extra, read=read,
+                  note=note)
 
 
 FAMILIES: Mapping[str, Family] = MappingProxyType({
@@ -47,12 +48,39 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                           read=deepseek.deepseek),
     "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
                           read=deepseek.deepseek, note=deepseek.V3_NOTE),
+    # Kimi K2 ships DeepSeek-V3's modeling code under its own model_type (the config's
+    # architectures: DeepseekV3ForCausalLM; moonshotai/Kimi-K2-Instruct's config.json).
+    "kimi_k2": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
+                      read=deepseek.deepseek, note=deepseek.V3_NOTE),
     "gemma2": _decoder("Gemma2ForCausalLM", decoders.gemma2),
     "gemma3_text": Family(hf_class="Gemma3ForCausalLM",
                           required=("num_hidden_layers", "hidden_size", "intermediate_size"),
                           read=decoders.gemma3_text),
     "phi3": _decoder("Phi3ForCausalLM", decoders.phi3),
     "olmo2": _decoder("Olmo2ForCausalLM", decoders.olmo2),
+    "olmo3": _decoder("Olmo3ForCausalLM", decoders.olmo3),
+    "smollm3": _decoder("SmolLM3ForCausalLM", decoders.smollm3),
+    "ministral3": _decoder("Ministral3ForCausalLM", decoders.ministral3),
+    "llama4_text": Family(hf_class="Llama4ForCausalLM",
+                          required=("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                    "intermediate_size", "vocab_size",
+                                    "num_local_experts|num_experts", "num_experts_per_tok"),
+                          read=decoders.llama4_text, note=decoders.LLAMA4_NOTE),
+    "gpt_oss": Family(hf_class="GptOssForCausalLM",
+                      required=("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                "intermediate_size", "vocab_size",
+                                "num_local_experts|num_experts",
+                                "num_experts_per_tok|experts_per_token"),
+                      read=decoders.gpt_oss, note=decoders.GPT_OSS_NOTE),
+    "glm4_moe": _decoder("Glm4MoeForCausalLM", decoders.glm4_moe, "n_routed_experts",
+                         "num_experts_per_tok", "moe_intermediate_size",
+                         note=decoders.MTP_NOTE),
+    "minimax_m2": _decoder("MiniMaxM2ForCausalLM", decoders.minimax_m2,
+                           "num_local_experts|num_experts", "num_experts_per_tok",
+                           note=decoders.MINIMAX_NOTE),
+    "ernie4_5": _decoder("Ernie4_5ForCausalLM", decoders.ernie4_5),
+    "ernie4_5_moe": _decoder("Ernie4_5_MoeForCausalLM", decoders.ernie4_5_moe,
+                             "moe_num_experts", "moe_k", "moe_intermediate_size"),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
     "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
                    note=classic.BERT_NOTE),
@@ -60,7 +88,40 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
 """Readers by config.json's model_type ("gemma3", a multimodal config, is read through its
 text_config as "gemma3_text")."""
 
-MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text"})
-"""model_types whose language model is the `text_config` of the given model_type."""
+MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text", "llama4": "llama4_text",
+                               "mistral3": "mistral", "kimi_k25": "kimi_k2"})
+"""model_types whose language model is the `text_config` of the given model_type (unless
+the text_config names one of TEXT_MODELS)."""
+
+TEXT_MODELS = MappingProxyType({"mistral3": ("mistral", "ministral3")})
+"""The model_types a multimodal config's text_config may name instead of the default:
+Mistral3ForConditionalGeneration holds a Mistral (Mistral Small 3.1) or a Ministral 3."""
 
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
+
+LINEAR_ATTENTION = ("gated DeltaNet linear-attention layers (a fixed-size recurrent state in "
+                    "place of a KV cache, and a scan instead of softmax attention)")
+STATE_SPACE = ("Mamba-2 state-space layers (a fixed-size recurrent state in place of a KV "
+               "cache, and a selective scan instead of attention)")
+VISION = ("a vision tower beside the language model: multimodal towers are out of scope, "
+          "and this model_type's language model is not read on its own")
+UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
+    "qwen3_next": LINEAR_ATTENTION,
+    "qwen3_5": LINEAR_ATTENTION,
+    "qwen3_5_moe": LINEAR_ATTENTION,
+    "falcon_h1": STATE_SPACE,
+    "nemotron_h": STATE_SPACE,
+    "granitemoehybrid": STATE_SPACE,
+    "mamba2": STATE_SPACE,
+    "mamba": "Mamba state-space layers (a fixed-size recurrent state, a selective scan)",
+    "jamba": STATE_SPACE.replace("Mamba-2", "Mamba"),
+    "zamba2": STATE_SPACE,
+    "deepseek_v32": ("DeepSeek sparse attention (the lightning indexer and its top-k "
+                     "selection of keys)"),
+    "qwen2_5_vl": VISION,
+    "qwen3_vl": VISION,
+    "qwen3_vl_moe": VISION,
+    "llava": VISION,
+    "mllama": VISION,
+})
+"""model_types that are refused with the mechanism llmpar does not model."""

@@ -8,7 +8,15 @@ import attrs
 
 from llmpar.errors import Problem, SpecError
 from llmpar.hf.config import HfConfig, HfSource, missing_problems, read_config
-from llmpar.hf.families import FAMILIES, MULTIMODAL, SUPPORTED_MODEL_TYPES, Family
+from llmpar.hf.families import (
+    FAMILIES,
+    MULTIMODAL,
+    SUPPORTED_MODEL_TYPES,
+    TEXT_MODELS,
+    UNSUPPORTED_MECHANISMS,
+    VISION,
+    Family,
+)
 from llmpar.loading.converter import make_converter, structure
 from llmpar.spec import Model
 from llmpar.spec.model import MLA, MoE
@@ -23,12 +31,30 @@ def _language_model(config: HfConfig) -> tuple[HfConfig, str]:
     text_type = MULTIMODAL.get(config.model_type)
     if text_type is None:
         return config, ""
+    given = config.get("text_config")
+    named = given.get("model_type") if isinstance(given, dict) else None
+    allowed = TEXT_MODELS.get(config.model_type, (text_type,))
+    if isinstance(named, str) and named in allowed:
+        text_type = named  # Mistral 3: a mistral or a ministral3 language model
+    elif named is not None:
+        raise SpecError([Problem(f"{config.path('text_config')}.model_type",
+                                 f"expected {' or '.join(repr(a) for a in allowed)} for "
+                                 f"model_type {config.model_type!r}, got {named!r}")],
+                        config.label)
     return (config.nested("text_config", text_type),
-            "; its language model only (text_config), without the vision tower")
+            "; its language model only (text_config), without the vision tower and its "
+            "projector: multimodal towers are out of scope")
 
 
 def _family(config: HfConfig) -> Family:
     family = FAMILIES.get(config.model_type)
+    mechanism = UNSUPPORTED_MECHANISMS.get(config.model_type)
+    if family is None and mechanism is None and isinstance(config.get("vision_config"), dict):
+        mechanism = VISION
+    if family is None and mechanism is not None:
+        raise SpecError([Problem("$.model_type", f"model_type {config.model_type!r} is not "
+                                 f"supported: llmpar does not model {mechanism}")],
+                        config.label)
     if family is None:
         supported = ", ".join(SUPPORTED_MODEL_TYPES)
         raise SpecError([Problem("$.model_type", f"unsupported model_type "

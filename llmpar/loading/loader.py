@@ -92,8 +92,7 @@ def _read_preset(
     try:
         return catalog.read(kind, name)
     except PresetNotFound as missing:
-        hint = did_you_mean(name, missing.known)
-        problems.append(Problem(path, f"no {kind[:-1]} preset named {name!r}{hint}"))
+        problems.append(Problem(path, missing.message()))
     except SpecError as error:
         problems += [Problem(path, f"preset {name!r} cannot be read: {problem}")
                      for problem in error.problems]

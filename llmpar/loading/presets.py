@@ -9,11 +9,15 @@ from typing import Any
 
 import attrs
 
+from llmpar.errors import did_you_mean
 from llmpar.loading.limits import plain_table, read_text
 from llmpar.loading.reader import parse_toml
 
 PRESET_KINDS = ("models", "gpus", "clusters", "optimizers", "frameworks", "examples",
                 "engines")
+ALIASED_KINDS = ("models", "gpus", "clusters", "optimizers", "frameworks", "engines")
+"""Kinds whose presets a short name may reach (see `alias_candidates`); an example spec is
+named in full, as a misspelt file name must not run some other spec."""
 PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 """What a preset name looks like: a file stem inside a preset folder, never a path (no
 `/`, no leading `.`), so that a name cannot reach a file outside the folders."""
@@ -31,13 +35,74 @@ def builtin_specs_dir() -> Path:
     return installed if installed.is_dir() else package.parent / "specs"
 
 
+SHOWN_CANDIDATES = 8
+"""Candidates an ambiguous short name's message lists at most."""
+
+
+def _plain(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _boundaries(name: str) -> set[int]:
+    """Lengths of the plain prefixes of `name` that a separator follows ("h100-sxm": 4)."""
+    ends, count = set(), 0
+    for ch in name:
+        if ch.isalnum():
+            count += 1
+        else:
+            ends.add(count)
+    return ends
+
+
+def alias_candidates(name: str, names: Iterable[str]) -> list[str]:
+    """The presets among `names` that the short name `name` stands for, sorted.
+
+    Case and separators ('-', '.', '_') do not count ("Llama3.1-70B" is llama-3.1-70b); a
+    name also stands for every preset it begins up to a separator ("h100" for h100-sxm and
+    h100-pcie, "qwen3-30b" for qwen3-30b-a3b, never "h10" for h100-sxm). A name that spells
+    a preset in full stands for that one only.
+    """
+    key = _plain(name)
+    if len(key) < 2:
+        return []
+    same = sorted(other for other in names if _plain(other) == key)
+    if same:
+        return same
+    return sorted(other for other in names
+                  if _plain(other).startswith(key) and len(key) in _boundaries(other))
+
+
 @attrs.frozen
 class PresetNotFound(Exception):
-    """No preset of `kind` is called `name`; `known` lists those that exist."""
+    """No preset of `kind` is called `name`; `known` lists those that exist and
+    `candidates` the presets the name could stand for (two or more: ambiguous)."""
 
     kind: str
     name: str
     known: tuple[str, ...]
+    candidates: tuple[str, ...] = ()
+
+    def message(self) -> str:
+        """What a SpecError says: the candidates of an ambiguous short name, else the
+        nearest names."""
+        what = f"no {self.kind[:-1]} preset named {self.name!r}"
+        if self.candidates:
+            listing = f"llmpar presets {self.kind}"
+            return f"{what}: {candidates_message(self.name, self.candidates, listing)}"
+        return f"{what}{did_you_mean(self.name, self.known)}"
+
+
+def candidates_message(name: str, candidates: Iterable[str], listing: str) -> str:
+    """"a short name of N presets; give one (did you mean 'x' or 'y'?)", the candidates
+    ranked as did-you-mean ranks names that start with the word: nearest in length first."""
+    key = len(_plain(name))
+    ranked = sorted(candidates, key=lambda other: (abs(len(_plain(other)) - key), other))
+    shown = ranked[:SHOWN_CANDIDATES]
+    listed = " or ".join(repr(other) for other in shown)
+    more = len(ranked) - len(shown)
+    if more:
+        listed += f" or {more} more (`{listing}`)"
+    return f"a short name of {len(ranked)} presets; give one (did you mean {listed}?)"
 
 
 @attrs.frozen
@@ -56,14 +121,28 @@ class PresetCatalog:
         return sorted(found)
 
     def path(self, kind: str, name: str) -> Path:
-        """The file of preset `name`; raises PresetNotFound."""
+        """The file of preset `name`, or of the one preset a short name stands for
+        (`alias_candidates`; models, GPUs, clusters and optimizers); raises PresetNotFound,
+        with the candidates when the short name stands for several."""
         if not is_preset_name(name):
             raise PresetNotFound(kind, name, tuple(self.names(kind)))
+        found = self._file(kind, name)
+        if found is not None:
+            return found
+        known = tuple(self.names(kind))
+        candidates = tuple(alias_candidates(name, known)) if kind in ALIASED_KINDS else ()
+        if len(candidates) == 1:
+            found = self._file(kind, candidates[0])
+            if found is not None:
+                return found
+        raise PresetNotFound(kind, name, known, candidates)
+
+    def _file(self, kind: str, name: str) -> Path | None:
         for folder in self.folders:
             candidate = folder / kind / f"{name}.toml"
             if candidate.is_file():
                 return candidate
-        raise PresetNotFound(kind, name, tuple(self.names(kind)))
+        return None
 
     def read(self, kind: str, name: str) -> dict[str, Any]:
         """The preset's table, with its `name` filled in from the file name."""
@@ -80,11 +159,12 @@ class PresetCatalog:
                 self._parsed[key] = table
         table = plain_table(table, str(path))  # a copy: callers change what they get
         if kind != "examples":
-            table.setdefault("name", name)
+            table.setdefault("name", path.stem)  # a short name reads as the preset's own
         return table
 
     def find(self, name: str) -> list[tuple[str, Path]]:
-        """Every (kind, path) of presets called `name`, across kinds."""
+        """Every (kind, path) of presets called `name` (or that it alone stands for),
+        across kinds."""
         hits = []
         for kind in PRESET_KINDS:
             try:

@@ -184,6 +184,11 @@ class Model:
     sliding_window_pattern: int | None = attrs.field(default=None, validator=v.positive)
     """With sliding_window: layer i (from 0) attends globally when (i + 1) is a multiple
     of it (Gemma 2: 2, Gemma 3: 6); None: every layer is windowed (Mistral)."""
+    attention_sinks: bool = False
+    """A learned logit per query head that joins every softmax as one more key without a
+    value (gpt-oss, transformers' GptOssAttention.sinks; Xiao et al. 2023, arXiv:2309.17453):
+    num_attention_heads parameters per layer, split with the heads; no cache, FLOPs of
+    O(s) per head, not counted."""
     attention_logit_softcapping: float | None = attrs.field(default=None, validator=v.positive)
     """Attention scores become c * tanh(scores / c) (Gemma 2: 50). No parameters."""
     final_logit_softcapping: float | None = attrs.field(default=None, validator=v.positive)

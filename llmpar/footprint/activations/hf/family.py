@@ -83,12 +83,12 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
 })
 """By transformers class, the names llmpar.hf writes into a model's source."""
 
-_CLASS = re.compile(r"transformers' (\w+)")
+CLASS_IN_SOURCE = re.compile(r"transformers' (\w+)")
 
 
 def family_of(model: Model) -> Family:
     """The family named by the model's source, else the one its fields describe."""
-    named = _CLASS.search(model.source or "")
+    named = CLASS_IN_SOURCE.search(model.source or "")
     if named and named.group(1) in FAMILIES:
         return FAMILIES[named.group(1)]
     if model.norm_placement == "post" and model.embedding_norm:

@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from llmpar.footprint.activations.common import ARCHITECTURE, require, sizes_of
+from llmpar.footprint.activations.common import (
+    ARCHITECTURE,
+    ActivationUnavailable,
+    require,
+    sizes_of,
+)
 from llmpar.footprint.activations.hf.attention import attention_tensors
 from llmpar.footprint.activations.hf.context import MEASURED, Context
-from llmpar.footprint.activations.hf.family import family_of
+from llmpar.footprint.activations.hf.family import CLASS_IN_SOURCE, FAMILIES, family_of
 from llmpar.footprint.activations.hf.mla import mla_tensors
 from llmpar.footprint.activations.hf.mlp import dense_mlp
 from llmpar.footprint.activations.hf.moe import moe_tensors
@@ -30,7 +35,7 @@ from llmpar.footprint.activations.hf.run import HfRun
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
 
 if TYPE_CHECKING:
-    from llmpar.spec import Spec
+    from llmpar.spec import Model, Spec
 
 
 def _norm(ctx: Context, label: str) -> list[SavedTensor]:
@@ -53,10 +58,26 @@ def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
     return _norm(ctx, "input norm") + attention + _norm(ctx, "post-attention norm") + mlp
 
 
+def unmeasured(model: Model, name: str) -> None:
+    """Raise ActivationUnavailable for a model whose transformers code was not measured:
+    a class its source names that FAMILIES lacks (gpt-oss, SmolLM3, OLMo 3, GLM-4.5,
+    ERNIE 4.5), or attention sinks (their eager softmax runs over one more column)."""
+    named = CLASS_IN_SOURCE.search(model.source or "")
+    if named and named.group(1) not in FAMILIES:
+        raise ActivationUnavailable(
+            f"{name}: what transformers' {named.group(1)} keeps for backward is not "
+            f"measured (validation/measure_hf.py); use 'fused' or 'korthikanti'")
+    if model.attention_sinks:
+        raise ActivationUnavailable(
+            f"{name}: attention sinks' saved tensors are not measured; use 'fused' or "
+            "'korthikanti'")
+
+
 def hf_inventory(spec: Spec, run: HfRun, name: str = "hf") -> ActivationInventory:
     """The inventory of `spec`'s model run by transformers the way `run` says."""
     require(spec, ARCHITECTURE, name)
     model = spec.model
+    unmeasured(model, name)
     ctx = Context(sizes=sizes_of(spec), model=model, run=run, family=family_of(model))
     groups = []
     if model.num_dense_layers:
