@@ -8,6 +8,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from validation_scripts import load_script
 
 import llmpar
 from llmpar.cli.calibrate import calibration_table
@@ -15,7 +16,6 @@ from llmpar.cli.main import main
 from llmpar.errors import SpecError
 from llmpar.loading.presets import builtin_specs_dir
 from llmpar.report.tables import render_text
-from tests.validation_scripts import load_script
 
 published = load_script("published_throughput")
 EXAMPLES = builtin_specs_dir() / "examples"
