@@ -61,6 +61,8 @@ OFFLOAD_SOURCE = ("ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840, Sec. 4) and 
                   "(Rajbhandari et al. 2021, arXiv:2104.07857, Sec. 6); per-parameter costs "
                   "from the strategies: ")
 ELEMENTWISE_PASSES = 4
+RERUN_PASSES = 2
+"""Passes over a recomputed tensor's bytes: its inputs read and it written again."""
 ADAM_STEP_PASSES = 2
 """The optimizer reads and writes its states and the weights once each, and reads the
 gradients (a fused Adam kernel, e.g. apex FusedAdam / torch `fused=True`)."""
@@ -408,8 +410,14 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
     matmul = hardware / n / rate * facts.slowest_stage_factor * busiest + shape_loss
-    passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
+    passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", RERUN_PASSES, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
+    if facts.rerun_tags:
+        # What recompute_modules rebuilds is written again and its inputs read again in
+        # the backward, the two passes full recomputation adds (memory-bound kernels:
+        # norms, activations, permutations).
+        elementwise = elementwise + (RERUN_PASSES * composition.split_bytes(facts.rerun_tags)
+                                     / stages * m)
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, facts.attention_hardware_flops_per_step / n / rate,
                               backward_share(facts, composition), m,
