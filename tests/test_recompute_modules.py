@@ -219,3 +219,28 @@ def test_shared_experts_needs_shared_experts():
         SESSION.evaluate(spec)
     spec["training"]["recompute_modules"] = ["core_attn", "moe", "moe_act"]
     assert SESSION.evaluate(spec).activations_bytes > 0
+
+
+def calls(plan: llmpar.Plan, name: str) -> float:
+    (found,) = [c.calls_per_step for c in plan.collectives if c.name == name]
+    return found
+
+
+def test_a_recomputed_block_reruns_the_collectives_inside_it():
+    # Megatron-Core's mlp and moe checkpoints wrap the whole block: under sequence
+    # parallelism its all-gather before fc1 and reduce-scatter after fc2 run again (and
+    # the MoE block's token dispatch and combine).
+    base = SESSION.evaluate(gpt3())
+    plan = SESSION.evaluate(gpt3("core_attn", "mlp"))
+    # All-gathers: 4 per layer and micro-batch (two forward, two backward), 5 with the
+    # MLP rerun; forward reduce-scatters: 2, then 3.
+    assert calls(plan, "sequence.all-gather") == pytest.approx(
+        calls(base, "sequence.all-gather") * 5 / 4)
+    assert calls(plan, "sequence.reduce-scatter") == pytest.approx(
+        calls(base, "sequence.reduce-scatter") * 3 / 2)
+    moe, moe_base = SESSION.evaluate(deepseek("core_attn", "moe")), SESSION.evaluate(deepseek())
+    # dispatch + combine forward and backward: 4, and 2 more in the rerun.
+    assert calls(moe, "expert.all-to-all") == pytest.approx(
+        calls(moe_base, "expert.all-to-all") * 6 / 4)
+    assert calls(SESSION.evaluate(deepseek("core_attn", "moe_act")), "expert.all-to-all") == (
+        calls(moe_base, "expert.all-to-all"))
