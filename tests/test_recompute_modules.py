@@ -18,6 +18,7 @@ from llmpar import SpecError
 from llmpar.evaluation.stages import recomputed
 from llmpar.footprint.baseline import baseline_footprint
 from llmpar.footprint.flops import mla_up_projection_weights
+from llmpar.testing.fast_form import disagreements
 
 SESSION = llmpar.Session(load_entry_points=False)
 PATH = "$.training.recompute_modules"
@@ -57,7 +58,8 @@ def training_examples() -> list[str]:
 def as_table(path: str, **training: Any) -> dict[str, Any]:
     with open(path, "rb") as file:
         table = tomllib.load(file)
-    table["training"] = {**table["training"], **training}
+    merged = {**table["training"], **training}
+    table["training"] = {key: value for key, value in merged.items() if value is not None}
     return table
 
 
@@ -65,7 +67,8 @@ def as_table(path: str, **training: Any) -> dict[str, Any]:
 def test_core_attn_alone_is_selective_recomputation_exactly(path):
     # Megatron-Core's default recompute_modules is ["core_attn"]: recompute = "selective"
     # keeps its meaning and every number with it.
-    selective = SESSION.evaluate(as_table(path, recompute="selective"))
+    selective = SESSION.evaluate(as_table(path, recompute="selective",
+                                          recompute_modules=None))
     named = SESSION.evaluate(as_table(path, recompute="selective",
                                       recompute_modules=["core_attn"]))
     assert numbers(named) == numbers(selective)
@@ -244,3 +247,39 @@ def test_a_recomputed_block_reruns_the_collectives_inside_it():
         calls(moe_base, "expert.all-to-all") * 6 / 4)
     assert calls(SESSION.evaluate(deepseek("core_attn", "moe_act")), "expert.all-to-all") == (
         calls(moe_base, "expert.all-to-all"))
+
+
+def concepts() -> str:
+    with open("docs/concepts.md", encoding="utf-8") as file:
+        return file.read()
+
+
+@pytest.mark.parametrize("modules", [None, ["core_attn", "layernorm"], ["core_attn", "mlp"],
+                                     ["core_attn", "layernorm", "mlp"]])
+def test_concepts_table_is_what_llmpar_computes(modules):
+    training = {} if modules is None else {"recompute_modules": modules}
+    plan = SESSION.evaluate(as_table("specs/examples/gpt3-175b-1024-a100.toml", **training))
+    label = "`selective` (= `[\"core_attn\"]`)" if modules is None else (
+        "`[" + ", ".join(f'"{m}"' for m in modules) + "]`")
+    row = (f"| {label} | {plan.activations_bytes / 1e9:.2f} | "
+           f"{plan.hardware_flops_per_step / plan.flops_per_step:.3f} | "
+           f"{plan.step_seconds:.2f} |")
+    assert row in concepts()
+
+
+def test_deepseek_example_recomputes_what_its_report_says():
+    path = "specs/examples/deepseek-v3-recompute-modules-h800.toml"
+    plan = SESSION.evaluate(path)
+    kept = SESSION.evaluate(as_table(path, recompute_modules=["core_attn"]))
+    assert f"{plan.activations_bytes / 1e9:.2f} GB of activations per GPU instead of " \
+           f"{kept.activations_bytes / 1e9:.2f} GB" in concepts().replace("\n  ", " ")
+
+
+@pytest.mark.parametrize("spec", [gpt3("core_attn", "layernorm", "mlp"),
+                                  deepseek("mla_up_proj", "moe", "layernorm")])
+def test_the_search_fast_form_agrees_and_keeps_modules_to_selective(spec):
+    # The search tries every recomputation mode; the modules go with "selective" only.
+    loaded = SESSION.load_spec(spec)
+    assert list(disagreements(SESSION, loaded)) == []
+    assert loaded.training.with_recompute("full").recompute_modules is None
+    assert loaded.training.with_recompute("selective") == loaded.training

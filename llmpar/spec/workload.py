@@ -192,6 +192,13 @@ class Training:
         "selective", none otherwise."""
         return self.selective_modules if self.recompute == "selective" else ()
 
+    def with_recompute(self, recompute: Recompute, **changes: object) -> Training:
+        """This table under another recomputation mode (the search's choice): the modules
+        `recompute_modules` names stay with selective recomputation only."""
+        modules = self.recompute_modules if recompute == "selective" else None
+        kept: dict[str, object] = {"recompute": recompute, "recompute_modules": modules}
+        return attrs.evolve(self, **kept, **changes)  # type: ignore[arg-type]
+
     @property
     def profile(self) -> Framework:
         """The framework profile in force: `framework`, else megatron-core's defaults."""
