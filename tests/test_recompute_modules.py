@@ -213,6 +213,13 @@ def test_bad_modules_name_the_key(training, expected):
     assert problem.path == PATH and expected in problem.message
 
 
+def test_mla_up_proj_needs_the_latents_in_the_inventory():
+    spec = deepseek("mla_up_proj")
+    spec["training"]["activation_model"] = "korthikanti"
+    with pytest.raises(SpecError, match="keeps no MLA latents"):
+        SESSION.evaluate(spec)
+
+
 def test_shared_experts_needs_shared_experts():
     spec = {"model": "mixtral-8x7b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
             "training": {"recompute": "selective", "activation_model": "fused",

@@ -163,6 +163,10 @@ def recompute_module_problems(spec: Spec) -> list[Problem]:
         "layernorm": (model.norm_placement == "post",
                       "a post-norm block keeps no norm output for the next linear"),
     }
+    if model.mla is not None and training.activation_model == "korthikanti":
+        # Its MLA attention lists no latents, from which the up-projections would rerun.
+        absent["mla_up_proj"] = (True, "activation model 'korthikanti' keeps no MLA latents "
+                                       "to rerun the up-projections from; use 'fused'")
     problems = []
     for module in dict.fromkeys(modules):
         missing, why = absent.get(module, (False, ""))

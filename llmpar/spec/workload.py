@@ -135,8 +135,9 @@ class Training:
     in the backward. Modules other than core_attn need activation_model "korthikanti" or
     "fused", whose tensors say which module keeps them, and must exist in the model (mlp
     needs dense layers, moe and moe_act MoE layers, shared_experts shared experts,
-    mla_up_proj MLA, layernorm a norm before attention and MLP): one that would
-    recompute nothing is an error. Default: Megatron-Core's, core_attn alone."""
+    mla_up_proj MLA and the fused model's latents, layernorm a norm before attention and
+    MLP): one that would recompute nothing is an error. Default: Megatron-Core's,
+    core_attn alone."""
     recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
     """With recompute = "full": recompute only the first N layers of each pipeline stage
     and keep every activation of the others (Megatron-LM's --recompute-method block

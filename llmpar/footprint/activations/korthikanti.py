@@ -112,6 +112,11 @@ def korthikanti(spec: Spec) -> ActivationInventory:
     GPT block gives the paper's number exactly. Outside the layers: token ids and
     the embedding dropout mask; the final norm's input, the output layer's input
     and fp32 logits for the loss (Megatron-LM `theoretical_memory_usage.py`).
+    Each tensor names the Megatron-Core module whose recomputation frees it
+    (`[training] recompute_modules`): the norm outputs layernorm, the MLP's inner
+    tensors mlp, the MoE block's moe (its experts' last projection inputs moe_act,
+    its shared experts shared_experts). MLA's latents are not listed, so mla_up_proj
+    has nothing to rerun from here.
     """
     require(spec, ("num_layers", "hidden_size", "num_attention_heads", "vocab_size",
                     "ffn_hidden_size"), "korthikanti")
