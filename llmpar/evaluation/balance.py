@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmpar.footprint.flops import BACKWARD_TO_FORWARD, mlp_matmul_weights, moe_matmul_weights
+from llmpar.footprint.flops import (
+    BACKWARD_TO_FORWARD,
+    mlp_matmul_weights,
+    module_rerun_weights,
+    moe_matmul_weights,
+)
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
@@ -24,7 +29,8 @@ TRAINING_PASSES = 1.0 + BACKWARD_TO_FORWARD
 def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float,
                  attention_share: float) -> float:
     """Hardware FLOPs of one dense (or MoE) layer for one token, per unit of 2 x sequence,
-    attention as its kernel executes it (`attention_share` of the s x s square)."""
+    attention as its kernel executes it (`attention_share` of the s x s square), with
+    the forward of the modules selective recomputation reruns."""
     model = spec.model
     if moe:
         block = moe_matmul_weights(model)
@@ -34,7 +40,9 @@ def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float,
     projections = attention_matmul_weights(model) + block
     s = spec.training.sequence_length
     scores = s * (model.query_width + model.attention_output_width) * attention_share
-    return (projections * (TRAINING_PASSES + rerun)
+    modules = spec.training.recomputed_modules
+    reruns = module_rerun_weights(model, modules, moe) if modules else 0
+    return (projections * (TRAINING_PASSES + rerun) + reruns
             + scores * (TRAINING_PASSES + rerun + attention_rerun))
 
 
@@ -47,7 +55,8 @@ def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float,
     assert model.hidden_size is not None and model.vocab_size is not None
     recompute = spec.training.recompute
     rerun = recomputed_fraction if recompute == "full" else 0.0
-    attention_rerun = TRAINING_PASSES if recompute == "selective" else 0.0
+    attention_rerun = (TRAINING_PASSES if recompute == "selective"
+                       and "core_attn" in spec.training.selective_modules else 0.0)
     head = model.hidden_size * model.vocab_size * TRAINING_PASSES
     dense_layer = (_layer_flops(spec, False, rerun, attention_rerun, attention_share)
                    if model.ffn_hidden_size is not None else 0.0)

@@ -23,7 +23,7 @@ from llmpar.finetune.footprint import backward_free_layers_of, frozen_layers_of
 from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.flops import executed_attention_share
-from llmpar.footprint.inventory import ActivationInventory
+from llmpar.footprint.inventory import ActivationInventory, freed_by
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
 
@@ -145,6 +145,10 @@ class TrainingFacts:
     (`[training] activation_offload_layers`); empty without offloading."""
     transit_tags: tuple[TagBytes, ...] = ()
     """One offloaded layer's unsplit bytes per kind: what is on its way at a time."""
+    rerun_tags: TagBytes = attrs.field(factory=dict)
+    """The whole unsplit inventory's tensors that `[training] recompute_modules` frees
+    (the attention scores aside), by tags: what their recomputation writes again in the
+    backward; empty without recompute_modules."""
 
 
 def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
@@ -175,6 +179,7 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
     return TrainingFacts(
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
         offloaded_tags=offloaded, transit_tags=transit,
+        rerun_tags=rerun_tags(spec, activations),
         inventory_bytes=0.0 if activations is None else activations.total_bytes,
         flops_per_step=flops, hardware_flops_per_step=hardware,
         executed_model_flops_per_step=hardware - rerun * global_batch,
@@ -192,6 +197,21 @@ def finetune_flops_per_sequence(footprint: Footprint) -> float:
     if tuned is None:
         return 0.0
     return tuned.adapter_flops_per_sequence - tuned.skipped_flops_per_sequence
+
+
+def rerun_tags(spec: Spec, inventory: ActivationInventory | None) -> dict[frozenset[str], float]:
+    """The bytes by tags of the tensors recompute_modules frees and rebuilds, attention
+    scores aside (recompute = "selective" alone counts no traffic for them)."""
+    modules = spec.training.recomputed_modules
+    if inventory is None or spec.training.recompute_modules is None or not modules:
+        return {}
+    found: dict[frozenset[str], float] = {}
+    for group in inventory.groups:
+        for tensor in group.tensors:
+            if not tensor.attention_score and freed_by(tensor, modules):
+                found[tensor.splits] = (found.get(tensor.splits, 0.0)
+                                        + group.count * tensor.bytes)
+    return found
 
 
 def attention_share(spec: Spec, footprint: Footprint) -> float:

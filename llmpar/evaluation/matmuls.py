@@ -33,7 +33,8 @@ The products, on one GPU, per micro-batch, along the whole pipeline:
 - once per model: the output layer.
 Each runs forward, and backward as the input gradient and the weight gradient (the
 same FLOPs and, to this accounting, the same bytes); full recomputation reruns the
-forward of the recomputed layers, selective recomputation the attention products.
+forward of the recomputed layers, selective recomputation the attention products (and
+the products of the modules `[training] recompute_modules` names).
 Bytes: A, B and C once, B in the weights' format when it is a weight.
 """
 
@@ -45,6 +46,7 @@ import attrs
 
 from llmpar.arrays import Value, logical_and, maximum, where
 from llmpar.dtypes import bytes_per_element
+from llmpar.footprint.inventory import MODULE_PARENTS
 from llmpar.roofline import Rates
 from llmpar.spec import Spec
 
@@ -92,6 +94,9 @@ class Product:
     """B is a weight matrix (else both operands are activations)."""
     layer: bool = True
     """Part of a layer (recomputation reruns it), not the output layer."""
+    module: str = ""
+    """The Megatron-Core module that reruns it under selective recomputation by module
+    (`[training] recompute_modules`: mlp, moe, shared_experts, mla_up_proj), or ""."""
 
 
 def _tokens(spec: Spec, shape: RankShape) -> Value:
@@ -111,17 +116,19 @@ def _attention(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> li
                 Product(name="attention output", m=tokens, n=h,
                         k=model.attention_output_width / t, count=layers)]
     found = []
+    up = "mla_up_proj"
     if mla.q_lora_rank is None:
-        found.append(Product(name="Q", m=tokens, n=a * mla.qk_head_dim / t, k=h, count=layers))
+        found.append(Product(name="Q", m=tokens, n=a * mla.qk_head_dim / t, k=h, count=layers,
+                             module=up))
     else:
         found += [Product(name="Q down", m=tokens, n=mla.q_lora_rank, k=h, count=layers),
                   Product(name="Q up", m=tokens, n=a * mla.qk_head_dim / t, k=mla.q_lora_rank,
-                          count=layers)]
+                          count=layers, module=up)]
     return found + [
         Product(name="KV down", m=tokens, n=mla.kv_lora_rank + mla.qk_rope_head_dim, k=h,
                 count=layers),
         Product(name="KV up", m=tokens, n=a * (mla.qk_nope_head_dim + mla.v_head_dim) / t,
-                k=mla.kv_lora_rank, count=layers),
+                k=mla.kv_lora_rank, count=layers, module=up),
         Product(name="attention output", m=tokens, n=h, k=a * mla.v_head_dim / t,
                 count=layers),
     ]
@@ -146,14 +153,14 @@ def _scores(spec: Spec, shape: RankShape, layers: float) -> list[Product]:
 
 
 def _mlp(spec: Spec, tokens: Value, width: float, t: int, count: float,
-         label: str, batch: float = 1.0) -> list[Product]:
+         label: str, module: str, batch: float = 1.0) -> list[Product]:
     model = spec.model
     assert model.hidden_size is not None
     up = (2 if model.gated else 1) * width / t
     return [Product(name=f"{label} up", m=tokens, n=up, k=model.hidden_size, count=count,
-                    batch=batch),
+                    batch=batch, module=module),
             Product(name=f"{label} down", m=tokens, n=model.hidden_size, k=width / t,
-                    count=count, batch=batch)]
+                    count=count, batch=batch, module=module)]
 
 
 def _moe(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> list[Product]:
@@ -166,13 +173,14 @@ def _moe(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> list[Pro
     per_expert = tokens * moe.experts_per_token * shape.expert / moe.num_experts * x / shape.tensor
     local = moe.num_experts / shape.expert
     found = [Product(name="router", m=tokens, n=moe.num_experts, k=model.hidden_size,
-                     count=layers)]
+                     count=layers, module="moe")]
     found += _mlp(spec, per_expert, moe.expert_ffn_hidden_size, x, local * layers,
-                  "expert", batch=local)  # grouped: one launch for a GPU's experts
+                  "expert", "moe", batch=local)  # grouped: one launch for a GPU's experts
     if moe.num_shared_experts:
         width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
                                           or moe.expert_ffn_hidden_size)
-        found += _mlp(spec, tokens, width, shape.tensor, layers, "shared expert")
+        found += _mlp(spec, tokens, width, shape.tensor, layers, "shared expert",
+                      "shared_experts")
     return found
 
 
@@ -188,7 +196,7 @@ def products(spec: Spec, shape: RankShape, materialized_scores: bool) -> list[Pr
     if model.num_dense_layers:
         assert model.ffn_hidden_size is not None
         found += _mlp(spec, tokens, model.ffn_hidden_size, shape.tensor,
-                      float(model.num_dense_layers), "mlp")
+                      float(model.num_dense_layers), "mlp", "mlp")
     if model.moe is not None and model.num_moe_layers:
         found += _moe(spec, shape, tokens, float(model.num_moe_layers))
     found.append(Product(name="output layer", m=tokens, n=model.vocab_size / shape.tensor,
@@ -237,31 +245,40 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: An
     if not spec.model.has_architecture:
         return 0.0
     total: Value = 0.0
+    modules = spec.training.selective_modules
     for product in products(spec, shape, materialized_scores):
         forward, backward = shape_seconds(product, spec, rates)
-        total = total + (forward * (1.0 + _reruns(product, recompute, recomputed_fraction))
+        total = total + (forward * (1.0 + _reruns(product, recompute, recomputed_fraction,
+                                                  modules))
                          + backward)
     if not materialized_scores:
-        total = total + _fused_attention_launches(spec, shape, recompute, recomputed_fraction) * (
+        total = total + _fused_attention_launches(spec, shape, recompute, recomputed_fraction,
+                                                  "core_attn" in modules) * (
             launch_seconds(spec, rates))
     return total
 
 
 def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
-                              recomputed_fraction: Any) -> Value:
+                              recomputed_fraction: Any, core_attention: bool) -> Value:
     """FlashAttention kernels of one micro-batch along the pipeline: one per layer and
     pass, and under ring context parallelism one per ring step (each step attends to the
-    chunk at hand; Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun."""
+    chunk at hand; Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun
+    (`core_attention`: selective recomputation reruns the attention)."""
     steps = shape.context_steps
     reruns = where(recompute == "full", recomputed_fraction,
-                   where(recompute == "selective", 1.0, 0.0))
+                   where(recompute == "selective", float(core_attention), 0.0))
     return (spec.model.num_layers or 0) * steps * (2.0 + reruns)
 
 
-def _reruns(product: Product, recompute: Any, recomputed_fraction: Any) -> Value:
+def _reruns(product: Product, recompute: Any, recomputed_fraction: Any,
+            modules: tuple[str, ...]) -> Value:
     """Extra forward passes recomputation makes of `product`: full recomputation reruns
     the recomputed share of the layers, selective recomputation the attention products
-    (Korthikanti et al. 2022, Sec. 5)."""
+    (core_attn: Korthikanti et al. 2022, Sec. 5) and the products of the other modules
+    it names (Megatron-Core's --recompute-modules)."""
     full = where(logical_and(recompute == "full", product.layer), recomputed_fraction, 0.0)
-    selective = where(logical_and(recompute == "selective", not product.weights), 1.0, 0.0)
+    rerun = ("core_attn" in modules if not product.weights
+             else bool(product.module) and (product.module in modules
+                                            or MODULE_PARENTS.get(product.module) in modules))
+    selective = where(logical_and(recompute == "selective", rerun), 1.0, 0.0)
     return full + selective

@@ -22,6 +22,7 @@ from llmpar.arrays import Value, largest, maximum, rounded, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
+from llmpar.evaluation.stages import recompute_modules_text
 from llmpar.finetune.states import StateCounts
 from llmpar.footprint.inventory import ActivationInventory, SavedTensor
 from llmpar.plan import Derivation, SavedTensorRow, StageMemory
@@ -197,7 +198,8 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
         found.append(Derivation(
             quantity="activations_bytes", value=peak.activations_bytes, unit="bytes",
             rule=("(stage layers' saved tensors + embedding/output tensors it holds) * "
-                  f"micro_batches_in_flight, after splits; recompute = {spec.training.recompute}"),
+                  f"micro_batches_in_flight, after splits; recompute = {spec.training.recompute}"
+                  + recompute_modules_text(spec)),
             source=inventory.source or f"activation model {inventory.model!r}",
             inputs={"layers": inventory.num_layers, "layers_bytes": layers,
                     "outside_layers_bytes": outside,

@@ -14,6 +14,7 @@ from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import (
     ActivationInventory,
     drop_attention_scores,
+    drop_recomputed_modules,
     keep_layer_inputs,
 )
 from llmpar.spec import Spec
@@ -64,16 +65,29 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
 
 
 def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
-    """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5)."""
+    """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5) and
+    `recompute_modules` (Megatron-Core's --recompute-modules)."""
     mode = spec.training.recompute
     if mode == "selective":
-        return drop_attention_scores(inventory)
+        modules = spec.training.recompute_modules
+        if modules is None:
+            return drop_attention_scores(inventory)
+        return drop_recomputed_modules(inventory, modules)
     if mode == "full":
         assert spec.model.hidden_size is not None
         return keep_layer_inputs(inventory, spec.training.micro_batch_size,
                                  spec.training.sequence_length, spec.model.hidden_size,
                                  bytes_per_element(spec.precision.activations))
     return inventory
+
+
+def recompute_modules_text(spec: Spec) -> str:
+    """For derivations: the modules selective recomputation drops, when named."""
+    modules = spec.training.recompute_modules
+    if modules is None or spec.training.recompute != "selective":
+        return ""
+    return (" (recompute_modules = " + ", ".join(modules) + ": each drops the tensors "
+            "saved inside it and keeps its input)")
 
 
 def recomputed_layers(spec: Spec, stage: Stage) -> int:

@@ -62,6 +62,8 @@ OFFLOAD_SOURCE = ("ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840, Sec. 4) and 
                   "(Rajbhandari et al. 2021, arXiv:2104.07857, Sec. 6); per-parameter costs "
                   "from the strategies: ")
 ELEMENTWISE_PASSES = 4
+RERUN_PASSES = 2
+"""Passes over a recomputed tensor's bytes: its inputs read and it written again."""
 ADAM_STEP_PASSES = 2
 """The optimizer reads and writes its states and the weights once each, and reads the
 gradients (a fused Adam kernel, e.g. apex FusedAdam / torch `fused=True`)."""
@@ -420,8 +422,14 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     products = (hardware / linear_rate if linear_rate == attention_rate
                 else (hardware - attention) / linear_rate + attention / attention_rate)
     matmul = products / n * facts.slowest_stage_factor * busiest + shape_loss
-    passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", 2, 0)
+    passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", RERUN_PASSES, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m
+    if facts.rerun_tags:
+        # What recompute_modules rebuilds is written again and its inputs read again in
+        # the backward, the two passes full recomputation adds (memory-bound kernels:
+        # norms, activations, permutations).
+        elementwise = elementwise + (RERUN_PASSES * composition.split_bytes(facts.rerun_tags)
+                                     / stages * m)
     if not (isinstance(dequantized_per_pass, float) and dequantized_per_pass == 0.0):
         # QLoRA dequantizes each base layer for the forward, the input-gradient products and
         # a recomputed forward, every micro-batch (llmpar.finetune.footprint).

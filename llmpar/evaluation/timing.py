@@ -5,7 +5,11 @@ from __future__ import annotations
 import attrs
 
 from llmpar.footprint.baseline import Footprint
-from llmpar.footprint.flops import BACKWARD_TO_FORWARD, six_nd_flops
+from llmpar.footprint.flops import (
+    BACKWARD_TO_FORWARD,
+    module_rerun_flops_per_sequence,
+    six_nd_flops,
+)
 from llmpar.plan import Derivation
 from llmpar.spec import Spec
 
@@ -34,7 +38,8 @@ class StepFlops:
 def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
                                  full_fraction: float = 1.0) -> float:
     """Hardware FLOPs recomputation adds to one sequence (attention as its kernel
-    executes it); `full_fraction` is the share of layers full recomputation reruns."""
+    executes it); `full_fraction` is the share of layers full recomputation reruns;
+    selective recomputation reruns the modules `[training] recompute_modules` names."""
     forward = footprint.forward_flops_per_sequence
     if forward is None:
         return 0.0
@@ -43,10 +48,18 @@ def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
         # (Narayanan et al. 2021, Eq. 3 with recomputation: 96 B s L h^2 (...)).
         return (forward.projections + forward.executed_attention) * full_fraction
     if spec.training.recompute == "selective":
-        # Reruns Q.K^T, softmax, dropout and scores.V; the paper counts it as doubling
-        # the attention term, s/(6h) -> s/(3h), which is 2.7% for GPT-3 175B
+        modules = spec.training.selective_modules
+        # core_attn reruns Q.K^T, softmax, dropout and scores.V; the paper counts it as
+        # doubling the attention term, s/(6h) -> s/(3h), which is 2.7% for GPT-3 175B
         # (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5).
-        return (1.0 + BACKWARD_TO_FORWARD) * forward.executed_attention
+        attention = ((1.0 + BACKWARD_TO_FORWARD) * forward.executed_attention
+                     if "core_attn" in modules else 0.0)
+        if spec.training.recompute_modules is None:
+            return attention
+        # The other modules rerun their forward products once (Megatron-Core's
+        # --recompute-modules: mlp, moe, shared_experts, mla_up_proj).
+        return attention + module_rerun_flops_per_sequence(
+            spec.model, spec.training.sequence_length, modules)
     return 0.0
 
 
@@ -80,12 +93,44 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
     executed = footprint.executed_train_flops_per_sequence()
     hardware = ((flops if executed is None else executed * global_batch)
                 + rerun * global_batch + extra_flops)
+    derivations: tuple[Derivation, ...] = (derivation,)
+    if training.recompute_modules is not None and training.recompute == "selective":
+        derivations += (module_rerun_derivation(spec, footprint, hardware, rerun,
+                                                global_batch),)
     return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
                      flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
                      hardware_flops_per_step=hardware,
                      attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
                          spec, footprint, full_fraction) * global_batch,
-                     derivations=(derivation,))
+                     derivations=derivations)
+
+
+def module_rerun_derivation(spec: Spec, footprint: Footprint, hardware: float,
+                            rerun_per_sequence: float, global_batch: int) -> Derivation:
+    """How the modules `recompute_modules` names add to the hardware FLOPs, module by
+    module (each alone: moe includes its shared experts)."""
+    modules = spec.training.selective_modules
+    forward = footprint.forward_flops_per_sequence
+    inputs: dict[str, float | int | str] = {"global_batch": global_batch,
+                                "rerun_per_sequence": rerun_per_sequence}
+    for module in modules:
+        if module == "core_attn":
+            attention = 0.0 if forward is None else forward.executed_attention
+            inputs["core_attn"] = (1.0 + BACKWARD_TO_FORWARD) * attention
+        else:
+            inputs[module] = module_rerun_flops_per_sequence(
+                spec.model, spec.training.sequence_length, (module,))
+    return Derivation(
+        quantity="hardware_flops_per_step", value=hardware, unit="FLOP",
+        rule=("executed model FLOPs + rerun_per_sequence * global_batch (+ strategies' "
+              "FLOPs); recompute_modules = " + ", ".join(modules) + ": core_attn reruns "
+              "the attention products (counted as the paper does, 3x their forward), "
+              "mlp/moe/shared_experts/mla_up_proj their forward products once, layernorm "
+              "and moe_act no product (a memory-bound pass in the step time)"),
+        source=("Megatron-Core --recompute-modules (transformer_config.py, "
+                "transformer_layer.py, moe_layer.py, multi_latent_attention.py); "
+                "Korthikanti et al. 2022 (arXiv:2205.05198), Sec. 5 for core_attn"),
+        inputs=inputs)
 
 
 def attention_hardware_flops_per_sequence(spec: Spec, footprint: Footprint,
@@ -95,8 +140,9 @@ def attention_hardware_flops_per_sequence(spec: Spec, footprint: Footprint,
     forward = footprint.forward_flops_per_sequence
     if forward is None:
         return 0.0
-    rerun = {"full": full_fraction, "selective": 1.0 + BACKWARD_TO_FORWARD}.get(
-        spec.training.recompute, 0.0)
+    selective = (1.0 + BACKWARD_TO_FORWARD
+                 if "core_attn" in spec.training.selective_modules else 0.0)
+    rerun = {"full": full_fraction, "selective": selective}.get(spec.training.recompute, 0.0)
     return (1.0 + BACKWARD_TO_FORWARD + rerun) * forward.executed_attention
 
 

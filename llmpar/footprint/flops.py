@@ -15,6 +15,7 @@ alone (`executed_attention_share`).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Literal
 
 import attrs
@@ -138,6 +139,57 @@ def moe_matmul_weights(model: Model) -> int:
     return (moe.experts_per_token * mlp_matmul_weights(model, moe.expert_ffn_hidden_size)
             + moe.num_shared_experts * mlp_matmul_weights(model, shared_width)
             + h * moe.num_experts + (h if moe.shared_expert_gate else 0))
+
+
+def mla_up_projection_weights(model: Model) -> int:
+    """MLA's query projection (its up-projection from the query latent, or the whole
+    projection without one) and key/value up-projection: what Megatron-Core's
+    mla_up_proj reruns (qkv_up_proj_and_rope_apply in multi_latent_attention.py)."""
+    mla = model.mla
+    assert mla is not None and model.hidden_size is not None
+    assert model.num_attention_heads is not None
+    a = model.num_attention_heads
+    query_in = model.hidden_size if mla.q_lora_rank is None else mla.q_lora_rank
+    return (query_in * a * mla.qk_head_dim
+            + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim))
+
+
+def module_rerun_weights(model: Model, modules: Collection[str], moe: bool) -> int:
+    """Matrix weights one token multiplies through again in one dense (`moe`: MoE) layer
+    when selective recomputation reruns `modules`' forward (Megatron-Core's
+    --recompute-modules): mlp the dense MLP, moe the MoE block (router, routed and shared
+    experts), shared_experts the shared experts alone (and their gate), mla_up_proj MLA's
+    up-projections. core_attn reruns attention products, not weights; layernorm and
+    moe_act are elementwise."""
+    total = 0
+    if "mla_up_proj" in modules and model.mla is not None:
+        total += mla_up_projection_weights(model)
+    if not moe:
+        if "mlp" in modules:
+            assert model.ffn_hidden_size is not None
+            total += mlp_matmul_weights(model, model.ffn_hidden_size)
+        return total
+    moe_config = model.moe
+    assert moe_config is not None and model.hidden_size is not None
+    if "moe" in modules:
+        return total + moe_matmul_weights(model)
+    if "shared_experts" in modules and moe_config.num_shared_experts:
+        width = moe_config.shared_expert_ffn_hidden_size or moe_config.expert_ffn_hidden_size
+        total += (moe_config.num_shared_experts * mlp_matmul_weights(model, width)
+                  + (model.hidden_size if moe_config.shared_expert_gate else 0))
+    return total
+
+
+def module_rerun_flops_per_sequence(model: Model, sequence_length: int,
+                                    modules: Collection[str]) -> float:
+    """Forward FLOPs of one sequence that rerunning `modules` adds, all layers: 2 FLOPs
+    per weight and token (`module_rerun_weights`)."""
+    if not modules:
+        return 0.0
+    weights = model.num_dense_layers * module_rerun_weights(model, modules, False)
+    if model.num_moe_layers:
+        weights += model.num_moe_layers * module_rerun_weights(model, modules, True)
+    return 2.0 * sequence_length * weights
 
 
 def active_matmul_weights(model: Model) -> int:

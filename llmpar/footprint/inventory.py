@@ -8,7 +8,7 @@ drop it, and a report can show which tensors dominate.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import attrs
 
@@ -36,6 +36,11 @@ class SavedTensor:
     """How many ways parallel strategies have split it."""
     placement: str = ""
     """Outside the layers: "embedding" or "head", the pipeline stage that keeps it."""
+    module: str = ""
+    """The Megatron-Core module whose recomputation frees it (`[training]
+    recompute_modules`): "layernorm", "mlp", "moe", "moe_act", "shared_experts",
+    "mla_up_proj"; "" when none does (a module's input, the residual stream). Attention
+    scores belong to "core_attn" by `attention_score`."""
 
     @property
     def elements(self) -> float:
@@ -132,6 +137,31 @@ def drop_attention_scores(inventory: ActivationInventory) -> ActivationInventory
     """
     return inventory.map_layers(
         lambda group: group.replace(tuple(t for t in group.tensors if not t.attention_score)))
+
+
+MODULE_PARENTS = {"moe_act": "moe", "shared_experts": "moe"}
+"""Modules inside another: recomputing the MoE block also frees its experts' activation
+outputs and its shared experts' tensors (Megatron-Core MoELayer checkpoints the router,
+the dispatch, the experts and the shared experts together)."""
+
+
+def freed_by(tensor: SavedTensor, modules: Collection[str]) -> bool:
+    """Whether recomputing `modules` frees `tensor`: core_attn the attention scores, any
+    other module the tensors tagged with it or with a module inside it."""
+    if tensor.attention_score:
+        return "core_attn" in modules
+    module = tensor.module
+    return bool(module) and (module in modules or MODULE_PARENTS.get(module) in modules)
+
+
+def drop_recomputed_modules(inventory: ActivationInventory,
+                            modules: Collection[str]) -> ActivationInventory:
+    """Selective recomputation by module (Megatron-Core's --recompute-modules): each
+    module keeps its input (a checkpoint, or a tensor kept anyway) and drops what it
+    saves inside, rebuilt in the backward. With core_attn alone this is
+    `drop_attention_scores`."""
+    return inventory.map_layers(lambda group: group.replace(
+        tuple(t for t in group.tensors if not freed_by(t, modules))))
 
 
 def keep_layer_inputs(

@@ -111,6 +111,8 @@ def training_problems(spec: Spec) -> list[Problem]:
     if training.activation_offload_layers is not None:
         problems += _activation_offload_problems(spec)
     problems += _product_format_problems(spec)
+    if training.recompute_modules is not None:
+        problems += recompute_module_problems(spec)
     goodput = training.goodput
     if goodput is not None and goodput.asynchronous and (
             spec.hardware.host_bandwidth_bytes_per_s is None):
@@ -134,6 +136,58 @@ def _product_format_problems(spec: Spec) -> list[Problem]:
                 f"GPU {gpu.name!r} states no peak for {dtype!r} products (peak_"
                 f"{math_format(dtype)}_flops_per_s); set it in [hardware.gpu] or pick a "
                 "format the GPU runs")))
+    return problems
+
+
+MODULE_TAGGED_ACTIVATION_MODELS = ("korthikanti", "fused")
+"""Activation models whose saved tensors name the module that keeps them."""
+
+
+def recompute_module_problems(spec: Spec) -> list[Problem]:
+    """recompute_modules needs selective recomputation (as Megatron-Core's
+    --recompute-modules needs --recompute-granularity selective), an activation model
+    that tags tensors by module, and a model that has each module: one that would
+    recompute nothing is an error, not a silent no-op. core_attn alone (the attention
+    scores) works with every activation model, as recompute = "selective" does."""
+    training, model, path = spec.training, spec.model, "$.training.recompute_modules"
+    modules = training.recompute_modules or ()
+    if training.recompute != "selective":
+        return [Problem(path, f"recomputes modules under recompute = 'selective' (Megatron-"
+                              f"Core's --recompute-granularity selective), got recompute = "
+                              f"{training.recompute!r}")]
+    others = [m for m in modules if m != "core_attn"]  # every model marks the scores
+    if not others:
+        return []
+    if not model.has_architecture:
+        return [Problem(path, f"{others[0]!r} needs the model's architecture (a model given "
+                              f"by its size has no modules)")]
+    if training.activation_model not in MODULE_TAGGED_ACTIVATION_MODELS:
+        listed = " or ".join(repr(m) for m in MODULE_TAGGED_ACTIVATION_MODELS)
+        return [Problem(path, f"{others[0]!r} needs activation_model {listed}, whose tensors "
+                              f"name the module that keeps them; got "
+                              f"{training.activation_model!r}")]
+    moe = model.moe
+    absent = {
+        "mla_up_proj": (model.mla is None, "the model has no MLA (no [model.mla])"),
+        "moe": (not model.num_moe_layers, "the model has no MoE layers"),
+        "moe_act": (not model.num_moe_layers, "the model has no MoE layers (the dense MLP's "
+                                              "activation is recomputed by 'mlp')"),
+        "shared_experts": (moe is None or not moe.num_shared_experts or not model.num_moe_layers,
+                           "the model has no shared experts"),
+        "mlp": (not model.num_dense_layers, "the model has no dense MLP layers (its MoE "
+                                            "blocks are recomputed by 'moe')"),
+        "layernorm": (model.norm_placement == "post",
+                      "a post-norm block keeps no norm output for the next linear"),
+    }
+    if model.mla is not None and training.activation_model == "korthikanti":
+        # Its MLA attention lists no latents, from which the up-projections would rerun.
+        absent["mla_up_proj"] = (True, "activation model 'korthikanti' keeps no MLA latents "
+                                       "to rerun the up-projections from; use 'fused'")
+    problems = []
+    for module in dict.fromkeys(modules):
+        missing, why = absent.get(module, (False, ""))
+        if missing:
+            problems.append(Problem(path, f"{module!r} recomputes nothing: {why}"))
     return problems
 
 

@@ -90,9 +90,8 @@ class SpecBuilder:
     def training(self, micro_batch_size: int, recompute: Recompute) -> Training:
         key = (micro_batch_size, recompute)
         if key not in self._training:
-            self._training[key] = attrs.evolve(self.spec.training,
-                                               micro_batch_size=micro_batch_size,
-                                               recompute=recompute)
+            self._training[key] = self.spec.training.with_recompute(
+                recompute, micro_batch_size=micro_batch_size)
         return self._training[key]
 
     def parallel(self, choice: Choice) -> dict[str, Any]:

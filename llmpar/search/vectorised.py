@@ -140,8 +140,8 @@ class FastPath:
         return self.cache.footprint(self.training(micro_batch_size, recompute))
 
     def training(self, micro_batch_size: int, recompute: Recompute) -> Spec:
-        training = attrs.evolve(self.spec.training, micro_batch_size=int(micro_batch_size),
-                                recompute=recompute)
+        training = self.spec.training.with_recompute(recompute,
+                                                     micro_batch_size=int(micro_batch_size))
         return attrs.evolve(self.spec, training=training, parallel={})
 
     def facts(self, grid: Grid, transforms: Sequence[Transform], layout: Layout) -> TrainingFacts:

@@ -7,12 +7,36 @@ from typing import Literal
 
 import attrs
 
+from llmpar.errors import did_you_mean
 from llmpar.spec import validators as v
 from llmpar.spec.framework import DEFAULT_FRAMEWORK, Framework
 from llmpar.spec.quantities import ByteRate, Count, Seconds
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE: tuple[Recompute, ...] = typing.get_args(Recompute)
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                          "shared_experts"]
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = typing.get_args(RecomputeModule)
+"""Megatron-Core's `recompute_modules` (megatron/core/transformer/transformer_config.py,
+core_r0.14): the submodules selective recomputation can rerun."""
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
+"""Megatron-Core's default: selective recomputation of the core attention alone."""
+
+
+def _recompute_modules(_instance: object, attribute: object,
+                       value: tuple[str, ...] | None) -> None:
+    """None, or a non-empty list of Megatron-Core's module names."""
+    name = getattr(attribute, "name", "recompute_modules")
+    if value is None:
+        return
+    if not value:
+        raise v.FieldError(name, "must list at least one module (leave it out for "
+                                 "Megatron-Core's default, core_attn alone)")
+    listed = ", ".join(repr(m) for m in RECOMPUTE_MODULES)
+    for item in value:
+        if item not in RECOMPUTE_MODULES:
+            raise v.FieldError(name, f"must list modules among {listed}, got {item!r}"
+                                     f"{did_you_mean(str(item), RECOMPUTE_MODULES)}")
 
 
 def _known_activation_model(instance: object, attribute: object, value: str) -> None:
@@ -111,7 +135,28 @@ class Training:
     hardware FLOPs: recomputation reruns work, and the HFU an mfu implies (mfu x hardware /
     model FLOPs) may not exceed 1; a higher one is an error naming the largest possible."""
     recompute: Recompute = attrs.field(default="none", validator=v.one_of(*RECOMPUTE))
-    """Activation recomputation: none, selective (attention scores) or full (whole layers)."""
+    """Activation recomputation: none, selective (attention scores, or the modules
+    `recompute_modules` names) or full (whole layers)."""
+    recompute_modules: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple),
+        validator=_recompute_modules)
+    """With recompute = "selective": the submodules to recompute, by Megatron-Core's names
+    (`--recompute-granularity selective --recompute-modules ...`): "core_attn" (the
+    attention scores and softmax: what recompute = "selective" alone drops), "layernorm"
+    (the outputs of the input and pre-MLP norms, kept for the next linear), "mlp" (the
+    dense MLP's inner tensors, from its input), "moe" (the whole MoE block's tensors:
+    router, permuted tokens, experts, shared experts), "moe_act" (the experts'
+    activation outputs, fc2's inputs), "shared_experts" (the shared experts' inner
+    tensors) and "mla_up_proj" (MLA's query, key and value, rerun from the latents).
+    Each drops what its recomputation frees and reruns its forward: the matrix products
+    of mlp, moe, shared_experts and mla_up_proj, the attention products of core_attn; the
+    elementwise layernorm and moe_act rerun no product, their tensors are written again
+    in the backward. Modules other than core_attn need activation_model "korthikanti" or
+    "fused", whose tensors say which module keeps them, and must exist in the model (mlp
+    needs dense layers, moe and moe_act MoE layers, shared_experts shared experts,
+    mla_up_proj MLA and the fused model's latents, layernorm a norm before attention and
+    MLP): one that would recompute nothing is an error. Default: Megatron-Core's,
+    core_attn alone."""
     recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
     """With recompute = "full": recompute only the first N layers of each pipeline stage
     and keep every activation of the others (Megatron-LM's --recompute-method block
@@ -153,6 +198,26 @@ class Training:
     goodput: Goodput | None = None
     """Checkpoints and interruptions over the whole run (`[training.goodput]`); without it
     the run's time counts its steps only."""
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules recompute = "selective" reruns: `recompute_modules`, or
+        Megatron-Core's default (core_attn alone)."""
+        modules = self.recompute_modules
+        return DEFAULT_RECOMPUTE_MODULES if modules is None else modules
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """The modules this run reruns: `selective_modules` under recompute =
+        "selective", none otherwise."""
+        return self.selective_modules if self.recompute == "selective" else ()
+
+    def with_recompute(self, recompute: Recompute, **changes: object) -> Training:
+        """This table under another recomputation mode (the search's choice): the modules
+        `recompute_modules` names stay with selective recomputation only."""
+        modules = self.recompute_modules if recompute == "selective" else None
+        kept: dict[str, object] = {"recompute": recompute, "recompute_modules": modules}
+        return attrs.evolve(self, **kept, **changes)  # type: ignore[arg-type]
 
     @property
     def profile(self) -> Framework:

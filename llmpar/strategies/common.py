@@ -28,7 +28,7 @@ __all__ = ["EXPERT_GROUPS", "EXPERT_TENSOR", "TENSOR_SPLIT_GROUPS", "backward_in
            "bytes_per_element", "data_context_stride", "expert_group_stride",
            "expert_tensor_degree", "forward_passes_per_micro_batch", "hidden_state_bytes",
            "layer_collective_calls", "layers_per_stage", "micro_batches_per_step",
-           "sequence_parallel"]
+           "recomputed_block_forwards", "sequence_parallel"]
 
 
 def micro_batches_per_step(spec: Spec, layout: Layout) -> Any:
@@ -70,12 +70,31 @@ def backward_input_gradient_calls(spec: Spec, layout: Layout) -> Any:
     return 2 * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
 
 
+def recomputed_block_forwards(spec: Spec, moe: bool) -> Any:
+    """Extra forward passes per micro-batch of one dense (`moe`: MoE) layer's MLP block
+    under selective recomputation by module: 1 when `[training] recompute_modules` names
+    mlp (moe), whose checkpoint wraps the whole block and so reruns the collectives
+    inside it (Megatron-Core transformer_layer.py and moe_layer.py), else 0."""
+    modules = spec.training.recompute_modules
+    if modules is None:
+        return 0
+    reruns = ("moe" if moe else "mlp") in modules
+    return where(spec.training.recompute == "selective", int(reruns), 0)
+
+
 def layer_collective_calls(spec: Spec, layout: Layout) -> Any:
     """Calls per step of a per-layer collective issued twice per forward pass (attention
     and MLP) and twice per backward pass: 4 per layer and micro-batch, 6 with full
-    recomputation (Narayanan et al. 2021, Sec. 3.2), over the layers of one stage."""
+    recomputation (Narayanan et al. 2021, Sec. 3.2), over the layers of one stage; one
+    more per layer whose MLP or MoE block selective recomputation reruns."""
     per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)
-    return per_micro_batch * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+    calls = per_micro_batch * layers_per_stage(spec, layout)
+    if spec.training.recompute_modules is not None and spec.model.num_layers:
+        model = spec.model
+        share = (model.num_dense_layers * recomputed_block_forwards(spec, False)
+                 + model.num_moe_layers * recomputed_block_forwards(spec, True))
+        calls = calls + share / layout.degree("pipeline")
+    return calls * micro_batches_per_step(spec, layout)
 
 
 def expert_tensor_degree(layout: Layout) -> int:

@@ -38,6 +38,7 @@ from llmpar.strategies.common import (
     forward_passes_per_micro_batch,
     hidden_state_bytes,
     micro_batches_per_step,
+    recomputed_block_forwards,
     sequence_parallel,
 )
 from llmpar.strategy import (
@@ -220,7 +221,10 @@ class ExpertParallel(Strategy[ExpertConfig]):
         tokens_bytes = (hidden_state_bytes(spec, layout) * copies
                         / where(sequence_parallel(layout), layout.degree("tensor"), 1))
         moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
-        per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)  # dispatch + combine
+        # dispatch + combine, forward and backward, and again in a recomputed forward
+        # (full recomputation; recompute_modules' moe reruns the dispatch in its checkpoint)
+        per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1
+                               + recomputed_block_forwards(spec, True))
         calls = per_micro_batch * moe_layers * micro_batches_per_step(spec, layout)
         m = micro_batches_per_step(spec, layout)
         overlapped: dict[str, Any] = {} if not config.overlap_a2a else dict(

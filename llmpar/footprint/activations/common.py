@@ -68,10 +68,12 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"
 
 def saved(name: str, reason: str, shape: tuple[tuple[str, int], ...], size: float,
           splits: frozenset[str],
-          attention_score: bool = False, placement: str = "") -> SavedTensor:
+          attention_score: bool = False, placement: str = "",
+          module: str = "") -> SavedTensor:
     """A SavedTensor, positionally: name, reason, shape, bytes per element, splits."""
     return SavedTensor(name=name, reason=reason, shape=shape, bytes_per_element=size,
-                       splits=splits, attention_score=attention_score, placement=placement)
+                       splits=splits, attention_score=attention_score, placement=placement,
+                       module=module)
 
 
 @attrs.frozen(kw_only=True)

@@ -24,6 +24,8 @@ Engine, torchtitan), tensor by tensor.
   boolean routing map per token and expert, the permuted token copies (b * s * k, no
   dropping), each copy's fc1 output and fc2 input, the expert output and the fp32
   routing weight kept to weight it.
+Each tensor names the Megatron-Core module whose recomputation frees it
+(`[training] recompute_modules`; `SavedTensor.module`).
 This is the right model for Megatron-Core/torchtitan-style training; the default
 activation model stays korthikanti.
 """
@@ -56,8 +58,8 @@ BOOL_BYTES = 1.0
 
 
 def _wide(sizes: Sizes, name: str, reason: str, symbol: str, width: int, size: float,
-          splits: frozenset[str]) -> SavedTensor:
-    return saved(name, reason, sizes.per_token(symbol, width), size, splits)
+          splits: frozenset[str], module: str = "") -> SavedTensor:
+    return saved(name, reason, sizes.per_token(symbol, width), size, splits, module=module)
 
 
 def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
@@ -73,14 +75,22 @@ def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
         for stat in stats]
 
 
-def _hidden(sizes: Sizes, name: str, reason: str) -> SavedTensor:
-    return _wide(sizes, name, reason, "h", sizes.h[1], sizes.d, OUTSIDE_TP)
+def _hidden(sizes: Sizes, name: str, reason: str, module: str = "") -> SavedTensor:
+    return _wide(sizes, name, reason, "h", sizes.h[1], sizes.d, OUTSIDE_TP, module)
+
+
+def _norm_output(model: Model) -> str:
+    """The module whose recomputation frees a block's norm outputs (the inputs of the
+    Q/K/V projections and of fc1): "layernorm" when a norm precedes attention and the
+    MLP (Megatron-Core's input_layernorm and pre_mlp_layernorm), else none."""
+    return "" if model.norm_placement == "post" else "layernorm"
 
 
 def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
     d = sizes.d
     assert model.num_kv_heads is not None
-    tensors = [_hidden(sizes, "attention input", "input of the Q/K/V projections")]
+    tensors = [_hidden(sizes, "attention input", "input of the Q/K/V projections",
+                       _norm_output(model))]
     if model.mla is not None:
         mla = model.mla
         if mla.q_lora_rank is not None:
@@ -103,12 +113,18 @@ def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
                          (("kv", model.num_kv_heads),) if per_head else ())
     value_width = model.value_width if model.mla is not None else model.kv_width
     lse = (sizes.b, sizes.a, sizes.s)
+    # MLA's query, key and value are its up-projections' outputs (with RoPE applied):
+    # Megatron-Core's mla_up_proj discards them after the attention kernel and reruns
+    # the up-projections from the latents in the backward (CheckpointWithoutOutput in
+    # multi_latent_attention.py).
+    up = "mla_up_proj" if model.mla is not None else ""
     return tensors + [
         _wide(sizes, "query", "kept by flash attention", "a*d_head", model.query_width, d,
-              INSIDE_TP),
-        _wide(sizes, "key", "kept by flash attention (no GQA expansion)", *key, d, INSIDE_TP),
+              INSIDE_TP, up),
+        _wide(sizes, "key", "kept by flash attention (no GQA expansion)", *key, d, INSIDE_TP,
+              up),
         _wide(sizes, "value", "kept by flash attention (no GQA expansion)",
-              key[0].replace("qk", "v").replace("head", "v"), value_width, d, INSIDE_TP),
+              key[0].replace("qk", "v").replace("head", "v"), value_width, d, INSIDE_TP, up),
         saved("log-sum-exp (fp32)", "kept by flash attention per head and query", lse,
               FP32_BYTES, INSIDE_TP),
         _wide(sizes, "attention output", "kept by flash attention; the output projection's "
@@ -117,17 +133,20 @@ def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
 
 
 def _mlp(sizes: Sizes, model: Model, tokens: tuple[tuple[str, int], ...], symbol: str,
-         width: int,
+         width: int, module: str, activation_module: str,
          label: str = "") -> list[SavedTensor]:
+    """fc1's output and fc2's input: `module` frees both, `activation_module` fc2's input
+    (the activation's output)."""
     shape = (*tokens, (symbol, width))
     if model.gated:
         first = saved(f"{label}fc1 output (gate and up)", "the fused SwiGLU's two inputs",
-                      (*tokens, ("2*" + symbol, 2 * width)), sizes.d, INSIDE_TP)
+                      (*tokens, ("2*" + symbol, 2 * width)), sizes.d, INSIDE_TP,
+                      module=module)
     else:
         first = saved(f"{label}fc1 output", "input of the activation", shape, sizes.d,
-                      INSIDE_TP)
+                      INSIDE_TP, module=module)
     return [first, saved(f"{label}fc2 input", "input of the second projection", shape,
-                         sizes.d, INSIDE_TP)]
+                         sizes.d, INSIDE_TP, module=activation_module)]
 
 
 def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
@@ -137,21 +156,23 @@ def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
     experts = ("E", moe.num_experts)
     tensors = [
         saved("router probabilities (fp32)", "kept by the router's softmax or sigmoid",
-              (*sizes.tokens, experts), FP32_BYTES, OUTSIDE_TP),
+              (*sizes.tokens, experts), FP32_BYTES, OUTSIDE_TP, module="moe"),
         saved("routing map (bool)", "which experts each token goes to",
-              (*sizes.tokens, experts), BOOL_BYTES, OUTSIDE_TP),
+              (*sizes.tokens, experts), BOOL_BYTES, OUTSIDE_TP, module="moe"),
         saved("permuted tokens", "expert inputs after the fused permutation",
-              (*routed, sizes.h), sizes.d, OUTSIDE_TP),
-        *_mlp(sizes, model, routed, "ffn_e", moe.expert_ffn_hidden_size, "expert "),
+              (*routed, sizes.h), sizes.d, OUTSIDE_TP, module="moe"),
+        *_mlp(sizes, model, routed, "ffn_e", moe.expert_ffn_hidden_size, "moe", "moe_act",
+              "expert "),
         saved("expert output", "kept by the unpermutation to weight it",
-              (*routed, sizes.h), sizes.d, OUTSIDE_TP),
+              (*routed, sizes.h), sizes.d, OUTSIDE_TP, module="moe"),
         saved("routing weights (fp32)", "kept by the unpermutation", routed, FP32_BYTES,
-              OUTSIDE_TP),
+              OUTSIDE_TP, module="moe"),
     ]
     if moe.num_shared_experts:
         width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
                                           or moe.expert_ffn_hidden_size)
-        tensors += _mlp(sizes, model, sizes.tokens, "n_s*ffn_s", width, "shared expert ")
+        tensors += _mlp(sizes, model, sizes.tokens, "n_s*ffn_s", width, "shared_experts",
+                        "shared_experts", "shared expert ")
     return tensors
 
 
@@ -160,8 +181,9 @@ def _layer(sizes: Sizes, model: Model, moe: bool) -> list[SavedTensor]:
     if moe:
         mlp = _moe(sizes, model)
     else:
-        mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size)
-    mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)")] + mlp
+        mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
+    mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)",
+                   _norm_output(model))] + mlp
     attention = _attention(sizes, model)
     if model.norm_placement == "sandwich":
         return (_norm(sizes, model, "input norm") + attention

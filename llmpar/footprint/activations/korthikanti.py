@@ -41,7 +41,8 @@ def _attention_tensors(spec: Spec, d: float) -> list[SavedTensor]:
     score = (b, a, s, ("s", training.sequence_length))
     return [
         saved("attention norm input", "input of the first norm", (b, s, h), d, OUTSIDE_TP),
-        saved("qkv input", "input of the Q/K/V projections", (b, s, h), d, OUTSIDE_TP),
+        saved("qkv input", "input of the Q/K/V projections", (b, s, h), d, OUTSIDE_TP,
+              module="layernorm"),
         saved("query", "operand of Q.K^T", (b, s, q), d, INSIDE_TP),
         saved("key", "operand of Q.K^T", (b, s, kv), d, INSIDE_TP),
         saved("softmax output", "needed by the softmax backward", score, d, INSIDE_TP, True),
@@ -54,26 +55,28 @@ def _attention_tensors(spec: Spec, d: float) -> list[SavedTensor]:
         saved("attention residual dropout mask", "dropout after attention", (b, s, h),
               MASK_BYTES, OUTSIDE_TP),
         saved("mlp norm input", "input of the second norm", (b, s, h), d, OUTSIDE_TP),
-        saved("mlp input", "input of the first MLP projection", (b, s, h), d, OUTSIDE_TP),
+        saved("mlp input", "input of the first MLP projection", (b, s, h), d, OUTSIDE_TP,
+              module="layernorm"),
     ]
 
 
 def _mlp_tensors(spec: Spec, d: float, tokens: tuple[tuple[str, int], ...], width: tuple[str, int],
-                 label: str) -> list[SavedTensor]:
+                 label: str, module: str, activation_module: str) -> list[SavedTensor]:
     """Korthikanti et al. 2022, Sec. 4.1, MLP: the activation's input and the last
     projection's input (8sbh + 8sbh for a 4h GELU MLP); a gated MLP keeps the gate
-    and up outputs and the gated product."""
+    and up outputs and the gated product. `module` frees them all, `activation_module`
+    the activation's output (the last projection's input)."""
     shape = (*tokens, width)
     if spec.model.gated:
         kept = [saved(f"{label}gate output", "input of the activation function", shape, d,
-                      INSIDE_TP),
+                      INSIDE_TP, module=module),
                 saved(f"{label}up output", "operand of the gating product", shape, d,
-                      INSIDE_TP)]
+                      INSIDE_TP, module=module)]
     else:
         kept = [saved(f"{label}activation input", "input of the activation function", shape,
-                      d, INSIDE_TP)]
+                      d, INSIDE_TP, module=module)]
     return kept + [saved(f"{label}down projection input", "input of the last MLP projection",
-                         shape, d, INSIDE_TP)]
+                         shape, d, INSIDE_TP, module=activation_module)]
 
 
 def _moe_tensors(spec: Spec, d: float) -> list[SavedTensor]:
@@ -86,15 +89,17 @@ def _moe_tensors(spec: Spec, d: float) -> list[SavedTensor]:
     routed = (b, s, ("k", moe.experts_per_token))
     tensors = [
         saved("router logits", "input of the router softmax", (b, s, ("E", moe.num_experts)),
-              d, OUTSIDE_TP),
+              d, OUTSIDE_TP, module="moe"),
         saved("dispatched tokens", "expert inputs after the token permutation",
-              (*routed, ("h", model.hidden_size)), d, OUTSIDE_TP),
+              (*routed, ("h", model.hidden_size)), d, OUTSIDE_TP, module="moe"),
     ]
-    tensors += _mlp_tensors(spec, d, routed, ("ffn_e", moe.expert_ffn_hidden_size), "expert ")
+    tensors += _mlp_tensors(spec, d, routed, ("ffn_e", moe.expert_ffn_hidden_size), "expert ",
+                            "moe", "moe_act")
     if moe.num_shared_experts:
         width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
                                           or moe.expert_ffn_hidden_size)
-        tensors += _mlp_tensors(spec, d, (b, s), ("n_s*ffn_s", width), "shared expert ")
+        tensors += _mlp_tensors(spec, d, (b, s), ("n_s*ffn_s", width), "shared expert ",
+                                "shared_experts", "shared_experts")
     return tensors
 
 
@@ -107,6 +112,11 @@ def korthikanti(spec: Spec) -> ActivationInventory:
     GPT block gives the paper's number exactly. Outside the layers: token ids and
     the embedding dropout mask; the final norm's input, the output layer's input
     and fp32 logits for the loss (Megatron-LM `theoretical_memory_usage.py`).
+    Each tensor names the Megatron-Core module whose recomputation frees it
+    (`[training] recompute_modules`): the norm outputs layernorm, the MLP's inner
+    tensors mlp, the MoE block's moe (its experts' last projection inputs moe_act,
+    its shared experts shared_experts). MLA's latents are not listed, so mla_up_proj
+    has nothing to rerun from here.
     """
     require(spec, ("num_layers", "hidden_size", "num_attention_heads", "vocab_size",
                     "ffn_hidden_size"), "korthikanti")
@@ -121,7 +131,8 @@ def korthikanti(spec: Spec) -> ActivationInventory:
     attention = _attention_tensors(spec, d)
     groups = []
     if model.num_dense_layers:
-        dense = attention + _mlp_tensors(spec, d, (b, s), ("ffn", model.ffn_hidden_size), "")
+        dense = attention + _mlp_tensors(spec, d, (b, s), ("ffn", model.ffn_hidden_size), "",
+                                         "mlp", "mlp")
         groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
                                  tensors=(*dense, residual_mask)))
     if model.num_moe_layers:
