@@ -25,7 +25,7 @@ class Composition:
         self.copies = [c for t in self.transforms for c in t.copies]
         self.offloads = [o for t in self.transforms for o in t.offloads]
         self.host_work = [w for t in self.transforms for w in t.host_work]
-        self._divisors: dict[tuple[str, str | None], dict[str, Value]] = {}
+        self._divisors: dict[tuple[str, str, str | None], Value] = {}
         self._tags: dict[str, Value] = {}
         for transform in self.transforms:
             for split in transform.activation_splits:
@@ -34,13 +34,10 @@ class Composition:
     def divisor(self, component: str, group: str, without: str | None = None) -> Value:
         """What `component` of `group` is divided by on one GPU: the product of the
         divisors of every shard that applies (but those of strategy `without`)."""
-        found = self._divisors_of(component, without).get(group)
-        return self._compute(component, group, without) if found is None else found
-
-    def _divisors_of(self, component: str, without: str | None) -> dict[str, Value]:
-        found = self._divisors.get((component, without))
-        if found is None:
-            found = self._divisors[(component, without)] = {}
+        key = (component, group, without)
+        found = self._divisors.get(key)
+        if found is None:  # asked many times per evaluation: computed once per key
+            found = self._divisors[key] = self._compute(component, group, without)
         return found
 
     def _compute(self, component: str, group: str, without: str | None) -> Value:
@@ -49,7 +46,6 @@ class Composition:
             if shard.component == component and strategy != without and (
                     shard.applies_to(group)):
                 found = found * shard.divisor
-        self._divisors_of(component, without)[group] = found
         return found
 
     def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
