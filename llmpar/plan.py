@@ -19,6 +19,8 @@ from llmpar.plan_records import (
     CollectiveCost,
     Derivation,
     InferencePhase,
+    LiveBuffer,
+    MemoryPeak,
     RunGoodput,
     SavedTensorRow,
     StageMemory,
@@ -28,9 +30,9 @@ from llmpar.plan_records import (
 PLAN_SCHEMA_VERSION = 1
 """Version of the Plan's field names and meanings (`to_dict()` carries it)."""
 
-__all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase", "Plan",
-           "RunGoodput", "SavedTensorRow", "ServingPool", "StageMemory", "StrategyNote",
-           "TrainingPart"]
+__all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase",
+           "LiveBuffer", "MemoryPeak", "Plan", "RunGoodput", "SavedTensorRow",
+           "ServingPool", "StageMemory", "StrategyNote", "TrainingPart"]
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +107,10 @@ class TrainingPart:
     host_overhead_seconds: float = 0.0
     """The framework profile's exposed host time in one step: per micro-batch and per
     step (its per-launch overhead is part of compute_seconds)."""
+    memory_peak: MemoryPeak | None = None
+    """The step's memory peak with its transient buffers, and the allocator's and the
+    device's numbers (`llmpar.evaluation.peak`); `total_bytes` and `fits` keep their
+    schema-1 meaning (the steady-state sum). None without an activation estimate."""
 
 
 @attrs.frozen(kw_only=True)

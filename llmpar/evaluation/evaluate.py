@@ -16,7 +16,7 @@ import attrs
 
 from llmpar.dtypes import bytes_per_element
 from llmpar.errors import PluginError
-from llmpar.evaluation.cache import EvaluationCache
+from llmpar.evaluation.cache import EvaluationCache, layers_of
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import (
     StageKinds,
@@ -34,6 +34,7 @@ from llmpar.evaluation.memory import (
     tensor_rows,
 )
 from llmpar.evaluation.offload import host_memory_warning
+from llmpar.evaluation.peak import MemoryMoment, kinds_transients, memory_peak, step_timeline
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
@@ -41,7 +42,16 @@ from llmpar.evaluation.timing import run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
 from llmpar.footprint.baseline import Footprint, baseline_footprint
-from llmpar.plan import Derivation, Plan, StrategyNote, TrainingPart
+from llmpar.plan import (
+    CollectiveCost,
+    Derivation,
+    MemoryPeak,
+    Plan,
+    SavedTensorRow,
+    StageMemory,
+    StrategyNote,
+    TrainingPart,
+)
 from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
@@ -190,6 +200,12 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
                             time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
+    peak_memory: MemoryPeak | None = None
+    peak_derivations: tuple[Derivation, ...] = ()
+    if footprint.activations is not None:
+        peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records,
+                                                     {peak.stage: rows}, time.collectives,
+                                                     cache)
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -216,7 +232,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         host_overhead_seconds=time.host_overhead_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families())),
-        goodput=goodput)
+        goodput=goodput, memory_peak=peak_memory)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
@@ -231,11 +247,46 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
         derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows)
-                     + (_total_rule(peak, capacity), capacity_rule(spec))
+                     + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
                      + _host_rules(spec, host_bytes, transforms)
                      + flops.derivations + time.derivations + run.derivations
                      + goodput_derivations),
     )
+
+
+def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
+                 records: Sequence[StageMemory], rows_of: Mapping[int, Sequence[SavedTensorRow]],
+                 collectives: Sequence[CollectiveCost], cache: EvaluationCache | None
+                 ) -> tuple[MemoryPeak, tuple[Derivation, ...]]:
+    inventory = footprint.activations
+    assert inventory is not None
+
+    def compute() -> tuple[MemoryPeak, tuple[Derivation, ...]]:
+        return memory_peak(spec, footprint, core.composition, core.stages, core.kinds,
+                           records, core.parameters, rows_of, collectives,
+                           inventory.source or f"activation model {inventory.model!r}")
+
+    if cache is None:
+        return compute()
+    key = (cache.footprint_key(spec), spec.optimizer, layers_of(core.stages), tuple(records),
+           core.composition.tag_key(), tuple(rows_of.items()),
+           frozenset(c.strategy for c in collectives if c.group_size > 1))
+    return cache.memory_peak(key, compute)
+
+
+def memory_timeline(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
+                    cache: EvaluationCache | None = None) -> tuple[MemoryMoment, ...]:
+    """Every stage's allocated memory at each modelled moment of one step (the data of
+    `llmpar plot timeline`); empty without an activation estimate."""
+    footprint = baseline_footprint(spec) if cache is None else cache.footprint(spec)
+    if footprint.activations is None:
+        return ()
+    transforms = transforms_of(spec, footprint, layout, strategies)
+    core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
+    records, _ = stage_records(core.memory, core.stages, core.kinds)
+    transients = kinds_transients(spec, footprint, core.composition, core.kinds, records,
+                                  core.parameters)
+    return step_timeline(core.stages, core.kinds, records, transients)
 
 
 def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,
@@ -310,4 +361,4 @@ def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
 
 
 __all__ = ["Evaluation", "MemoryCore", "TimeCore", "build_plan", "evaluate_core",
-           "global_batch_of", "score", "structure_of", "transforms_of"]
+           "global_batch_of", "memory_timeline", "score", "structure_of", "transforms_of"]
