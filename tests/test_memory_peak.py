@@ -196,3 +196,36 @@ def test_plan_json_round_trips_the_peak():
     stages = {m.stage for m in llmpar.Session().memory_timeline(
         "specs/examples/llama-3-70b-tp8-pp4-cp2.toml")}
     assert stages == {s.stage for s in plan.stages}
+
+
+def test_timeline_series_is_step_order_and_peaks_at_the_plan_peak():
+    from llmpar.plot import TIMELINE_MOMENTS, timeline_series
+
+    session = llmpar.Session()
+    moments = session.memory_timeline("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    plan = session.evaluate("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    series = timeline_series(moments)
+    assert sorted(series) == [s.stage for s in plan.stages]
+    for points in series.values():
+        assert [x for x, _ in points] == sorted(x for x, _ in points)
+        assert points[0][0] == TIMELINE_MOMENTS.index("start")
+    top = max(y for points in series.values() for _, y in points)
+    assert top * 2**30 == pytest.approx(plan.training.memory_peak.allocated_bytes)
+
+
+def test_timeline_figure_marks_the_peak(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from llmpar.cli.main import main
+
+    out = tmp_path / "timeline.png"
+    assert main(["plot", "timeline", "specs/examples/llama-3-70b-tp8-pp4-cp2.toml",
+                 "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    from llmpar.plot import timeline_figure
+
+    session = llmpar.Session()
+    plan = session.evaluate("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    figure = timeline_figure(session.memory_timeline(
+        "specs/examples/llama-3-70b-tp8-pp4-cp2.toml"), plan, "t")
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert any(plan.training.memory_peak.moment in text for text in texts)
