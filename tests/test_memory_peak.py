@@ -3,6 +3,9 @@ moments per stage, the allocator's rounding and NCCL's buffers."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -229,3 +232,55 @@ def test_timeline_figure_marks_the_peak(tmp_path, capsys):
         "specs/examples/llama-3-70b-tp8-pp4-cp2.toml"), plan, "t")
     texts = [t.get_text() for t in figure.axes[0].texts]
     assert any(plan.training.memory_peak.moment in text for text in texts)
+
+
+MEASURED = Path(__file__).resolve().parent.parent / "validation" / "data" / "memory_peak.json"
+
+
+def _measured_runs() -> list[dict]:
+    return json.loads(MEASURED.read_text())["runs"]
+
+
+def _measured_spec(run: dict) -> dict:
+    """The configuration validation/measure_peak.py trains: bf16 weights, gradients and
+    AdamW states (torch.optim.AdamW keeps its states in the parameters' dtype),
+    transformers' loss, foreach optimizer step: the hf-trainer profile."""
+    from llmpar.hf.importer import model_table_from_hf
+
+    config = json.loads(MEASURED.read_text())["config"]
+    return {"model": model_table_from_hf(config), "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+            "precision": {"weights": "bf16", "gradients": "bf16", "activations": "bf16"},
+            "optimizer": {"name": "adamw-bf16-states", "states": [
+                {"name": "momentum", "dtype": "bf16"}, {"name": "variance", "dtype": "bf16"}]},
+            "training": {"sequence_length": run["sequence_length"],
+                         "micro_batch_size": run["micro_batch_size"],
+                         "global_batch_size": run["micro_batch_size"] * run["micro_batches"],
+                         "recompute": run["recompute"], "framework": "hf-trainer",
+                         "tokens": 1e9}}
+
+
+@pytest.mark.parametrize("run", _measured_runs(), ids=lambda r: (
+    f"b{r['micro_batch_size']}-s{r['sequence_length']}-{r['recompute']}-"
+    f"m{r['micro_batches']}"))
+def test_allocated_peak_matches_the_measured_step(run):
+    """Measured with validation/measure_peak.py (torch 2.13.0 CPU, transformers 5.24.0:
+    live tensor storages after every operator of the second step). With gradient
+    accumulation the gradients are alive through the second micro-batch's loss backward
+    and llmpar's peak is the measured one within 0.5% (measured: under 0.01%; what is
+    left is scalars and the probe's view of kernel outputs). With one micro-batch per step
+    zero_grad(set_to_none=True) has freed the gradients before the loss's backward, which
+    llmpar's steady state keeps (so that the peak is never below `total_bytes`): then the
+    prediction is high by exactly the gradients (+6.9% and +7.5% here), inside the issue's
+    8% worst case."""
+    plan = llmpar.evaluate(_measured_spec(run))
+    peak = plan.training.memory_peak
+    measured = run["peak_allocated_bytes"]
+    assert peak.moment == "loss backward"
+    assert run["peak_phase"] == f"backward {run['micro_batches'] - 1}"
+    error = peak.allocated_bytes / measured - 1
+    if run["micro_batches"] > 1:
+        assert abs(error) < 0.005, error
+    else:
+        assert (peak.allocated_bytes - plan.gradients_bytes) / measured - 1 == pytest.approx(
+            0, abs=0.005)
+        assert 0 < error < 0.08, error
