@@ -93,10 +93,9 @@ def test_torch_cross_entropy_backward_holds_three_fp32_copies_of_the_logits():
     log-probabilities, the fp32 gradient nll_loss_backward allocates and the fp32
     gradient _log_softmax_backward_data allocates are alive together: 12 bytes per
     token and vocabulary entry, of which the activation model already keeps its loss
-    tensor. Hand-check on Llama-3-8B, 128K tokens, context parallelism 8, torchtitan."""
-    plan = llmpar.evaluate("specs/examples/llama-3-8b-cp8-a100.toml", {
-        "training.framework": "torchtitan", "training.sequence_length": 131072,
-        "training.recompute": "full"})
+    tensor. Hand-check on the shipped example: Llama-3-8B, 128K tokens, context
+    parallelism 8, full recomputation, torchtitan."""
+    plan = llmpar.evaluate("specs/examples/llama-3-8b-128k-torchtitan.toml")
     peak = plan.training.memory_peak
     assert peak.moment == "loss backward"
     tokens, vocab = 131072 // 8, 128256
