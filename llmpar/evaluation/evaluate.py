@@ -34,7 +34,13 @@ from llmpar.evaluation.memory import (
     tensor_rows,
 )
 from llmpar.evaluation.offload import host_memory_warning
-from llmpar.evaluation.peak import MemoryMoment, kinds_transients, memory_peak, step_timeline
+from llmpar.evaluation.peak import (
+    MemoryMoment,
+    kinds_transients,
+    memory_peak,
+    peak_candidates,
+    step_timeline,
+)
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
@@ -268,8 +274,13 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
 
     if cache is None:
         return compute()
-    key = (cache.footprint_key(spec), spec.optimizer, layers_of(core.stages), tuple(records),
-           core.composition.tag_key(), tuple(rows_of.items()),
+    # what memory_peak reads of the stages: each kind's first stage and its peak candidate
+    read = {i for members in core.kinds.members for i in members[:1]} | set(
+        peak_candidates(core.kinds, records))
+    key = (cache.footprint_key(spec), spec.optimizer, layers_of(core.stages),
+           tuple(records[i] for i in sorted(read)),
+           # the rows follow from the footprint, the stage and the splits
+           core.composition.tag_key(), tuple(rows_of),
            frozenset(c.strategy for c in collectives if c.group_size > 1))
     return cache.memory_peak(key, compute)
 

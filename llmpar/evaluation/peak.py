@@ -413,6 +413,14 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, records: Sequence[
                  for moment, size, _ in _stage_moments(record, transients[kind]))
 
 
+def peak_candidates(kinds: StageKinds, records: Sequence[StageMemory]) -> tuple[int, ...]:
+    """Per kind of stage, the stage with the most micro-batches in flight (the first of
+    them): it reaches the kind's largest moments (the moments without activations are
+    the same on every stage of a kind)."""
+    return tuple(max(members, key=lambda i: (records[i].micro_batches_in_flight, -i))
+                 for members in kinds.members)
+
+
 def memory_peak(spec: Spec, footprint: Footprint, composition: Composition,
                 stages: Sequence[Stage], kinds: StageKinds, records: Sequence[StageMemory],
                 parameters: Sequence[Mapping[str, float]],
@@ -420,14 +428,11 @@ def memory_peak(spec: Spec, footprint: Footprint, composition: Composition,
                 collectives: Sequence[CollectiveCost],
                 activation_source: str) -> tuple[MemoryPeak, tuple[Derivation, ...]]:
     """The step's memory peak over every stage; `rows_of` maps a stage index to its saved
-    tensors (one micro-batch, after splits) where known. Of a kind's stages the one with
-    the most micro-batches in flight reaches the kind's largest moments (the moments
-    without activations are the same on all of them), so one stage per kind is
-    evaluated."""
+    tensors (one micro-batch, after splits) where known. One stage per kind is evaluated
+    (`peak_candidates`)."""
     transients = kinds_transients(spec, footprint, composition, kinds, records, parameters)
     best = None
-    for kind, members in enumerate(kinds.members):
-        index = max(members, key=lambda i: (records[i].micro_batches_in_flight, -i))
+    for kind, index in enumerate(peak_candidates(kinds, records)):
         record = records[index]
         for moment, size, alive in _stage_moments(record, transients[kind]):
             if best is None or size > best[0] or (size == best[0] and index < best[1]):
