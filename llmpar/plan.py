@@ -20,6 +20,8 @@ from llmpar.plan_records import (
     ContinuousBatching,
     Derivation,
     InferencePhase,
+    LiveBuffer,
+    MemoryPeak,
     RunGoodput,
     SavedTensorRow,
     StageMemory,
@@ -29,9 +31,9 @@ from llmpar.plan_records import (
 PLAN_SCHEMA_VERSION = 1
 """Version of the Plan's field names and meanings (`to_dict()` carries it)."""
 
-__all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase", "Plan",
-           "RunGoodput", "SavedTensorRow", "ServingPool", "StageMemory", "StrategyNote",
-           "TrainingPart"]
+__all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase",
+           "LiveBuffer", "MemoryPeak", "Plan", "RunGoodput", "SavedTensorRow",
+           "ServingPool", "StageMemory", "StrategyNote", "TrainingPart"]
 
 
 @attrs.frozen(kw_only=True)
@@ -133,6 +135,10 @@ class TrainingPart:
     finetune: FinetunePart | None = None
     """What `[finetune]` trains and skips; None in full training (no `[finetune]`, or
     `method = "full"`)."""
+    memory_peak: MemoryPeak | None = None
+    """The step's memory peak with its transient buffers, and the allocator's and the
+    device's numbers (`llmpar.evaluation.peak`); `total_bytes` and `fits` keep their
+    schema-1 meaning (the steady-state sum). None without an activation estimate."""
 
 
 @attrs.frozen(kw_only=True)

@@ -258,3 +258,43 @@ class RunGoodput:
     wall_seconds: float | None = None
     """`train_seconds` / `goodput_fraction`: the run with its checkpoints and restarts
     (None without a step time, or where the run makes no progress)."""
+
+
+@attrs.frozen(kw_only=True)
+class LiveBuffer:
+    """One thing alive on a GPU at the memory peak: a steady-state component or a
+    transient buffer."""
+
+    name: str
+    bytes: int
+    source: str
+    """Where its size and its lifetime come from."""
+    transient: bool = False
+    """Alive only around the peak's moment (not in the stage's `total_bytes`)."""
+
+
+@attrs.frozen(kw_only=True)
+class MemoryPeak:
+    """The memory peak of a training step as the framework allocates it: the largest
+    of a few closed-form moments per stage, with the transient buffers alive then, and
+    the three numbers a user can check on a GPU."""
+
+    allocated_bytes: int
+    """Predicted `torch.cuda.max_memory_allocated()`: the peak over the step's moments."""
+    reserved_bytes: int
+    """Predicted `torch.cuda.max_memory_reserved()`: what is alive at the peak, each
+    block rounded as PyTorch's caching allocator rounds it (no fragmentation allowance)."""
+    device_bytes: int
+    """Predicted device memory in use (`nvidia-smi`): reserved plus NCCL's buffers of
+    each communicator; the CUDA context and library workspaces are not counted."""
+    nccl_bytes: int
+    """NCCL's buffers of the process groups one GPU belongs to."""
+    moment: str
+    """The moment of the peak: "start", "warm-up end", "loss forward", "loss backward",
+    "output layer backward", "layer backward", "cool-down end" or "optimizer step"."""
+    stage: int
+    """The pipeline stage whose GPUs reach it."""
+    steady_bytes: int
+    """That stage's `total_bytes`: the sum of its steady-state components."""
+    alive: tuple[LiveBuffer, ...] = ()
+    """What is alive at the peak: the steady-state components, then the transients."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from llmpar.evaluation.peak import MemoryMoment
     from llmpar.search.result import ParetoPoint
 
 COMPONENTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
@@ -180,4 +181,60 @@ def pareto_figure(points: Sequence[ParetoPoint], labels: Sequence[str], title: s
     ax.set_xlabel("memory per GPU (GiB = 2^30 bytes)")
     ax.set_ylabel("step time (s)")
     ax.set_title(title)
+    return figure
+
+
+TIMELINE_MOMENTS = ("start", "warm-up end", "loss forward", "loss backward",
+                    "output layer backward", "layer backward", "cool-down end",
+                    "optimizer step")
+"""The modelled moments of a step, in the order they happen on a stage."""
+TIMELINE_STAGES = 8
+"""Stages drawn one line each; a deeper pipeline draws its first, last and peak stages."""
+
+
+def timeline_series(moments: Sequence[MemoryMoment]) -> dict[int, list[tuple[int, float]]]:
+    """Per stage, (moment position in `TIMELINE_MOMENTS`, GiB) in step order."""
+    found: dict[int, list[tuple[int, float]]] = {}
+    for moment in moments:
+        found.setdefault(moment.stage, []).append(
+            (TIMELINE_MOMENTS.index(moment.moment), moment.allocated_bytes / GiB))
+    return {stage: sorted(points) for stage, points in sorted(found.items())}
+
+
+def timeline_figure(moments: Sequence[MemoryMoment], plan: Plan, title: str) -> Figure:
+    """Allocated memory per stage over one step at the modelled moments (warm-up, the
+    loss, backward, cool-down, optimizer step), the peak marked and labelled with what is
+    alive then, and the GPU's capacity."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11, 5), layout="constrained")
+    ax = figure.add_subplot()
+    series = timeline_series(moments)
+    peak = plan.training.memory_peak if plan.training is not None else None
+    shown = list(series)
+    if len(shown) > TIMELINE_STAGES:
+        keep = {shown[0], shown[-1]} | ({peak.stage} if peak is not None else set())
+        shown = [stage for stage in shown if stage in keep]
+    for stage in shown:
+        xs, ys = zip(*series[stage])
+        ax.plot(xs, ys, marker="o", drawstyle="steps-mid", label=f"stage {stage}")
+    ax.axhline(plan.capacity_bytes / GiB, color="black", linestyle="dashed", linewidth=1,
+               label="capacity")
+    if peak is not None:
+        x = TIMELINE_MOMENTS.index(peak.moment)
+        y = peak.allocated_bytes / GiB
+        transients = sorted((b for b in peak.alive if b.transient), key=lambda b: -b.bytes)
+        alive = "\n".join(f"+ {b.name} {b.bytes / GiB:,.2f} GiB" for b in transients[:3])
+        ax.plot([x], [y], marker="*", markersize=14, color="red", linestyle="none",
+                label="peak")
+        ax.annotate(f"peak {y:,.2f} GiB: stage {peak.stage}, {peak.moment}\n"
+                    f"steady state {peak.steady_bytes / GiB:,.2f} GiB\n{alive}".rstrip(),
+                    (x, y), xytext=(0, 10), textcoords="offset points", fontsize=8,
+                    va="bottom", ha="right" if x > len(TIMELINE_MOMENTS) / 2 else "left")
+    used = sorted({x for stage in shown for x, _ in series[stage]})
+    ax.set_xticks(used, [_wrap(TIMELINE_MOMENTS[x], 12) for x in used], fontsize=8)
+    ax.set_ylabel("allocated memory per GPU (GiB = 2^30 bytes)")
+    ax.set_title(title)
+    ax.set_ylim(0, max(plan.capacity_bytes, peak.allocated_bytes if peak else 0) / GiB * 1.3)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return figure

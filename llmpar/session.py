@@ -18,7 +18,8 @@ import attrs
 from llmpar import plugins as plugin_loading
 from llmpar.errors import PluginError, Problem, SpecError, did_you_mean
 from llmpar.evaluation.cache import EvaluationCache
-from llmpar.evaluation.evaluate import build_plan
+from llmpar.evaluation.evaluate import build_plan, memory_timeline
+from llmpar.evaluation.peak import MemoryMoment
 from llmpar.extensions import (
     collective_model,
     gather_activation_models,
@@ -214,6 +215,16 @@ class Session:
         # a plugin aside; its numbers then come from llmpar's own model, and the plan says so.
         set_aside = tuple(self._plugins.failures[failed_before:])
         return plan.evolve(warnings=plan.warnings + set_aside) if set_aside else plan
+
+    def memory_timeline(self, source: SpecSource | Spec,
+                        overrides: Mapping[str, Any] | None = None) -> tuple[MemoryMoment, ...]:
+        """Every pipeline stage's allocated memory at each modelled moment of one
+        training step (`llmpar.evaluation.peak`); empty for a serving spec or without an
+        activation estimate."""
+        spec, layout = self._checked(source, overrides)
+        if spec.inference is not None:
+            return ()
+        return memory_timeline(spec, layout, self.strategies, self.cache)
 
     def _build(self, spec: Spec, layout: Layout) -> Plan:
         """llmpar's own answer to `llmpar_plan`."""

@@ -17,8 +17,11 @@ from llmpar.hf import SUPPORTED_MODEL_TYPES, model_table_from_hf
 
 VALIDATION = Path(__file__).resolve().parent.parent / "validation"
 CONFIGS = sorted((VALIDATION / "configs").glob("*.json"))
+NOT_ARCHITECTURES = {"peft_counts.json": "tests/test_finetune.py",
+                     "memory_peak.json": "tests/test_memory_peak.py"}
+"""Measurements in validation/data/ that are not of one architecture, and their tests."""
 MEASURED = sorted(path for path in (VALIDATION / "data").glob("*.json")
-                  if path.name != "peft_counts.json")  # adapters: tests/test_finetune.py
+                  if path.name not in NOT_ARCHITECTURES)
 SESSION = llmpar.Session(load_entry_points=False)
 GPU = {"gpu": "h100-sxm"}
 SHORT = {"sequence_length": 512}  # within GPT-2's and BERT's learned position tables

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmpar.cli.common import overrides, spec_source
+from llmpar.errors import Problem, SpecError
 from llmpar.session import Session
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from llmpar.plan import Plan
     from llmpar.search.result import ParetoPoint
 
-KINDS = ("memory", "sequence", "batch", "pareto")
+KINDS = ("memory", "sequence", "batch", "pareto", "timeline")
 SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
 
@@ -30,7 +31,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "layouts) against capacity. sequence: memory and step time at sequence "
                     "lengths 512, 1024, ... up to max(32768, the spec's). batch: the same at "
                     "micro_batch_size 1, 2, 4, 8, 16. pareto: the layout search's front of "
-                    "memory per GPU against step time (first SPEC). Needs matplotlib: pip install "
+                    "memory per GPU against step time (first SPEC). timeline: allocated memory "
+                    "per pipeline stage over one step at its modelled moments, the peak "
+                    "marked and labelled (first SPEC). Needs matplotlib: pip install "
                     "'llmpar[plot]'.")
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (TOML)")
@@ -80,6 +83,14 @@ def build_figure(session: Session, kind: str, specs: list[str],
         return plot.pareto_figure(result.pareto, labels,
                                   f"{Path(specs[0]).stem}: {result.considered:,} layouts "
                                   "considered, Pareto front")
+    if kind == "timeline":
+        plan = session.evaluate(specs[0], base)
+        moments = session.memory_timeline(specs[0], base)
+        if not moments:
+            raise SpecError([Problem("$.training", "a memory timeline needs a training "
+                                     "spec with an activation estimate")], specs[0])
+        return plot.timeline_figure(moments, plan, f"{Path(specs[0]).stem}: memory over "
+                                    f"one step ({_layout(plan)})")
     if kind == "memory":
         plans = [session.evaluate(spec, base) for spec in specs]
         labels = [f"{Path(spec).stem}: {_layout(plan)}" for spec, plan in zip(specs, plans)]

@@ -66,6 +66,7 @@ class EvaluationCache:
         self._structures = Bounded(size)
         self._shape_losses = Bounded(size)
         self._rows = Bounded(size)
+        self._peaks = Bounded(size)
 
     @staticmethod
     def footprint_key(spec: Spec) -> Hashable:
@@ -107,6 +108,11 @@ class EvaluationCache:
     def rows(self, key: Hashable, compute: Callable[[], T]) -> T:
         """The plan's saved-tensor rows, by stage inventory and activation splits."""
         return self._rows.get(key, compute)
+
+
+    def memory_peak(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The plan's memory peak (`llmpar.evaluation.peak`), by everything it reads."""
+        return self._peaks.get(key, compute)
 
 
 def layers_of(stages: Sequence[Stage]) -> tuple[tuple[int, int, bool, bool], ...]:

@@ -16,7 +16,7 @@ import attrs
 
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
-from llmpar.evaluation.cache import EvaluationCache
+from llmpar.evaluation.cache import EvaluationCache, layers_of
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import (
     StageKinds,
@@ -35,6 +35,13 @@ from llmpar.evaluation.memory import (
     tensor_rows,
 )
 from llmpar.evaluation.offload import host_memory_warning
+from llmpar.evaluation.peak import (
+    MemoryMoment,
+    kinds_transients,
+    memory_peak,
+    peak_candidates,
+    step_timeline,
+)
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
@@ -44,7 +51,17 @@ from llmpar.evaluation.validity import transform_problems
 from llmpar.finetune.derivations import finetune_derivations
 from llmpar.finetune.states import kinds_state_counts
 from llmpar.footprint.baseline import Footprint, baseline_footprint
-from llmpar.plan import Derivation, FinetunePart, Plan, StrategyNote, TrainingPart
+from llmpar.plan import (
+    CollectiveCost,
+    Derivation,
+    FinetunePart,
+    MemoryPeak,
+    Plan,
+    SavedTensorRow,
+    StageMemory,
+    StrategyNote,
+    TrainingPart,
+)
 from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
@@ -216,6 +233,12 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                             time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
     tuned = finetune_part(footprint, flops.global_batch_size)
+    peak_memory: MemoryPeak | None = None
+    peak_derivations: tuple[Derivation, ...] = ()
+    if footprint.activations is not None:
+        peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records,
+                                                     {peak.stage: rows}, time.collectives,
+                                                     cache)
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -242,7 +265,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         host_overhead_seconds=time.host_overhead_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families())),
-        goodput=goodput,
+        goodput=goodput, memory_peak=peak_memory,
         finetune=tuned)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
@@ -259,7 +282,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                        + host_memory_warning(spec, host_bytes)),
         derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
                                         None if tuned is None else tuned.trainable_parameters)
-                     + (_total_rule(peak, capacity), capacity_rule(spec))
+                     + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
                      + _host_rules(spec, host_bytes, transforms)
                      + flops.derivations + time.derivations + run.derivations
                      + goodput_derivations + finetune_derivations(spec, tuned)),
@@ -281,6 +304,46 @@ def finetune_part(footprint: Footprint, global_batch: int) -> FinetunePart | Non
         skipped_flops_per_step=tuned.skipped_flops_per_sequence * global_batch,
         adapter_flops_per_step=tuned.adapter_flops_per_sequence * global_batch,
         transient_bytes=round(tuned.transient_bytes))
+
+
+def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
+                 records: Sequence[StageMemory], rows_of: Mapping[int, Sequence[SavedTensorRow]],
+                 collectives: Sequence[CollectiveCost], cache: EvaluationCache | None
+                 ) -> tuple[MemoryPeak, tuple[Derivation, ...]]:
+    inventory = footprint.activations
+    assert inventory is not None
+
+    def compute() -> tuple[MemoryPeak, tuple[Derivation, ...]]:
+        return memory_peak(spec, footprint, core.composition, core.stages, core.kinds,
+                           records, core.parameters, rows_of, collectives,
+                           inventory.source or f"activation model {inventory.model!r}")
+
+    if cache is None:
+        return compute()
+    # what memory_peak reads of the stages: each kind's first stage and its peak candidate
+    read = {i for members in core.kinds.members for i in members[:1]} | set(
+        peak_candidates(core.kinds, records))
+    key = (cache.footprint_key(spec), spec.optimizer, layers_of(core.stages),
+           tuple(records[i] for i in sorted(read)),
+           # the rows follow from the footprint, the stage and the splits
+           core.composition.tag_key(), tuple(rows_of),
+           frozenset(c.strategy for c in collectives if c.group_size > 1))
+    return cache.memory_peak(key, compute)
+
+
+def memory_timeline(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
+                    cache: EvaluationCache | None = None) -> tuple[MemoryMoment, ...]:
+    """Every stage's allocated memory at each modelled moment of one step (the data of
+    `llmpar plot timeline`); empty without an activation estimate."""
+    footprint = baseline_footprint(spec) if cache is None else cache.footprint(spec)
+    if footprint.activations is None:
+        return ()
+    transforms = transforms_of(spec, footprint, layout, strategies)
+    core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
+    records, _ = stage_records(core.memory, core.stages, core.kinds)
+    transients = kinds_transients(spec, footprint, core.composition, core.kinds, records,
+                                  core.parameters)
+    return step_timeline(core.stages, core.kinds, records, transients)
 
 
 def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,
@@ -355,4 +418,4 @@ def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
 
 
 __all__ = ["Evaluation", "MemoryCore", "TimeCore", "build_plan", "evaluate_core",
-           "global_batch_of", "score", "structure_of", "transforms_of"]
+           "global_batch_of", "memory_timeline", "score", "structure_of", "transforms_of"]

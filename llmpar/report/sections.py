@@ -75,6 +75,40 @@ def memory(plan: Plan) -> Table:
                  notes=tuple(notes))
 
 
+PEAK_TOP = 4
+"""Transient buffers the peak section lists by name (the rest are summed)."""
+
+
+def memory_peak(plan: Plan) -> Table | None:
+    """The step's peak as the framework allocates it: the three numbers a user can
+    check, which torch call each compares with, and what is alive at the peak."""
+    peak = plan.training.memory_peak if plan.training is not None else None
+    if peak is None:
+        return None
+    capacity = plan.capacity_bytes
+    parts = [("allocated peak", peak.allocated_bytes, "torch.cuda.max_memory_allocated()"),
+             ("reserved peak", peak.reserved_bytes, "torch.cuda.max_memory_reserved()"),
+             ("device memory", peak.device_bytes, "nvidia-smi (lower bound)")]
+    rows = [(label, _gb(value), _gib(value), f"{value / capacity:.1%}", call)
+            for label, value, call in parts]
+    transients = sorted((b for b in peak.alive if b.transient), key=lambda b: -b.bytes)
+    listed = ", ".join(f"{b.name} {_gib(b.bytes)} GiB" for b in transients[:PEAK_TOP])
+    if len(transients) > PEAK_TOP:
+        rest = sum(b.bytes for b in transients[PEAK_TOP:])
+        listed += f", {len(transients) - PEAK_TOP} more {_gib(rest)} GiB"
+    where = f"stage {peak.stage}, " if len(plan.stages) > 1 else ""
+    notes = [f"peak at {where}{peak.moment}: steady state {_gib(peak.steady_bytes)} GiB"
+             + (f" + {listed}" if listed else ""),
+             f"NCCL buffers {_gib(peak.nccl_bytes)} GiB; CUDA context and library "
+             "workspaces not counted; `llmpar explain SPEC peak_allocated_bytes`"]
+    if peak.device_bytes > capacity >= plan.total_bytes:
+        notes.append("the steady state fits, the peak does not")
+    return Table(title="Memory peak per GPU (as the framework allocates it)",
+                 columns=("", "GB", "GiB", "of capacity", "compare with"),
+                 rows=tuple(rows), bars=tuple(value / capacity for _, value, _ in parts),
+                 notes=tuple(notes), text_columns=(0, 4))
+
+
 def saved_tensors(plan: Plan, top: int = 5) -> Table | None:
     per_layer = sorted((r for r in plan.activation_tensors if r.per_layer),
                        key=lambda r: r.bytes, reverse=True)
@@ -274,6 +308,7 @@ def all_sections(plan: Plan, extra: Sequence[Table] = ()) -> tuple[Table, ...]:
         built = (header(plan), serving_memory(plan), serving(plan), continuous(plan),
                  phases(plan), collectives(plan))
     else:
-        built = (header(plan), memory(plan), stages(plan), saved_tensors(plan), compute(plan),
+        built = (header(plan), memory(plan), memory_peak(plan), stages(plan),
+                 saved_tensors(plan), compute(plan),
                  time_breakdown(plan), collectives(plan), run(plan))
     return tuple(table for table in (*built, *extra, warnings(plan)) if table is not None)

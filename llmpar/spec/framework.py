@@ -15,6 +15,10 @@ from llmpar.spec.quantities import Seconds
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
                           "flash-attention-2", "flash-attention-3", "cudnn"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = typing.get_args(AttentionKernel)
+LossKernel = Literal["torch", "vocab-parallel"]
+LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
+OptimizerKernel = Literal["foreach", "fused"]
+OPTIMIZER_KERNELS: tuple[OptimizerKernel, ...] = typing.get_args(OptimizerKernel)
 
 KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
     # Megatron's unfused core attention (scores materialized, softmax fused with scale and
@@ -69,8 +73,27 @@ class Framework:
     beside SDPA); unset: `KERNEL_ACTIVATION_MODELS[attention_kernel]`."""
     fused_cross_entropy: bool = False
     """The loss is computed by a fused cross-entropy kernel that does not keep the fp32
-    logits (e.g. Megatron-Core's `cross_entropy_loss_fusion`); declared for the memory
-    model, not yet read by it."""
+    logits (e.g. Megatron-Core's `cross_entropy_loss_fusion`): the memory peak
+    (`training.memory_peak`) counts no fp32 copy of the logits."""
+    loss_kernel: LossKernel = attrs.field(default="torch", validator=v.one_of(*LOSS_KERNELS))
+    """How an unfused cross-entropy runs on the fp32 copy of the logits: "torch"
+    (`torch.nn.functional.cross_entropy` = log_softmax + nll_loss: backward allocates the
+    gradient of the log-probabilities and of the logits, both fp32) or "vocab-parallel"
+    (Megatron-Core's `vocab_parallel_cross_entropy`, megatron/core/tensor_parallel/
+    cross_entropy.py: the softmax is saved and its gradient computed in place). Read by
+    the memory peak only."""
+    dummy_weight_gradients: bool = False
+    """Transformer Engine's linear modules with `fuse_wgrad_accumulation` (Megatron-Core's
+    gradient_accumulation_fusion) hand autograd a cached weight-sized tensor per distinct
+    (shape, dtype) (`get_dummy_wgrad`, transformer_engine/pytorch/module/base.py), alive
+    from the first backward on; read by the memory peak only."""
+    optimizer_kernel: OptimizerKernel = attrs.field(default="fused",
+                                                    validator=v.one_of(*OPTIMIZER_KERNELS))
+    """How the optimizer step runs: "fused" (multi-tensor apply in place: Apex/Transformer
+    Engine FusedAdam, DeepSpeed FusedAdam, torch `fused=True`) or "foreach"
+    (torch.optim's `_multi_tensor_adam`, whose `torch._foreach_sqrt(exp_avg_sqs)` makes
+    one copy of the second moments of every parameter the GPU updates). Read by the
+    memory peak only."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
     applied where the spec does not set it; unset: the strategy's own default."""
@@ -104,6 +127,7 @@ class Framework:
 
 DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
+    loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's

@@ -1,0 +1,285 @@
+"""The memory peak of a training step (`training.memory_peak`): transients at a few
+moments per stage, the allocator's rounding and NCCL's buffers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import parallel_training_specs
+
+import llmpar
+from llmpar.errors import SpecError
+from llmpar.evaluation.peak import (
+    K_MIN_BLOCK_BYTES,
+    K_ROUND_LARGE_BYTES,
+    NCCL_BUFFSIZE_BYTES,
+    allocator_rounded,
+)
+
+SHIPPED = ("megatron-core", "nemo", "torchtitan", "pytorch-fsdp2", "hf-trainer", "deepspeed")
+MiB = 2**20
+
+
+def _profiled(spec: dict, profile: str | dict) -> dict:
+    return {**spec, "training": {**spec["training"], "framework": profile}}
+
+
+@settings(max_examples=40, deadline=None)
+@given(parallel_training_specs(), st.sampled_from(SHIPPED))
+def test_peak_bounds_under_every_profile(spec, profile):
+    """steady state <= allocated peak <= steady state + every transient; reserved >=
+    allocated; device >= reserved."""
+    try:
+        plan = llmpar.evaluate(_profiled(spec, profile))
+    except SpecError:
+        return
+    peak = plan.training.memory_peak
+    if peak is None:
+        assert plan.activations_bytes is None
+        return
+    assert peak.allocated_bytes >= plan.total_bytes
+    assert peak.allocated_bytes >= max(stage.total_bytes for stage in plan.stages)
+    transients = sum(b.bytes for b in peak.alive if b.transient)
+    steady = sum(b.bytes for b in peak.alive if not b.transient)
+    assert peak.allocated_bytes == steady + transients
+    assert steady <= peak.steady_bytes
+    records = {stage.stage: stage for stage in plan.stages}
+    timeline = llmpar.Session().memory_timeline(_profiled(spec, profile))
+    assert max(m.allocated_bytes for m in timeline) == peak.allocated_bytes
+    assert {m.stage for m in timeline} == set(records)
+    for moment in timeline:
+        assert moment.allocated_bytes <= peak.allocated_bytes
+        assert moment.allocated_bytes >= records[moment.stage].total_bytes - (
+            records[moment.stage].activations_bytes or 0)
+    assert peak.reserved_bytes >= peak.allocated_bytes
+    assert peak.device_bytes == peak.reserved_bytes + peak.nccl_bytes
+
+
+def test_upper_bound_is_steady_plus_all_transients():
+    """Every moment of the last stage is below its steady state plus the transients of
+    all its moments together."""
+    from llmpar.evaluation.evaluate import evaluate_core, transforms_of
+    from llmpar.evaluation.peak import kind_transients
+    from llmpar.footprint.baseline import baseline_footprint
+
+    session = llmpar.Session()
+    for profile in SHIPPED:
+        spec, layout = session._checked("specs/examples/llama-3-8b-pp8-a100.toml",
+                                        {"training.framework": profile})
+        plan = session.evaluate(spec)
+        footprint = baseline_footprint(spec)
+        timeline = session.memory_timeline(spec)
+        transforms = transforms_of(spec, footprint, layout, session.strategies)
+        core = evaluate_core(spec, footprint, layout, transforms)
+        for kind, stage in enumerate(core.kinds.representatives):
+            found = kind_transients(spec, footprint, core.composition, stage,
+                                    core.parameters[kind],
+                                    float(core.memory.kinds[kind].states["optimizer"]))
+            every = sum(b.bytes for b in found.persistent) + sum(
+                b.bytes for moment in found.by_moment.values() for b in moment)
+            for index in core.kinds.members[kind]:
+                record = plan.stages[index]
+                tops = [m.allocated_bytes for m in timeline if m.stage == record.stage]
+                assert max(tops) <= record.total_bytes + every
+
+
+def test_torch_cross_entropy_backward_holds_three_fp32_copies_of_the_logits():
+    """torch's cross_entropy on logits.float() (log_softmax + nll_loss; PyTorch
+    tools/autograd/derivatives.yaml): in the loss's backward the saved fp32
+    log-probabilities, the fp32 gradient nll_loss_backward allocates and the fp32
+    gradient _log_softmax_backward_data allocates are alive together: 12 bytes per
+    token and vocabulary entry, of which the activation model already keeps its loss
+    tensor. Hand-check on the shipped example: Llama-3-8B, 128K tokens, context
+    parallelism 8, full recomputation, torchtitan."""
+    plan = llmpar.evaluate("specs/examples/llama-3-8b-128k-torchtitan.toml")
+    peak = plan.training.memory_peak
+    assert peak.moment == "loss backward"
+    tokens, vocab = 131072 // 8, 128256
+    loss = {b.name: b.bytes for b in peak.alive if b.transient}
+    assert loss["gradient of the log-probabilities (fp32)"] == tokens * vocab * 4
+    assert loss["gradient of logits.float() (fp32)"] == tokens * vocab * 4
+    # the fused activation model keeps exp(logits) in bf16: 2 of the 4 bytes kept
+    assert loss["log-probabilities (fp32, kept)"] == tokens * vocab * 2
+    assert "peak_allocated_bytes" in plan.explain("peak_allocated_bytes")
+    assert "loss backward" in plan.explain("peak_allocated_bytes")
+
+
+def test_fused_cross_entropy_keeps_no_fp32_logits():
+    unfused = llmpar.evaluate("specs/examples/llama-3-8b-cp8-a100.toml", {
+        "training.framework": "torchtitan", "training.sequence_length": 131072})
+    fused = llmpar.evaluate("specs/examples/llama-3-8b-cp8-a100.toml", {
+        "training.framework": {"preset": "torchtitan", "fused_cross_entropy": True},
+        "training.sequence_length": 131072})
+    assert fused.total_bytes == unfused.total_bytes
+    names = {b.name for b in fused.training.memory_peak.alive}
+    assert not any("fp32" in name for name in names)
+    assert fused.training.memory_peak.allocated_bytes < (
+        unfused.training.memory_peak.allocated_bytes)
+
+
+def test_megatron_profiles_count_transformer_engine_dummy_weight_gradients():
+    """get_dummy_wgrad (Transformer Engine module/base.py) caches one tensor per distinct
+    linear shape: for a Llama block on one GPU, the attention's and the MLP's weights of
+    one layer in bf16."""
+    plan = llmpar.evaluate("specs/examples/llama-3-8b-tp8-sp-a100.toml")
+    dummy = {b.name: b.bytes for b in plan.training.memory_peak.alive}[
+        "Transformer Engine dummy weight gradients"]
+    h, q, kv, ffn = 4096, 4096, 1024, 14336
+    per_layer = h * (q + 2 * kv) + q * h + 3 * h * ffn
+    assert dummy == per_layer * 2 // 8
+    titan = llmpar.evaluate("specs/examples/llama-3-8b-tp8-sp-a100.toml",
+                            {"training.framework": "torchtitan"})
+    assert not any("Transformer Engine" in b.name for b in titan.training.memory_peak.alive)
+
+
+def test_foreach_optimizer_copies_the_second_moments():
+    """torch.optim's _multi_tensor_adam: torch._foreach_sqrt(exp_avg_sqs) is one fp32
+    copy of the second moments of the GPU's parameters, alive in the optimizer step."""
+    plan = llmpar.evaluate("specs/examples/llama-3-8b-fsdp-8-h100.toml",
+                           {"training.framework": "pytorch-fsdp2"})
+    timeline = llmpar.Session().memory_timeline("specs/examples/llama-3-8b-fsdp-8-h100.toml",
+                                                {"training.framework": "pytorch-fsdp2"})
+    step = next(m for m in timeline if m.moment == "optimizer step")
+    start = next(m for m in timeline if m.moment == "start")
+    # AdamW in mixed precision: fp32 master + two moments = 12 bytes per parameter
+    assert step.allocated_bytes - start.allocated_bytes == pytest.approx(
+        plan.optimizer_bytes / 12 * 4, rel=1e-6)
+    moments = {m.moment: m.allocated_bytes for m in llmpar.Session().memory_timeline(
+        "specs/examples/llama-3-8b-fsdp-8-h100.toml", {"training.framework": "torchtitan"})}
+    assert moments["optimizer step"] == moments["start"]
+
+
+@pytest.mark.parametrize("key, values", [("training.micro_batch_size", (1, 2, 4)),
+                                         ("training.sequence_length", (2048, 4096, 8192))])
+@pytest.mark.parametrize("profile", SHIPPED)
+def test_peak_never_falls_as_the_batch_grows(key, values, profile):
+    peaks = [llmpar.evaluate("specs/examples/llama-3-8b-pp8-a100.toml", {
+        "training.framework": profile, key: value}).training.memory_peak.allocated_bytes
+             for value in values]
+    assert peaks == sorted(peaks)
+
+
+def test_allocated_peak_falls_with_tensor_degree():
+    """The contract's "memory falls with degree" holds for allocated memory."""
+    peaks = [llmpar.evaluate("specs/examples/llama-3-8b-tp8-sp-a100.toml", {
+        "parallel.tensor.degree": t, "parallel.data.degree": 8 // t}
+    ).training.memory_peak.allocated_bytes for t in (2, 4, 8)]
+    assert peaks == sorted(peaks, reverse=True)
+
+
+def test_allocator_rounding_follows_the_caching_allocator():
+    """c10/cuda/CUDACachingAllocator.cpp: 512-byte blocks; above kMinLargeAlloc (10 MiB)
+    a segment of its own rounded to kRoundLarge (2 MiB)."""
+    assert allocator_rounded(0) == 0
+    assert allocator_rounded(1) == K_MIN_BLOCK_BYTES
+    assert allocator_rounded(513) == 2 * K_MIN_BLOCK_BYTES
+    assert allocator_rounded(MiB + 1) == MiB + K_MIN_BLOCK_BYTES
+    assert allocator_rounded(10 * MiB + 1) == 12 * MiB
+    assert allocator_rounded(20 * MiB) == 20 * MiB == 10 * K_ROUND_LARGE_BYTES
+
+
+def test_nccl_buffers_per_communicator():
+    """Data parallelism alone: one communicator, NCCL_BUFFSIZE x 2 ring peers."""
+    plan = llmpar.evaluate("specs/examples/llama-3-8b-fsdp-8-h100.toml")
+    peak = plan.training.memory_peak
+    strategies = {c.strategy for c in plan.collectives if c.group_size > 1}
+    assert strategies == {"data"}
+    assert peak.nccl_bytes == len(strategies) * NCCL_BUFFSIZE_BYTES * 2
+
+
+def test_plan_json_round_trips_the_peak():
+    plan = llmpar.evaluate("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    again = llmpar.Plan.from_dict(plan.to_dict())
+    assert again.training.memory_peak == plan.training.memory_peak
+    stages = {m.stage for m in llmpar.Session().memory_timeline(
+        "specs/examples/llama-3-70b-tp8-pp4-cp2.toml")}
+    assert stages == {s.stage for s in plan.stages}
+
+
+def test_timeline_series_is_step_order_and_peaks_at_the_plan_peak():
+    from llmpar.plot import TIMELINE_MOMENTS, timeline_series
+
+    session = llmpar.Session()
+    moments = session.memory_timeline("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    plan = session.evaluate("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    series = timeline_series(moments)
+    assert sorted(series) == [s.stage for s in plan.stages]
+    for points in series.values():
+        assert [x for x, _ in points] == sorted(x for x, _ in points)
+        assert points[0][0] == TIMELINE_MOMENTS.index("start")
+    top = max(y for points in series.values() for _, y in points)
+    assert top * 2**30 == pytest.approx(plan.training.memory_peak.allocated_bytes)
+
+
+def test_timeline_figure_marks_the_peak(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from llmpar.cli.main import main
+
+    out = tmp_path / "timeline.png"
+    assert main(["plot", "timeline", "specs/examples/llama-3-70b-tp8-pp4-cp2.toml",
+                 "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    from llmpar.plot import timeline_figure
+
+    session = llmpar.Session()
+    plan = session.evaluate("specs/examples/llama-3-70b-tp8-pp4-cp2.toml")
+    figure = timeline_figure(session.memory_timeline(
+        "specs/examples/llama-3-70b-tp8-pp4-cp2.toml"), plan, "t")
+    texts = [t.get_text() for t in figure.axes[0].texts]
+    assert any(plan.training.memory_peak.moment in text for text in texts)
+
+
+MEASURED = Path(__file__).resolve().parent.parent / "validation" / "data" / "memory_peak.json"
+
+
+def _measured_runs() -> list[dict]:
+    return json.loads(MEASURED.read_text())["runs"]
+
+
+def _measured_spec(run: dict) -> dict:
+    """The configuration validation/measure_peak.py trains: bf16 weights, gradients and
+    AdamW states (torch.optim.AdamW keeps its states in the parameters' dtype),
+    transformers' loss, foreach optimizer step: the hf-trainer profile."""
+    from llmpar.hf.importer import model_table_from_hf
+
+    config = json.loads(MEASURED.read_text())["config"]
+    return {"model": model_table_from_hf(config), "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
+            "precision": {"weights": "bf16", "gradients": "bf16", "activations": "bf16"},
+            "optimizer": {"name": "adamw-bf16-states", "states": [
+                {"name": "momentum", "dtype": "bf16"}, {"name": "variance", "dtype": "bf16"}]},
+            "training": {"sequence_length": run["sequence_length"],
+                         "micro_batch_size": run["micro_batch_size"],
+                         "global_batch_size": run["micro_batch_size"] * run["micro_batches"],
+                         "recompute": run["recompute"], "framework": "hf-trainer",
+                         "tokens": 1e9}}
+
+
+@pytest.mark.parametrize("run", _measured_runs(), ids=lambda r: (
+    f"b{r['micro_batch_size']}-s{r['sequence_length']}-{r['recompute']}-"
+    f"m{r['micro_batches']}"))
+def test_allocated_peak_matches_the_measured_step(run):
+    """Measured with validation/measure_peak.py (torch 2.13.0 CPU, transformers 5.24.0:
+    live tensor storages after every operator of the second step). With gradient
+    accumulation the gradients are alive through the second micro-batch's loss backward
+    and llmpar's peak is the measured one within 0.5% (measured: under 0.01%; what is
+    left is scalars and the probe's view of kernel outputs). With one micro-batch per step
+    zero_grad(set_to_none=True) has freed the gradients before the loss's backward, which
+    llmpar's steady state keeps (so that the peak is never below `total_bytes`): then the
+    prediction is high by exactly the gradients (+6.9% and +7.5% here), inside the issue's
+    8% worst case."""
+    plan = llmpar.evaluate(_measured_spec(run))
+    peak = plan.training.memory_peak
+    measured = run["peak_allocated_bytes"]
+    assert peak.moment == "loss backward"
+    assert run["peak_phase"] == f"backward {run['micro_batches'] - 1}"
+    error = peak.allocated_bytes / measured - 1
+    if run["micro_batches"] > 1:
+        assert abs(error) < 0.005, error
+    else:
+        assert (peak.allocated_bytes - plan.gradients_bytes) / measured - 1 == pytest.approx(
+            0, abs=0.005)
+        assert 0 < error < 0.08, error
