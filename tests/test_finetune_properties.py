@@ -63,6 +63,9 @@ def test_everything_frozen_trains_nothing(spec):
 @given(parallel_training_specs(), st.integers(1, 64),
        st.sampled_from([["q_proj"], ["all-linear"], ["k_proj", "down_proj"]]))
 def test_adapter_memory_grows_linearly_with_rank(spec, rank, targets):
+    # A memory property: an assumed MFU is left out, since a large rank's adapter FLOPs
+    # on a tiny model can make it imply an HFU above 1, which the loader refuses.
+    spec = {**spec, "training": {k: v for k, v in spec["training"].items() if k != "mfu"}}
     plans = [SESSION.evaluate(with_finetune(spec, method="lora", rank=k * rank,
                                             target_modules=targets)) for k in (1, 2, 3)]
     counts = [p.training.finetune.adapter_parameters for p in plans]
