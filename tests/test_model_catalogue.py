@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from decimal import Decimal
 from pathlib import Path
 
@@ -69,6 +70,34 @@ def test_counts_agree_with_the_publishers_figures(config, kind):
                "active_less_embedding": count.active - embedding}[kind]
     value, unit = figure(stated_of(config)[kind])
     assert abs(Decimal(int(counted)) - value) < unit, (kind, counted, value)
+
+
+CHECKS = WRITER.ROOT / "validation" / "data" / "config_checks.toml"
+OUTCOMES = ("matched", "corrected: ", "partly: ", "not checked: ")
+
+
+def test_every_config_records_the_copy_it_was_checked_against():
+    # validation/data/config_checks.toml: one row per validation/configs/*.json naming the
+    # copy of the published config.json its count-changing values were compared with
+    # (repository, path and commit) and the outcome. A config not checked against the
+    # published file says so in its note, and a preset written from it in its source.
+    rows = tomllib.loads(CHECKS.read_text(encoding="utf-8"))["config"]
+    names = [row["name"] for row in rows]
+    assert len(names) == len(set(names))
+    assert sorted(names) == sorted(path.stem for path in WRITER.CONFIGS.glob("*.json"))
+    for row in rows:
+        assert row["result"].startswith(OUTCOMES), row
+        config = json.loads((WRITER.CONFIGS / f"{row['name']}.json").read_text(encoding="utf-8"))
+        if row["result"].startswith("not checked"):
+            assert row["checked_against"] == row["commit"] == ""
+            assert "not checked against the published" in config["_note"]
+        else:
+            assert re.fullmatch(r"[0-9a-f]{40}", row["commit"]), row
+            assert row["commit"][:12] in config["_note"], row["name"]
+        if row["result"].startswith(("partly", "not checked")) and "_cite" in config:
+            source = SESSION.load_spec({"model": row["name"],
+                                        "hardware": {"gpu": "h100-sxm"}}).model.source
+            assert "not checked against the published config.json" in source, row["name"]
 
 
 def test_deepseek_r1_is_deepseek_v3():
