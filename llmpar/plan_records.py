@@ -98,6 +98,11 @@ class CollectiveCost:
     pieces: float | None = None
     """Pieces its calls run in (gradient buckets, layers), one of which cannot hide;
     None when not in pieces."""
+    algorithm: str = ""
+    """How one call runs: "ring" (`[hardware] collective_algorithms = "ring"`), NCCL's
+    algorithm/protocol ("tree/LL", "ring/Simple", "nvls/Simple", "nvls-tree/Simple")
+    under "nccl", "point-to-point" for all-to-all and send-recv, "engine" for a serving
+    engine's own all-reduce kernel; "" for a group of one or an unknown link."""
 
 
 @attrs.frozen(kw_only=True)

@@ -6,7 +6,8 @@ Reads the published rows in validation/published/collectives/*.toml (each file c
 source; every number in it is copied from that source), builds for each row the
 collective llmpar would cost (operation, buffer, group of `gpus` ranks at stride 1, on the
 row's cluster preset), and prints the measured time against llmpar's
-`llmpar.communication.collectives.call_seconds`, with bus bandwidths and the ratio
+`llmpar.communication.collectives.call_seconds` (the ring model, and NCCL's model of
+`llmpar.communication.nccl` beside it), with bus bandwidths and the ratio
 predicted / measured per row, grouped by source, and a summary per system that says what
 collective_efficiency and per-step latency the rows imply. The large-message rows are a
 test (tests/test_collectives_measured.py).
@@ -30,7 +31,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import llmpar
-from llmpar.communication.collectives import call_seconds, link_of, traffic_and_steps
+from llmpar.communication.collectives import (
+    call_seconds,
+    link_of,
+    nccl_choice,
+    traffic_and_steps,
+)
 from llmpar.strategy import Collective
 
 PUBLISHED = Path(__file__).resolve().parent / "published" / "collectives"
@@ -66,6 +72,7 @@ def rows(data: dict):
 def _hardware(cluster: str, gpus: int, overrides: tuple):
     spec = llmpar.load_spec({"model": {"parameters": 1e9},
                              "hardware": {"cluster": cluster, "num_gpus": gpus,
+                                          "collective_algorithms": "ring",
                                           **dict(overrides)}})
     return spec.hardware
 
@@ -73,6 +80,20 @@ def _hardware(cluster: str, gpus: int, overrides: tuple):
 def hardware(row: dict):
     """The row's cluster preset, sized to its GPUs, with the row's stated overrides."""
     return _hardware(row["cluster"], row["gpus"], tuple(sorted(row.get("hardware", {}).items())))
+
+
+FORCED = {"ring": ("ring",), "nvls": ("nvls",), "nvlstree": ("nvls-tree",)}
+"""The rows' `algorithm` that name one algorithm the benchmark forced (NCCL_ALGO, or a
+report's column per algorithm), as NCCL's model names it."""
+
+
+def forced_algorithms(row: dict) -> tuple[str, ...] | None:
+    """The algorithms NCCL could choose from for the row: the one it was forced to run,
+    or None (all) where the row states NCCL's own choice or none."""
+    name = row.get("algorithm", "").lower()
+    if "nccl_algo=ring" in name:
+        return ("ring",)
+    return FORCED.get(name)
 
 
 def collective(row: dict) -> Collective:
@@ -109,7 +130,14 @@ def compare(row: dict) -> dict:
     link = link_of(item, hw)
     sent, steps = traffic_and_steps(item.operation, item.buffer_bytes, item.group_size)
     bandwidth_term = sent / (link.bandwidth_bytes_per_s * hw.collective_efficiency)
+    if item.operation in ("all-reduce", "all-gather", "reduce-scatter"):
+        modelled, algorithm = nccl_choice(item, hw, algorithms=forced_algorithms(row))
+    else:  # point-to-point: NCCL's model is the ring model's
+        modelled, algorithm = predicted, "point-to-point"
     return {
+        "nccl_s": modelled,
+        "nccl_ratio": modelled / measured,
+        "nccl_algorithm": algorithm,
         "measured_s": measured,
         "predicted_s": predicted,
         "ratio": predicted / measured,
@@ -196,6 +224,16 @@ def main() -> int:
           "time implies. Rows marked † are discrepancies the data file documents (with its "
           "reason, printed under the table): the test pins them to a stated range instead "
           "of the tolerance.\n")
+    print("The last three columns price the same row with NCCL's own tuning model "
+          "(`[hardware] collective_algorithms = \"nccl\"`, `llmpar.communication.nccl`, "
+          "NCCL v2.30.7 src/graph/tuning.cc): the least time over the algorithms and protocols "
+          "NCCL considers, on the same links, with NCCL's latencies and bandwidth factors, and "
+          "the one it chose. Where the benchmark forced one algorithm (NCCL_ALGO=RING, or a "
+          "report's column per algorithm) only that one competes. NCCL's model prices the "
+          "kernel: it leaves out the harness (one process driving 8 GPUs, PyTorch) and a "
+          "network's latency beyond InfiniBand's (its IB plugin reports none; AWS EFA's is "
+          "larger), which shows at small messages. The test of these columns is "
+          "`tests/test_nccl_model.py`.\n")
 
     groups: dict[tuple, list[tuple[dict, dict]]] = defaultdict(list)
     for path, data in sources():
@@ -209,8 +247,9 @@ def main() -> int:
                 if reason and reason not in notes:
                     notes[reason] = f"†{len(notes) + 1}"
         print("| system | op | GPUs | nodes | NCCL | algorithm | size | measured us | "
-              "predicted us | predicted / measured | busbw GB/s | predicted busbw | tier |")
-        print("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|")
+              "predicted us | predicted / measured | busbw GB/s | predicted busbw | tier | "
+              "NCCL model us | NCCL model / measured | NCCL model's choice |")
+        print("|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
         for row in rows(data):
             result = compare(row)
             mark = f" {notes[row['expected_reason']]}" if "expected_reason" in row else ""
@@ -219,7 +258,9 @@ def main() -> int:
                   f"{row['nccl']} | {row['algorithm']} | {_size(row['size'])} | "
                   f"{_us(result['measured_s'])}{derived} | {_us(result['predicted_s'])} | "
                   f"{result['ratio']:.2f}{mark} | {result['measured_busbw']:.2f} | "
-                  f"{result['predicted_busbw']:.2f} | {result['tier']} |")
+                  f"{result['predicted_busbw']:.2f} | {result['tier']} | "
+                  f"{_us(result['nccl_s'])} | {result['nccl_ratio']:.2f} | "
+                  f"{result['nccl_algorithm']} |")
             scope = "1 node" if row["nodes"] == 1 else "multi-node"
             groups[(row["system"], scope, row["operation"], algorithm_class(row))].append(
                 (row, result))
@@ -262,8 +303,9 @@ def main() -> int:
 
     print("| system | scope | op | algorithm | large: predicted / measured | implied efficiency "
           "| link GB/s | large: busbw / node's NICs | small: predicted / measured "
-          "| implied step latency us |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+          "| implied step latency us | large: NCCL model / measured "
+          "| small: NCCL model / measured |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (system, scope, operation, algo), items in groups.items():
         large = [r for row, r in items if is_large(row)]
         small = [r for row, r in items if is_small(row)]
@@ -278,7 +320,9 @@ def main() -> int:
         print(f"| {system} | {scope} | {operation} | {algo} | "
               f"{_median([r['ratio'] for r in large])} | "
               f"{efficiency} | {', '.join(f'{v:g}' for v in link)} | {node_efficiency} | "
-              f"{_median([r['ratio'] for r in small])} | {latency[0]} |")
+              f"{_median([r['ratio'] for r in small])} | {latency[0]} | "
+              f"{_median([r['nccl_ratio'] for r in large])} | "
+              f"{_median([r['nccl_ratio'] for r in small])} |")
     print()
     return 0
 

@@ -8,12 +8,17 @@ n-1 steps); a send moves B in one step (Thakur, Rabenseifner and Gropp 2005,
 bus-bandwidth convention of NVIDIA's nccl-tests, doc/PERFORMANCE.md). Across nodes
 the ring collectives share the node's NICs (`link_of`) and an all-to-all sends only
 what leaves the node.
+
+With `[hardware] collective_algorithms = "nccl"` the ring collectives are costed as
+NCCL chooses among its algorithms and protocols instead (`llmpar.communication.nccl`),
+on the same links.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from llmpar.communication import nccl
 from llmpar.placement import ring_crosses_nodes
 from llmpar.spec import Hardware
 from llmpar.strategy import Collective
@@ -107,8 +112,46 @@ def seconds_of(collective: Collective, hardware: Hardware,
         return 0.0, link.tier
     if link.bandwidth_bytes_per_s is None:
         return None, link.tier
+    if hardware.collective_algorithms == "nccl" and collective.operation in RING_OPERATIONS:
+        return nccl.chosen(_nccl_group(collective, hardware, link, k), buffer)[0], link.tier
     bandwidth = link.bandwidth_bytes_per_s * hardware.collective_efficiency
     return sent / bandwidth + steps * link.latency_seconds, link.tier
+
+
+def _nccl_group(collective: Collective, hardware: Hardware, link: Link,
+                per_node: int) -> nccl.Group:
+    assert link.bandwidth_bytes_per_s is not None
+    return nccl.group_of(collective.operation, collective.group_size, per_node,
+                         link.tier == INTER_NODE, link.bandwidth_bytes_per_s, hardware)
+
+
+def nccl_choice(collective: Collective, hardware: Hardware, buffer_bytes: Any = None,
+                algorithms: tuple[str, ...] | None = None) -> tuple[Any, str]:
+    """NCCL's least time for one call of a ring-type collective and the algorithm/protocol
+    chosen (among `algorithms` only, as NCCL_ALGO restricts it); (None, "") on an
+    unknown link."""
+    link = link_of(collective, hardware)
+    if link.bandwidth_bytes_per_s is None:
+        return None, ""
+    k = members_per_node(collective.group_size, collective.group_stride,
+                         hardware.gpus_per_node) if link.tier == INTER_NODE else 1
+    buffer = collective.buffer_bytes if buffer_bytes is None else buffer_bytes
+    seconds, name = nccl.chosen(_nccl_group(collective, hardware, link, k), buffer, algorithms)
+    return seconds, name
+
+
+def algorithm_of(collective: Collective, hardware: Hardware,
+                 buffer_bytes: float | None = None) -> str:
+    """The algorithm a call runs: "ring" (ring-only model), NCCL's algorithm/protocol
+    ("tree/LL", "nvls/Simple") under `collective_algorithms = "nccl"`, "point-to-point"
+    for all-to-all and send-recv; "" for a group of one or an unknown link."""
+    if collective.group_size <= 1:
+        return ""
+    if collective.operation not in RING_OPERATIONS:
+        return "point-to-point"
+    if hardware.collective_algorithms != "nccl":
+        return "ring"
+    return str(nccl_choice(collective, hardware, buffer_bytes)[1])
 
 
 def call_seconds(collective: Collective, hardware: Hardware) -> tuple[float | None, str]:

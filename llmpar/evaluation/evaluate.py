@@ -223,7 +223,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
              + finetune_flops_per_sequence(footprint) * global_batch_of(spec, layout))
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
                        core.facts.recomputed_fraction)
-    collectives, link_warnings = cost_records(core.time.costs)
+    collectives, link_warnings = cost_records(core.time.costs, spec.hardware)
     time = step_time_record(spec, core, collectives, link_warnings, flops)
     source = time.derivations[0].source if time.derivations else ""
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)

@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 
 from llmpar.arrays import Value, is_array, maximum, minimum, where
-from llmpar.communication.collectives import seconds_of
+from llmpar.communication.collectives import algorithm_of, seconds_of
 from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
@@ -51,7 +51,7 @@ from llmpar.finetune.states import StateCounts, counts_of, dequantized_bytes_per
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import rates_of
-from llmpar.spec import Spec
+from llmpar.spec import Hardware, Spec
 from llmpar.strategy import Collective
 
 ASSUMED_SOURCE = ("T = C / (n * F_peak * MFU), the founding document's training-time rule; "
@@ -496,7 +496,8 @@ def _share(part: Value, whole: Value) -> Value:
     return where(whole > 0, part / where(whole > 0, whole, 1.0), 0.0)
 
 
-def cost_records(costs: Sequence[Cost]) -> tuple[tuple[CollectiveCost, ...], list[str]]:
+def cost_records(costs: Sequence[Cost], hardware: Hardware | None = None
+                 ) -> tuple[tuple[CollectiveCost, ...], list[str]]:
     """The plan's collective records (one layout) and warnings for uncosted links."""
     records, warnings = [], []
     for cost in costs:
@@ -512,6 +513,8 @@ def cost_records(costs: Sequence[Cost]) -> tuple[tuple[CollectiveCost, ...], lis
             tier=cost.tier, calls_per_step=float(cost.calls), seconds=float(cost.seconds),
             exposed_seconds=float(cost.exposed), hides_behind=collective.hides_behind,
             reason=collective.reason, window_seconds=float(cost.window),
-            pieces=None if not cost.piece else 1 / float(cost.piece)))
+            pieces=None if not cost.piece else 1 / float(cost.piece),
+            algorithm="" if hardware is None or not cost.costed
+            else algorithm_of(collective, hardware, float(cost.buffer_bytes))))
     return tuple(records), warnings
 

@@ -6,7 +6,7 @@ custom all-reduce where it takes the call (`llmpar.inference.engine`)."""
 
 from __future__ import annotations
 
-from llmpar.communication.collectives import call_seconds
+from llmpar.communication.collectives import algorithm_of, call_seconds
 from llmpar.inference.engine import custom_all_reduce_seconds
 from llmpar.inference.operations import Step
 from llmpar.inference.serving import Serving
@@ -39,7 +39,10 @@ def cost(serving: Serving, collective: Collective) -> CollectiveCost:
                           group_size=collective.group_size, tier=tier,
                           calls_per_step=collective.calls_per_step, seconds=seconds,
                           exposed_seconds=seconds * (1 - collective.overlap),
-                          hides_behind=collective.hides_behind, reason=collective.reason)
+                          hides_behind=collective.hides_behind, reason=collective.reason,
+                          algorithm=("engine" if custom is not None
+                                     else "" if per_call is None
+                                     else algorithm_of(collective, serving.spec.hardware)))
 
 
 def unknown_links(serving: Serving, collectives: list[Collective]) -> list[str]:

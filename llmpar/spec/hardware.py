@@ -8,6 +8,9 @@ from llmpar.dtypes import math_format
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, MemorySize, Seconds
 
+ARCHITECTURES = ("", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+COLLECTIVE_ALGORITHMS = ("ring", "nccl")
+
 
 @attrs.frozen(kw_only=True)
 class Gpu:
@@ -15,6 +18,11 @@ class Gpu:
 
     name: str = "custom"
     """Preset name or a label."""
+    architecture: str = attrs.field(default="", validator=v.one_of(*ARCHITECTURES))
+    """The GPU's generation ("volta", "turing", "ampere", "ada", "hopper", "blackwell"),
+    which picks the generation's constants of NCCL's tuning model (`[hardware]
+    collective_algorithms = "nccl"`: the LL protocol's bandwidth cap, NVLS's efficiency).
+    Unset: Ampere's constants, and no NVLS."""
     source: str = ""
     """Datasheet the numbers come from."""
     memory_bytes: MemorySize = attrs.field(validator=v.positive)
@@ -113,14 +121,16 @@ class Hardware:
     intra_node_latency_seconds: Seconds = attrs.field(
         default=Seconds(2e-6), validator=v.non_negative)
     """Per step of a ring inside a node. Default 2 us: an assumed order of magnitude for
-    NVLink, not a measurement; set it from nccl-tests on your system."""
+    NVLink, not a measurement; set it from nccl-tests on your system. The ring model's
+    (`collective_algorithms = "ring"`); NCCL's model uses NCCL's latencies."""
     inter_node_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
         default=None, validator=v.positive)
     """Network bandwidth per GPU, one direction (e.g. "400 Gb/s" for one NDR NIC per GPU)."""
     inter_node_latency_seconds: Seconds = attrs.field(
         default=Seconds(5e-6), validator=v.non_negative)
     """Per step of a ring across nodes. Default 5 us: an assumed order of magnitude for
-    InfiniBand, not a measurement; set it from nccl-tests on your system."""
+    InfiniBand, not a measurement; set it from nccl-tests on your system. The ring model's
+    (`collective_algorithms = "ring"`); NCCL's model uses NCCL's latencies."""
     host_bandwidth_bytes_per_s: ByteRate | None = attrs.field(default=None, validator=v.positive)
     """GPU to host memory and back, per GPU and one direction, as the link states it:
     PCIe Gen4 x16 31.5 GB/s and Gen5 x16 63 GB/s (16 and 32 GT/s x 16 lanes, 128b/130b;
@@ -131,6 +141,21 @@ class Hardware:
     collective_efficiency: float = attrs.field(default=0.8, validator=v.fraction)
     """Share of link bandwidth a collective reaches (NCCL's bus bandwidth over the link's).
     Default 0.8: assumed, not measured here; nccl-tests reports bus bandwidth to set it."""
+    collective_algorithms: str = attrs.field(default="ring",
+                                             validator=v.one_of(*COLLECTIVE_ALGORITHMS))
+    """How a ring-type collective (all-reduce, all-gather, reduce-scatter) is costed.
+    "ring": a ring, traffic / (link bandwidth x `collective_efficiency`) + steps x the
+    tier's latency (Thakur et al. 2005). "nccl": the least time over the algorithms and
+    protocols NCCL's tuning model considers (ring, double binary tree, NVLS and NVLS
+    tree x LL, LL128, Simple) with NCCL's own latencies and bandwidth factors on the
+    same links (`llmpar.communication.nccl`; NVIDIA NCCL v2.30.7 src/graph/tuning.cc);
+    there the tiers' latencies above are not used. The plan's collective records name
+    the algorithm chosen. All-to-all and send-recv are costed alike in both."""
+    nvls: bool = False
+    """Whether the node's NVSwitch reduces in the switch (NVLink SHARP, NVLS: third-generation
+    NVSwitch with Hopper or later GPUs, as in DGX/HGX H100, H200 and B200 and GB200 NVL72),
+    so that NCCL may run its NVLS and NVLS-tree all-reduce (`collective_algorithms = "nccl"`
+    only)."""
     memory_headroom_bytes: Bytes = attrs.field(default=Bytes(0), validator=v.non_negative)
     """Memory held back on each GPU in training: a plan fits when its peak is at most the
     GPU's usable memory less this. Default 0, so the margin is the user's to state: the
