@@ -294,3 +294,58 @@ def test_the_default_target_is_the_spec_framework(session: Session) -> None:
     assert session.launch(GPT3).target == "megatron-core"
     spec = session.load_spec(GPT3, {"training.framework": "torchtitan"})
     assert session.launch(spec).target == "torchtitan"
+
+
+FSDP2 = json.loads((ROOT / "validation/data/launch/pytorch-fsdp2.json").read_text())
+
+
+def test_the_fsdp2_snippet_is_python_calling_torchs_fsdp2_api_as_it_is(
+        session: Session) -> None:
+    import ast
+
+    api = {"fully_shard": "fully_shard", "MixedPrecisionPolicy": "MixedPrecisionPolicy",
+           "init_device_mesh": "init_device_mesh"}
+    for path in training_examples(session):
+        for changes in ({}, {"parallel.data.gradient_sync": "last-micro-batch"}):
+            spec = session.load_spec(path)
+            if changes and (spec.parallel.get("data") is None
+                            or spec.parallel["data"].stage != 3):
+                continue
+            launch = session.launch(spec, "fsdp2", changes)
+            tree = ast.parse(launch.files[0].text)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in api:
+                    assert {k.arg for k in node.keywords} <= set(FSDP2[api[name]]), path
+                elif name and name.startswith("set_"):
+                    assert name in FSDP2["FSDPModule"], name
+            if changes:
+                assert "set_requires_gradient_sync" in launch.files[0].text
+
+
+def test_the_launch_target_plugin_of_the_docs_works() -> None:
+    import re
+    import types
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+                if "class SlurmTarget" in b]
+    module = types.ModuleType("our_slurm")
+    exec(compile(block, "docs/plugins.md", "exec"), module.__dict__)
+    session = Session(load_entry_points=False, environ={}, plugins=[module], strict=True)
+    launch = session.launch(GPT3, "slurm")
+    assert launch.files[0].text == "#SBATCH --nodes=128\nsrun train --tp 8\n"
+    listed = {u.path for u in launch.unmapped}
+    assert "$.parallel.pipeline" in listed and "$.parallel.tensor" not in listed
+
+
+def test_the_launch_page_shows_what_llmpar_prints(session: Session) -> None:
+    page = (ROOT / "docs" / "launch.md").read_text()
+    printed = session.launch(GPT3, "megatron").text().splitlines()
+    shown = page.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    for line in shown:
+        if line.startswith("$ ") or line.strip() == "...":
+            continue
+        assert any(p.startswith(line.rstrip(". ").rstrip()) for p in printed), line

@@ -5,6 +5,7 @@ none of the frameworks.
     python validation/launch_arguments.py megatron MEGATRON_LM_SOURCE
     python validation/launch_arguments.py torchtitan TORCHTITAN_SOURCE
     python validation/launch_arguments.py deepspeed
+    python validation/launch_arguments.py fsdp2
 
 - megatron: Megatron-LM's own parser. Its `megatron/training/arguments.py` is not in the
   megatron-core wheel, so it is imported from a checkout of NVIDIA/Megatron-LM
@@ -18,6 +19,8 @@ none of the frameworks.
 - deepspeed: the installed `deepspeed` package's config classes (pydantic models:
   `DeepSpeedZeroConfig`, offload configs, activation checkpointing), and the top-level
   keys `deepspeed/runtime/constants.py` names.
+- fsdp2: the installed `torch` package's FSDP2 API: the keyword parameters of
+  `fully_shard`, `MixedPrecisionPolicy`, `init_device_mesh`, and `FSDPModule`'s methods.
 
 The frameworks are for this script only, never a dependency of llmpar or its tests.
 """
@@ -140,21 +143,44 @@ def deepspeed() -> dict[str, Any]:
             "activation_checkpointing": checkpointing}
 
 
+def fsdp2() -> dict[str, Any]:
+    import inspect
+
+    import torch  # type: ignore[import-not-found]
+    from torch.distributed.device_mesh import init_device_mesh  # type: ignore[import-not-found]
+    from torch.distributed.fsdp import (  # type: ignore[import-not-found]
+        FSDPModule,
+        MixedPrecisionPolicy,
+        fully_shard,
+    )
+
+    def parameters(function: Any) -> list[str]:
+        return sorted(inspect.signature(function).parameters)
+
+    return {"framework": "PyTorch FSDP2", "version": torch.__version__, "commit": "",
+            "how": "the installed torch: inspect.signature of the FSDP2 API",
+            "fully_shard": parameters(fully_shard),
+            "MixedPrecisionPolicy": parameters(MixedPrecisionPolicy),
+            "init_device_mesh": parameters(init_device_mesh),
+            "FSDPModule": sorted(m for m in dir(FSDPModule) if not m.startswith("_"))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed"))
+    parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed",
+                                                       "fsdp2"))
     parser.add_argument("source", nargs="?", type=Path,
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
     args = parser.parse_args()
-    if args.framework != "deepspeed" and args.source is None:
+    if args.framework in ("megatron", "torchtitan") and args.source is None:
         parser.error(f"{args.framework} needs the path of its source checkout")
     commit = args.commit or (_git_commit(args.source) if args.source else "")
     data = (megatron(args.source, commit) if args.framework == "megatron"
             else torchtitan(args.source, commit) if args.framework == "torchtitan"
-            else deepspeed())
+            else deepspeed() if args.framework == "deepspeed" else fsdp2())
     name = {"megatron": "megatron-lm", "torchtitan": "torchtitan",
-            "deepspeed": "deepspeed"}[args.framework]
+            "deepspeed": "deepspeed", "fsdp2": "pytorch-fsdp2"}[args.framework]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")

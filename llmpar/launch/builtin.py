@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from llmpar.hookspecs import hookimpl
 from llmpar.launch.deepspeed import DeepSpeedTarget
+from llmpar.launch.fsdp2 import Fsdp2Target
 from llmpar.launch.megatron import MegatronTarget
 from llmpar.launch.target import LaunchTarget
 from llmpar.launch.torchtitan import TorchtitanTarget
@@ -17,3 +18,4 @@ def llmpar_launch_targets(register: Callable[[LaunchTarget], None]) -> None:
     register(MegatronTarget())
     register(TorchtitanTarget())
     register(DeepSpeedTarget())
+    register(Fsdp2Target())
