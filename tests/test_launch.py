@@ -349,3 +349,11 @@ def test_the_launch_page_shows_what_llmpar_prints(session: Session) -> None:
         if line.startswith("$ ") or line.strip() == "...":
             continue
         assert any(p.startswith(line.rstrip(". ").rstrip()) for p in printed), line
+
+
+def test_search_emits_the_launch_of_its_best_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "llama-3-8b-fsdp-8-h100", "--top", "1", "--emit-launch",
+                 "megatron"]) == 0
+    out = capsys.readouterr().out
+    launch = out.split("# launch of the best layout for megatron-core\n", 1)[1]
+    check_megatron_arguments(launch.split("# Not mapped", 1)[0])

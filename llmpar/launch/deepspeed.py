@@ -51,6 +51,10 @@ class DeepSpeedTarget:
         elif weights != "fp32":
             ledger.cannot("precision.weights", "DeepSpeed trains in bf16, fp16 or fp32",
                           weights)
+        for key in ("activations", "compute"):
+            if getattr(spec.precision, key) != weights:
+                ledger.cannot(f"precision.{key}", "DeepSpeed computes in its weights' "
+                              "format", getattr(spec.precision, key))
         config["zero_optimization"] = _zero(spec, ledger)
         data = spec.parallel.get("data")
         if data is not None and data.reduce_dtype in DTYPES:

@@ -28,6 +28,8 @@ DESCRIPTIVE = (
     "optimizer.source", "training.framework", "training.activation_model",
     "training.activation_coefficient", "training.attention_flops", "training.mfu",
     "parallel.expert.imbalance", "parallel.sequence.overlap_compute_share",
+    "training.goodput.storage_bandwidth_bytes_per_s", "training.goodput.restart_seconds",
+    "training.goodput.interruptions_per_gpu_day",
 )
 """What the spec says about the machine, the model's provenance, the stack's costs and
 llmpar's own accounting: facts for the plan, not settings a framework takes."""
