@@ -15,9 +15,10 @@ from typing import Any
 
 import attrs
 
+from llmpar.errors import Problem, SpecError
 from llmpar.launch.common import accumulation_steps, global_batch, steps_of
 from llmpar.launch.settings import Ledger
-from llmpar.launch.target import Launch, LaunchFile
+from llmpar.launch.target import Launch, LaunchFile, ReadSettings
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -103,6 +104,9 @@ class DeepSpeedTarget:
                                         "the launcher line", in_command=True)),
                       command=launcher, unmapped=ledger.unmapped(), notes=tuple(notes))
 
+    def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
+        return read_config(text, source, base)
+
 
 def _zero(spec: Spec, ledger: Ledger) -> dict[str, Any]:
     data = spec.parallel.get("data")
@@ -128,3 +132,58 @@ def _zero(spec: Spec, ledger: Ledger) -> dict[str, Any]:
         if getattr(offload, "weights", False):
             zero["offload_param"] = {"device": "cpu"}
     return zero
+
+
+def read_config(text: str, source: str, base: Spec | None = None) -> ReadSettings:
+    """Spec settings from a DeepSpeed config JSON (ZeRO stage, batch, number format); a
+    malformed value is a Problem naming its `$.key`. The model is the base's (or give its
+    config.json to `llmpar import-hf`)."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError([Problem("$", f"not JSON: {exc}")], source) from None
+    if not isinstance(config, dict):
+        raise SpecError([Problem("$", "expected a JSON object")], source)
+    problems: list[Problem] = []
+    settings: dict[str, Any] = {}
+
+    def integer(value: Any, path: str, least: int = 1) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            problems.append(Problem(path, f"expected an integer >= {least}, got {value!r}"))
+            return None
+        return value
+
+    zero = config.get("zero_optimization", {})
+    stage = integer(zero.get("stage", 0), "$.zero_optimization.stage", 0)
+    if stage is not None and stage > 3:
+        problems.append(Problem("$.zero_optimization.stage", f"must be 0 to 3, got {stage}"))
+    elif stage is not None:
+        base_data = base.parallel.get("data") if base is not None else None
+        keep_fsdp = base_data is not None and base_data.fsdp and stage == 3
+        if not keep_fsdp:
+            settings["parallel.data.zero"], settings["parallel.data.fsdp"] = stage, False
+    if "overlap_comm" in zero:
+        overlap = bool(zero["overlap_comm"])
+        settings["parallel.data.overlap_grad_reduce"] = overlap
+        settings["parallel.data.overlap_param_gather"] = overlap
+    if "train_micro_batch_size_per_gpu" in config:
+        settings["training.micro_batch_size"] = integer(
+            config["train_micro_batch_size_per_gpu"], "$.train_micro_batch_size_per_gpu")
+    if "train_batch_size" in config:
+        settings["training.global_batch_size"] = integer(config["train_batch_size"],
+                                                         "$.train_batch_size")
+    formats = [name for name in ("bf16", "fp16")
+               if isinstance(config.get(name), dict) and config[name].get("enabled")]
+    dtype = formats[0] if formats else "fp32"
+    for key in ("weights", "activations", "compute"):
+        settings[f"precision.{key}"] = dtype
+    if "communication_data_type" in config:
+        value = config["communication_data_type"]
+        if value not in DTYPES:
+            problems.append(Problem("$.communication_data_type", f"expected one of "
+                                    f"{', '.join(DTYPES)}, got {value!r}"))
+        else:
+            settings["parallel.data.reduce_dtype"] = value
+    if problems:
+        raise SpecError(problems, source)
+    return ReadSettings(settings=settings, owned=("parallel.data.degree",))

@@ -8,14 +8,23 @@ replaced them with Python config registries), recorded with every key in
 
 from __future__ import annotations
 
+import math
+import tomllib
 from typing import Any
 
 import attrs
 import toml
 
-from llmpar.launch.common import accumulation_steps, global_batch, steps_of, torchrun
+from llmpar.errors import Problem, SpecError
+from llmpar.launch.common import (
+    accumulation_steps,
+    global_batch,
+    run_tokens,
+    steps_of,
+    torchrun,
+)
 from llmpar.launch.settings import Ledger
-from llmpar.launch.target import Launch, LaunchFile
+from llmpar.launch.target import Launch, LaunchFile, ReadSettings
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -74,6 +83,9 @@ class TorchtitanTarget:
                                         "the launcher line (run it on every node)",
                                         in_command=True)),
                       command=launcher, unmapped=ledger.unmapped(), notes=tuple(notes))
+
+    def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
+        return read_job(text, source, base)
 
 
 def _model(spec: Spec, ledger: Ledger) -> dict[str, Any]:
@@ -225,3 +237,115 @@ def _parallelism(spec: Spec, layout: Layout, ledger: Ledger,
     if spec.rank_order != ("tensor", "context", "expert", "data", "pipeline"):
         ledger.cannot("parallel.order", "torchtitan builds its device mesh in its own order")
     return found
+
+
+# --- reading a job TOML back ------------------------------------------------------------
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def _number(table: dict[str, Any], section: str, key: str, problems: list[Problem],
+            default: int, least: int = 1) -> int:
+    value = table.get(section, {}).get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        problems.append(Problem(f"$.{section}.{key}", f"expected an integer >= {least}, "
+                                                      f"got {value!r}"))
+        return default
+    return value
+
+
+def read_job(text: str, source: str, base: Spec | None = None) -> ReadSettings:
+    """Spec settings from a torchtitan job TOML; every malformed value is a Problem
+    naming its `$.section.key`."""
+    try:
+        job = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError([Problem("$", f"not TOML: {exc}")], source) from None
+    problems: list[Problem] = []
+    settings: dict[str, Any] = {}
+    owned = ["parallel.tensor.degree", "parallel.pipeline.degree", "parallel.pipeline.schedule",
+             "parallel.pipeline.virtual_stages", "parallel.sequence", "parallel.context",
+             "parallel.expert", "parallel.data.degree", "parallel.data.shard_degree",
+             "parallel.data.reshard_after_forward", "training.recompute"]
+    par = "parallelism"
+    t = _number(job, par, "tensor_parallel_degree", problems, 1)
+    p = _number(job, par, "pipeline_parallel_degree", problems, 1)
+    c = _number(job, par, "context_parallel_degree", problems, 1)
+    shard = job.get(par, {}).get("data_parallel_shard_degree", -1)
+    if shard != -1:
+        shard = _number(job, par, "data_parallel_shard_degree", problems, 1)
+    replicate = _number(job, par, "data_parallel_replicate_degree", problems, 1)
+    if t > 1:
+        settings["parallel.tensor.degree"] = t
+        asynchronous = job.get(par, {}).get("enable_async_tensor_parallel", False)
+        settings["parallel.sequence"] = {"comm_overlap": "pipelined" if asynchronous
+                                         else "none"}
+    if p > 1:
+        settings["parallel.pipeline.degree"] = p
+        schedules = {v: k for k, v in SCHEDULES.items()}
+        name = job.get(par, {}).get("pipeline_parallel_schedule", "1F1B")
+        if name not in schedules:
+            problems.append(Problem(f"$.{par}.pipeline_parallel_schedule", f"expected one "
+                                    f"of {', '.join(schedules)}, got {name!r}"))
+        schedule = schedules.get(name, "1f1b")
+        settings["parallel.pipeline.schedule"] = schedule
+        per_stage = job.get(par, {}).get("pipeline_parallel_layers_per_stage")
+        layers = base.model.num_layers if base is not None else None
+        if schedule == "interleaved" and per_stage and layers:
+            settings["parallel.pipeline.virtual_stages"] = max(1, layers // (p * per_stage))
+    if c > 1:
+        settings["parallel.context"] = {"degree": c, "kind": "ring"}
+    e = _number(job, par, "expert_parallel_degree", problems, 1)
+    if e > 1:
+        expert: dict[str, Any] = {"degree": e}
+        etp = job.get(par, {}).get("expert_tensor_parallel_degree")
+        if etp is not None:
+            expert["tensor_degree"] = _number(job, par, "expert_tensor_parallel_degree",
+                                              problems, 1)
+        if job.get(par, {}).get("expert_parallel_comm_backend") == "deepep":
+            expert["dispatcher"] = "deepep"
+        settings["parallel.expert"] = expert
+    if shard == 1:
+        settings["parallel.data.zero"], settings["parallel.data.fsdp"] = 0, False
+    else:
+        base_data = base.parallel.get("data") if base is not None else None
+        if base_data is None or base_data.stage != 3:  # FSDP2: ZeRO-3 with prefetch
+            settings["parallel.data.fsdp"] = True
+        if replicate > 1 and shard != -1:
+            settings["parallel.data.shard_degree"] = shard
+        settings["parallel.data.reshard_after_forward"] = job.get(par, {}).get(
+            "fsdp_reshard_after_forward", "default") != "never"
+    training = job.get("training", {})
+    local = _number(job, "training", "local_batch_size", problems, 8)
+    micro = (_number(job, par, "pipeline_parallel_microbatch_size", problems, 1) if p > 1
+             else local)
+    settings["training.micro_batch_size"] = micro
+    if "global_batch_size" in training and training["global_batch_size"] != -1:
+        settings["training.global_batch_size"] = _number(job, "training",
+                                                         "global_batch_size", problems, 1)
+    seq = _number(job, "training", "seq_len", problems, 2048)
+    settings["training.sequence_length"] = seq
+    mode = job.get("activation_checkpoint", {}).get("mode", "selective")
+    if mode not in RECOMPUTE_MODES:
+        problems.append(Problem("$.activation_checkpoint.mode", f"expected one of "
+                                f"{', '.join(RECOMPUTE_MODES)}, got {mode!r}"))
+    settings["training.recompute"] = mode if mode in RECOMPUTE_MODES else "none"
+    model = job.get("model", {})
+    flavor = (model.get("name"), model.get("flavor"))
+    preset = next((name for name, found in FLAVORS.items() if found == flavor), None)
+    if model and preset is None:
+        problems.append(Problem("$.model", f"{flavor[0]}/{flavor[1]} is not a flavor llmpar "
+                                           f"has a preset for: give --base"))
+    elif preset is not None and (base is None or base.model.name != preset):
+        settings["model"] = preset
+        owned.append("model")
+    if problems:
+        raise SpecError(problems, source)
+    steps = training.get("steps")
+    if isinstance(steps, int) and steps > 0 and "training.global_batch_size" in settings:
+        per_step = settings["training.global_batch_size"] * seq
+        kept = run_tokens(base) if base is not None else None
+        if kept is None or math.ceil(kept / per_step) != steps:
+            settings["training.tokens"] = float(steps * per_step)
+            settings["training.tokens_per_parameter"] = None
+    return ReadSettings(settings=settings, owned=tuple(owned))
