@@ -405,3 +405,31 @@ def test_import_from_torchtitan_over_a_base(tmp_path: Path) -> None:
     assert spec.parallel["data"].shard_degree == 4 and spec.parallel["data"].stage == 3
     assert (spec.training.micro_batch_size, spec.training.sequence_length) == (2, 4096)
     assert spec.model.name == "llama-3-8b"
+
+
+def test_launcher_lines_use_only_the_launchers_options(session: Session) -> None:
+    """torchrun's options (torch.distributed.run) and the deepspeed launcher's
+    (deepspeed.launcher.runner), as the committed data lists them."""
+    import shlex
+
+    launchers = {"torchrun": set(FSDP2["torchrun"]), "deepspeed": set(DEEPSPEED["launcher"])}
+    for path in training_examples(session):
+        for target in ("megatron", "torchtitan", "deepspeed", "fsdp2"):
+            words = shlex.split(session.launch(path, target).command.split(" \\\n")[0])
+            # the launcher's own options come before the first word that is not one
+            script = next(i for i, w in enumerate(words) if i and not w.startswith("-"))
+            options = [w.split("=")[0] for w in words[1:script] if w.startswith("--")]
+            assert options and set(options) <= launchers[words[0]], (target, options)
+
+
+def test_hybrid_context_parallel_sizes_are_separate_values(session: Session) -> None:
+    changes = {"parallel.context.kind": "hybrid", "parallel.context.all_to_all_degree": 2}
+    base = session.load_spec(ROOT / "specs/examples/llama-3-8b-cp8-a100.toml", changes)
+    launch = session.launch(base, "megatron")
+    check_megatron_arguments(launch.command)
+    found = split_arguments(launch.command, "<launch>")
+    assert found["--hierarchical-context-parallel-sizes"] == ["2", "4"]  # 2 x 4 = 8 ranks
+    read = session.launch_targets.find("megatron").read(  # type: ignore[attr-defined]
+        launch.files[0].text, "args", base)
+    assert read.settings["parallel.context"] == {"degree": 8, "kind": "hybrid",
+                                                 "all_to_all_degree": 2}

@@ -20,7 +20,10 @@ none of the frameworks.
   `DeepSpeedZeroConfig`, offload configs, activation checkpointing), and the top-level
   keys `deepspeed/runtime/constants.py` names.
 - fsdp2: the installed `torch` package's FSDP2 API: the keyword parameters of
-  `fully_shard`, `MixedPrecisionPolicy`, `init_device_mesh`, and `FSDPModule`'s methods.
+  `fully_shard`, `MixedPrecisionPolicy`, `init_device_mesh`, and `FSDPModule`'s methods;
+  and torchrun's options (`torch.distributed.run.get_args_parser`), which every torchrun
+  line llmpar writes uses. The deepspeed data also lists the `deepspeed` launcher's options
+  (`deepspeed.launcher.runner.parse_args`).
 
 The frameworks are for this script only, never a dependency of llmpar or its tests.
 """
@@ -133,7 +136,15 @@ def deepspeed() -> dict[str, Any]:
                  | {ZERO_OPTIMIZATION, ACT_CHKPT})
     checkpointing = sorted(k for k in vars(DeepSpeedActivationCheckpointingConfig({}))
                            if not k.startswith("_"))
+    import inspect
+    import re
+
+    from deepspeed.launcher import runner  # type: ignore[import-not-found]
+
+    launcher = sorted(set(re.findall(r'add_argument\(\s*(?:"-\w+",\s*)?"(--[\w-]+)"',
+                                     inspect.getsource(runner.parse_args))))
     return {"framework": "DeepSpeed", "version": ds.__version__, "commit": "",
+            "launcher": launcher,
             "how": "the installed package: deepspeed/runtime/constants.py's key names, and "
                    "the fields of DeepSpeedZeroConfig and its offload configs (pydantic)",
             "top_level_keys": top,
@@ -153,16 +164,21 @@ def fsdp2() -> dict[str, Any]:
         MixedPrecisionPolicy,
         fully_shard,
     )
+    from torch.distributed.run import get_args_parser  # type: ignore[import-not-found]
 
     def parameters(function: Any) -> list[str]:
         return sorted(inspect.signature(function).parameters)
+
+    torchrun = sorted(option for action in get_args_parser()._actions
+                      for option in action.option_strings if option.startswith("--"))
 
     return {"framework": "PyTorch FSDP2", "version": torch.__version__, "commit": "",
             "how": "the installed torch: inspect.signature of the FSDP2 API",
             "fully_shard": parameters(fully_shard),
             "MixedPrecisionPolicy": parameters(MixedPrecisionPolicy),
             "init_device_mesh": parameters(init_device_mesh),
-            "FSDPModule": sorted(m for m in dir(FSDPModule) if not m.startswith("_"))}
+            "FSDPModule": sorted(m for m in dir(FSDPModule) if not m.startswith("_")),
+            "torchrun": torchrun}
 
 
 def main() -> int:

@@ -11,8 +11,16 @@ from llmpar.footprint.parameters import count_parameters
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
-Argument = tuple[str, str | None]
-"""A command-line flag and its value (None for a switch)."""
+Argument = tuple[str, str | tuple[str, ...] | None]
+"""A command-line flag and its value: None for a switch, a tuple for several values
+(`nargs='+'`), each its own word."""
+
+
+def _words(flag: str, value: str | tuple[str, ...] | None) -> str:
+    if value is None:
+        return flag
+    values = (value,) if isinstance(value, str) else value
+    return " ".join([flag, *(shlex.quote(v) for v in values)])
 
 
 def global_batch(spec: Spec, layout: Layout) -> int:
@@ -64,12 +72,10 @@ def torchrun(spec: Spec, script: str) -> str:
 
 def argument_lines(arguments: Sequence[Argument]) -> str:
     """One flag (and its value) per line, the form `llmpar import` reads back."""
-    return "".join(f"{flag}\n" if value is None else f"{flag} {shlex.quote(value)}\n"
-                   for flag, value in arguments)
+    return "".join(f"{_words(flag, value)}\n" for flag, value in arguments)
 
 
 def command_line(launcher: str, arguments: Sequence[Argument]) -> str:
     """The launcher with the arguments, one per continued line."""
-    lines = [launcher] + [flag if value is None else f"{flag} {shlex.quote(value)}"
-                          for flag, value in arguments]
+    lines = [launcher] + [_words(flag, value) for flag, value in arguments]
     return " \\\n    ".join(lines)

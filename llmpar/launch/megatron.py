@@ -149,7 +149,8 @@ def _parallel_arguments(spec: Spec, layout: Layout, ledger: Ledger) -> list[Argu
                      ("--cp-comm-type", CP_COMM_TYPES[context.kind])]
             if context.kind == "hybrid" and context.all_to_all_degree is not None:
                 args.append(("--hierarchical-context-parallel-sizes",
-                             f"{context.all_to_all_degree} {c // context.all_to_all_degree}"))
+                             (str(context.all_to_all_degree),
+                              str(c // context.all_to_all_degree))))
     if (expert := parallel.get("expert")) is not None:
         ledger.take("parallel.expert.degree", "parallel.expert.tensor_degree",
                     "parallel.expert.dispatcher", "parallel.expert.overlap_a2a")
