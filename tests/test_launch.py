@@ -433,3 +433,9 @@ def test_hybrid_context_parallel_sizes_are_separate_values(session: Session) -> 
         launch.files[0].text, "args", base)
     assert read.settings["parallel.context"] == {"degree": 8, "kind": "hybrid",
                                                  "all_to_all_degree": 2}
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed", "fsdp2"])
+def test_a_serving_spec_is_not_launched_as_training(session: Session, target: str) -> None:
+    with pytest.raises(SpecError, match=r"\$\.inference: .* launches training runs"):
+        session.launch(ROOT / "specs/examples/inference-llama-2-70b-h100.toml", target)

@@ -6,6 +6,10 @@ none of the frameworks.
     python validation/launch_arguments.py torchtitan TORCHTITAN_SOURCE
     python validation/launch_arguments.py deepspeed
     python validation/launch_arguments.py fsdp2
+    python validation/launch_arguments.py megatron MEGATRON_LM_SOURCE --check ARGS...
+
+`--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
+`pretrain_gpt.args`) with Megatron-LM's own parser instead, and fails on any it rejects.
 
 - megatron: Megatron-LM's own parser. Its `megatron/training/arguments.py` is not in the
   megatron-core wheel, so it is imported from a checkout of NVIDIA/Megatron-LM
@@ -181,6 +185,27 @@ def fsdp2() -> dict[str, Any]:
             "torchrun": torchrun}
 
 
+def check_megatron(source: Path, files: list[Path]) -> int:
+    """Parse each argument file with Megatron-LM's parser (argparse's own checks: names,
+    types, choices, counts; not `validate_args`, which needs the distributed world)."""
+    import shlex
+
+    sys.path.insert(0, str(source))
+    from megatron.training.arguments import add_megatron_arguments  # type: ignore[import-not-found]
+
+    failed = 0
+    for path in files:
+        parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False,
+                                                                exit_on_error=False))
+        try:
+            parser.parse_args(shlex.split(path.read_text(encoding="utf-8")))
+            print(f"{path}: accepted")
+        except (argparse.ArgumentError, SystemExit) as exc:
+            failed += 1
+            print(f"{path}: rejected: {exc}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed",
@@ -188,7 +213,12 @@ def main() -> int:
     parser.add_argument("source", nargs="?", type=Path,
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
+    parser.add_argument("--check", nargs="+", type=Path, metavar="ARGS",
+                        help="megatron: parse these argument files with Megatron-LM's "
+                             "parser instead of writing the data")
     args = parser.parse_args()
+    if args.check:
+        return check_megatron(args.source, args.check)
     if args.framework in ("megatron", "torchtitan") and args.source is None:
         parser.error(f"{args.framework} needs the path of its source checkout")
     commit = args.commit or (_git_commit(args.source) if args.source else "")

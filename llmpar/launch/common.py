@@ -7,6 +7,7 @@ import math
 import shlex
 from collections.abc import Sequence
 
+from llmpar.errors import Problem, SpecError
 from llmpar.footprint.parameters import count_parameters
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
@@ -21,6 +22,13 @@ def _words(flag: str, value: str | tuple[str, ...] | None) -> str:
         return flag
     values = (value,) if isinstance(value, str) else value
     return " ".join([flag, *(shlex.quote(v) for v in values)])
+
+
+def training_only(spec: Spec, target: str) -> None:
+    """A training target given a serving spec is an error, not a training launch."""
+    if spec.inference is not None:
+        raise SpecError([Problem("$.inference", f"{target} launches training runs; this "
+                                                "spec is a serving workload")], spec.source)
 
 
 def global_batch(spec: Spec, layout: Layout) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
-from llmpar.launch.common import accumulation_steps, global_batch, steps_of
+from llmpar.launch.common import accumulation_steps, global_batch, steps_of, training_only
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
 from llmpar.spec import Spec
@@ -35,6 +35,7 @@ class DeepSpeedTarget:
     description: str = "a DeepSpeed config JSON and the deepspeed launcher line"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
+        training_only(spec, self.name)
         ledger = Ledger(spec, "DeepSpeed")
         notes: list[str] = []
         config: dict[str, Any] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import attrs
 
-from llmpar.launch.common import accumulation_steps, global_batch, steps_of, torchrun
+from llmpar.launch.common import accumulation_steps, global_batch, steps_of, torchrun, training_only
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile
 from llmpar.spec import Spec
@@ -32,6 +32,7 @@ class Fsdp2Target:
     description: str = "a PyTorch FSDP2 + DeviceMesh snippet and the torchrun line"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
+        training_only(spec, self.name)
         ledger = Ledger(spec, "PyTorch FSDP2")
         notes: list[str] = []
         d = layout.degree("data")

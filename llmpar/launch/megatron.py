@@ -27,6 +27,7 @@ from llmpar.launch.common import (
     run_tokens,
     steps_of,
     torchrun,
+    training_only,
 )
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
@@ -67,6 +68,7 @@ class MegatronTarget:
     description: str = "Megatron-LM pretrain_gpt.py arguments and the torchrun line"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
+        training_only(spec, self.name)
         ledger = Ledger(spec, "Megatron-LM")
         notes: list[str] = []
         args = [*_parallel_arguments(spec, layout, ledger), *_model_arguments(spec, ledger,

@@ -22,6 +22,7 @@ from llmpar.launch.common import (
     run_tokens,
     steps_of,
     torchrun,
+    training_only,
 )
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
@@ -51,6 +52,7 @@ class TorchtitanTarget:
     description: str = "a torchtitan job TOML and the torchrun line"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
+        training_only(spec, self.name)
         ledger = Ledger(spec, "torchtitan")
         notes: list[str] = []
         job: dict[str, dict[str, Any]] = {
