@@ -18,6 +18,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from llmpar.footprint.activations import ActivationModel
+    from llmpar.launch.target import LaunchTarget
     from llmpar.plan import Plan
     from llmpar.report.tables import Table
     from llmpar.search.dimension import SearchDimension
@@ -89,3 +90,13 @@ def llmpar_plan(spec: Spec, layout: Layout) -> Plan | None:
     `@hookimpl(wrapper=True)` to see or change the plan (`plan = yield`, then return it,
     e.g. `plan.evolve(warnings=...)`), or answer first (`tryfirst=True`) to replace
     llmpar's evaluation of the specs you return a Plan for (None: llmpar's)."""
+
+
+@hookspec
+def llmpar_launch_targets(register: Callable[[LaunchTarget], None]) -> None:
+    """Hand over launch targets: call `register(target)` for each `llmpar.launch.
+    LaunchTarget` (a `name`, `aliases`, a `description` and `launch(spec, layout)`
+    returning a `llmpar.launch.Launch`: files, the launcher line, and every setting it
+    could not map). `llmpar launch --for NAME` picks one; a target with `read(text,
+    source, base)` also serves `llmpar import --from NAME`. A name or alias llmpar
+    already has is refused."""

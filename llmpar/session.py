@@ -7,6 +7,7 @@ and setting aside broken ones is `llmpar.plugins`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -28,6 +29,8 @@ from llmpar.extensions import (
 )
 from llmpar.footprint.activations import ActivationModel
 from llmpar.inference.evaluate import build_inference_plan
+from llmpar.launch.registry import LaunchTargets, gather_launch_targets
+from llmpar.launch.target import Launch
 from llmpar.loading.checks import checked_layout, nested_axes
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
@@ -231,6 +234,20 @@ class Session:
         if spec.inference is not None:
             return build_inference_plan(spec, layout, self.strategies)
         return build_plan(spec, layout, self.strategies, self.cache)
+
+    @functools.cached_property
+    def launch_targets(self) -> LaunchTargets:
+        """The launch targets plugins registered (`llmpar_launch_targets`), gathered on
+        first use: a session that never launches pays nothing for them."""
+        return gather_launch_targets(self._plugins)
+
+    def launch(self, source: SpecSource | Spec, target: str | None = None,
+               overrides: Mapping[str, Any] | None = None) -> Launch:
+        """What framework `target` (a name or alias; default: the spec's `[training]
+        framework`, else megatron-core) needs to run the spec's plan."""
+        spec, layout = self._checked(source, overrides)
+        chosen = self.launch_targets.find(target or spec.training.profile.name)
+        return chosen.launch(spec, layout)
 
     def report_sections(self, plan: Plan) -> tuple[Table, ...]:
         """The sections plugins add to the report of `plan` (`llmpar_report_sections`)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="rank by (default step_time)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--emit", metavar="FILE", help="write the best layout as a spec")
+    parser.add_argument("--emit-launch", metavar="NAME",
+                        help="also print what framework NAME needs to run the best layout "
+                             "(as `llmpar launch --for NAME`; on stderr with --json)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="processes to search in (default 1); 0: every core when the "
                              "space is large enough to repay starting them")
@@ -73,6 +77,10 @@ def run(session: Session, args: argparse.Namespace) -> int:
         if args.emit:
             print(f"best layout written to {args.emit}" if result.results
                   else "no layout fits: nothing written")
+    if args.emit_launch and result.results:
+        launch = session.launch(result.best.spec, args.emit_launch)
+        print(f"# launch of the best layout for {launch.target}\n{launch.text()}", end="",
+              file=sys.stderr if args.json else sys.stdout)
     return 0 if result.results else 1
 
 

@@ -13,5 +13,6 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("expert", "llmpar.strategies.expert"),
     ("pipeline", "llmpar.strategies.pipeline"),
     ("presets", "llmpar.loading.builtin_presets"),
+    ("launch", "llmpar.launch.builtin"),
 )
 """(entry-point name, module) of llmpar's own plugins, as in pyproject.toml."""

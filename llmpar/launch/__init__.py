@@ -1,0 +1,13 @@
+"""From a plan to what a framework runs, and back: launch targets (`llmpar launch`,
+`llmpar import`). See `llmpar.launch.target` for the contract."""
+
+from llmpar.launch.target import (
+    Launch,
+    LaunchFile,
+    LaunchTarget,
+    ReadingTarget,
+    ReadSettings,
+    Unmapped,
+)
+
+__all__ = ["Launch", "LaunchFile", "LaunchTarget", "ReadSettings", "ReadingTarget", "Unmapped"]

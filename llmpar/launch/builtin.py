@@ -1,0 +1,21 @@
+"""llmpar's own launch targets, registered through `llmpar_launch_targets` exactly as a
+third-party plugin's are (entry point `launch` in llmpar's package metadata)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmpar.hookspecs import hookimpl
+from llmpar.launch.deepspeed import DeepSpeedTarget
+from llmpar.launch.fsdp2 import Fsdp2Target
+from llmpar.launch.megatron import MegatronTarget
+from llmpar.launch.target import LaunchTarget
+from llmpar.launch.torchtitan import TorchtitanTarget
+
+
+@hookimpl
+def llmpar_launch_targets(register: Callable[[LaunchTarget], None]) -> None:
+    register(MegatronTarget())
+    register(TorchtitanTarget())
+    register(DeepSpeedTarget())
+    register(Fsdp2Target())
