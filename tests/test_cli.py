@@ -178,3 +178,30 @@ def test_check_exits_1_when_the_plan_does_not_fit(capsys):
     assert main(["evaluate", "gpt3-175b-1024-a100", "--check",
                  "--set", "hardware.gpu.memory_bytes=\"2 GB\""]) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_toml_text_is_given_explicitly(tmp_path, capsys):
+    text = (EXAMPLES / "llama-3-8b-fsdp-8-h100.toml").read_text(encoding="utf-8")
+    from_file = llmpar.evaluate(EXAMPLES / "llama-3-8b-fsdp-8-h100.toml").to_dict()
+    assert llmpar.evaluate(text=text).to_dict() == from_file
+    assert llmpar.default_session().evaluate(text=text).to_dict() == from_file
+    assert llmpar.load_spec(text=text) == llmpar.load_spec(
+        EXAMPLES / "llama-3-8b-fsdp-8-h100.toml")
+    # A string that is TOML text keeps being read as before; text= is the documented form.
+    assert llmpar.evaluate(text).to_dict() == from_file
+    with pytest.raises(llmpar.SpecError, match="not both"):
+        llmpar.evaluate(EXAMPLES / "adam-memory-7b.toml", text=text)
+    with pytest.raises(llmpar.SpecError, match="not valid TOML"):
+        llmpar.evaluate(text="model = ")
+    # On the command line: --spec-text, with --set on top, for evaluate, search, explain.
+    assert main(["evaluate", "--spec-text", text, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == from_file
+    assert main(["evaluate", "--spec-text", text, "--set", "hardware.num_gpus=16",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gpus"] == 16
+    assert main(["explain", "--spec-text", text, "total_bytes"]) == 0
+    assert capsys.readouterr().out.startswith("total_bytes = ")
+    assert main(["search", "--spec-text", text, "--top", "1", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["results"]) == 1
+    assert main(["evaluate", "adam-memory-7b", "--spec-text", text]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmpar.cli.common import add_spec_arguments, overrides, spec_source
+from llmpar.cli.common import add_spec_arguments, given_spec, overrides
 from llmpar.session import Session
 
 
@@ -19,7 +19,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
-    plan = session.evaluate(spec_source(session, args.spec), overrides(args.set))
+    if args.spec_text is not None and args.field is None:
+        args.spec, args.field = None, args.spec  # `explain --spec-text TOML FIELD`
+    plan = session.evaluate(given_spec(session, args), overrides(args.set))
     try:
         print(plan.explain(args.field))
     except KeyError:
