@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from llmpar.cli.common import add_spec_arguments, given_spec, overrides
+from llmpar.errors import did_you_mean
 from llmpar.session import Session
 
 
@@ -14,7 +15,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "explain", help="how each number of a plan was derived",
         description="Print the rule, inputs and source of plan numbers (all, or one field).")
     add_spec_arguments(parser)
-    parser.add_argument("field", nargs="?", help="a plan field, e.g. activations_bytes")
+    parser.add_argument("field", nargs="?",
+                        help="a field of the plan's JSON by its path, e.g. activations_bytes, "
+                             "training.mfu, stages[0].total_bytes, collectives[2].seconds, "
+                             "serving[0].tpot_seconds")
     parser.set_defaults(run=run)
 
 
@@ -25,8 +29,12 @@ def run(session: Session, args: argparse.Namespace) -> int:
     try:
         print(plan.explain(args.field))
     except KeyError:
-        known = ", ".join(d.quantity for d in plan.derivations)
-        print(f"llmpar: no derivation recorded for {args.field!r}; known: {known}",
+        from llmpar.plan_explain import format_path, leaf_paths
+
+        fields = [format_path(p) for p in leaf_paths(plan.to_dict())]
+        print(f"llmpar: the plan has no field {args.field!r}"
+              f"{did_you_mean(args.field, fields)}; a field is a path in the plan's JSON, "
+              "e.g. training.mfu, stages[0].total_bytes, collectives[0].seconds",
               file=sys.stderr)
         return 2
     return 0
