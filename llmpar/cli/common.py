@@ -165,8 +165,8 @@ def spec_source(session: Session, text: str) -> SpecSource:
 def print_spec(session: Session, source: SpecSource, changes: dict[str, Any]) -> None:
     """The spec the arguments make, as TOML with its presets by name: the SPEC's own table
     (or an empty one) with the flags and --set applied, once it loads."""
-    import toml
+    from llmpar.loading.dump import toml_text
 
     session.load_spec(source, changes)  # a spec that does not load is reported, not printed
     table, _label = read_source(source)
-    print(toml.dumps(apply_overrides(table, changes)), end="")
+    print(toml_text(apply_overrides(table, changes)), end="")
