@@ -8,7 +8,8 @@ import argparse
 from pathlib import Path
 
 from llmpar.calibration import FITTABLE, Calibration, calibrate, median
-from llmpar.report.tables import Table, render_text
+from llmpar.cli.output import add_format_argument, print_tables
+from llmpar.report.tables import Table
 from llmpar.session import Session
 
 
@@ -30,13 +31,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="write the fitted GPU as a preset file")
     parser.add_argument("--framework-output", metavar="FRAMEWORK.toml",
                         help="write the fitted framework profile (with an overhead fitted)")
+    add_format_argument(parser, "; the table of runs")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
     fit = None if args.fit is None else ["matmul_efficiency", *args.fit]
     result = calibrate(Path(args.runs), session, list(dict.fromkeys(fit)) if fit else None)
-    print(render_text(calibration_table(result)))
+    print_tables([calibration_table(result)], args.format)
     if args.output:
         Path(args.output).write_text(result.gpu_toml())
         print(f"wrote GPU preset {result.gpu.name!r} to {args.output}")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+import attrs
+
 from llmpar.cli.common import add_spec_arguments, given_spec, overrides
+from llmpar.cli.output import add_format_argument, print_text
 from llmpar.errors import did_you_mean
 from llmpar.session import Session
 
@@ -19,6 +22,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="a field of the plan's JSON by its path, e.g. activations_bytes, "
                              "training.mfu, stages[0].total_bytes, collectives[2].seconds, "
                              "serving[0].tpot_seconds")
+    add_format_argument(parser, "; each Derivation's quantity, value, unit, rule, source "
+                                "and inputs")
     parser.set_defaults(run=run)
 
 
@@ -27,7 +32,8 @@ def run(session: Session, args: argparse.Namespace) -> int:
         args.spec, args.field = None, args.spec  # `explain --spec-text TOML FIELD`
     plan = session.evaluate(given_spec(session, args), overrides(args.set))
     try:
-        print(plan.explain(args.field))
+        text = plan.explain(args.field)
+        items = [plan.explanation(args.field)] if args.field else list(plan.derivations)
     except KeyError:
         from llmpar.plan_explain import format_path, leaf_paths
 
@@ -37,4 +43,5 @@ def run(session: Session, args: argparse.Namespace) -> int:
               "e.g. training.mfu, stages[0].total_bytes, collectives[0].seconds",
               file=sys.stderr)
         return 2
+    print_text(text, args.format, {"derivations": [attrs.asdict(d) for d in items]})
     return 0
