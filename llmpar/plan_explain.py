@@ -98,8 +98,6 @@ SPEC_KEYS: Mapping[str, str] = {
     "batch_size": "inference.batch_size (sequences per replica)",
     "engine": "inference.engine",
     "method": "finetune.method",
-    "role": "the pool's role: one pool of replicas that prefill and decode",
-    "name": "the record's name",
 }
 """Plan fields copied from the spec, with the spec key each comes from."""
 
@@ -250,6 +248,7 @@ def _recorded(plan: Plan, path: Path) -> Derivation | None:
 
 
 _FALLBACK: Mapping[str, str] = {
+    "name": "the record's name, as the code that made it calls it",
     "strategy": "the strategy (a [parallel] table's name) the record belongs to",
     "text": "what the strategy says it did (its Transform.notes)",
     "reason": "why the strategy asks for it, in its own words",
