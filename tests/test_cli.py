@@ -214,6 +214,7 @@ RESULT_COMMANDS = (
     ["evaluate", "gpt3-175b-1024-a100"],
     ["search", "llama-3-8b-fsdp-8-h100", "--top", "1"],
     ["search", "llama-3-8b-fsdp-8-h100", "--dimensions"],
+    ["search", "inference-llama-2-70b-h100", "--top", "1"],
     ["explain", "gpt3-175b-1024-a100", "training.mfu"],
     ["presets", "gpus"],
     ["presets", "show", "h100-sxm"],
@@ -222,7 +223,7 @@ RESULT_COMMANDS = (
 """Commands that print a result, each with one --format for text, Markdown, JSON, rich."""
 
 
-@pytest.mark.parametrize("command", RESULT_COMMANDS, ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize("command", RESULT_COMMANDS, ids=lambda c: " ".join(c))
 def test_every_result_has_one_format_option_and_versioned_json(command, capsys):
     assert main([*command, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -5,6 +5,7 @@ leave-one-out error; write the fitted presets."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from llmpar.calibration import FITTABLE, Calibration, calibrate, median
@@ -39,14 +40,16 @@ def run(session: Session, args: argparse.Namespace) -> int:
     fit = None if args.fit is None else ["matmul_efficiency", *args.fit]
     result = calibrate(Path(args.runs), session, list(dict.fromkeys(fit)) if fit else None)
     print_tables([calibration_table(result)], args.format)
+    said = sys.stderr if args.format == "json" else sys.stdout  # JSON alone on stdout
     if args.output:
         Path(args.output).write_text(result.gpu_toml())
-        print(f"wrote GPU preset {result.gpu.name!r} to {args.output}")
+        print(f"wrote GPU preset {result.gpu.name!r} to {args.output}", file=said)
     framework = result.framework_toml()
     if args.framework_output and framework is not None:
         Path(args.framework_output).write_text(framework)
         assert result.framework is not None
-        print(f"wrote framework profile {result.framework.name!r} to {args.framework_output}")
+        print(f"wrote framework profile {result.framework.name!r} to {args.framework_output}",
+              file=said)
     return 0
 
 
