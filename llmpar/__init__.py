@@ -89,9 +89,11 @@ def default_session() -> Session:
     return Session()
 
 
-def load_spec(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None) -> Spec:
-    """Read and check a spec with the default session (see `Session.load_spec`)."""
-    return default_session().load_spec(source, overrides)
+def load_spec(source: SpecSource | Spec | None = None,
+              overrides: Mapping[str, Any] | None = None, *, text: str | None = None) -> Spec:
+    """Read and check a spec with the default session (see `Session.load_spec`): a
+    path, a mapping or a Spec, or TOML text as `text=`."""
+    return default_session().load_spec(source, overrides, text=text)
 
 
 def dump_spec(spec: Spec) -> str:
@@ -113,6 +115,8 @@ def calibrate(runs: SpecSource, fit: Sequence[str] | None = None) -> Calibration
     return fit_runs(runs, default_session(), fit)
 
 
-def evaluate(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None) -> Plan:
-    """The Plan of a spec with the default session (see `Session.evaluate`)."""
-    return default_session().evaluate(source, overrides)
+def evaluate(source: SpecSource | Spec | None = None,
+             overrides: Mapping[str, Any] | None = None, *, text: str | None = None) -> Plan:
+    """The Plan of a spec with the default session (see `Session.evaluate`): a path, a
+    mapping or a Spec, or TOML text as `text=` (`llmpar.evaluate(text=open(p).read())`)."""
+    return default_session().evaluate(source, overrides, text=text)

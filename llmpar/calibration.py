@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import toml
 
 from llmpar.errors import Problem, SpecError, did_you_mean, printable
-from llmpar.loading.dump import plain_converter
+from llmpar.loading.dump import plain_converter, toml_text
 from llmpar.loading.reader import SpecSource, read_source
 from llmpar.session import Session
 from llmpar.spec import Spec
@@ -108,7 +107,7 @@ class Calibration:
 
 def _preset_toml(value: Gpu | Framework) -> str:
     table = plain_converter().unstructure(value)
-    return toml.dumps({k: v for k, v in table.items() if v is not None})
+    return toml_text(table)
 
 
 def read_runs(source: SpecSource, session: Session) -> tuple[tuple[MeasuredRun, ...],

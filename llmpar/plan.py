@@ -396,10 +396,26 @@ class Plan:
                 return item
         raise KeyError(quantity)
 
+    def explanation(self, quantity: str) -> Derivation:
+        """The recorded Derivation of `quantity`, else one made for the field of
+        `to_dict()` at that path (see `explain`); KeyError when there is no such field."""
+        for item in self.derivations:
+            if item.quantity == quantity:
+                return item
+        from llmpar.plan_explain import explain_field
+
+        return explain_field(self, quantity)
+
     def explain(self, quantity: str | None = None) -> str:
         """Each number with the rule and source that produced it (or just one); with no
-        quantity, what each strategy did too."""
-        items = [self.derivation(quantity)] if quantity else list(self.derivations)
+        quantity, what each strategy did too.
+
+        `quantity` is a recorded derivation's name or any field of `to_dict()` by its
+        path (`training.mfu`, `stages[0].total_bytes`, `collectives[2].exposed_seconds`,
+        `serving[0].tpot_seconds`): its recorded Derivation, else how it relates to the
+        plan's other fields or which spec key it copies (`llmpar.plan_explain`).
+        KeyError when the plan has no such field."""
+        items = [self.explanation(quantity)] if quantity else list(self.derivations)
         text = "\n\n".join(item.render() for item in items)
         if quantity is None and self.notes:
             text += "\n\nstrategies:\n" + "\n".join(f"  {n.strategy}: {n.text}"

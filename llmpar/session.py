@@ -36,7 +36,7 @@ from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
 from llmpar.loading.loader import load
 from llmpar.loading.presets import PresetCatalog, catalog_of
-from llmpar.loading.reader import SpecSource
+from llmpar.loading.reader import SpecSource, with_text
 from llmpar.placement import Axis
 from llmpar.plan import Plan
 from llmpar.plugins import PluginInfo
@@ -158,13 +158,16 @@ class Session:
         """Why the plugin `name` offers nothing here (broken, blocked), or None."""
         return self._plugins.unavailable(name)
 
-    def load_spec(self, source: SpecSource | Spec,
-                  overrides: Mapping[str, Any] | None = None) -> Spec:
+    def load_spec(self, source: SpecSource | Spec | None = None,
+                  overrides: Mapping[str, Any] | None = None, *,
+                  text: str | None = None) -> Spec:
         """Read, structure and check a spec; raise SpecError naming every problem.
 
-        `overrides` sets dotted keys before structuring: {"hardware.num_gpus": 8}.
+        The spec is `source` (a Spec, a path or a mapping) or `text`, TOML text: the
+        explicit form for a spec held in a string. `overrides` sets dotted keys before
+        structuring: {"hardware.num_gpus": 8}.
         """
-        return self._checked(source, overrides)[0]
+        return self._checked(with_text(source, text), overrides)[0]
 
     def _checked(self, source: SpecSource | Spec,
                  overrides: Mapping[str, Any] | None) -> tuple[Spec, Layout]:
@@ -202,10 +205,12 @@ class Session:
                             problem.path.startswith("$.parallel.") else problem)
         return SpecError(problems, error.source)
 
-    def evaluate(self, source: SpecSource | Spec,
-                 overrides: Mapping[str, Any] | None = None) -> Plan:
-        """The Plan of a spec (a Spec, a path, TOML text or a mapping)."""
-        spec, layout = self._checked(source, overrides)
+    def evaluate(self, source: SpecSource | Spec | None = None,
+                 overrides: Mapping[str, Any] | None = None, *,
+                 text: str | None = None) -> Plan:
+        """The Plan of a spec: `source` (a Spec, a path or a mapping) or `text`, TOML
+        text (see `load_spec`)."""
+        spec, layout = self._checked(with_text(source, text), overrides)
         failed_before = len(self._plugins.failures)
         hook = self.plugin_manager.hook.llmpar_plan
         plan: Plan

@@ -4,6 +4,7 @@ rest) and on runs made from llmpar's own predictions (where the answer is known)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import attrs
@@ -130,6 +131,13 @@ def test_the_cli_writes_presets_that_load(tmp_path: Path, capsys):
     assert plan.training is not None and plan.training.framework == "megatron-core-calibrated"
     assert plan.step_seconds == pytest.approx(runs[0]["step_seconds"], rel=0.01)
     assert "fitted to measured runs by llmpar calibrate" in plan.training.step_time_trust
+    # As JSON, stdout holds the JSON alone (what was written is said on stderr).
+    assert main(["calibrate", str(tmp_path / "runs.toml"), "--output", str(gpu),
+                 "--json"]) == 0
+    said = capsys.readouterr()
+    data = json.loads(said.out)
+    assert data["schema_version"] == 1 and data["tables"][0]["rows"][0]["run"] == "run 0"
+    assert "wrote GPU preset" in said.err
 
 
 def _problems(table: dict) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 
 import llmpar
 from llmpar.cli.main import main
+from llmpar.report.json_format import llmpar_version
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
 
@@ -32,6 +33,7 @@ def test_evaluate_json_is_the_plan_dict(capsys):
                  "--set", "hardware.num_gpus=1024"]) == 0
     data = json.loads(capsys.readouterr().out)
     plan = llmpar.evaluate(example("train-70b-h100"), {"hardware.num_gpus": 1024})
+    assert data.pop("llmpar_version") == llmpar_version()
     assert data == json.loads(json.dumps(plan.to_dict()))
     assert data["schema_version"] == 1
     assert data["train_flops"] == pytest.approx(5.88e23)
@@ -178,3 +180,89 @@ def test_check_exits_1_when_the_plan_does_not_fit(capsys):
     assert main(["evaluate", "gpt3-175b-1024-a100", "--check",
                  "--set", "hardware.gpu.memory_bytes=\"2 GB\""]) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_toml_text_is_given_explicitly(tmp_path, capsys):
+    text = (EXAMPLES / "llama-3-8b-fsdp-8-h100.toml").read_text(encoding="utf-8")
+    from_file = llmpar.evaluate(EXAMPLES / "llama-3-8b-fsdp-8-h100.toml").to_dict()
+    assert llmpar.evaluate(text=text).to_dict() == from_file
+    assert llmpar.default_session().evaluate(text=text).to_dict() == from_file
+    assert llmpar.load_spec(text=text) == llmpar.load_spec(
+        EXAMPLES / "llama-3-8b-fsdp-8-h100.toml")
+    # A string that is TOML text keeps being read as before; text= is the documented form.
+    assert llmpar.evaluate(text).to_dict() == from_file
+    with pytest.raises(llmpar.SpecError, match="not both"):
+        llmpar.evaluate(EXAMPLES / "adam-memory-7b.toml", text=text)
+    with pytest.raises(llmpar.SpecError, match="not valid TOML"):
+        llmpar.evaluate(text="model = ")
+    # On the command line: --spec-text, with --set on top, for evaluate, search, explain.
+    assert main(["evaluate", "--spec-text", text, "--format", "json"]) == 0
+    assert {k: v for k, v in json.loads(capsys.readouterr().out).items()
+            if k != "llmpar_version"} == from_file
+    assert main(["evaluate", "--spec-text", text, "--set", "hardware.num_gpus=16",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gpus"] == 16
+    assert main(["explain", "--spec-text", text, "total_bytes"]) == 0
+    assert capsys.readouterr().out.startswith("total_bytes = ")
+    assert main(["search", "--spec-text", text, "--top", "1", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["results"]) == 1
+    assert main(["evaluate", "adam-memory-7b", "--spec-text", text]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+RESULT_COMMANDS = (
+    ["evaluate", "gpt3-175b-1024-a100"],
+    ["search", "llama-3-8b-fsdp-8-h100", "--top", "1"],
+    ["search", "llama-3-8b-fsdp-8-h100", "--dimensions"],
+    ["search", "inference-llama-2-70b-h100", "--top", "1"],
+    ["explain", "gpt3-175b-1024-a100", "training.mfu"],
+    ["presets", "gpus"],
+    ["presets", "show", "h100-sxm"],
+    ["plugins"],
+)
+"""Commands that print a result, each with one --format for text, Markdown, JSON, rich."""
+
+
+@pytest.mark.parametrize("command", RESULT_COMMANDS, ids=lambda c: " ".join(c))
+def test_every_result_has_one_format_option_and_versioned_json(command, capsys):
+    assert main([*command, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema_version"] == 1 and data["llmpar_version"] == llmpar_version()
+    assert main([*command, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    again.pop("seconds", None), data.pop("seconds", None)  # a search's own wall-clock time
+    assert again == data
+    for fmt in ("text", "markdown"):
+        assert main([*command, "--format", fmt]) == 0
+        assert capsys.readouterr().out.strip()
+
+
+def test_rich_format_needs_rich_and_no_color_turns_colour_off(monkeypatch, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("rich") is None:
+        assert main(["evaluate", "gpt3-175b-1024-a100", "--format", "rich"]) == 2
+        assert "rich extra" in capsys.readouterr().err
+        return
+    import re
+
+    colour = re.compile(r"\x1b\[(?:\d+;)*(?:3[0-8]|9[0-7])(?:;\d+)*m")  # SGR foreground
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert main(["evaluate", "gpt3-175b-1024-a100", "--format", "rich"]) == 0
+    assert colour.search(capsys.readouterr().out)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert main(["evaluate", "gpt3-175b-1024-a100", "--format", "rich"]) == 0
+    shown = capsys.readouterr().out
+    assert "gpt-3-175b" in shown and not colour.search(shown)
+
+
+def test_every_command_documents_the_same_exit_status(capsys):
+    from llmpar.cli.main import build_parser
+    from llmpar.cli.output import EXIT_STATUS
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name, command in commands.items():
+        assert command.epilog == EXIT_STATUS, name
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "cli.md")
+    assert reference.read_text(encoding="utf-8").count(EXIT_STATUS) == len(commands)

@@ -5,17 +5,17 @@ from __future__ import annotations
 import io
 import json
 
-import toml
 from search_specs import small_spec
 
 import llmpar
 from llmpar.cli.main import main
+from llmpar.loading.dump import toml_text
 from llmpar.search.progress import terminal_progress
 
 
 def write_spec(tmp_path, **sections) -> str:
     path = tmp_path / "spec.toml"
-    path.write_text(toml.dumps(small_spec(**sections)))
+    path.write_text(toml_text(small_spec(**sections)))
     return str(path)
 
 

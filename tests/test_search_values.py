@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import toml
 from search_specs import small_spec
 
 import llmpar
 from llmpar.cli.main import main
+from llmpar.loading.dump import toml_text
 
 
 def _problems(**search) -> list[llmpar.Problem]:
@@ -104,7 +104,7 @@ def test_good_values_narrow_the_space():
 
 def _write(tmp_path, spec) -> str:
     path = tmp_path / "spec.toml"
-    path.write_text(toml.dumps(spec))
+    path.write_text(toml_text(spec))
     return str(path)
 
 

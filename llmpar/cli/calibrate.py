@@ -5,10 +5,12 @@ leave-one-out error; write the fitted presets."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from llmpar.calibration import FITTABLE, Calibration, calibrate, median
-from llmpar.report.tables import Table, render_text
+from llmpar.cli.output import add_format_argument, print_tables
+from llmpar.report.tables import Table
 from llmpar.session import Session
 
 
@@ -30,21 +32,24 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="write the fitted GPU as a preset file")
     parser.add_argument("--framework-output", metavar="FRAMEWORK.toml",
                         help="write the fitted framework profile (with an overhead fitted)")
+    add_format_argument(parser, "; the table of runs")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
     fit = None if args.fit is None else ["matmul_efficiency", *args.fit]
     result = calibrate(Path(args.runs), session, list(dict.fromkeys(fit)) if fit else None)
-    print(render_text(calibration_table(result)))
+    print_tables([calibration_table(result)], args.format)
+    said = sys.stderr if args.format == "json" else sys.stdout  # JSON alone on stdout
     if args.output:
         Path(args.output).write_text(result.gpu_toml())
-        print(f"wrote GPU preset {result.gpu.name!r} to {args.output}")
+        print(f"wrote GPU preset {result.gpu.name!r} to {args.output}", file=said)
     framework = result.framework_toml()
     if args.framework_output and framework is not None:
         Path(args.framework_output).write_text(framework)
         assert result.framework is not None
-        print(f"wrote framework profile {result.framework.name!r} to {args.framework_output}")
+        print(f"wrote framework profile {result.framework.name!r} to {args.framework_output}",
+              file=said)
     return 0
 
 

@@ -24,10 +24,31 @@ from llmpar.spec.workload import RECOMPUTE
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
-    """SPEC and repeatable --set KEY=VALUE."""
-    parser.add_argument("spec", help="a spec file (TOML), e.g. specs/examples/*.toml, or the "
-                                     "name of a shipped example (llmpar presets examples)")
+    """SPEC (or --spec-text) and repeatable --set KEY=VALUE."""
+    parser.add_argument("spec", nargs="?",
+                        help="a spec file (TOML), e.g. specs/examples/*.toml, the name of a "
+                             "shipped example (llmpar presets examples), or - for stdin")
+    add_spec_text_argument(parser)
     add_set_argument(parser)
+
+
+def add_spec_text_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec-text", metavar="TOML",
+                        help="the spec as TOML text instead of SPEC, e.g. --spec-text "
+                             "\"$(cat my.toml)\"")
+
+
+def given_spec(session: Session, args: argparse.Namespace) -> SpecSource:
+    """The spec of a command with `add_spec_arguments`: SPEC or --spec-text, one of them."""
+    text = getattr(args, "spec_text", None)
+    if text is not None:
+        if args.spec is not None:
+            raise SpecError([Problem("$", "give SPEC or --spec-text, not both")])
+        return parse_toml(text, "--spec-text")
+    if args.spec is None:
+        raise SpecError([Problem("$", "give a SPEC (a file, a shipped example's name, or - "
+                                      "for stdin) or --spec-text; see --help")])
+    return spec_source(session, args.spec)
 
 
 def add_set_argument(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +101,7 @@ def add_question_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", nargs="?", help=(
         "a spec file (TOML), the name of a shipped example (llmpar presets examples), or - "
         "to read one from stdin; omit it to build the spec from the flags below"))
+    add_spec_text_argument(parser)
     group = parser.add_argument_group("a spec from flags")
     for flag in QUESTION_FLAGS:
         group.add_argument(flag.name, dest=_dest(flag), type=flag.kind, choices=flag.choices,
@@ -114,21 +136,22 @@ def question(session: Session, args: argparse.Namespace) -> tuple[SpecSource, di
     """The spec source and the overrides of a command with `add_question_arguments`: the
     SPEC (or an empty table), then the flags, then --set."""
     flags = flag_overrides(args)
-    if args.spec is None:
+    if args.spec is not None or getattr(args, "spec_text", None) is not None:
+        source: SpecSource = given_spec(session, args)
+    else:
         if "model" not in flags or not {"hardware.cluster", "hardware.gpu"} & set(flags):
             raise SpecError([Problem("$", "give a SPEC (a file or a shipped example's name), "
                                           "or build one with at least --model and --cluster "
                                           "(or --gpu); see --help")])
-        source: SpecSource = {}
-    else:
-        source = spec_source(session, args.spec)
+        source = {}
     return source, {**flags, **overrides(args.set)}
 
 
 def spec_source(session: Session, text: str) -> SpecSource:
     """A SPEC argument: `-` is TOML on stdin; an existing file is that file; otherwise the
-    name of a shipped example; otherwise the text as the loader takes it (TOML text, or a
-    file name it reports as missing)."""
+    name of a shipped example; otherwise the text as the loader takes it (a file name it
+    reports as missing, or, kept for callers that relied on it, TOML text: --spec-text is
+    the form to use)."""
     if text == "-":
         return parse_toml(sys.stdin.read(), "<stdin>")
     if existing_file(text) is not None or not is_preset_name(text):
@@ -142,8 +165,8 @@ def spec_source(session: Session, text: str) -> SpecSource:
 def print_spec(session: Session, source: SpecSource, changes: dict[str, Any]) -> None:
     """The spec the arguments make, as TOML with its presets by name: the SPEC's own table
     (or an empty one) with the flags and --set applied, once it loads."""
-    import toml
+    from llmpar.loading.dump import toml_text
 
     session.load_spec(source, changes)  # a spec that does not load is reported, not printed
     table, _label = read_source(source)
-    print(toml.dumps(apply_overrides(table, changes)), end="")
+    print(toml_text(apply_overrides(table, changes)), end="")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from llmpar.cli.common import overrides, spec_source
+from llmpar.cli.output import add_format_argument, print_tables
 from llmpar.report.diff import diff_table, plan_differences
 from llmpar.report.json_format import strict_json
-from llmpar.report.tables import render_markdown, render_text
 from llmpar.session import Session
 
 
@@ -25,7 +25,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="override a key of A only")
     parser.add_argument("--set-b", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of B only")
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    add_format_argument(parser, "; a list of {field, a, b, ratio}")
     parser.set_defaults(run=run)
 
 
@@ -43,5 +43,5 @@ def run(session: Session, args: argparse.Namespace) -> int:
         print(strict_json(rows))
         return 0
     table = diff_table(plan_a, plan_b, _label(args.spec_a, pairs_a), _label(args.spec_b, pairs_b))
-    print(render_markdown(table) if args.format == "markdown" else render_text(table))
+    print_tables([table], args.format)
     return 0

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmpar.cli.common import add_spec_arguments, overrides, spec_source
+import attrs
+
+from llmpar.cli.common import add_spec_arguments, given_spec, overrides
+from llmpar.cli.output import add_format_argument, print_text
+from llmpar.errors import did_you_mean
 from llmpar.session import Session
 
 
@@ -14,17 +18,30 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "explain", help="how each number of a plan was derived",
         description="Print the rule, inputs and source of plan numbers (all, or one field).")
     add_spec_arguments(parser)
-    parser.add_argument("field", nargs="?", help="a plan field, e.g. activations_bytes")
+    parser.add_argument("field", nargs="?",
+                        help="a field of the plan's JSON by its path, e.g. activations_bytes, "
+                             "training.mfu, stages[0].total_bytes, collectives[2].seconds, "
+                             "serving[0].tpot_seconds")
+    add_format_argument(parser, "; each Derivation's quantity, value, unit, rule, source "
+                                "and inputs")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
-    plan = session.evaluate(spec_source(session, args.spec), overrides(args.set))
+    if args.spec_text is not None and args.field is None:
+        args.spec, args.field = None, args.spec  # `explain --spec-text TOML FIELD`
+    plan = session.evaluate(given_spec(session, args), overrides(args.set))
     try:
-        print(plan.explain(args.field))
+        text = plan.explain(args.field)
+        items = [plan.explanation(args.field)] if args.field else list(plan.derivations)
     except KeyError:
-        known = ", ".join(d.quantity for d in plan.derivations)
-        print(f"llmpar: no derivation recorded for {args.field!r}; known: {known}",
+        from llmpar.plan_explain import format_path, leaf_paths
+
+        fields = [format_path(p) for p in leaf_paths(plan.to_dict())]
+        print(f"llmpar: the plan has no field {args.field!r}"
+              f"{did_you_mean(args.field, fields)}; a field is a path in the plan's JSON, "
+              "e.g. training.mfu, stages[0].total_bytes, collectives[0].seconds",
               file=sys.stderr)
         return 2
+    print_text(text, args.format, {"derivations": [attrs.asdict(d) for d in items]})
     return 0

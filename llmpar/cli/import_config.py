@@ -8,12 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import toml
-
 from llmpar.cli.common import spec_source
 from llmpar.errors import Problem, SpecError
 from llmpar.launch.importing import read_file, spec_table
-from llmpar.loading.dump import dump_spec
+from llmpar.loading.dump import dump_spec, toml_text
 from llmpar.session import Session
 
 
@@ -67,7 +65,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
     if base is None and args.num_gpus is None:
         table.setdefault("hardware", {})["num_gpus"] = _layout_gpus(table)
     spec = session.load_spec(table)  # what does not load is reported, not written
-    out = dump_spec(spec, session.axes) if base is not None else toml.dumps(table)
+    out = dump_spec(spec, session.axes) if base is not None else toml_text(table)
     for note in read.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.output is None:

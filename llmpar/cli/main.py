@@ -1,5 +1,5 @@
 """Entry point of the `llmpar` command. Spec errors exit with status 2, plugin errors
-with 3, both without a traceback."""
+with 3, both without a traceback (`llmpar.cli.output.EXIT_STATUS`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from llmpar.cli.output import EXIT_STATUS
 from llmpar.errors import PluginError, SpecError
+from llmpar.report.json_format import llmpar_version
 from llmpar.session import Session
 
 EXIT_SPEC_ERROR = 2
@@ -27,26 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llmpar",
         description="Plan parallelism for large language models: memory per GPU, FLOPs, "
                     "step and run time, from a TOML spec.")
-    parser.add_argument("--version", action="version", version=f"llmpar {_version()}")
+    parser.add_argument("--version", action="version", version=f"llmpar {llmpar_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"llmpar.cli.{name}").add_parser(commands)
     for command in commands.choices.values():
+        command.epilog = EXIT_STATUS
         command.add_argument("--no-plugin", action="append", default=[], metavar="NAME",
                              dest="no_plugin",
                              help="do not load plugin NAME (repeatable; as "
                                   "LLMPAR_BLOCK_PLUGINS=NAME,...)")
     return parser
-
-
-def _version() -> str:
-    """The installed distribution's version (a source tree without metadata: unknown)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llmpar")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

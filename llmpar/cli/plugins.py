@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import attrs
+
+from llmpar.cli.output import add_format_argument, print_json, print_tables
+from llmpar.report.tables import Table
 from llmpar.session import Session
 
 
@@ -12,10 +16,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "plugins", help="list plugins: versions, strategies, loaded, broken or blocked",
         description="List plugins, their distributions, strategies and status; a broken one "
                     "is shown with its error.")
+    add_format_argument(parser, "; plugins: name, distribution, version, status, "
+                                "strategies, error")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
+    if args.format == "json":
+        print_json({"plugins": [attrs.asdict(info) for info in session.plugins()]})
+        return 0
+    if args.format in ("markdown", "rich"):
+        rows = tuple((i.name, i.distribution, i.version, i.status,
+                      ", ".join(i.strategies) or "-", i.error or "")
+                     for i in session.plugins())
+        print_tables([Table(title="Plugins", columns=("plugin", "distribution", "version",
+                                                      "status", "strategies", "error"),
+                            rows=rows, text_columns=(0, 1, 2, 3, 4, 5))], args.format)
+        return 0
     print(f"{'plugin':<16}{'distribution':<24}{'version':<12}{'status':<10}strategies")
     broken = []
     for info in session.plugins():

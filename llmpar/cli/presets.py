@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
+from llmpar.cli.output import add_format_argument, print_json, print_tables
 from llmpar.errors import SpecError, did_you_mean
 from llmpar.footprint.parameters import count_parameters
 from llmpar.loading.converter import structure
@@ -18,7 +20,7 @@ from llmpar.loading.presets import (
     candidates_message,
 )
 from llmpar.report.fields import format_gb_gib
-from llmpar.report.tables import Table, render_text
+from llmpar.report.tables import Table
 from llmpar.session import Session
 from llmpar.spec import Model, Optimizer
 from llmpar.spec.framework import Framework
@@ -39,6 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("kind", nargs="?", choices=(*PRESET_KINDS, "show"),
                         help="a kind to list, or `show` to print a preset")
     parser.add_argument("name", nargs="?", help="with `show` (or a kind): the preset to print")
+    add_format_argument(parser, "; a listing's tables, or the presets shown as tables")
     parser.set_defaults(run=run)
 
 
@@ -48,13 +51,13 @@ def run(session: Session, args: argparse.Namespace) -> int:
             print("llmpar: presets show needs a NAME", file=sys.stderr)
             return EXIT_UNKNOWN_PRESET
         kinds = PRESET_KINDS if args.kind == "show" else (args.kind,)
-        return show(session, args.name, kinds)
+        return show(session, args.name, kinds, args.format)
     tables = [kind_table(session, kind) for kind in ([args.kind] if args.kind else PRESET_KINDS)]
-    print("\n\n".join(render_text(table) for table in tables))
+    print_tables(tables, args.format)
     return 0
 
 
-def show(session: Session, name: str, kinds: tuple[str, ...]) -> int:
+def show(session: Session, name: str, kinds: tuple[str, ...], fmt: str = "text") -> int:
     """Print every preset called `name` among `kinds`, each labelled with its kind."""
     hits = [(kind, path) for kind, path in session.presets.find(name) if kind in kinds]
     if not hits:
@@ -66,9 +69,15 @@ def show(session: Session, name: str, kinds: tuple[str, ...]) -> int:
                 else did_you_mean(name, known))
         print(f"llmpar: no preset named {name!r}{hint}", file=sys.stderr)
         return EXIT_UNKNOWN_PRESET
+    if fmt == "json":
+        print_json({"presets": [{"kind": kind[:-1], "name": path.stem, "path": str(path),
+                                 "table": tomllib.loads(path.read_text(encoding="utf-8"))}
+                                for kind, path in hits]})
+        return 0
     blocks = [f"# {kind[:-1]} preset {path.stem!r}: {path}\n{path.read_text().rstrip()}"
               for kind, path in hits]
-    print("\n\n".join(blocks))
+    text = "\n\n".join(blocks)
+    print(f"```toml\n{text}\n```" if fmt == "markdown" else text)
     return 0
 
 

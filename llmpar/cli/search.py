@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from llmpar.cli.common import add_question_arguments, print_spec, question
+from llmpar.cli.output import add_format_argument, print_text
 from llmpar.loading.reader import SpecSource, apply_overrides, read_source
-from llmpar.report.json_format import strict_json
 from llmpar.session import Session
 from llmpar.spec import Spec
 from llmpar.spec.search import OBJECTIVES
@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--top", type=int, help="how many layouts to list (default 10)")
     parser.add_argument("--objective", choices=OBJECTIVES,
                         help="rank by (default step_time)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_format_argument(parser, "; the result's to_dict()")
     parser.add_argument("--emit", metavar="FILE", help="write the best layout as a spec")
     parser.add_argument("--emit-launch", metavar="NAME",
                         help="also print what framework NAME needs to run the best layout "
@@ -51,7 +51,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
         print_spec(session, source, changes)
         return 0
     if args.dimensions:
-        return _list_dimensions(session, source, changes, args.json)
+        return _list_dimensions(session, source, changes, args.format)
     spec = _serving_spec(session, source, changes)
     if spec is not None:
         return _search_serving(session, spec, args)
@@ -59,7 +59,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
     from llmpar.search.progress import clear, terminal_progress
     from llmpar.search.report import text_report
 
-    progress = None if args.json else terminal_progress()
+    progress = None if args.format == "json" else terminal_progress()
     try:
         # Processes load the default session, the same plugins as this one.
         result = search(source, changes, objective=args.objective,
@@ -70,27 +70,24 @@ def run(session: Session, args: argparse.Namespace) -> int:
             clear()
     if args.emit and result.results:
         Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
-    if args.json:
-        print(strict_json(result.to_dict()))
-    else:
-        print(text_report(result))
-        if args.emit:
-            print(f"best layout written to {args.emit}" if result.results
-                  else "no layout fits: nothing written")
+    print_text(text_report(result), args.format, result.to_dict())
+    if args.format != "json" and args.emit:
+        print(f"best layout written to {args.emit}" if result.results
+              else "no layout fits: nothing written")
     if args.emit_launch and result.results:
         launch = session.launch(result.best.spec, args.emit_launch)
         print(f"# launch of the best layout for {launch.target}\n{launch.text()}", end="",
-              file=sys.stderr if args.json else sys.stdout)
+              file=sys.stderr if args.format == "json" else sys.stdout)
     return 0 if result.results else 1
 
 
 def _list_dimensions(session: Session, source: SpecSource, changes: dict[str, Any],
-                     as_json: bool) -> int:
+                     fmt: str) -> int:
     from llmpar.search.listing import list_dimensions
     from llmpar.search.report import dimensions_report
 
     listing = list_dimensions(session, source, changes)
-    print(strict_json(listing.to_dict()) if as_json else dimensions_report(listing))
+    print_text(dimensions_report(listing), fmt, listing.to_dict())
     return 0
 
 
@@ -109,8 +106,8 @@ def _search_serving(session: Session, spec: Spec, args: argparse.Namespace) -> i
     result = search_serving(session, spec, objective=args.objective, top=args.top)
     if args.emit and result.results:
         Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
-    print(strict_json(result.to_dict()) if args.json else text_report(result))
-    if args.emit and not args.json:
+    print_text(text_report(result), args.format, result.to_dict())
+    if args.emit and args.format != "json":
         print(f"best layout written to {args.emit}" if result.results
               else "no layout fits: nothing written")
     return 0 if result.results else 1

@@ -45,7 +45,7 @@ from llmpar.evaluation.peak import (
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
 from llmpar.evaluation.time_records import StepTime, step_time_record
-from llmpar.evaluation.timing import run_length, step_flops
+from llmpar.evaluation.timing import StepFlops, run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
 from llmpar.finetune.derivations import finetune_derivations
@@ -229,8 +229,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
     goodput, goodput_derivations = run_goodput(spec, footprint, peak, run.train_seconds)
     capacity = spec.hardware.capacity_bytes
-    mfu, hfu = _utilization(spec, flops.flops_per_step, flops.hardware_flops_per_step,
-                            time.step_seconds)
+    tokens_per_second, mfu, hfu, throughput = _utilization(spec, flops, time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
     tuned = finetune_part(footprint, flops.global_batch_size)
     peak_memory: MemoryPeak | None = None
@@ -248,8 +247,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         flops_per_step_6nd=flops.flops_per_step_6nd, flops_method=flops.flops_method,
         hardware_flops_per_step=flops.hardware_flops_per_step,
         step_seconds=time.step_seconds,
-        tokens_per_second=(None if time.step_seconds is None
-                           else flops.tokens_per_step / time.step_seconds),
+        tokens_per_second=tokens_per_second,
         mfu=mfu, hfu=hfu, train_tokens=run.train_tokens, train_steps=run.train_steps,
         train_flops=run.train_flops, train_seconds=run.train_seconds, gpu_hours=run.gpu_hours,
         activation_model=spec.training.activation_model,
@@ -284,7 +282,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                                         None if tuned is None else tuned.trainable_parameters)
                      + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
                      + _host_rules(spec, host_bytes, transforms)
-                     + flops.derivations + time.derivations + run.derivations
+                     + flops.derivations + time.derivations + throughput + run.derivations
                      + goodput_derivations + finetune_derivations(spec, tuned)),
     )
 
@@ -360,13 +358,36 @@ def strategy_notes(transforms: Sequence[Transform]) -> tuple[StrategyNote, ...]:
                  for t in transforms for text in t.notes)
 
 
-def _utilization(spec: Spec, flops: float, hardware_flops: float,
-                 step_seconds: float | None) -> tuple[float | None, float | None]:
+def _utilization(spec: Spec, flops: StepFlops, step_seconds: float | None
+                 ) -> tuple[float | None, float | None, float | None, tuple[Derivation, ...]]:
+    """Tokens per second, MFU and HFU of a step, with their derivations
+    (MFU as in Chowdhery et al. 2022, arXiv:2204.02311, App. B; HFU as in Korthikanti
+    et al. 2022, arXiv:2205.05198, Sec. 6)."""
+    if step_seconds is None:
+        return None, None, None, ()
+    tokens_per_second = flops.tokens_per_step / step_seconds
+    per_second = Derivation(
+        quantity="tokens_per_second", value=tokens_per_second,
+        unit="tokens/s", rule="tokens_per_step / step_seconds", source="one step's tokens",
+        inputs={"tokens_per_step": flops.tokens_per_step, "step_seconds": step_seconds})
     peak = spec.hardware.gpu.peak_flops_per_s(spec.precision.compute)
-    if step_seconds is None or peak is None:
-        return None, None
+    if peak is None:
+        return tokens_per_second, None, None, (per_second,)
     capacity = spec.hardware.num_gpus * peak * step_seconds
-    return flops / capacity, hardware_flops / capacity
+    mfu, hfu = flops.flops_per_step / capacity, flops.hardware_flops_per_step / capacity
+    inputs: dict[str, float | int | str] = {
+        "num_gpus": spec.hardware.num_gpus, "peak_flops_per_s": peak,
+        "step_seconds": step_seconds, "compute_format": spec.precision.compute}
+    source = (f"{spec.hardware.gpu.name}'s dense peak in {spec.precision.compute}; "
+              "MFU: Chowdhery et al. 2022, App. B; HFU: Korthikanti et al. 2022, Sec. 6")
+    return tokens_per_second, mfu, hfu, (per_second, Derivation(
+        quantity="mfu", value=mfu, unit="", rule="flops_per_step / (num_gpus * peak_flops_per_s"
+                                                 " * step_seconds)", source=source,
+        inputs={"flops_per_step": flops.flops_per_step, **inputs}), Derivation(
+        quantity="hfu", value=hfu, unit="",
+        rule="hardware_flops_per_step / (num_gpus * peak_flops_per_s * step_seconds)",
+        source=source, inputs={"hardware_flops_per_step": flops.hardware_flops_per_step,
+                               **inputs}))
 
 
 def _total_rule(peak: Any, capacity: int) -> Derivation:

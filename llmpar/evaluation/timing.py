@@ -93,16 +93,28 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
     executed = footprint.executed_train_flops_per_sequence()
     hardware = ((flops if executed is None else executed * global_batch)
                 + rerun * global_batch + extra_flops)
-    derivations: tuple[Derivation, ...] = (derivation,)
+    six_nd = Derivation(quantity="flops_per_step_6nd", value=flops_6nd, unit="FLOP",
+                        rule="6 * N_active * tokens_per_step", source=SIX_ND_SOURCE,
+                        inputs={"N_active": active, "tokens_per_step": tokens})
+    executed_rule = ("model FLOPs" if executed is None
+                     else "executed FLOPs per sequence (attention as its kernel runs it)")
+    executing = Derivation(
+        quantity="hardware_flops_per_step", value=hardware, unit="FLOP",
+        rule=f"{executed_rule} * global_batch + recomputed FLOPs per sequence * global_batch"
+             " + the strategies' extra FLOPs - skipped FLOPs",
+        source=EXACT_SOURCE + f"; recompute = {training.recompute!r}",
+        inputs={"global_batch": global_batch, "recomputed_flops_per_sequence": rerun,
+                "strategy_flops_per_step": extra_flops})
     if training.recompute_modules is not None and training.recompute == "selective":
-        derivations += (module_rerun_derivation(spec, footprint, hardware, rerun,
-                                                global_batch),)
+        # The modules' reruns, module by module, in place of the generic rule.
+        executing = module_rerun_derivation(spec, footprint, hardware, rerun, global_batch)
     return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
                      flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
                      hardware_flops_per_step=hardware,
                      attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
                          spec, footprint, full_fraction) * global_batch,
-                     derivations=derivations)
+                     derivations=(derivation, six_nd, executing))
+
 
 
 def module_rerun_derivation(spec: Spec, footprint: Footprint, hardware: float,
@@ -170,6 +182,11 @@ def run_length(spec: Spec, parameters: float, flops: StepFlops,
     steps = tokens / flops.tokens_per_step
     train_flops = flops.flops_per_step * steps
     derivations = [Derivation(
+        quantity="train_tokens", value=tokens, unit="tokens", rule=rule,
+        source="the spec", inputs={"N": parameters}), Derivation(
+        quantity="train_steps", value=steps, unit="steps",
+        rule="train_tokens / tokens_per_step (fractional last step)", source=f"from {rule}",
+        inputs={"train_tokens": tokens, "tokens_per_step": flops.tokens_per_step}), Derivation(
         quantity="train_flops", value=train_flops, unit="FLOP",
         rule="flops_per_step * train_tokens / tokens_per_step",
         source=f"train_tokens from {rule}",
@@ -179,10 +196,15 @@ def run_length(spec: Spec, parameters: float, flops: StepFlops,
         return RunLength(train_tokens=tokens, train_steps=steps, train_flops=train_flops,
                          derivations=tuple(derivations))
     seconds = steps * step_seconds
+    gpu_hours = seconds * spec.hardware.num_gpus / 3600
     derivations.append(Derivation(
         quantity="train_seconds", value=seconds, unit="s",
         rule="train_tokens / tokens_per_step * step_seconds (fractional last step)",
         source=time_source, inputs={"train_steps": steps, "step_seconds": step_seconds}))
+    derivations.append(Derivation(
+        quantity="gpu_hours", value=gpu_hours, unit="GPU-hours",
+        rule="train_seconds * num_gpus / 3600", source="every GPU of the job for the run",
+        inputs={"train_seconds": seconds, "num_gpus": spec.hardware.num_gpus}))
     return RunLength(train_tokens=tokens, train_steps=steps, train_flops=train_flops,
-                     train_seconds=seconds, gpu_hours=seconds * spec.hardware.num_gpus / 3600,
+                     train_seconds=seconds, gpu_hours=gpu_hours,
                      derivations=tuple(derivations))

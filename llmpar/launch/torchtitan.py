@@ -13,7 +13,6 @@ import tomllib
 from typing import Any
 
 import attrs
-import toml
 
 from llmpar.errors import Problem, SpecError
 from llmpar.launch.common import (
@@ -26,6 +25,7 @@ from llmpar.launch.common import (
 )
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
+from llmpar.loading.dump import toml_text
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -77,7 +77,7 @@ class TorchtitanTarget:
                      "plan's weights and optimizer states are the spec's")
         notes.append("the dataset and tokenizer are yours to add: [training] dataset, "
                      "[model] hf_assets_path")
-        text = toml.dumps({k: v for k, v in job.items() if v})
+        text = toml_text({k: v for k, v in job.items() if v})
         launcher = torchrun(spec, "-m torchtitan.train --job.config_file job.toml")
         return Launch(target=self.name, framework_version=VERSION,
                       files=(LaunchFile("job.toml", text, "the job configuration"),

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import cattrs
-import toml
+import tomli_w
 
 from llmpar.placement import ORDER_KEY, RANK_ORDER, Axis, order_text
 from llmpar.spec import Spec
@@ -51,6 +51,23 @@ def spec_to_dict(spec: Spec, axes: Mapping[str, Axis] | None = None) -> dict[str
     return plain
 
 
+def toml_text(table: Mapping[str, Any]) -> str:
+    """`table` as TOML text, the one writer of every TOML llmpar prints or saves (specs,
+    presets, calibrated GPUs, imported models). None values are left out (TOML has no
+    null), at any depth, and in arrays too; tuples are arrays. Written with tomli-w, which
+    `tomllib` reads back to an equal table: floats exactly (0.1 + 0.2 stays
+    0.30000000000000004), nested arrays of tables, and control characters escaped."""
+    return tomli_w.dumps(_toml_ready(table))
+
+
+def _toml_ready(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(key): _toml_ready(item) for key, item in value.items() if item is not None}
+    if isinstance(value, (list, tuple)):
+        return [_toml_ready(item) for item in value if item is not None]
+    return value
+
+
 def dump_spec(spec: Spec, axes: Mapping[str, Axis] | None = None) -> str:
     """The spec as TOML that `llmpar.load_spec` reads back to an equal Spec."""
-    return toml.dumps(spec_to_dict(spec, axes))
+    return toml_text(spec_to_dict(spec, axes))

@@ -35,11 +35,31 @@ def existing_file(text: str) -> Path | None:
         return None
 
 
+def with_text(source: object, text: str | None,
+              label: str = "<text>") -> Any:
+    """The source of a call that takes a spec as `source` or as TOML `text` (the
+    explicit form): the table the text holds, or `source` as given. Both, or a text
+    that is not a string, is a SpecError."""
+    if text is None:
+        return source
+    if source is not None:
+        raise SpecError([Problem("$", "give the spec either as a source (a path, a table, "
+                                      "a Spec) or as TOML text, not both")], None)
+    if not isinstance(text, str):
+        raise SpecError([Problem("$", "text must be TOML text (a str), got "
+                                      f"{type(text).__name__}")], None)
+    return parse_toml(text, label)
+
+
 def read_source(source: SpecSource) -> tuple[dict[str, Any], str | None]:
     """The spec's table and a label for messages (the file name, or None).
 
     A string is a file when a file of that name exists, else TOML text when it looks
-    like TOML (so `a=b.toml` on disk is read as the file it is), else a file name.
+    like TOML (so `a=b.toml` on disk is read as the file it is), else a file name. That
+    TOML text is still read for callers that pass it, but the explicit form is
+    `text=` (`llmpar.evaluate(text=...)`, `Session.evaluate(text=...)`) or
+    `--spec-text` on the command line: a string that means a file is then never taken
+    for TOML, nor TOML for a file.
     """
     if isinstance(source, Mapping):
         return plain_table(source, None), None

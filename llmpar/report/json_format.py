@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -12,8 +13,20 @@ from llmpar.plan import Plan
 
 
 def json_report(plan: Plan) -> str:
-    """The plan as indented JSON; `schema_version` names the field set."""
+    """The plan as indented JSON; `schema_version` names the field set (the command
+    line adds `llmpar_version`: `llmpar.cli.output`)."""
     return strict_json(plan.to_dict())
+
+
+@functools.cache
+def llmpar_version() -> str:
+    """The installed distribution's version (a source tree without metadata: unknown)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmpar")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def strict_json(value: Any) -> str:

@@ -18,10 +18,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import toml
 
 from llmpar.errors import Problem, SpecError
-from llmpar.loading.dump import spec_to_dict
+from llmpar.loading.dump import spec_to_dict, toml_text
 from llmpar.plan import Plan
 from llmpar.spec import Spec
 from llmpar.spec.search import Search
@@ -48,7 +47,7 @@ class ServingCandidate:
     """The spec of this layout, as a table."""
 
     def to_toml(self) -> str:
-        return toml.dumps(self.table)
+        return toml_text(self.table)
 
     def to_dict(self) -> dict[str, Any]:
         return {"layout": dict(self.layout), "score": self.score,
