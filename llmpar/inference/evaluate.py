@@ -209,6 +209,10 @@ def _trust(serving: Serving) -> str:
 def build_inference_plan(spec: Spec, layout: Layout,
                          strategies: Mapping[str, Strategy[Any]]) -> Plan:
     """Compose the plan of a validated `[inference]` spec under a resolved layout."""
+    if spec.inference is not None and spec.inference.disaggregated is not None:
+        from llmpar.inference.disaggregated import build_disaggregated_plan
+
+        return build_disaggregated_plan(spec, strategies)
     serving = serving_of(spec, layout, strategies)
     why_untimed = untimed(serving)
     budget = token_budget(serving) if serving.inference.continuous else None

@@ -148,6 +148,11 @@ def search_serving(session: Session, spec: Spec, objective: str | None = None,
     if objective == "cost" and spec.hardware.gpu_hour_cost is None:
         raise SpecError([Problem("$.hardware.gpu_hour_cost",
                                  "the cost objective needs dollars per GPU-hour")], spec.source)
+    if spec.inference is not None and spec.inference.disaggregated is not None:
+        raise SpecError([Problem("$.inference.disaggregated", "the search tries layouts of "
+                                 "colocated replicas; searching each pool's layout is not yet "
+                                 "supported: evaluate the pools' layouts one by one, or drop "
+                                 "the table to search the colocated layouts")], spec.source)
     base = spec_to_dict(spec)
     rejected: Counter[str] = Counter()
     found: list[ServingCandidate] = []

@@ -124,6 +124,42 @@ class Speculative:
     """Transformer layers of the draft head, each of the shape of the target's last layer."""
 
 
+def _degrees(_instance: Any, attribute: Any, value: dict[str, int]) -> None:
+    """Each value a positive degree (data may be -1: filled from the pool's GPUs)."""
+    for key, degree in value.items():
+        if not isinstance(degree, int) or isinstance(degree, bool) or not (
+                degree > 0 or (key == "data" and degree == -1)):
+            raise v.FieldError(f"{attribute.name}.{key}",
+                               f"must be a positive degree, got {degree!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Disaggregated:
+    """Disaggregated prefill and decode (`[inference.disaggregated]`, xPyD): one pool of
+    GPUs prefills each prompt, sends its key/value cache over the link between the pools,
+    and another pool decodes (Zhong et al. 2024, DistServe, arXiv:2401.09670; Patel et al.
+    2024, Splitwise, arXiv:2311.18284). Each pool's layout is the spec's `[parallel.*]`
+    tables (their options, such as the expert dispatcher) with the pool's own degrees;
+    the data degree, its replicas, fills the pool's GPUs. `[hardware] num_gpus` is both
+    pools together."""
+
+    prefill_gpus: int = attrs.field(validator=v.positive)
+    """GPUs of the prefill pool (placed first: ranks 0 .. prefill_gpus - 1)."""
+    decode_gpus: int = attrs.field(validator=v.positive)
+    """GPUs of the decode pool (the ranks after the prefill pool's)."""
+    prefill_layout: dict[str, int] = attrs.field(factory=dict, validator=_degrees,
+                                                 hash=False)
+    """Degrees of the prefill pool by strategy (`{ tensor = 8 }`); a strategy not named
+    keeps its `[parallel.*]` degree; data fills the pool unless named."""
+    decode_layout: dict[str, int] = attrs.field(factory=dict, validator=_degrees, hash=False)
+    """Degrees of the decode pool by strategy, as prefill_layout."""
+    kv_transfer_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
+        default=None, validator=v.positive)
+    """Bytes per second one GPU sends its share of a prompt's cache at (one direction).
+    None: the link between the pools, `[hardware] inter_node_bandwidth_bytes_per_s` when
+    they span nodes, the intra-node bandwidth when both fit in one node."""
+
+
 def _hit_rate(_instance: Any, attribute: Any, value: float) -> None:
     if not isinstance(value, float | int) or not 0 <= value < 1:
         raise v.FieldError(attribute.name, f"must be in [0, 1), got {value!r}")
@@ -198,6 +234,9 @@ class Inference:
 
     speculative: Speculative | None = None
     """Speculative decoding with draft heads; None: one token per sequence a step."""
+    disaggregated: Disaggregated | None = None
+    """Separate prefill and decode pools with the cache sent between them; None: every
+    replica prefills and decodes."""
     prefix_cache_hit_rate: float = attrs.field(default=0.0, validator=_hit_rate)
     """Share of each prompt's tokens whose keys and values a prefix cache already holds
     (vLLM's automatic prefix caching, SGLang's RadixAttention: Zheng et al. 2023,
