@@ -23,7 +23,7 @@ from llmpar.inference.capacity import (
 from llmpar.inference.communication import step_collectives, unknown_links
 from llmpar.inference.continuous import continuous_batching, token_budget
 from llmpar.inference.engine import ENGINE_TRUST, engine_label, engine_warnings
-from llmpar.inference.formats import matmul_dtype
+from llmpar.inference.formats import expert_matmul_dtype, format_warnings, matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
 from llmpar.inference.operations import count_layer_kinds, weights_by_group
 from llmpar.inference.overhead import runtime_overhead
@@ -74,6 +74,7 @@ def untimed(serving: Serving) -> str | None:
     if gpu.hbm_bandwidth_bytes_per_s is None:
         return f"GPU {gpu.name!r} states no hbm_bandwidth_bytes_per_s; no prefill or decode time"
     for dtype in {matmul_dtype(serving.inference, spec.precision.activations, gpu),
+                  expert_matmul_dtype(serving.inference, spec.precision.activations, gpu),
                   spec.precision.activations}:
         if gpu.peak_flops_per_s(dtype) is None:
             return f"GPU {gpu.name!r} states no {dtype} peak; no prefill or decode time"
@@ -129,6 +130,9 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
         for step in (prefill_step(serving), decode_step(serving)):
             warnings += unknown_links(serving, step_collectives(serving, step))
         warnings += engine_warnings(serving)
+    engine = inference.engine
+    warnings += format_warnings(inference, spec.precision.activations, spec.hardware.gpu,
+                                tuple(engine.weight_memory_efficiency) if engine else ())
     if inference.speculative is not None and inference.continuous:
         warnings.append("speculative decoding is modelled for static batching only: the "
                         "continuous-batching steady state decodes one token a step")

@@ -32,7 +32,12 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import mlp_matmul_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.inference.engine import weight_efficiency
-from llmpar.inference.formats import bytes_per_parameter, matmul_dtype
+from llmpar.inference.formats import (
+    bytes_per_parameter,
+    expert_matmul_dtype,
+    group_format,
+    matmul_dtype,
+)
 from llmpar.inference.kv_cache import kv_bytes_per_token
 from llmpar.inference.serving import Serving
 from llmpar.inference.weights import weight_bytes_by_group
@@ -125,6 +130,18 @@ def _act(serving: Serving) -> float:
 def _matmul(serving: Serving) -> str:
     spec = serving.spec
     return matmul_dtype(serving.inference, spec.precision.activations, spec.hardware.gpu)
+
+
+def _expert_matmul(serving: Serving) -> str:
+    """The format of the routed experts' products (`[inference] expert_weights`)."""
+    spec = serving.spec
+    return expert_matmul_dtype(serving.inference, spec.precision.activations,
+                               spec.hardware.gpu)
+
+
+def _expert_reads(serving: Serving) -> float | None:
+    """The engine's bandwidth share reading the routed experts' weights."""
+    return weight_efficiency(serving, group_format("experts", serving.inference))
 
 
 def _unquantized(serving: Serving) -> str:
@@ -240,7 +257,7 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
                   flops=2 * pairs * mlp_matmul_weights(model, width) / x,
                   bytes=(active_local_experts(serving, n) * expert_bytes
                          + pairs * (2 * h + 2 * mlp_width(model, width, x)) * act),
-                  dtype=_matmul(serving), memory_efficiency=quantized),
+                  dtype=_expert_matmul(serving), memory_efficiency=_expert_reads(serving)),
         Operation(name="shared experts", flops=2 * n * shared,
                   bytes=(_per_layer(serving, "shared_experts", layers)
                          + n * 2 * (h + moe.num_shared_experts * shared_width / t) * act),

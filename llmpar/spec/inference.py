@@ -15,11 +15,11 @@ from llmpar.errors import did_you_mean
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import ByteRate, Bytes, Seconds
 
-WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
 """Formats the blocks' linear weights may be stored in."""
 KV_CACHE_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8")
 """Formats of the key/value cache (vLLM's kv_cache_dtype "auto" or "fp8")."""
-QUANTIZED_FORMATS = ("fp8", "int8", "int4")
+QUANTIZED_FORMATS = ("fp8", "int8", "int4", "nvfp4", "mxfp4")
 """Formats that keep only the blocks' linear layers quantized; embeddings, output layer,
 norms and router stay in `[precision] activations` (see llmpar.inference.formats)."""
 
@@ -195,6 +195,13 @@ class Inference:
     """Weights sharing one quantization scale (and, for int formats, one zero point), as in
     GPTQ/AWQ checkpoints. Default: 128 for int4; None: per-channel or per-tensor scales,
     counted as nothing."""
+    expert_weights: str | None = attrs.field(default=None,
+                                             validator=attrs.validators.optional(
+                                                 v.one_of(*WEIGHT_FORMATS)))
+    """Format of the routed experts' weights when it differs from `weights` (gpt-oss ships
+    its experts in mxfp4 and the rest in bf16: `weights = "bf16"`, `expert_weights =
+    "mxfp4"`); their products run in that format's math (`llmpar.inference.formats`).
+    None: the experts are in `weights`."""
     kv_cache: str = attrs.field(default="bf16", validator=v.one_of(*KV_CACHE_FORMATS))
     """Format of the key/value cache."""
     kv_block_tokens: int | None = attrs.field(default=None, validator=v.positive)
