@@ -66,6 +66,10 @@ def test_ttft_is_the_queue_the_prefill_and_the_transfer():
     assert record.prefill_utilization == pytest.approx(rho)
     assert state.queue_seconds == pytest.approx(rho * record.prefill_seconds / (2 * (1 - rho)))
     assert state.ttft_p99_seconds > state.ttft_p90_seconds > record.prefill_seconds
+    # `llmpar explain SPEC prefill_seconds` adds up the same three parts.
+    derivation = plan.derivation("prefill_seconds")
+    assert derivation.value == pytest.approx(sum(derivation.inputs[k] for k in (
+        "queue_seconds", "prefill_seconds", "kv_transfer_seconds")))
 
 
 def test_decode_steps_carry_no_prefill_so_tpot_beats_the_colocated_one():
@@ -161,11 +165,19 @@ def test_a_concurrency_is_refused():
     assert [p.path for p in error.value.problems] == ["$.inference.concurrency"]
 
 
-def test_the_search_refuses_rather_than_ignore_the_pools():
+def test_the_search_pairs_the_pools_layouts_and_meets_its_limits():
     from llmpar.search.serving import search_serving
 
     session = llmpar.Session()
-    spec = session.load_spec(str(EXAMPLE))
-    with pytest.raises(SpecError) as error:
-        search_serving(session, spec)
-    assert error.value.problems[0].path == "$.inference.disaggregated"
+    spec = session.load_spec(str(EXAMPLE), {"search.max_degrees.pipeline": 1,
+                                            "search.ttft_seconds_max": 0.3})
+    result = search_serving(session, spec, objective="step_time")
+    assert result.tried == 16  # tensor 1, 2, 4, 8 for each pool of 8 GPUs
+    assert result.results and all(c.ttft_seconds <= 0.3 for c in result.results)
+    best = result.best
+    assert best.layout == {"prefill.tensor": 8, "decode.tensor": 8}
+    plan = llmpar.evaluate(best.table)
+    assert plan.serving[0].continuous.tpot_seconds == best.tpot_seconds
+    # A step per output token in ascending order: the rank is the objective's.
+    assert [c.tpot_seconds for c in result.results] == sorted(
+        c.tpot_seconds for c in result.results)

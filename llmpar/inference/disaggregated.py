@@ -36,7 +36,7 @@ from llmpar.inference.capacity import max_batch_size
 from llmpar.inference.continuous import _running_batch, _tail_seconds, mixed_step
 from llmpar.inference.kv_cache import kv_cache_bytes
 from llmpar.inference.serving import Serving
-from llmpar.plan import Derivation, Plan
+from llmpar.plan import Derivation, Plan, ServingPool
 from llmpar.plan_records import ContinuousBatching, Disaggregation
 from llmpar.roofline import rates_of
 from llmpar.spec import Spec
@@ -244,13 +244,14 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     if transfer is None:
         warnings.append("no bandwidth between the pools ([hardware] "
                         "inter_node_bandwidth_bytes_per_s, or [inference.disaggregated] "
-                        "kv_transfer_bandwidth_bytes_per_s): the KV transfer is not timed")
+                        "kv_transfer_bandwidth_bytes_per_s): the KV transfer is not timed "
+                        "(TTFT leaves it out)")
     decode_spec = specs["decode"]
     steady: _Decode | None = None
     prefill_rate_max = (prefill_replicas * batch_prompts / prefill_seconds
                         if prefill_seconds else None)
-    if inference.request_rate_per_s is not None and prefill_rate_max and transfer is not None:
-        steady = _decode_steady(servings["decode"], prefill_seconds or 0.0, transfer,
+    if inference.request_rate_per_s is not None and prefill_rate_max:
+        steady = _decode_steady(servings["decode"], prefill_seconds or 0.0, transfer or 0.0,
                                 prefill_rate_max)
         assert decode_spec.inference is not None
         static = attrs.evolve(decode_spec.inference, request_rate_per_s=None,
@@ -271,8 +272,8 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
                        tokens_per_second_per_gpu=record.tokens_per_second / gpus,
                        tokens_per_second_per_user=record.tokens_per_second_per_user,
                        latency_seconds=record.latency_seconds)
-    elif prefill_seconds is not None and transfer is not None and decode_pool.tpot_seconds:
-        ttft = prefill_seconds + transfer
+    elif prefill_seconds is not None and decode_pool.tpot_seconds:
+        ttft = prefill_seconds + (transfer or 0.0)
         latency = ttft + (out - 1) * decode_pool.tpot_seconds
         # The pools work as a pipeline: a batch's output leaves the decode pool while the
         # next batch prefills, so the slower pool sets the rate.
@@ -315,12 +316,30 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     memory["fits"] = decode_plan.fits and prefill_plan.fits
     warnings += list(decode_plan.warnings)
     warnings += [f"prefill pool: {text}" for text in prefill_plan.warnings]
-    derivations = [*decode_plan.derivations, *_prefixed(prefill_plan.derivations, "prefill.")]
-    derivations.append(_transfer_derivation(record_d, shares, link))
+    # The decode pool's own prefill is never run: its TTFT and latency are the request's.
+    replaced = ("prefill_seconds", "latency_seconds")
+    derivations = [item for item in decode_plan.derivations if item.quantity not in replaced]
+    derivations += _prefixed(prefill_plan.derivations, "prefill.")
+    derivations += [_transfer_derivation(record_d, shares, link),
+                    _ttft_derivation(record_d, decode_pool)]
     return attrs.evolve(decode_plan, num_gpus=gpus, layout=dict(decode_pool.layout),
                         serving=(decode_pool, prefill_pool), warnings=tuple(
                             dict.fromkeys(warnings)),
                         derivations=tuple(derivations), **memory)
+
+
+def _ttft_derivation(record: Disaggregation, pool: ServingPool) -> Derivation:
+    state = pool.continuous
+    queue = state.queue_seconds if state is not None else 0.0
+    return Derivation(
+        quantity="prefill_seconds", value=record.ttft_seconds, unit="s",
+        rule="queue (M/D/1 on a prefill replica; none under static batching) + the prefill "
+             "pool's prefill + kv_transfer_seconds",
+        source="DistServe, arXiv:2401.09670, Sec. 3 (TTFT of disaggregated serving); "
+               "Kleinrock 1975, Eq. 5.73 (the queue)",
+        inputs={"queue_seconds": queue if queue is not None else float("inf"),
+                "prefill_seconds": record.prefill_seconds or 0.0,
+                "kv_transfer_seconds": record.kv_transfer_seconds or 0.0})
 
 
 def _transfer_derivation(record: Disaggregation, shares: Mapping[str, int],
