@@ -208,8 +208,9 @@ class ServingPool:
     disaggregation: Disaggregation | None = None
     """Disaggregated prefill and decode (`[inference.disaggregated]`): both pools carry it.
     The decode pool's prefill_seconds is then the TTFT a request sees (queue, the prefill
-    pool's prefill, the KV transfer), and its tokens_per_second_per_gpu is over the GPUs of
-    both pools; the prefill pool has no TPOT or output rate of its own."""
+    pool's prefill, the KV transfer), its tokens_per_second_per_gpu is over the GPUs of
+    both pools, and it states no mfu or hfu; the prefill pool has no TPOT or output rate of
+    its own."""
 
 
 T = TypeVar("T")

@@ -302,7 +302,8 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
                          "prefill" if prefill_rate_max == min(limits) else "decode"))
     # The request's prefill is the prefill pool's; the decode pool's own is never run.
     decode_phase = decode_pool.phases[-1:] if decode_pool.phases else ()
-    decode_pool = attrs.evolve(decode_pool, name="decode", role="decode",
+    # Its utilisation would count a prefill it never runs: none is stated.
+    decode_pool = attrs.evolve(decode_pool, name="decode", role="decode", mfu=None, hfu=None,
                                prefill_seconds=ttft, disaggregation=record_d,
                                phases=prefill_pool.phases[:1] + decode_phase, **changes)
     prefill_pool = attrs.evolve(prefill_pool, name="prefill", role="prefill", tpot_seconds=None,
