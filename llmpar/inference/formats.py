@@ -26,6 +26,9 @@ QUANTIZED_GROUPS = frozenset({"attention", "mlp", "experts", "shared_experts"})
 SCALE_BYTES = {"int4": 2.0, "int8": 2.0, "fp8": 4.0}
 FP4_FORMATS = ("nvfp4", "mxfp4")
 """Formats whose products run on Blackwell's block-scaled fp4 tensor cores."""
+LOW_PRECISION_MATH = ("fp8", *FP4_FORMATS)
+"""Weight formats whose products run on tensor cores of their own format, where the GPU
+states that format's peak."""
 """One scale per group: fp16 for GPTQ/AWQ integers, fp32 for FP8 block scales (DeepSeek-V3's
 `weight_scale_inv`)."""
 INTEGER_FORMATS = ("int4", "int8")
@@ -59,7 +62,9 @@ def group_format(group: str, inference: Inference) -> str:
 
 def bytes_per_parameter(group: str, inference: Inference, activations: str) -> float:
     """Bytes per parameter of `group`: quantized in the blocks' linear layers, else 16-bit."""
-    weights = group_format(group, inference)
+    weights = inference.weights
+    if group == "experts" and inference.expert_weights is not None:
+        weights = inference.expert_weights
     if weights in QUANTIZED_FORMATS and group not in QUANTIZED_GROUPS:
         return bytes_per_element(activations)
     return quantized_bytes_per_weight(inference, weights)
@@ -75,7 +80,7 @@ def format_matmul_dtype(weights: str, activations: str, gpu: Gpu) -> str:
     weight-only here (W8A16, W4A16: Marlin kernels, Frantar et al. 2024, arXiv:2408.11743,
     dequantize to 16-bit), so they run at the activations' peak.
     """
-    if weights in ("fp8", *FP4_FORMATS) and gpu.peak_flops_per_s(weights) is not None:
+    if weights in LOW_PRECISION_MATH and gpu.peak_flops_per_s(weights) is not None:
         return weights
     if weights in QUANTIZED_FORMATS:
         return activations
