@@ -73,9 +73,11 @@ def untimed(serving: Serving) -> str | None:
     gpu = spec.hardware.gpu
     if gpu.hbm_bandwidth_bytes_per_s is None:
         return f"GPU {gpu.name!r} states no hbm_bandwidth_bytes_per_s; no prefill or decode time"
-    for dtype in {matmul_dtype(serving.inference, spec.precision.activations, gpu),
-                  expert_matmul_dtype(serving.inference, spec.precision.activations, gpu),
-                  spec.precision.activations}:
+    dtypes = {matmul_dtype(serving.inference, spec.precision.activations, gpu),
+              spec.precision.activations}
+    if serving.inference.expert_weights is not None:
+        dtypes.add(expert_matmul_dtype(serving.inference, spec.precision.activations, gpu))
+    for dtype in dtypes:
         if gpu.peak_flops_per_s(dtype) is None:
             return f"GPU {gpu.name!r} states no {dtype} peak; no prefill or decode time"
     return None
@@ -130,9 +132,7 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
         for step in (prefill_step(serving), decode_step(serving)):
             warnings += unknown_links(serving, step_collectives(serving, step))
         warnings += engine_warnings(serving)
-    engine = inference.engine
-    warnings += format_warnings(inference, spec.precision.activations, spec.hardware.gpu,
-                                tuple(engine.weight_memory_efficiency) if engine else ())
+    warnings += format_warnings(inference, spec.precision.activations, spec.hardware.gpu)
     if inference.speculative is not None and inference.continuous:
         warnings.append("speculative decoding is modelled for static batching only: the "
                         "continuous-batching steady state decodes one token a step")

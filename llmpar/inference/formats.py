@@ -98,11 +98,14 @@ def expert_matmul_dtype(inference: Inference, activations: str, gpu: Gpu) -> str
     return format_matmul_dtype(group_format("experts", inference), activations, gpu)
 
 
-def format_warnings(inference: Inference, activations: str, gpu: Gpu,
-                    measured: tuple[str, ...]) -> list[str]:
+def format_warnings(inference: Inference, activations: str, gpu: Gpu) -> list[str]:
     """What the plan assumes for fp4 weights: their products' efficiency, their weight
-    kernels' bandwidth share unless the engine profile measured it (`measured`), and the
-    dequantization where the GPU has no fp4 tensor cores."""
+    kernels' bandwidth share unless the engine profile measured it, and the dequantization
+    where the GPU has no fp4 tensor cores."""
+    if inference.weights not in FP4_FORMATS and inference.expert_weights not in FP4_FORMATS:
+        return []
+    engine = inference.engine
+    measured = engine.weight_memory_efficiency if engine is not None else {}
     found = []
     for weights in dict.fromkeys(f for f in (inference.weights, inference.expert_weights)
                                  if f in FP4_FORMATS):
