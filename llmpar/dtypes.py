@@ -24,6 +24,15 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "mxfp8": 1.0 + 1 / 32,
     "int8": 1.0,
     "int4": 4 / 8,
+    # FP4 with block scales, Blackwell's block-scaled tensor-core formats (PTX ISA 8.7,
+    # `mma.sync.aligned.kind::mxf4nvf4.block_scale`, scale_vec::4X and ::2X; cuBLAS 12.8,
+    # "1D Block Scaling Factors Layout"): E2M1 elements (4 bits) and
+    # - nvfp4: one FP8 E4M3 scale per 16 elements (1 byte / 16) and one fp32 scale per
+    #   tensor (negligible per element);
+    # - mxfp4: one 8-bit E8M0 scale per 32 elements (OCP Microscaling Formats (MX) v1.0,
+    #   2023, Sec. 5 and Table 1: MXFP4 = E2M1, k = 32, E8M0 shared scale).
+    "nvfp4": 4 / 8 + 1 / 16,
+    "mxfp4": 4 / 8 + 1 / 32,
     # bitsandbytes' 4-bit formats (Dettmers et al. 2023, QLoRA, arXiv:2305.14314, Sec. 3):
     # 4 bits per element; the per-block scales are `blockwise_bytes_per_element`'s.
     "nf4": 4 / 8,
@@ -36,6 +45,7 @@ SECOND_LEVEL_BLOCK_SIZE = 256
 
 MATH_FORMATS: dict[str, str] = {
     "fp8-tensorwise": "fp8", "fp8-rowwise": "fp8", "fp8-blockwise": "fp8", "mxfp8": "fp8",
+    "nvfp4": "fp4", "mxfp4": "fp4",
 }
 """Formats whose products run on another format's tensor cores (their peak is that
 format's: `Gpu.peak_flops_per_s`); every other format is its own."""

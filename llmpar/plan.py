@@ -19,6 +19,7 @@ from llmpar.plan_records import (
     CollectiveCost,
     ContinuousBatching,
     Derivation,
+    Disaggregation,
     InferencePhase,
     LiveBuffer,
     MemoryPeak,
@@ -210,6 +211,12 @@ class ServingPool:
     engine: str | None = None
     """The serving engine profile the times include (`[inference] engine`: name, version,
     CUDA graphs or eager); None: the roofline alone."""
+    disaggregation: Disaggregation | None = None
+    """Disaggregated prefill and decode (`[inference.disaggregated]`): both pools carry it.
+    The decode pool's prefill_seconds is then the TTFT a request sees (queue, the prefill
+    pool's prefill, the KV transfer), its tokens_per_second_per_gpu is over the GPUs of
+    both pools, and it states no mfu or hfu; the prefill pool has no TPOT or output rate of
+    its own."""
 
 
 T = TypeVar("T")

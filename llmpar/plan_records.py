@@ -163,6 +163,47 @@ class InferencePhase:
 
 
 @attrs.frozen(kw_only=True)
+class Disaggregation:
+    """Disaggregated prefill and decode (`[inference.disaggregated]`;
+    `llmpar.inference.disaggregated`): the two pools, the KV transfer between them, and
+    which pool limits the request rate."""
+
+    prefill_gpus: int
+    decode_gpus: int
+    prefill_replicas: int
+    """Replicas of the prefill pool (its data degree)."""
+    decode_replicas: int
+    prefill_seconds: float | None
+    """One prefill of `prompts_per_prefill` prompts on a prefill replica."""
+    prompts_per_prefill: int
+    """Prompts a prefill replica prefills at once: the static batch, or 1 under a request
+    rate (each prompt as it arrives)."""
+    kv_transfer_bytes_per_gpu: int
+    """Cache bytes one GPU sends or receives for those prompts: the larger of a prefill
+    GPU's and a decode GPU's share."""
+    kv_transfer_seconds: float | None
+    """Latency + kv_transfer_bytes_per_gpu / kv_transfer_bandwidth_bytes_per_s, after the
+    prefill; None without a bandwidth."""
+    kv_transfer_bandwidth_bytes_per_s: float | None
+    kv_transfer_link: str
+    """Which link the cache crosses, in words."""
+    ttft_seconds: float | None
+    """Queue wait (under a request rate) + prefill + KV transfer."""
+    prefill_max_request_rate_per_s: float | None
+    """Requests per second the prefill pool sustains: replicas x prompts / prefill_seconds."""
+    decode_max_request_rate_per_s: float | None
+    """Requests per second the decode pool sustains at its batch limit; None under static
+    batching."""
+    prefill_utilization: float | None
+    """Request rate over prefill_max_request_rate_per_s; None under static batching."""
+    decode_utilization: float | None
+    """Request rate over decode_max_request_rate_per_s; None under static batching."""
+    rate_limited_by: str | None
+    """"prefill" or "decode": the pool whose maximum rate is the smaller; None under
+    static batching."""
+
+
+@attrs.frozen(kw_only=True)
 class ContinuousBatching:
     """A serving pool's steady state under continuous batching (`[inference] concurrency`
     or `request_rate_per_s`; `llmpar.inference.continuous`): the running batch, TPOT with

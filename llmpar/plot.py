@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from llmpar.errors import SpecError
+from llmpar.errors import Problem, SpecError
 from llmpar.plan import Plan
+from llmpar.spec import Spec
 from llmpar.units import GiB
 
 if TYPE_CHECKING:
@@ -25,13 +26,17 @@ if TYPE_CHECKING:
     from llmpar.search.result import ParetoPoint
 
 COMPONENTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
-              ("optimizer states", "optimizer_bytes"), ("activations", "activations_bytes"),
-              ("buffers", "buffers_bytes"))
-"""Stacked memory components, bottom to top: (label, Plan field)."""
+              ("optimizer states", "optimizer_bytes"), ("KV cache", "kv_cache_bytes"),
+              ("activations", "activations_bytes"), ("buffers", "buffers_bytes"))
+"""Stacked memory components, bottom to top: (label, Plan field). A serving plan's are
+its weights, KV cache, activation workspace and runtime allowance (`buffers`); a training
+plan has no KV cache (counted as 0, so not drawn)."""
 
 SEQUENCE_START = 512
 SEQUENCE_AT_LEAST = 32768
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
+SERVING_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""Batches (static `batch_size`, or `concurrency`) a serving batch sweep tries."""
 LOG_SCALE_SPAN = 10
 """Step times spanning more than this factor get a logarithmic axis."""
 
@@ -48,6 +53,39 @@ def sequence_lengths(spec_sequence_length: int) -> tuple[int, ...]:
     while values[-1] * 2 <= top:
         values.append(values[-1] * 2)
     return tuple(values) + ((top,) if values[-1] != top else ())
+
+
+def sweep_axis(spec: Spec, kind: str) -> tuple[str, tuple[int, ...], str]:
+    """(key, values, axis label) of a "sequence" or "batch" sweep of `spec`: the sequence
+    length or micro-batch of a training spec; the prompt length, or the static batch (the
+    concurrency under continuous batching) of a serving spec."""
+    inference = spec.inference
+    if inference is None:
+        if kind == "sequence":
+            return ("training.sequence_length", sequence_lengths(spec.training.sequence_length),
+                    "sequence length (tokens)")
+        return "training.micro_batch_size", MICRO_BATCH_SIZES, "micro-batch size (sequences)"
+    if kind == "sequence":
+        return ("inference.prompt_tokens", sequence_lengths(inference.prompt_tokens),
+                "prompt length (tokens)")
+    if inference.request_rate_per_s is not None:
+        raise SpecError([Problem("$.inference.request_rate_per_s",
+                                 "a batch sweep varies batch_size or concurrency; give one of "
+                                 "them (or plot sequence) for a request-rate spec")],
+                        spec.source)
+    if inference.concurrency is not None:
+        return ("inference.concurrency", SERVING_BATCH_SIZES,
+                "concurrency (requests in flight)")
+    return "inference.batch_size", SERVING_BATCH_SIZES, "batch size (sequences per replica)"
+
+
+def serving_times(plan: Plan) -> tuple[float | None, float | None]:
+    """(TTFT, TPOT) of a serving plan: the steady state's under continuous batching."""
+    pool = plan.serving[0]
+    state = pool.continuous
+    if state is not None:
+        return state.ttft_seconds, state.tpot_seconds
+    return pool.prefill_seconds, pool.tpot_seconds
 
 
 @attrs.frozen(kw_only=True)
@@ -134,14 +172,26 @@ def sweep_figure(sweeps: Sequence[Sweep], xlabel: str) -> Figure:
     for capacity in sorted(capacities):
         memory_ax.axhline(capacity / GiB, color="black", linestyle="dashed", linewidth=1,
                           label="capacity" if capacity == min(capacities) else None)
+    serving = all(p.workload == "inference" for s in sweeps for p in s.plans)
+    times: list[float] = []
     for s in sweeps:
-        seconds = [p.step_seconds if p.step_seconds is not None else float("nan")
-                   for p in s.plans]
-        time_ax.plot(s.values, seconds, marker="o", label=s.label)
+        if serving:  # TPOT solid, TTFT dashed in the same colour
+            pairs = [serving_times(p) for p in s.plans]
+            tpot = [t if t is not None else float("nan") for _, t in pairs]
+            ttft = [t if t is not None else float("nan") for t, _ in pairs]
+            line = time_ax.plot(s.values, tpot, marker="o", label=f"{s.label} TPOT")[0]
+            time_ax.plot(s.values, ttft, marker="s", linestyle="dashed",
+                         color=line.get_color(), label=f"{s.label} TTFT")
+            times += [t for t in tpot + ttft if t == t]
+        else:
+            seconds = [p.step_seconds if p.step_seconds is not None else float("nan")
+                       for p in s.plans]
+            time_ax.plot(s.values, seconds, marker="o", label=s.label)
+            times += [t for t in seconds if t == t]
     memory_ax.set_ylabel("memory per GPU (GiB = 2^30 bytes)")
     memory_ax.set_title("Memory per GPU")
-    time_ax.set_ylabel("step time (s)")
-    time_ax.set_title("Step time")
+    time_ax.set_ylabel("seconds" if serving else "step time (s)")
+    time_ax.set_title("Time to first token and per output token" if serving else "Step time")
     ticks = sorted({v for s in sweeps for v in s.values})
     for ax in (memory_ax, time_ax):
         ax.set_xscale("log", base=2)
@@ -149,7 +199,7 @@ def sweep_figure(sweeps: Sequence[Sweep], xlabel: str) -> Figure:
         ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.legend(fontsize="small")
-    times = [p.step_seconds for s in sweeps for p in s.plans if p.step_seconds]
+    times = [t for t in times if t > 0]
     if times and max(times) > LOG_SCALE_SPAN * min(times):
         time_ax.set_yscale("log")
     return figure

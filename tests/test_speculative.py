@@ -113,3 +113,11 @@ def test_speculative_spec_round_trips():
     spec = llmpar.load_spec(LLAMA_70B, {"inference.speculative": {"draft_tokens": 3,
                                                                   "acceptance_rate": 0.7}})
     assert llmpar.load_spec(llmpar.dump_spec(spec)) == spec
+
+
+def test_the_shipped_mtp_example_is_the_deepseek_example_with_one_mtp_head():
+    shipped = llmpar.evaluate(str(EXAMPLES / "serve-deepseek-v3-mtp-h200.toml"))
+    same = speculate(DEEPSEEK, batch=32, draft_tokens=1, acceptance_rate=0.85)
+    assert shipped.tpot_seconds == pytest.approx(same.tpot_seconds, rel=1e-12)
+    assert shipped.tpot_seconds < llmpar.evaluate(DEEPSEEK).tpot_seconds
+    assert shipped.fits

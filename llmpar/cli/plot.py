@@ -30,10 +30,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="memory: stacked memory per GPU of each SPEC (several specs, several "
                     "layouts) against capacity. sequence: memory and step time at sequence "
                     "lengths 512, 1024, ... up to max(32768, the spec's). batch: the same at "
-                    "micro_batch_size 1, 2, 4, 8, 16. pareto: the layout search's front of "
-                    "memory per GPU against step time (first SPEC). timeline: allocated memory "
-                    "per pipeline stage over one step at its modelled moments, the peak "
-                    "marked and labelled (first SPEC). Needs matplotlib: pip install "
+                    "micro_batch_size 1, 2, 4, 8, 16 (a serving spec: prompt lengths, and "
+                    "batch_size or concurrency 1 to 256, with TTFT and TPOT). pareto: the layout "
+                    "search's front of memory per GPU against step time (first SPEC). timeline: "
+                    "allocated memory per pipeline stage over one step at its modelled moments, "
+                    "the peak marked and labelled (first SPEC). Needs matplotlib: pip install "
                     "'llmpar[plot]'.")
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (TOML)")
@@ -100,17 +101,11 @@ def build_figure(session: Session, kind: str, specs: list[str],
         def evaluate(extra: dict[str, object], spec: str = spec) -> Plan:
             return session.evaluate(spec, {**base, **extra})
 
-        if kind == "sequence":
-            length = session.load_spec(spec, base).training.sequence_length
-            values = plot.sequence_lengths(length)
-            key = "training.sequence_length"
-        else:
-            values, key = plot.MICRO_BATCH_SIZES, "training.micro_batch_size"
+        key, values, xlabel = plot.sweep_axis(session.load_spec(spec, base), kind)
         sweeps.append(plot.sweep(evaluate, Path(spec).stem, key, values))
         for value, problem in sweeps[-1].skipped:
             print(f"llmpar: {Path(spec).stem}: skipped {key} = {value}: {problem}",
                   file=sys.stderr)
-    xlabel = "sequence length (tokens)" if kind == "sequence" else "micro-batch size (sequences)"
     return plot.sweep_figure(sweeps, xlabel)
 
 

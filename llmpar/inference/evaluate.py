@@ -23,7 +23,7 @@ from llmpar.inference.capacity import (
 from llmpar.inference.communication import step_collectives, unknown_links
 from llmpar.inference.continuous import continuous_batching, token_budget
 from llmpar.inference.engine import ENGINE_TRUST, engine_label, engine_warnings
-from llmpar.inference.formats import matmul_dtype
+from llmpar.inference.formats import expert_matmul_dtype, format_warnings, matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
 from llmpar.inference.operations import count_layer_kinds, weights_by_group
 from llmpar.inference.overhead import runtime_overhead
@@ -73,8 +73,11 @@ def untimed(serving: Serving) -> str | None:
     gpu = spec.hardware.gpu
     if gpu.hbm_bandwidth_bytes_per_s is None:
         return f"GPU {gpu.name!r} states no hbm_bandwidth_bytes_per_s; no prefill or decode time"
-    for dtype in {matmul_dtype(serving.inference, spec.precision.activations, gpu),
-                  spec.precision.activations}:
+    dtypes = {matmul_dtype(serving.inference, spec.precision.activations, gpu),
+              spec.precision.activations}
+    if serving.inference.expert_weights is not None:
+        dtypes.add(expert_matmul_dtype(serving.inference, spec.precision.activations, gpu))
+    for dtype in dtypes:
         if gpu.peak_flops_per_s(dtype) is None:
             return f"GPU {gpu.name!r} states no {dtype} peak; no prefill or decode time"
     return None
@@ -129,6 +132,7 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
         for step in (prefill_step(serving), decode_step(serving)):
             warnings += unknown_links(serving, step_collectives(serving, step))
         warnings += engine_warnings(serving)
+    warnings += format_warnings(inference, spec.precision.activations, spec.hardware.gpu)
     if inference.speculative is not None and inference.continuous:
         warnings.append("speculative decoding is modelled for static batching only: the "
                         "continuous-batching steady state decodes one token a step")
@@ -209,6 +213,10 @@ def _trust(serving: Serving) -> str:
 def build_inference_plan(spec: Spec, layout: Layout,
                          strategies: Mapping[str, Strategy[Any]]) -> Plan:
     """Compose the plan of a validated `[inference]` spec under a resolved layout."""
+    if spec.inference is not None and spec.inference.disaggregated is not None:
+        from llmpar.inference.disaggregated import build_disaggregated_plan
+
+        return build_disaggregated_plan(spec, strategies)
     serving = serving_of(spec, layout, strategies)
     why_untimed = untimed(serving)
     budget = token_budget(serving) if serving.inference.continuous else None

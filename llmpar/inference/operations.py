@@ -32,7 +32,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import mlp_matmul_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.inference.engine import weight_efficiency
-from llmpar.inference.formats import bytes_per_parameter, matmul_dtype
+from llmpar.inference.formats import bytes_per_parameter, format_matmul_dtype
 from llmpar.inference.kv_cache import kv_bytes_per_token
 from llmpar.inference.serving import Serving
 from llmpar.inference.weights import weight_bytes_by_group
@@ -124,7 +124,15 @@ def _act(serving: Serving) -> float:
 
 def _matmul(serving: Serving) -> str:
     spec = serving.spec
-    return matmul_dtype(serving.inference, spec.precision.activations, spec.hardware.gpu)
+    return format_matmul_dtype(serving.inference.weights, spec.precision.activations,
+                               spec.hardware.gpu)
+
+
+def _expert_matmul(serving: Serving, experts: str) -> str:
+    """The format of the routed experts' products, in `experts` (`[inference]
+    expert_weights`)."""
+    spec = serving.spec
+    return format_matmul_dtype(experts, spec.precision.activations, spec.hardware.gpu)
 
 
 def _unquantized(serving: Serving) -> str:
@@ -231,7 +239,10 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     width = moe.expert_ffn_hidden_size
     shared_width = moe.shared_expert_ffn_hidden_size or width
     shared = moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t
-    quantized = _quantized_reads(serving)
+    quantized, matmul = _quantized_reads(serving), _matmul(serving)
+    experts = serving.inference.expert_weights
+    routed, routed_reads = ((matmul, quantized) if experts is None else
+                            (_expert_matmul(serving, experts), weight_efficiency(serving, experts)))
     return [
         Operation(name="router", flops=2 * n * h * moe.num_experts,
                   bytes=_per_layer(serving, "router", layers) + n * (h + moe.num_experts) * act,
@@ -240,11 +251,11 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
                   flops=2 * pairs * mlp_matmul_weights(model, width) / x,
                   bytes=(active_local_experts(serving, n) * expert_bytes
                          + pairs * (2 * h + 2 * mlp_width(model, width, x)) * act),
-                  dtype=_matmul(serving), memory_efficiency=quantized),
+                  dtype=routed, memory_efficiency=routed_reads),
         Operation(name="shared experts", flops=2 * n * shared,
                   bytes=(_per_layer(serving, "shared_experts", layers)
                          + n * 2 * (h + moe.num_shared_experts * shared_width / t) * act),
-                  dtype=_matmul(serving), memory_efficiency=quantized),
+                  dtype=matmul, memory_efficiency=quantized),
     ]
 
 

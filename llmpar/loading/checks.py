@@ -271,4 +271,8 @@ def checked_layout(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     layout, problems = resolve_layout(spec, strategies)
     for name in sorted(spec.parallel, key=lambda n: (strategies[n].phase, n)):
         problems += strategies[name].check(spec.parallel[name], spec, layout)
+    if spec.inference is not None and spec.inference.disaggregated is not None:
+        from llmpar.inference.disaggregated import disaggregated_problems
+
+        problems += disaggregated_problems(spec, strategies)
     return layout, problems

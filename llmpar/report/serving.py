@@ -87,11 +87,53 @@ def serving(plan: Plan) -> Table:
         # Static times serve one batch start to end; the steady state is its own table.
         rows = [row for row in rows if row[0].startswith(("max ", "decode "))]
         notes.insert(0, "continuous batching: times in the steady-state table below")
+    if pool is not None and pool.disaggregation is not None:
+        rows += _disaggregation_rows(plan)
+        notes.insert(0, "disaggregated: the limits are the decode pool's; TTFT is the "
+                        "prefill pool's prefill + the KV transfer (+ queue)")
     if pool is not None and plan.prefill_seconds is not None:
         notes.append(f"engine profile: {pool.engine}" if pool.engine else
                      "engine profile: none ([inference] engine), the roofline alone")
     return Table(title="Serving", columns=("quantity", "value", "note"), rows=tuple(rows),
                  text_columns=(0, 2), notes=tuple(notes))
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}/s"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _disaggregation_rows(plan: Plan) -> list[tuple[str, str, str]]:
+    """The pools of a disaggregated plan, the KV transfer and what limits the rate."""
+    record = plan.serving[0].disaggregation
+    assert record is not None
+    layouts = {pool.role: " x ".join(f"{k} {v}" for k, v in pool.layout.items() if v > 1)
+               or "one GPU" for pool in plan.serving}
+    prefill = plan.serving[1] if len(plan.serving) > 1 else None
+    rows = [
+        ("prefill pool", f"{record.prefill_gpus} GPUs",
+         f"{record.prefill_replicas} replica(s) of {layouts.get('prefill', '')}"),
+        ("decode pool", f"{record.decode_gpus} GPUs",
+         f"{record.decode_replicas} replica(s) of {layouts.get('decode', '')}"),
+        ("prefill on the prefill pool", _optional(record.prefill_seconds, format_duration),
+         f"{record.prompts_per_prefill:,} prompt(s) at once"),
+        ("prefill pool KV cache per GPU",
+         "-" if prefill is None else f"{(prefill.kv_cache_bytes or 0) / GB:,.2f} GB",
+         "the prompts being prefilled only; workspace " + (
+             "-" if prefill is None else f"{(prefill.workspace_bytes or 0) / GB:,.2f} GB")),
+        ("KV transfer", _optional(record.kv_transfer_seconds, format_duration),
+         f"{record.kv_transfer_bytes_per_gpu / GB:,.3f} GB per GPU over "
+         f"{record.kv_transfer_link}"),
+        ("prefill pool utilisation", _share(record.prefill_utilization),
+         f"max {_rate(record.prefill_max_request_rate_per_s)}"),
+        ("decode pool utilisation", _share(record.decode_utilization),
+         f"max {_rate(record.decode_max_request_rate_per_s)}"),
+        ("rate limited by", record.rate_limited_by or "-", "the pool with the lower maximum"),
+    ]
+    return rows
 
 
 def phases(plan: Plan) -> Table | None:

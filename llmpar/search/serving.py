@@ -8,7 +8,10 @@ Times are the steady state's under continuous batching (`[inference] concurrency
 tokens_per_second_per_gpu (higher is better), step_time (the time per output token), cost
 (dollars per million output tokens at `[hardware] gpu_hour_cost`) and memory (bytes on the
 busiest GPU). Expert parallelism spans the replicas (attention data-parallel with the experts
-split over the same GPUs, as the DeepSeek-V3 example), never beyond them.
+split over the same GPUs, as the DeepSeek-V3 example), never beyond them. A spec with
+`[inference.disaggregated]` keeps its pools' GPU counts and searches every pair of a
+prefill pool's and a decode pool's layout (TTFT with the KV transfer, TPOT of the decode
+pool, throughput over both pools' GPUs).
 """
 
 from __future__ import annotations
@@ -116,6 +119,34 @@ def _table(base: dict[str, Any], layout: dict[str, int]) -> dict[str, Any]:
     return table
 
 
+def disaggregated_layouts(spec: Spec, settings: Search) -> list[dict[str, int]]:
+    """Under `[inference.disaggregated]`: every pair of a prefill pool's and a decode pool's
+    layout (`layouts` of each pool's GPUs), keyed `prefill.<strategy>` and
+    `decode.<strategy>`."""
+    inference = spec.inference
+    assert inference is not None and inference.disaggregated is not None
+    plan = inference.disaggregated
+    pools = {role: layouts(attrs.evolve(spec, hardware=attrs.evolve(spec.hardware,
+                                                                    num_gpus=gpus)), settings)
+             for role, gpus in (("prefill", plan.prefill_gpus), ("decode", plan.decode_gpus))}
+    return [{**{f"prefill.{k}": v for k, v in prefill.items()},
+             **{f"decode.{k}": v for k, v in decode.items()}}
+            for prefill in pools["prefill"] for decode in pools["decode"]]
+
+
+def _pools_table(base: dict[str, Any], layout: dict[str, int]) -> dict[str, Any]:
+    """The spec of one pair of pool layouts: each pool's degrees in its layout table (every
+    searched strategy the spec's `[parallel.*]` names, data, and the others above 1)."""
+    table = copy.deepcopy(base)
+    table.pop("search", None)
+    named = set(base.get("parallel", {})) | {"data"}
+    pools = table["inference"]["disaggregated"]
+    for role in ("prefill", "decode"):
+        pools[f"{role}_layout"] = {name: layout[f"{role}.{name}"] for name in SEARCHED
+                                   if name in named or layout[f"{role}.{name}"] > 1}
+    return table
+
+
 def _times(plan: Plan, percentile: str) -> tuple[float | None, float | None, float | None]:
     """(TTFT, TPOT, output tokens/s per GPU): the steady state's, else the static batch's."""
     pool = plan.serving[0]
@@ -150,9 +181,10 @@ def search_serving(session: Session, spec: Spec, objective: str | None = None,
     base = spec_to_dict(spec)
     rejected: Counter[str] = Counter()
     found: list[ServingCandidate] = []
-    tried = layouts(spec, settings)
+    disaggregated = spec.inference is not None and spec.inference.disaggregated is not None
+    tried = disaggregated_layouts(spec, settings) if disaggregated else layouts(spec, settings)
     for layout in tried:
-        table = _table(base, layout)
+        table = _pools_table(base, layout) if disaggregated else _table(base, layout)
         try:
             plan = session.evaluate(table)
         except SpecError as error:

@@ -44,6 +44,9 @@ class Gpu:
     """Dense peak of fp16 matrix math, FLOP per second (no structured sparsity)."""
     peak_fp8_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
     """Dense peak of fp8 matrix math, FLOP per second (no structured sparsity)."""
+    peak_fp4_flops_per_s: FlopRate | None = attrs.field(default=None, validator=v.positive)
+    """Dense peak of block-scaled fp4 matrix math (NVFP4, MXFP4: Blackwell's fifth-generation
+    tensor cores), FLOP per second (no structured sparsity). None: no fp4 tensor cores."""
     hbm_bandwidth_bytes_per_s: ByteRate | None = attrs.field(default=None, validator=v.positive)
     """Memory bandwidth."""
     nvlink_bandwidth_bytes_per_s: ByteRate | None = attrs.field(

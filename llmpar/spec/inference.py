@@ -15,11 +15,11 @@ from llmpar.errors import did_you_mean
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import ByteRate, Bytes, Seconds
 
-WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
 """Formats the blocks' linear weights may be stored in."""
 KV_CACHE_FORMATS = ("fp32", "bf16", "fp16", "fp8", "int8")
 """Formats of the key/value cache (vLLM's kv_cache_dtype "auto" or "fp8")."""
-QUANTIZED_FORMATS = ("fp8", "int8", "int4")
+QUANTIZED_FORMATS = ("fp8", "int8", "int4", "nvfp4", "mxfp4")
 """Formats that keep only the blocks' linear layers quantized; embeddings, output layer,
 norms and router stay in `[precision] activations` (see llmpar.inference.formats)."""
 
@@ -124,6 +124,42 @@ class Speculative:
     """Transformer layers of the draft head, each of the shape of the target's last layer."""
 
 
+def _degrees(_instance: Any, attribute: Any, value: dict[str, int]) -> None:
+    """Each value a positive degree (data may be -1: filled from the pool's GPUs)."""
+    for key, degree in value.items():
+        if not isinstance(degree, int) or isinstance(degree, bool) or not (
+                degree > 0 or (key == "data" and degree == -1)):
+            raise v.FieldError(f"{attribute.name}.{key}",
+                               f"must be a positive degree, got {degree!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Disaggregated:
+    """Disaggregated prefill and decode (`[inference.disaggregated]`, xPyD): one pool of
+    GPUs prefills each prompt, sends its key/value cache over the link between the pools,
+    and another pool decodes (Zhong et al. 2024, DistServe, arXiv:2401.09670; Patel et al.
+    2024, Splitwise, arXiv:2311.18284). Each pool's layout is the spec's `[parallel.*]`
+    tables (their options, such as the expert dispatcher) with the pool's own degrees;
+    the data degree, its replicas, fills the pool's GPUs. `[hardware] num_gpus` is both
+    pools together."""
+
+    prefill_gpus: int = attrs.field(validator=v.positive)
+    """GPUs of the prefill pool (placed first: ranks 0 .. prefill_gpus - 1)."""
+    decode_gpus: int = attrs.field(validator=v.positive)
+    """GPUs of the decode pool (the ranks after the prefill pool's)."""
+    prefill_layout: dict[str, int] = attrs.field(factory=dict, validator=_degrees,
+                                                 hash=False)
+    """Degrees of the prefill pool by strategy (`{ tensor = 8 }`); a strategy not named
+    keeps its `[parallel.*]` degree; data fills the pool unless named."""
+    decode_layout: dict[str, int] = attrs.field(factory=dict, validator=_degrees, hash=False)
+    """Degrees of the decode pool by strategy, as prefill_layout."""
+    kv_transfer_bandwidth_bytes_per_s: ByteRate | None = attrs.field(
+        default=None, validator=v.positive)
+    """Bytes per second one GPU sends its share of a prompt's cache at (one direction).
+    None: the link between the pools, `[hardware] inter_node_bandwidth_bytes_per_s` when
+    they span nodes, the intra-node bandwidth when both fit in one node."""
+
+
 def _hit_rate(_instance: Any, attribute: Any, value: float) -> None:
     if not isinstance(value, float | int) or not 0 <= value < 1:
         raise v.FieldError(attribute.name, f"must be in [0, 1), got {value!r}")
@@ -159,6 +195,13 @@ class Inference:
     """Weights sharing one quantization scale (and, for int formats, one zero point), as in
     GPTQ/AWQ checkpoints. Default: 128 for int4; None: per-channel or per-tensor scales,
     counted as nothing."""
+    expert_weights: str | None = attrs.field(default=None,
+                                             validator=attrs.validators.optional(
+                                                 v.one_of(*WEIGHT_FORMATS)))
+    """Format of the routed experts' weights when it differs from `weights` (gpt-oss ships
+    its experts in mxfp4 and the rest in bf16: `weights = "bf16"`, `expert_weights =
+    "mxfp4"`); their products run in that format's math (`llmpar.inference.formats`).
+    None: the experts are in `weights`."""
     kv_cache: str = attrs.field(default="bf16", validator=v.one_of(*KV_CACHE_FORMATS))
     """Format of the key/value cache."""
     kv_block_tokens: int | None = attrs.field(default=None, validator=v.positive)
@@ -198,6 +241,9 @@ class Inference:
 
     speculative: Speculative | None = None
     """Speculative decoding with draft heads; None: one token per sequence a step."""
+    disaggregated: Disaggregated | None = None
+    """Separate prefill and decode pools with the cache sent between them; None: every
+    replica prefills and decodes."""
     prefix_cache_hit_rate: float = attrs.field(default=0.0, validator=_hit_rate)
     """Share of each prompt's tokens whose keys and values a prefix cache already holds
     (vLLM's automatic prefix caching, SGLang's RadixAttention: Zheng et al. 2023,
