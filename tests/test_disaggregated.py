@@ -181,3 +181,19 @@ def test_the_search_pairs_the_pools_layouts_and_meets_its_limits():
     # A step per output token in ascending order: the rank is the objective's.
     assert [c.tpot_seconds for c in result.results] == sorted(
         c.tpot_seconds for c in result.results)
+
+
+def test_an_overloaded_pool_is_named_and_the_plan_stays_finite():
+    # Found by the fuzz suite: 8 requests/s is more than either 8-GPU pool sustains.
+    from llmpar.report.json_format import strict_json
+    table = {"model": "llama-3.1-70b", "hardware": {"cluster": "dgx-h100", "num_gpus": 16},
+             "inference": {"engine": "vllm", "request_rate_per_s": 8.0, "prompt_tokens": 4096,
+                           "generated_tokens": 1024, "weights": "fp8",
+                           "disaggregated": {"prefill_gpus": 8, "decode_gpus": 8,
+                                             "prefill_layout": {"tensor": 8},
+                                             "decode_layout": {"tensor": 8}}},
+             "parallel": {"tensor": {"degree": 8}}}
+    plan = llmpar.evaluate(table)
+    strict_json(plan.to_dict())  # no infinity anywhere, derivations included
+    assert any(w.startswith("prefill pool overloaded") for w in plan.warnings)
+    assert plan.serving[0].disaggregation.ttft_seconds is None

@@ -317,6 +317,12 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     memory["fits"] = decode_plan.fits and prefill_plan.fits
     warnings += list(decode_plan.warnings)
     warnings += [f"prefill pool: {text}" for text in prefill_plan.warnings]
+    requested = spec.inference.request_rate_per_s if spec.inference is not None else None
+    for role, rate in (("prefill", prefill_rate_max),
+                       ("decode", record_d.decode_max_request_rate_per_s)):
+        if requested is not None and rate is not None and requested >= rate:
+            warnings.append(f"{role} pool overloaded: {requested:g} requests/s against the "
+                            f"{rate:.3g} it sustains; requests queue without bound")
     # The decode pool's own prefill is never run: its TTFT and latency are the request's.
     replaced = ("prefill_seconds", "latency_seconds")
     derivations = [item for item in decode_plan.derivations if item.quantity not in replaced]
@@ -338,7 +344,9 @@ def _ttft_derivation(record: Disaggregation, pool: ServingPool) -> Derivation:
              "pool's prefill + kv_transfer_seconds",
         source="DistServe, arXiv:2401.09670, Sec. 3 (TTFT of disaggregated serving); "
                "Kleinrock 1975, Eq. 5.73 (the queue)",
-        inputs={"queue_seconds": queue if queue is not None else float("inf"),
+        # An overloaded prefill pool's queue grows without bound: said in words, as JSON
+        # has no infinity.
+        inputs={"queue_seconds": queue if queue is not None else "unbounded (overloaded)",
                 "prefill_seconds": record.prefill_seconds or 0.0,
                 "kv_transfer_seconds": record.kv_transfer_seconds or 0.0})
 
