@@ -42,13 +42,17 @@ class SavedTensor:
     "mla_up_proj"; "" when none does (a module's input, the residual stream). Attention
     scores belong to "core_attn" by `attention_score`."""
 
-    @property
-    def elements(self) -> float:
-        return math.prod(size for _, size in self.shape) / self.divisor
-
-    @property
-    def bytes(self) -> float:
-        return self.elements * self.bytes_per_element
+    elements: float = attrs.field(
+        init=False, eq=False, repr=False,
+        default=attrs.Factory(lambda self: math.prod(size for _, size in self.shape)
+                              / self.divisor, takes_self=True))
+    """Elements after the `divisor` (computed from the shape, never given)."""
+    bytes: float = attrs.field(
+        init=False, eq=False, repr=False,
+        default=attrs.Factory(lambda self: self.elements * self.bytes_per_element,
+                              takes_self=True))
+    """`elements` x `bytes_per_element`: computed once per tensor, since an evaluation
+    reads it of every tensor many times."""
 
     @property
     def shape_text(self) -> str:
