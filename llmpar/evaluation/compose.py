@@ -52,11 +52,12 @@ class Composition:
              component: str, without: str | None = None) -> Value:
         """Bytes of `component` one GPU holds of `parameters`, each group under its
         shards and copies."""
+        copies = [c for c in self.copies if c.component == component]
         total: Value = 0.0
         for group, count in parameters.items():
             size = count * bytes_per_parameter
-            for copy in self.copies:
-                if copy.component == component and copy.applies_to(group):
+            for copy in copies:
+                if copy.applies_to(group):
                     size = size * copy.copies
             total = total + size / self.divisor(component, group, without)
         return total
