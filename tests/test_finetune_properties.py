@@ -35,8 +35,9 @@ def test_method_full_is_the_plan_without_finetune(spec):
 def test_lora_needs_less_memory_than_full_training(spec, targets, method):
     """Model states always shrink; the whole peak shrinks but for the adapters' own saved
     tensors (r-wide, per token), which outweigh the states a tiny model saves only at many
-    tokens: with h >= 1024 and r <= h / 16 they are below 14 r bytes per token and layer
-    against 14 bytes x ~12 h^2 saved per layer, so the total shrinks too."""
+    tokens: with h >= 1024, an MLP at least 2h wide (so a layer holds at least ~6 h^2
+    weights) and r <= h / 16 they are below 14 r bytes per token and layer against the
+    14 bytes per weight saved, so the total shrinks too."""
     full = SESSION.evaluate(spec)
     tuned = SESSION.evaluate(with_finetune(spec, method=method, rank=small_rank(spec),
                                            target_modules=targets))
@@ -44,8 +45,15 @@ def test_lora_needs_less_memory_than_full_training(spec, targets, method):
     assert tuned.optimizer_bytes < full.optimizer_bytes
     own = (tuned.activations_bytes or 0) - (full.activations_bytes or 0)
     assert own >= 0
-    assert tuned.total_bytes - own < full.total_bytes
-    if spec["model"]["hidden_size"] >= 1024:
+    if spec["parallel"].get("tensor", {}).get("degree", 1) > 1:
+        # llmpar keeps the adapters whole on every tensor rank (docs/finetuning.md, "What is
+        # approximated"): at a large rank over a split base they can outweigh what they save.
+        return
+    # DoRA's W + BA (and QLoRA's dequantized layer) is a buffer full training does not have.
+    working = tuned.training.finetune.transient_bytes
+    assert tuned.total_bytes - own - working < full.total_bytes
+    model = spec["model"]
+    if model["hidden_size"] >= 1024 and model["ffn_hidden_size"] >= 2 * model["hidden_size"]:
         assert tuned.total_bytes < full.total_bytes
 
 
@@ -70,7 +78,9 @@ def test_adapter_memory_grows_linearly_with_rank(spec, rank, targets):
                                             target_modules=targets)) for k in (1, 2, 3)]
     counts = [p.training.finetune.adapter_parameters for p in plans]
     assert counts[2] - counts[1] == counts[1] - counts[0] == counts[0]
+    # Stage by stage: the peak stage a plan reports may change with the rank.
     for field in ("gradients_bytes", "optimizer_bytes"):
-        one, two, three = (getattr(p, field) for p in plans)
-        assert math.isclose(three - two, two - one, abs_tol=8), field
-        assert math.isclose(two - one, one, abs_tol=8), field
+        for index in range(len(plans[0].stages)):
+            one, two, three = (getattr(p.stages[index], field) for p in plans)
+            assert math.isclose(three - two, two - one, abs_tol=8), (field, index)
+            assert math.isclose(two - one, one, abs_tol=8), (field, index)
