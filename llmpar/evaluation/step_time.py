@@ -231,10 +231,11 @@ def backward_share(facts: TrainingFacts, composition: Composition) -> Value:
 
 def _smallest_piece(chosen: Sequence[Cost]) -> Value:
     """The first piece's share among the collectives that run: the work before it is
-    ready hides nothing (0 when one of them is not in pieces)."""
+    ready hides nothing (0 when one of them is not in pieces). One that takes no time
+    (no calls, or an uncosted link) opens no window for the others."""
     found: Value = 1.0
     for cost in chosen:
-        found = minimum(found, where(cost.calls > 0, cost.piece, 1.0))
+        found = minimum(found, where(cost.seconds > 0, cost.piece, 1.0))
     return found
 
 
@@ -254,8 +255,14 @@ def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]
         excess = maximum(total - window, 0.0)
         over = total > 0
         scale = where(over, excess / where(over, total, 1.0), 0.0)
-    # A collective that cannot overlap at all has no window.
-    return tuple(c.with_exposed(c.seconds - hideable[id(c)] * (1 - scale),
+    # A collective that cannot overlap at all has no window; behind a window of its own
+    # kind none hides more than the work after its own first piece, whatever the others
+    # sharing the window would allow (the step's compute is shared in proportion instead).
+    def hidden(c: Cost) -> Value:
+        share = hideable[id(c)] * (1 - scale)
+        return share if kind == "compute" else minimum(share, work * (1 - c.piece))
+
+    return tuple(c.with_exposed(c.seconds - hidden(c),
                                 where(c.collective.overlap > 0, window, 0.0))
                  if id(c) in hideable else c for c in costs)
 
