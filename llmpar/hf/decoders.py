@@ -77,13 +77,15 @@ def _qwen_moe(config: HfConfig) -> dict[str, Any]:
             "layer_frequency": config.integer("decoder_sparse_step", 1)}
 
 
-def routed_experts(config: HfConfig) -> int:
-    """`num_experts`, or `num_local_experts` as transformers 5 writes Qwen MoE configs."""
-    found = config.integer("num_experts")
-    found = config.integer("num_local_experts") if found is None else found
+def routed_experts(config: HfConfig, key: str = "num_experts",
+                   other: str = "num_local_experts") -> int:
+    """The routed experts of a layer under `key`, or under `other`, the spelling transformers
+    also writes (Qwen MoE: num_local_experts in transformers 5; gpt-oss, Llama 4 and
+    MiniMax-M2: num_experts through their attribute_map)."""
+    found = config.integer(key)
+    found = config.integer(other) if found is None else found
     if found is None:
-        raise config.error("num_experts", "required (or num_local_experts, as transformers 5 "
-                                          "writes it): the routed experts of a layer")
+        raise config.error(key, f"required (or {other}): the routed experts of a layer")
     return found
 
 
@@ -207,7 +209,7 @@ def gpt_oss(config: HfConfig) -> dict[str, Any]:
     adds no parameter."""
     bias = config.flag("attention_bias", True)
     experts = config.integer("num_experts_per_tok")
-    moe = {"num_experts": routed_experts_local(config),
+    moe = {"num_experts": routed_experts(config, "num_local_experts", "num_experts"),
            "experts_per_token": config.integer("experts_per_token") if experts is None
            else experts,
            "expert_ffn_hidden_size": config.integer("intermediate_size"),
@@ -287,7 +289,7 @@ def llama4_text(config: HfConfig) -> dict[str, Any]:
               f"every {step}-th layer from layer {step - 1} (interleave_moe_layer_step)")
     _periodic(config, "no_rope_layers", [int((i + 1) % interval != 0) for i in range(layers)],
               f"NoPE on every {interval}-th layer (no_rope_layer_interval)")
-    moe = {"num_experts": routed_experts_local(config),
+    moe = {"num_experts": routed_experts(config, "num_local_experts", "num_experts"),
            "experts_per_token": config.integer("num_experts_per_tok"),
            "expert_ffn_hidden_size": config.integer("intermediate_size"),
            "num_shared_experts": 1, "layer_frequency": step}
@@ -308,18 +310,8 @@ def minimax_m2(config: HfConfig) -> dict[str, Any]:
     if not config.flag("use_qk_norm", True):
         raise config.error("use_qk_norm", "only true is supported (MiniMaxM2Attention "
                                           "always builds q_norm and k_norm)")
-    moe = {"num_experts": routed_experts_local(config),
+    moe = {"num_experts": routed_experts(config, "num_local_experts", "num_experts"),
            "experts_per_token": config.integer("num_experts_per_tok"),
            "expert_ffn_hidden_size": config.integer("intermediate_size")}
     return {**decoder_table(config, tie_default=False), "qk_norm": True,
             "qk_norm_scope": "projection", "moe": moe}
-
-
-def routed_experts_local(config: HfConfig) -> int:
-    """`num_local_experts`, or `num_experts` (its attribute_map name in transformers)."""
-    found = config.integer("num_local_experts")
-    found = config.integer("num_experts") if found is None else found
-    if found is None:
-        raise config.error("num_local_experts", "required (or num_experts): the routed "
-                                                "experts of a layer")
-    return found
