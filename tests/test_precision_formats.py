@@ -12,6 +12,7 @@ import pytest
 import llmpar
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.evaluation.step_time import product_rates
+from llmpar.roofline import rates_of
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = ROOT / "validation" / "published" / "gemm"
@@ -52,7 +53,7 @@ def test_each_product_runs_at_its_formats_rate():
     loaded = SESSION.load_spec(spec(linear="fp8-rowwise"))
     gpu = loaded.hardware.gpu
     bf16 = gpu.peak_bf16_flops_per_s * gpu.matmul_efficiency
-    linear, attention = product_rates(loaded, bf16)
+    linear, attention = product_rates(loaded, rates_of(gpu))
     assert linear == pytest.approx(gpu.peak_fp8_flops_per_s * gpu.fp8_matmul_efficiency)
     assert attention == bf16
 

@@ -210,15 +210,22 @@ def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Val
     flops = 2 * product.m * product.n * product.k
     precision = spec.precision
     dtype = precision.linear_format if product.weights else precision.attention_format
-    efficiency = (rates.matmul_efficiency if dtype == precision.compute
-                  else rates.gpu.matmul_efficiency_for(dtype) or rates.matmul_efficiency)
-    compute = flops / (rates.peak(dtype) * efficiency)
+    compute = flops / product_rate(spec, rates, dtype)
     act = bytes_per_element(spec.precision.activations)
     weight = bytes_per_element(spec.precision.weights) if product.weights else act
     moved = (product.m * product.k + product.m * product.n) * act + product.k * product.n * weight
     memory = moved / (rates.bandwidth * rates.memory_efficiency)
     fixed = launch_seconds(spec, rates) / product.batch
     return fixed + maximum(compute, memory), compute
+
+
+def product_rate(spec: Spec, rates: Rates, dtype: str) -> float:
+    """FLOP/s one GPU sustains on products in `dtype`: the peak of its tensor cores times
+    `matmul_efficiency` for the `[precision] compute` format, else the efficiency the GPU
+    states for that format (`Gpu.matmul_efficiency_for`: fp8's), else `matmul_efficiency`."""
+    efficiency = (rates.matmul_efficiency if dtype == spec.precision.compute
+                  else rates.gpu.matmul_efficiency_for(dtype) or rates.matmul_efficiency)
+    return rates.peak(dtype) * efficiency
 
 
 def launch_seconds(spec: Spec, rates: Rates) -> float:

@@ -45,12 +45,12 @@ from llmpar.communication.collectives import algorithm_of, seconds_of
 from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
-from llmpar.evaluation.matmuls import RankShape, shape_loss_seconds
+from llmpar.evaluation.matmuls import RankShape, product_rate, shape_loss_seconds
 from llmpar.evaluation.memory import MemoryCore
 from llmpar.finetune.states import StateCounts, counts_of, dequantized_bytes_per_pass
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
-from llmpar.roofline import rates_of
+from llmpar.roofline import Rates, rates_of
 from llmpar.spec import Hardware, Spec
 from llmpar.strategy import Collective
 
@@ -391,7 +391,7 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
     return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
-                     peak, _shape_loss(spec, composition, facts, materialized_scores, cache),
+                     _shape_loss(spec, composition, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts))
 
 
@@ -413,17 +413,16 @@ def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
 
 
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
-              stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value, peak: float,
+              stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value,
               shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
-    rate = peak * gpu.matmul_efficiency
     m = composition.micro_batches_per_step()
     shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = executed_flops(facts, composition)
     attention = facts.attention_hardware_flops_per_step
-    linear_rate, attention_rate = product_rates(spec, rate)
+    linear_rate, attention_rate = product_rates(spec, rates_of(gpu))
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
     products = (hardware / linear_rate if linear_rate == attention_rate
@@ -475,20 +474,12 @@ def framework_overhead(spec: Spec, micro_batches: Value) -> Value:
             + profile.step_overhead_seconds)
 
 
-def product_rates(spec: Spec, rate: float) -> tuple[float, float]:
+def product_rates(spec: Spec, rates: Rates) -> tuple[float, float]:
     """FLOP/s one GPU sustains on the linear layers' products and on attention's, each in
-    its `[precision]` format: `rate` (the compute format's) where a format is that one,
-    else its peak times its efficiency (`Gpu.matmul_efficiency_for`)."""
-    precision, gpu = spec.precision, spec.hardware.gpu
-
-    def of(dtype: str) -> float:
-        if dtype == precision.compute:
-            return rate
-        peak, efficiency = gpu.peak_flops_per_s(dtype), gpu.matmul_efficiency_for(dtype)
-        assert peak is not None and efficiency is not None  # the loader checks the peak
-        return peak * efficiency
-
-    return of(precision.linear_format), of(precision.attention_format)
+    its `[precision]` format (`llmpar.evaluation.matmuls.product_rate`)."""
+    precision = spec.precision
+    return (product_rate(spec, rates, precision.linear_format),
+            product_rate(spec, rates, precision.attention_format))
 
 
 def executed_flops(facts: TrainingFacts, composition: Composition) -> Value:
