@@ -24,6 +24,7 @@ import numpy as np
 
 from llmpar.errors import Problem
 from llmpar.placement import RANK_ORDER, Axis, block_stride, stride
+from llmpar.spec.validators import share_below_one
 
 if TYPE_CHECKING:
     from llmpar.footprint.baseline import Footprint
@@ -54,12 +55,6 @@ on one GPU of the slowest pipeline stage:
 Collectives that hide behind the same work share it (`llmpar.evaluation.step_time`)."""
 
 ConfigT = TypeVar("ConfigT")
-
-
-def _fraction_below_one(_instance: Any, attribute: Any, value: Any) -> None:
-    """A share in [0, 1): a kernel that took the whole GPU would hide nothing."""
-    if not (isinstance(value, (int, float)) and 0 <= value < 1):
-        raise ValueError(f"{attribute.name} must be a number in [0, 1), got {value!r}")
 
 
 def _at_least(bound: float) -> Callable[[Any, Any, Any], None]:
@@ -158,7 +153,7 @@ class Collective:
     """The work its overlapping share runs behind (`HIDING_WORK`): "compute" (any of the
     step's), "attention" (only the attention products, as ring attention's exchange),
     "last-backward", "first-forward", "layers", "weight-gradients" or "projections"."""
-    compute_share: Any = attrs.field(default=0.0, validator=_fraction_below_one)
+    compute_share: Any = attrs.field(default=0.0, validator=share_below_one)
     """Share of the GPU's compute its kernels take while it hides (the streaming
     multiprocessors a communication kernel occupies beside the product it overlaps): each
     second it hides slows that work by this much of a second. 0 (the default): copy

@@ -49,6 +49,13 @@ def fraction(_instance: Any, attribute: Any, value: Number) -> None:
         raise FieldError(attribute.name, f"must be in (0, 1], got {value!r}")
 
 
+def share_below_one(_instance: Any, attribute: Any, value: Number) -> None:
+    """A share in [0, 1), such as the part of a GPU a communication kernel takes while it
+    hides: one that took the whole GPU would hide nothing."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise FieldError(attribute.name, f"must be a number in [0, 1), got {value!r}")
+
+
 def one_of(*choices: str) -> Callable[[Any, Any, str], None]:
     """A validator that accepts only `choices`."""
 

@@ -18,7 +18,7 @@ from llmpar.arrays import anywhere, where
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
 from llmpar.search.dimension import Point, SearchDimension
-from llmpar.spec.validators import FieldError, one_of, positive
+from llmpar.spec.validators import one_of, positive, share_below_one
 from llmpar.strategies.common import (
     backward_input_gradient_calls,
     hidden_state_bytes,
@@ -44,12 +44,6 @@ INPUT_GRADIENT_REDUCE_SCATTER = "sequence.input-gradient-reduce-scatter"
 """Reduce-scatters the input gradients of the column-parallel projections (backward)."""
 
 
-def _share(_instance: Any, attribute: Any, value: float) -> None:
-    """A share of the GPU in [0, 1): kernels that took all of it would hide nothing."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise FieldError(attribute.name, f"must be a number in [0, 1), got {value!r}")
-
-
 @attrs.frozen(kw_only=True)
 class SequenceConfig:
     """`[parallel.sequence]`: present and enabled turns it on."""
@@ -71,7 +65,7 @@ class SequenceConfig:
     overlap_splits: int = attrs.field(default=4, validator=positive)
     """Chunks of a pipelined reduce-scatter (Transformer Engine's `num_splits`; NeMo's H100
     configurations use 4)."""
-    overlap_compute_share: float = attrs.field(default=20 / 132, validator=_share)
+    overlap_compute_share: float = attrs.field(default=20 / 132, validator=share_below_one)
     """Share of the GPU a pipelined reduce-scatter's kernels take from the product beside
     it: NeMo's H100 bf16 configuration (Llama 3 70B, TP4) gives them 24 and 16 of the 132
     SMs after the attention and MLP output projections, 20 on average
