@@ -59,6 +59,8 @@ def bytes_per_element(dtype: str) -> float:
 def math_format(dtype: str) -> str:
     """The tensor-core format products in `dtype` run on ("fp8-rowwise" -> "fp8")."""
     return MATH_FORMATS.get(dtype, dtype)
+
+
 def blockwise_bytes_per_element(dtype: str, block_size: int, double_quantization: bool) -> float:
     """Bytes per element of a block-wise quantized weight, its block scales included.
 

@@ -13,8 +13,11 @@ et al. 2022, BLOOM-176B), memory assumed at 80% of HBM bandwidth.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
+from llmpar.dtypes import BYTES_PER_ELEMENT
 from llmpar.spec import Gpu
 
 DEFAULT_MATMUL_EFFICIENCY = 0.675
@@ -45,6 +48,8 @@ class Rates:
     matmul_efficiency: float
     memory_efficiency: float
     source: str
+    peaks: Mapping[str, float] = attrs.field(factory=dict, eq=False)
+    """Each format's peak the GPU states, looked up once (`Gpu.peak_flops_per_s`)."""
 
     @property
     def bandwidth(self) -> float:
@@ -52,7 +57,7 @@ class Rates:
         return self.gpu.hbm_bandwidth_bytes_per_s
 
     def peak(self, dtype: str) -> float:
-        value = self.gpu.peak_flops_per_s(dtype)
+        value = self.peaks.get(dtype) or self.gpu.peak_flops_per_s(dtype)
         assert value is not None, f"no {dtype} peak"
         return value
 
@@ -63,7 +68,9 @@ def rates_of(gpu: Gpu) -> Rates:
     return Rates(gpu=gpu,
                  matmul_efficiency=gpu.matmul_efficiency or DEFAULT_MATMUL_EFFICIENCY,
                  memory_efficiency=gpu.memory_efficiency or DEFAULT_MEMORY_EFFICIENCY,
-                 source=gpu.efficiency_source if stated else DEFAULT_SOURCE)
+                 source=gpu.efficiency_source if stated else DEFAULT_SOURCE,
+                 peaks={dtype: peak for dtype in BYTES_PER_ELEMENT
+                        if (peak := gpu.peak_flops_per_s(dtype)) is not None})
 
 
 def compute_seconds(op: Operation, rates: Rates) -> float:

@@ -209,7 +209,7 @@ def max_prompt_tokens(serving: Serving) -> Limit:
     limit = positions - generated if positions is not None else SEARCH_LIMIT
 
     def memory(prompt: int) -> ServingMemory:
-        return peak_memory(serving.with_prompt(prompt))
+        return peak_memory(serving, prompt=prompt)
 
     best = largest_within(lambda prompt: memory(prompt).total_bytes, capacity, limit)
     if best is None:

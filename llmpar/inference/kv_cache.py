@@ -76,8 +76,15 @@ def kv_cache_bytes(model: Model, inference: Inference, layout: Layout, layers: r
     """The cache of `batch` sequences of `tokens` each, in `layers` (counted by window in
     `windows` when given), on one GPU."""
     per_token = kv_bytes_per_token(model, inference.kv_cache, layout.degree("tensor"))
-    context = layout.degree("context")
     counted = layer_windows(model, inference, layers) if windows is None else windows
+    return windowed_cache_bytes(per_token, inference, layout.degree("context"), counted,
+                                batch, tokens)
+
+
+def windowed_cache_bytes(per_token_bytes: float, inference: Inference, context: int,
+                         windows: tuple[tuple[int | None, int], ...], batch: int,
+                         tokens: int) -> int:
+    """`kv_cache_bytes` from one token's bytes per layer and the layers by window."""
     held = sum(count * cached_tokens(tokens, window, inference.kv_block_tokens, context)
-               for window, count in counted)
-    return round(per_token * batch * held)
+               for window, count in windows)
+    return round(per_token_bytes * batch * held)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import attrs
 
 from llmpar.evaluation.stages import stage_parameters
-from llmpar.inference.kv_cache import kv_cache_bytes, layer_windows
+from llmpar.inference.kv_cache import kv_bytes_per_token, layer_windows, windowed_cache_bytes
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.serving import Serving
 from llmpar.inference.speculative import draft_weights_bytes
 from llmpar.inference.weights import weight_bytes
-from llmpar.inference.workspace import workspace_bytes
+from llmpar.inference.workspace import WorkspaceRates, workspace_rates
 from llmpar.strategy import Stage
 
 
@@ -56,7 +56,8 @@ def prefill_shape(serving: Serving, batch: int | None = None) -> StepShape:
     return StepShape(tokens=tokens / serving.degree("context"), rows=batch / steps)
 
 
-def prefill_peak_shape(serving: Serving, batch: int | None = None) -> StepShape:
+def prefill_peak_shape(serving: Serving, batch: int | None = None,
+                       prompt: int | None = None) -> StepShape:
     """The largest prefill step on one GPU (what its workspace is sized by): a whole chunk
     of prefill_chunk_tokens, or the batch's prompts when they are fewer, split over context
     ranks, sampling one row per sequence, at most one per token. vLLM sizes its workspace
@@ -65,7 +66,8 @@ def prefill_peak_shape(serving: Serving, batch: int | None = None) -> StepShape:
     never shrinks when the prompts take one more chunk, so memory grows with the prompt."""
     inference = serving.inference
     batch = inference.batch_size if batch is None else batch
-    total = batch * inference.computed_prompt_tokens
+    prompt = inference.prompt_tokens if prompt is None else prompt
+    total = batch * inference.computed_tokens_of(prompt)
     tokens = min(inference.prefill_chunk_tokens or total, total)
     return StepShape(tokens=tokens / serving.degree("context"), rows=min(batch, tokens))
 
@@ -76,13 +78,13 @@ def decode_shape(serving: Serving, batch: int | None = None) -> StepShape:
     return StepShape(tokens=batch, rows=batch)
 
 
-def stage_workspace(serving: Serving, stage: Stage, batch: int | None = None) -> float:
+def stage_workspace(serving: Serving, fixed: StageFixed, batch: int | None = None,
+                    prompt: int | None = None) -> float:
     """The larger of the largest prefill step's and a decode step's workspace; logits only
     on the last stage."""
-    spec = serving.spec
-    shapes = (prefill_peak_shape(serving, batch), decode_shape(serving, batch))
-    return max(workspace_bytes(spec.model, spec.precision.activations, serving.degree("tensor"),
-                               shape.tokens, shape.rows if stage.has_head else 0.0)
+    shapes = (prefill_peak_shape(serving, batch, prompt), decode_shape(serving, batch))
+    rates = fixed.workspace
+    return max(rates.bytes_of(shape.tokens, shape.rows if fixed.stage.has_head else 0.0)
                for shape in shapes)
 
 
@@ -95,12 +97,18 @@ class StageFixed:
     weights_bytes: int
     overhead_bytes: int
     windows: tuple[tuple[int | None, int], ...]
+    kv_bytes_per_token: float
+    """One token's cache in one layer on one GPU."""
+    workspace: WorkspaceRates
 
 
 def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
     """Every stage's fixed part (computed once per serving spec)."""
     spec = serving.spec
     overhead = runtime_overhead(spec, serving.layout).total_bytes
+    tensor = serving.degree("tensor")
+    per_token = kv_bytes_per_token(spec.model, serving.inference.kv_cache, tensor)
+    workspace = workspace_rates(spec.model, spec.precision.activations, tensor)
     found = []
     for stage in serving.stages:
         parameters = stage_parameters(spec, serving.footprint, stage)
@@ -112,28 +120,35 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
             weights += draft_weights_bytes(serving.draft)
             windows = (*windows, *(serving.draft.fixed[0].windows))
         found.append(StageFixed(stage=stage, weights_bytes=round(weights),
-                                overhead_bytes=overhead, windows=windows))
+                                overhead_bytes=overhead, windows=windows,
+                                kv_bytes_per_token=per_token, workspace=workspace))
     return tuple(found)
 
 
 def stage_memory(serving: Serving, fixed: StageFixed, tokens: int,
-                 batch: int | None = None) -> ServingMemory:
-    """One GPU of a stage with `batch` sequences (default the spec's) at `tokens` each."""
-    spec, inference = serving.spec, serving.inference
+                 batch: int | None = None, prompt: int | None = None) -> ServingMemory:
+    """One GPU of a stage with `batch` sequences (default the spec's) at `tokens` each,
+    prefilled from prompts of `prompt` tokens (default the spec's)."""
+    inference = serving.inference
     batch = inference.batch_size if batch is None else batch
     return ServingMemory(
         stage=fixed.stage.index, weights_bytes=fixed.weights_bytes,
-        kv_cache_bytes=kv_cache_bytes(spec.model, inference, serving.layout, range(0), batch,
-                                      tokens, fixed.windows),
-        workspace_bytes=round(stage_workspace(serving, fixed.stage, batch)),
+        kv_cache_bytes=windowed_cache_bytes(fixed.kv_bytes_per_token, inference,
+                                            serving.degree("context"), fixed.windows, batch,
+                                            tokens),
+        workspace_bytes=round(stage_workspace(serving, fixed, batch, prompt)),
         overhead_bytes=fixed.overhead_bytes)
 
 
-def peak_memory(serving: Serving, tokens: int | None = None,
-                batch: int | None = None) -> ServingMemory:
-    """The stage that needs the most, at `tokens` per sequence (default prompt + generated)
-    and `batch` sequences (default the spec's)."""
-    held = serving.inference.context_tokens if tokens is None else tokens
+def peak_memory(serving: Serving, tokens: int | None = None, batch: int | None = None,
+                prompt: int | None = None) -> ServingMemory:
+    """The stage that needs the most, at `batch` sequences (default the spec's) of
+    `prompt` prompt tokens (default the spec's), holding `tokens` each (default prompt +
+    generated)."""
+    inference = serving.inference
+    if tokens is None:
+        tokens = (inference.prompt_tokens if prompt is None else prompt) + (
+            inference.generated_tokens)
     fixed = serving.fixed or fixed_parts(serving)
-    found = [stage_memory(serving, part, held, batch) for part in fixed]
+    found = [stage_memory(serving, part, tokens, batch, prompt) for part in fixed]
     return max(found, key=lambda memory: memory.total_bytes)

@@ -299,9 +299,15 @@ def scaled(op: Operation, count: int) -> Operation:
                      dtype=op.dtype, memory_efficiency=op.memory_efficiency)
 
 
-def step_ops(serving: Serving, step: Step) -> list[Operation]:
-    """Every operation of one forward step, along the pipeline."""
-    ops = outer_ops(serving, step)
+def counted_ops(serving: Serving, step: Step) -> list[tuple[Operation, int]]:
+    """Every operation of one forward step along the pipeline, each with how many times
+    it runs (once per layer of its kind)."""
+    counted = [(op, 1) for op in outer_ops(serving, step)]
     for kind, count in layer_kinds(serving):
-        ops += [scaled(op, count) for op in layer_ops(serving, step, kind)]
-    return ops
+        counted += [(op, count) for op in layer_ops(serving, step, kind)]
+    return counted
+
+
+def step_ops(serving: Serving, step: Step) -> list[Operation]:
+    """Every operation of one forward step, along the pipeline (each layer kind's as one)."""
+    return [op if count == 1 else scaled(op, count) for op, count in counted_ops(serving, step)]

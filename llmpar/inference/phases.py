@@ -23,7 +23,7 @@ from llmpar.inference.capacity import largest_fitting, largest_within
 from llmpar.inference.communication import cost, step_collectives
 from llmpar.inference.engine import step_overhead_seconds
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
-from llmpar.inference.operations import Step, step_ops
+from llmpar.inference.operations import Step, counted_ops, step_ops
 from llmpar.inference.serving import Serving
 from llmpar.inference.speculative import expected_tokens
 from llmpar.plan import CollectiveCost, InferencePhase
@@ -63,9 +63,11 @@ def average_decode_context(serving: Serving) -> float:
     return inference.prompt_tokens + inference.generated_tokens / 2
 
 
-def decode_step(serving: Serving) -> Step:
-    shape = decode_shape(serving)
-    return Step(tokens=shape.tokens, rows=shape.rows, sequences=serving.inference.batch_size,
+def decode_step(serving: Serving, batch: int | None = None) -> Step:
+    """One decode step of `batch` sequences (default the spec's)."""
+    batch = serving.inference.batch_size if batch is None else batch
+    shape = decode_shape(serving, batch)
+    return Step(tokens=shape.tokens, rows=shape.rows, sequences=batch,
                 queries=1.0, prior=average_decode_context(serving) - 1, phase="decode")
 
 
@@ -145,9 +147,9 @@ def speculative_decode(serving: Serving, rates: Rates) -> PhaseResult:
 
 def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[float, float]]:
     """(compute seconds, memory seconds) of each operation of a decode step at `batch`."""
-    batched = serving.with_batch(batch)
-    return [(compute_seconds(op, rates), memory_seconds(op, rates))
-            for op in step_ops(batched, decode_step(batched))]
+    # The operations read the batch from the step alone: no spec of that batch is built.
+    return [(count * compute_seconds(op, rates), count * memory_seconds(op, rates))
+            for op, count in counted_ops(serving, decode_step(serving, batch))]
 
 
 def _memory_bound(parts: list[tuple[float, float]]) -> bool:

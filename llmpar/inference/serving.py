@@ -47,9 +47,3 @@ class Serving:
         """The same serving setup with `batch_size` sequences per replica."""
         inference = attrs.evolve(self.inference, batch_size=batch)
         return attrs.evolve(self, spec=attrs.evolve(self.spec, inference=inference))
-
-    def with_prompt(self, prompt: int) -> Serving:
-        """The same serving setup with prompts of `prompt_tokens` tokens (the weights, the
-        runtime allowance and the cache windows do not depend on it)."""
-        inference = attrs.evolve(self.inference, prompt_tokens=prompt)
-        return attrs.evolve(self, spec=attrs.evolve(self.spec, inference=inference))

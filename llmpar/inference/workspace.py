@@ -14,6 +14,8 @@ Logits of the sampled rows are fp32 over the whole vocabulary (vLLM's sampler up
 
 from __future__ import annotations
 
+import attrs
+
 from llmpar.dtypes import bytes_per_element
 from llmpar.inference.kv_cache import kv_heads_per_rank
 from llmpar.spec import Model
@@ -60,10 +62,22 @@ def block_width(model: Model, tensor: int) -> float:
     return max(widths)
 
 
-def workspace_bytes(model: Model, activations: str, tensor: int, tokens: float,
-                    rows: float) -> float:
-    """Peak workspace of a step of `tokens` tokens sampling `rows` next tokens."""
+@attrs.frozen(kw_only=True)
+class WorkspaceRates:
+    """What a step's workspace grows by: bytes per token processed, per row sampled."""
+
+    bytes_per_token: float
+    bytes_per_row: float
+
+    def bytes_of(self, tokens: float, rows: float) -> float:
+        """Peak workspace of a step of `tokens` tokens sampling `rows` next tokens."""
+        return tokens * self.bytes_per_token + rows * self.bytes_per_row
+
+
+def workspace_rates(model: Model, activations: str, tensor: int) -> WorkspaceRates:
+    """The residual stream, its normed copy and the widest block per token; fp32 logits
+    over the vocabulary per sampled row."""
     assert model.hidden_size is not None and model.vocab_size is not None
     per_token = 2 * model.hidden_size + block_width(model, tensor)
-    return (tokens * per_token * bytes_per_element(activations)
-            + rows * model.vocab_size * LOGIT_BYTES)
+    return WorkspaceRates(bytes_per_token=per_token * bytes_per_element(activations),
+                          bytes_per_row=model.vocab_size * LOGIT_BYTES)

@@ -259,14 +259,22 @@ class Inference:
     def cached_prompt_tokens(self) -> int:
         """Prompt tokens found in the prefix cache: the hit rate's share, rounded down, the
         last token always computed (its logits give the first output token)."""
+        return self.cached_tokens_of(self.prompt_tokens)
+
+    def cached_tokens_of(self, prompt: int) -> int:
+        """`cached_prompt_tokens` of a prompt of `prompt` tokens."""
         if not self.prefix_cache_hit_rate:
             return 0
-        return min(int(self.prefix_cache_hit_rate * self.prompt_tokens), self.prompt_tokens - 1)
+        return min(int(self.prefix_cache_hit_rate * prompt), prompt - 1)
 
     @property
     def computed_prompt_tokens(self) -> int:
         """Prompt tokens the prefill computes: the prompt less its cached prefix."""
-        return self.prompt_tokens - self.cached_prompt_tokens
+        return self.computed_tokens_of(self.prompt_tokens)
+
+    def computed_tokens_of(self, prompt: int) -> int:
+        """`computed_prompt_tokens` of a prompt of `prompt` tokens."""
+        return prompt - self.cached_tokens_of(prompt)
 
     @property
     def context_tokens(self) -> int:
