@@ -67,7 +67,59 @@ def test_fp8_linear_layers_shorten_the_step_and_keep_the_flops():
     assert fp8.mfu / bf16.mfu == pytest.approx(bf16.step_seconds / fp8.step_seconds)
     # Less than a halving: attention stays bf16 and the fp8 peak is reached less well.
     assert fp8.compute_seconds > bf16.compute_seconds / 2
-    assert any("not costed" in w for w in fp8.warnings)
+    assert not any("not costed" in w for w in fp8.warnings)
+
+
+def _elementwise_bytes(plan: llmpar.Plan) -> float:
+    [step] = [d for d in plan.derivations if d.quantity == "step_seconds"]
+    return float(step.inputs["elementwise_bytes"])
+
+
+def one_gpu(recompute: str = "none", **precision: Any) -> dict[str, Any]:
+    """Llama-3-8B on one H100, micro-batch 2, 4 micro-batches, fused attention."""
+    return {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "precision": precision,
+            "training": {"sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 8,
+                         "activation_model": "fused", "recompute": recompute}}
+
+
+def test_fp8_casts_move_each_linear_input_gradient_and_weight_by_hand():
+    # Llama-3-8B: h 4096, f 14336, Q 4096 and K, V 1024 wide each, vocabulary 128256, 32
+    # layers. Each cast reads bf16 (2 bytes) and writes two fp8 copies (1 byte each).
+    h, f, qkv, vocab, layers = 4096, 14336, 4096 + 2 * 1024, 128256, 32
+    tokens, micro_batches, per_element = 2 * 4096, 4, 2 + 2 * 1
+    inputs = layers * (h + h + h + f) + h  # Q/K/V, output, gate/up, down; output layer
+    gradients = layers * (qkv + h + 2 * f + h) + vocab
+    weights = layers * (h * qkv + h * h + h * 2 * f + f * h) + h * vocab
+    expected = ((inputs + gradients) * tokens * micro_batches + weights) * per_element
+    added = (_elementwise_bytes(SESSION.evaluate(one_gpu(linear="fp8-tensorwise")))
+             - _elementwise_bytes(SESSION.evaluate(one_gpu())))
+    assert added == pytest.approx(expected, rel=1e-12)
+
+
+def test_fp8_casts_take_time_and_recomputation_casts_again():
+    plain = SESSION.evaluate(one_gpu(linear="fp8-tensorwise"))
+    rerun = SESSION.evaluate(one_gpu("full", linear="fp8-tensorwise"))
+    cast = _elementwise_bytes(plain) - _elementwise_bytes(SESSION.evaluate(one_gpu()))
+    rerun_cast = (_elementwise_bytes(rerun)
+                  - _elementwise_bytes(SESSION.evaluate(one_gpu("full"))))
+    # The rerun casts the inputs again (not the gradients, nor the weights).
+    assert cast < rerun_cast < 2 * cast
+    gpu = SESSION.load_spec(one_gpu()).hardware.gpu
+    [step] = [d for d in plain.derivations if d.quantity == "step_seconds"]
+    assert plain.compute_seconds == pytest.approx(
+        step.inputs["matmul_seconds"] + _elementwise_bytes(plain)
+        / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency))
+
+
+def test_block_scales_make_casts_larger():
+    def cast(recipe: str) -> float:
+        return (_elementwise_bytes(SESSION.evaluate(one_gpu(linear=recipe)))
+                - _elementwise_bytes(SESSION.evaluate(one_gpu())))
+
+    # Per element: 2 read + 2 x (1 + scales) written.
+    assert cast("fp8-blockwise") / cast("fp8-tensorwise") == pytest.approx(
+        (2 + 2 * (1 + 4 / 128)) / 4)
+    assert cast("fp8-tensorwise") == cast("fp8-rowwise")
 
 
 def test_a_gpu_without_an_fp8_peak_is_refused():

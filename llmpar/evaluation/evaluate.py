@@ -162,19 +162,20 @@ def activation_k(spec: Spec, footprint: Footprint, inventory_bytes: float) -> fl
 
 
 def product_format_warnings(spec: Spec) -> list[str]:
-    """What a per-operation format leaves out: fp8 products are timed at their rate, but
-    the casts to fp8 and the scaling (amax) kernels around them are not costed yet."""
+    """What a per-operation format leaves out: an fp8 rate the GPU does not state, and the
+    casts around fp8 attention (those around fp8 linear layers are costed,
+    `llmpar.evaluation.casts`)."""
     precision, gpu = spec.precision, spec.hardware.gpu
     found = []
     formats = {precision.linear_format, precision.attention_format} - {precision.compute}
     for dtype in sorted(formats):
-        if math_format(dtype) != "fp8":
-            continue
-        if gpu.fp8_matmul_efficiency is None:
+        if math_format(dtype) == "fp8" and gpu.fp8_matmul_efficiency is None:
             found.append(f"{gpu.name!r} states no fp8_matmul_efficiency: {dtype} products "
                          "are timed at its bf16 matmul_efficiency")
-        found.append(f"{dtype} products: the casts to fp8 and the scaling kernels around "
-                     "them are not costed, so the step time is a lower bound")
+    attention = precision.attention_format
+    if attention != precision.compute and math_format(attention) == "fp8":
+        found.append(f"{attention} attention: the casts of queries, keys and values to fp8 "
+                     "are not costed, so the step time is a lower bound")
     return found
 
 

@@ -255,7 +255,7 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: An
     modules = spec.training.selective_modules
     for product in products(spec, shape, materialized_scores):
         forward, backward = shape_seconds(product, spec, rates)
-        total = total + (forward * (1.0 + _reruns(product, recompute, recomputed_fraction,
+        total = total + (forward * (1.0 + reruns(product, recompute, recomputed_fraction,
                                                   modules))
                          + backward)
     if not materialized_scores:
@@ -277,7 +277,7 @@ def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
     return (spec.model.num_layers or 0) * steps * (2.0 + reruns)
 
 
-def _reruns(product: Product, recompute: Any, recomputed_fraction: Any,
+def reruns(product: Product, recompute: Any, recomputed_fraction: Any,
             modules: tuple[str, ...]) -> Value:
     """Extra forward passes recomputation makes of `product`: full recomputation reruns
     the recomputed share of the layers, selective recomputation the attention products

@@ -28,7 +28,9 @@ efficiencies):
     step      = compute + exposed + bubble + optimizer + offload + overhead
 Elementwise bytes: every saved activation is written and read in the forward
 pass and read with its gradient written and read in the backward pass, 4 passes
-over the inventory (6 with full recomputation, which runs the forward twice).
+over the inventory (6 with full recomputation, which runs the forward twice); with
+fp8 linear layers, the casts of their inputs, output gradients and weights
+(llmpar.evaluation.casts).
 
 Every number may be an array over a search node (`llmpar.arrays`).
 """
@@ -43,6 +45,7 @@ import attrs
 from llmpar.arrays import Value, is_array, maximum, minimum, where
 from llmpar.communication.collectives import algorithm_of, seconds_of
 from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
+from llmpar.evaluation.casts import cast_bytes, casts_fp8
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import RankShape, product_rate, shape_loss_seconds
@@ -392,7 +395,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         mfu_source=source)
     return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
                      _shape_loss(spec, composition, facts, materialized_scores, cache),
-                     dequantized_bytes_per_pass(composition, counts))
+                     dequantized_bytes_per_pass(composition, counts),
+                     _casts(spec, composition, facts))
 
 
 def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -412,9 +416,19 @@ def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
     return cache.shape_loss(key, compute)
 
 
+def _casts(spec: Spec, composition: Composition, facts: TrainingFacts) -> tuple[Value, Value]:
+    """The fp8 casts' bytes per micro-batch and the weights' per step, along the pipeline
+    (`llmpar.evaluation.casts`; none unless the linear layers run in fp8)."""
+    if not casts_fp8(spec):
+        return 0.0, 0.0
+    return cast_bytes(spec, rank_shape(spec, composition), spec.training.recompute,
+                      facts.recomputed_fraction)
+
+
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value,
-              shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0) -> TimeCore:
+              shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0,
+              casts: tuple[Value, Value] = (0.0, 0.0)) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -441,6 +455,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
         # a recomputed forward, every micro-batch (llmpar.finetune.footprint).
         elementwise = elementwise + dequantized_per_pass * m * (
             2 + where(spec.training.recompute == "full", 1, 0))
+    per_micro_batch, per_step = casts
+    elementwise = elementwise + (per_micro_batch * m + per_step) / stages
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, attention / n / attention_rate,
                               backward_share(facts, composition), m,
