@@ -25,6 +25,10 @@ def inference_problems(spec: Spec) -> list[Problem]:
                                        "$.inference.generated_tokens", SERVED_POSITIONS)
     if positions is not None:
         problems.append(positions)
+    if inference.two_batch_overlap and not inference.continuous and inference.batch_size < 2:
+        problems.append(Problem("$.inference.two_batch_overlap",
+                                "true splits each step's sequences into two micro-batches: "
+                                f"needs batch_size >= 2 (it is {inference.batch_size})"))
     data = spec.parallel.get("data")
     if data is not None and bool(getattr(data, "stage", 0)):
         problems.append(Problem("$.parallel.data.zero",

@@ -23,7 +23,13 @@ from llmpar.inference.capacity import largest_fitting, largest_within
 from llmpar.inference.communication import cost, step_collectives
 from llmpar.inference.engine import step_overhead_seconds
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
-from llmpar.inference.operations import Step, counted_ops, step_ops
+from llmpar.inference.operations import Step, counted_ops, scaled, step_ops
+from llmpar.inference.overlap import (
+    behind_other_micro_batch,
+    is_overlapped,
+    micro_batch_step,
+    micro_batches,
+)
 from llmpar.inference.serving import Serving
 from llmpar.inference.speculative import expected_tokens
 from llmpar.plan import CollectiveCost, InferencePhase
@@ -83,12 +89,21 @@ def exposed_seconds(costs: list[CollectiveCost], operations: list[Operation],
 
 def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseResult:
     """`steps` identical forward steps of `step`."""
-    operations = step_ops(serving, step)
-    costs = [cost(serving, c) for c in step_collectives(serving, step)]
+    count = micro_batches(serving, step)
+    unit = micro_batch_step(step, count)
+    operations = [op if count == 1 else scaled(op, count) for op in step_ops(serving, unit)]
+    costs = [cost(serving, c if count == 1 else attrs.evolve(
+        c, calls_per_step=c.calls_per_step * count)) for c in step_collectives(serving, unit)]
     compute = sum((seconds(op, rates) for op in operations if is_compute_bound(op, rates)), 0.0)
     memory = sum((seconds(op, rates) for op in operations if not is_compute_bound(op, rates)),
                  0.0)
-    exposed = exposed_seconds(costs, operations, rates)
+    if count == 1:
+        exposed = exposed_seconds(costs, operations, rates)
+    else:  # two-batch overlap (llmpar.inference.overlap)
+        costs = behind_other_micro_batch(costs, compute + memory)
+        exposed = exposed_seconds([c for c in costs if not is_overlapped(c)], operations,
+                                  rates) + sum(c.exposed_seconds for c in costs
+                                               if is_overlapped(c))
     parts = {"compute": compute * steps, "memory": memory * steps,
              "communication": exposed * steps}
     overhead = step_overhead_seconds(serving, step.sequences, compute + memory + exposed)
@@ -148,8 +163,10 @@ def speculative_decode(serving: Serving, rates: Rates) -> PhaseResult:
 def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[float, float]]:
     """(compute seconds, memory seconds) of each operation of a decode step at `batch`."""
     # The operations read the batch from the step alone: no spec of that batch is built.
-    return [(count * compute_seconds(op, rates), count * memory_seconds(op, rates))
-            for op, count in counted_ops(serving, decode_step(serving, batch))]
+    step = decode_step(serving, batch)
+    split = micro_batches(serving, step)
+    return [(split * count * compute_seconds(op, rates), split * count * memory_seconds(op, rates))
+            for op, count in counted_ops(serving, micro_batch_step(step, split))]
 
 
 def _memory_bound(parts: list[tuple[float, float]]) -> bool:
