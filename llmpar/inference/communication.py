@@ -7,10 +7,12 @@ custom all-reduce where it takes the call (`llmpar.inference.engine`)."""
 from __future__ import annotations
 
 from llmpar.communication.collectives import algorithm_of, call_seconds
+from llmpar.communication.deepep import low_latency_call_seconds
 from llmpar.inference.engine import custom_all_reduce_seconds
 from llmpar.inference.operations import Step
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
+from llmpar.strategies.expert import SERVING_LOW_LATENCY
 from llmpar.strategy import Collective, ForwardStep, StrategyContext
 
 
@@ -33,6 +35,13 @@ def cost(serving: Serving, collective: Collective) -> CollectiveCost:
     custom = custom_all_reduce_seconds(serving, collective)
     if custom is not None:  # the engine's own kernel (llmpar.inference.engine)
         per_call = custom
+    low_latency = collective.name == SERVING_LOW_LATENCY and per_call is not None
+    if low_latency:  # DeepEP's decode kernels (llmpar.communication.deepep)
+        hardware = serving.spec.hardware
+        assert hardware.inter_node_bandwidth_bytes_per_s is not None
+        per_call = low_latency_call_seconds(collective.buffer_bytes, collective.group_size,
+                                            hardware.inter_node_bandwidth_bytes_per_s,
+                                            hardware.inter_node_latency_seconds)
     seconds = (per_call or 0.0) * collective.calls_per_step
     return CollectiveCost(strategy=collective.strategy, operation=collective.operation,
                           name=collective.name, buffer_bytes=round(collective.buffer_bytes),
@@ -41,6 +50,7 @@ def cost(serving: Serving, collective: Collective) -> CollectiveCost:
                           exposed_seconds=seconds * (1 - collective.overlap),
                           hides_behind=collective.hides_behind, reason=collective.reason,
                           algorithm=("engine" if custom is not None
+                                     else "deepep-low-latency" if low_latency
                                      else "" if per_call is None
                                      else algorithm_of(collective, serving.spec.hardware)))
 

@@ -22,6 +22,7 @@ import attrs
 
 from llmpar.arrays import logical_not, where
 from llmpar.communication.collectives import members_per_node
+from llmpar.communication.deepep import MEAN_BYTES_PER_ELEMENT
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import ForwardFlops, mlp_matmul_weights
 from llmpar.hookspecs import hookimpl
@@ -59,6 +60,9 @@ ALL_TO_ALL = "expert.all-to-all"
 """Token dispatch to the experts and combine back, forward and backward."""
 SERVING_ALL_TO_ALL = "expert.serving-all-to-all"
 """Serving: token dispatch and combine of every MoE layer."""
+SERVING_LOW_LATENCY = "expert.serving-low-latency-all-to-all"
+"""Serving, a decode step under DeepEP across nodes: its low-latency kernels' dispatch and
+combine (`llmpar.communication.deepep`)."""
 
 
 def network_copies(dispatcher: str, k: int, e: int, members: int) -> float:
@@ -201,6 +205,15 @@ class ExpertParallel(Strategy[ExpertConfig]):
         assert model.hidden_size is not None
         stride = expert_group_stride(ctx.layout)
         members = members_per_node(e, stride, ctx.spec.hardware.gpus_per_node)
+        if config.dispatcher == "deepep" and step.phase == "decode" and members < e:
+            # DeepEP's low-latency kernels: every routed copy straight to its expert's GPU
+            return (Collective(
+                strategy=self.name, name=SERVING_LOW_LATENCY, operation="all-to-all",
+                buffer_bytes=(step.tokens * model.moe.experts_per_token * model.hidden_size
+                              * MEAN_BYTES_PER_ELEMENT),
+                group_size=e, group_stride=stride, calls_per_step=2 * model.num_moe_layers,
+                reason="decode: token dispatch (FP8) and combine (bf16) of every MoE layer, "
+                       "DeepEP's low-latency kernels"),)
         copies = network_copies(config.dispatcher, model.moe.experts_per_token, e, members)
         act = bytes_per_element(ctx.spec.precision.activations)
         return (Collective(

@@ -1,0 +1,85 @@
+"""DeepEP's low-latency decode kernels (`llmpar.communication.deepep`), checked against
+the kernel measurements they come from."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import llmpar
+from llmpar.communication.deepep import (
+    COMBINE_BYTES_PER_ELEMENT,
+    DISPATCH_BYTES_PER_ELEMENT,
+    MEAN_BYTES_PER_ELEMENT,
+    low_latency_call_seconds,
+    low_latency_shares,
+)
+
+TABLE = tomllib.loads((Path(__file__).resolve().parent.parent / "validation" / "published"
+                       / "kernels" / "deepep_low_latency_h800.toml").read_text())
+
+
+@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda r: f"EP{r['expert_ranks']}")
+def test_shares_are_the_measured_bandwidths_over_the_nic(row):
+    dispatch, combine = low_latency_shares(row["expert_ranks"])
+    nic = TABLE["nic_bytes_per_s"]
+    assert dispatch * nic == pytest.approx(row["dispatch_gb_per_s"] * 1e9)
+    assert combine * nic == pytest.approx(row["combine_gb_per_s"] * 1e9)
+
+
+@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda r: f"EP{r['expert_ranks']}")
+def test_the_measured_setting_gives_back_the_measured_latencies(row):
+    # 128 tokens a rank, top-8, hidden 7168: one dispatch and one combine, no latency added.
+    elements = TABLE["tokens"] * TABLE["experts_per_token"] * TABLE["hidden"]
+    nic = TABLE["nic_bytes_per_s"]
+    both = 2 * low_latency_call_seconds(elements * MEAN_BYTES_PER_ELEMENT,
+                                        row["expert_ranks"], nic, 0.0)
+    measured = (row["dispatch_microseconds"] + row["combine_microseconds"]) * 1e-6
+    assert both == pytest.approx(measured, rel=0.025)
+    dispatch, _ = low_latency_shares(row["expert_ranks"])
+    assert elements * DISPATCH_BYTES_PER_ELEMENT / (dispatch * nic) == pytest.approx(
+        row["dispatch_microseconds"] * 1e-6, rel=0.025)
+    assert COMBINE_BYTES_PER_ELEMENT == 2.0
+
+
+def test_shares_fall_with_the_ranks_and_hold_beyond_the_table():
+    ranks = [4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512]
+    dispatch = [low_latency_shares(r)[0] for r in ranks]
+    assert dispatch == sorted(dispatch, reverse=True)
+    assert low_latency_shares(4) == low_latency_shares(8)
+    assert low_latency_shares(512) == low_latency_shares(256)
+    low, high = low_latency_shares(32)[0], low_latency_shares(64)[0]
+    assert low > low_latency_shares(48)[0] > high
+
+
+def _decode_collectives(dispatcher: str, num_gpus: int) -> list[dict]:
+    spec = {"model": "deepseek-v3", "hardware": {"cluster": "dgx-h100", "num_gpus": num_gpus},
+            "inference": {"batch_size": 128, "prompt_tokens": 2000, "generated_tokens": 64,
+                          "weights": "fp8", "weights_group_size": 16384},
+            "parallel": {"data": {"degree": num_gpus},
+                         "expert": {"degree": num_gpus, "dispatcher": dispatcher}}}
+    collectives = llmpar.evaluate(spec).to_dict()["serving"][0]["collectives"]
+    return [c for c in collectives if c["reason"].startswith("decode")]
+
+
+def test_deepep_decode_across_nodes_runs_the_low_latency_kernels():
+    [decode] = _decode_collectives("deepep", 64)
+    assert decode["name"] == "expert.serving-low-latency-all-to-all"
+    assert decode["algorithm"] == "deepep-low-latency"
+    hardware = llmpar.load_spec({"model": "deepseek-v3",
+                                 "hardware": {"cluster": "dgx-h100", "num_gpus": 64}}).hardware
+    per_call = low_latency_call_seconds(decode["buffer_bytes"], 64,
+                                        hardware.inter_node_bandwidth_bytes_per_s,
+                                        hardware.inter_node_latency_seconds)
+    assert decode["seconds"] == pytest.approx(per_call * decode["calls_per_step"], rel=1e-6)
+    # Every routed copy of the 128 tokens, FP8 out and bf16 back.
+    assert decode["buffer_bytes"] == pytest.approx(128 * 8 * 7168 * MEAN_BYTES_PER_ELEMENT,
+                                                   abs=1)
+
+
+def test_nccl_and_one_node_keep_the_all_to_all():
+    [nccl] = _decode_collectives("all-to-all", 64)
+    [inside] = _decode_collectives("deepep", 8)
+    assert nccl["name"] == inside["name"] == "expert.serving-all-to-all"
