@@ -186,3 +186,19 @@ def test_cli_reports_counts_and_the_front(capsys, tmp_path):
     assert data["objective"] == "gpus"
     assert [c["num_gpus"] for c in data["gpu_counts"]] == list(range(1, 9))
     assert data["results"][0]["num_gpus"] == data["gpus_pareto"][0]["num_gpus"] == 4
+
+
+def test_docs_quote_the_example(qlora):
+    text = (Path(__file__).resolve().parent.parent / "docs" / "search.md").read_text()
+    best = qlora.best
+    assert best.spec.hardware.num_gpus == 4
+    assert [c.ranked for c in qlora.gpu_counts if c.num_gpus == 3] == [0]
+    fits = _search([1, 2, 3], **NO_DEADLINE)
+    assert fits.best.spec.hardware.num_gpus == 3
+    hours = fits.best.plan.train_seconds / 3600
+    assert "needs 3 GPUs to fit and 4 to finish" in text
+    assert f"(3 GPUs take {hours:.0f} h)" in text
+    a100 = _search({"min": 1, "max": 8}, **{"hardware.gpu": "a100-pcie-80gb"})
+    alone = _search([1], **{"hardware.gpu": "a100-pcie-80gb"}, **NO_DEADLINE)
+    assert a100.best.spec.hardware.num_gpus == 2 and alone.results
+    assert "on 80 GB A100s one fits and two\nmeet the deadline" in text

@@ -100,3 +100,17 @@ def test_serving_cli_json(capsys):
     assert first["replicas"] * 1 >= 1 and first["max_request_rate_per_s"] >= 10.0
     assert data["gpus_pareto"][0]["num_gpus"] == first["num_gpus"]
     assert len(data["gpu_counts"]) == 8
+
+
+def test_docs_quote_the_example(serving):
+    session, _, result = serving
+    best = result.best
+    assert (best.num_gpus, best.replicas, best.layout.get("tensor")) == (20, 5, 4)
+    sixteen = search_serving(session, session.load_spec(SERVE, {
+        "search.num_gpus": [16], "search.ttft_seconds_max": None,
+        "search.tpot_seconds_max": None, "inference.request_rate_per_s": 1.0}), top=50)
+    most = max(c.max_request_rate_per_s for c in sixteen.results)
+    text = (Path(__file__).resolve().parent.parent / "docs" / "search.md").read_text()
+    assert (f"needs 20 H100s (five TP4 replicas, sustaining "
+            f"{best.max_request_rate_per_s:.1f} requests/s; 16 GPUs\nsustain at most "
+            f"{most:.2f})") in text
