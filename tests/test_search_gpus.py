@@ -5,10 +5,14 @@ searching one GPU fewer exactly (every layout evaluated one by one)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from search_specs import small_spec
 
 import llmpar
 from llmpar.cli.main import main
@@ -62,6 +66,50 @@ def test_a_deadline_needs_the_run_length():
 
 
 # --- training ---------------------------------------------------------------------------
+
+TINY = small_spec(training={"sequence_length": 512, "global_batch_size": 24, "tokens": 1e9},
+                  search={"micro_batch_sizes": [1, 2], "recompute": ["none", "full"],
+                          "memory_limit_bytes": "20 MiB"})
+"""A tiny model whose layouts fit in 20 MiB on 4, 6 and 8 GPUs only."""
+OBJECTIVES = ("gpus", "step_time", "cost", "tokens_per_second_per_gpu")
+
+
+def _value(objective, result):
+    """The best layout's objective, lower is better."""
+    if not result.results:
+        return float("inf")
+    plan, gpus = result.best.plan, result.best.spec.hardware.num_gpus
+    return {"gpus": gpus, "step_time": plan.step_seconds, "cost": gpus * plan.step_seconds,
+            "tokens_per_second_per_gpu": gpus * plan.step_seconds}[objective]
+
+
+@functools.cache
+def _alone(count, objective):
+    """The best layout on `count` GPUs, searched as the spec's own count."""
+    try:
+        result = llmpar.search(TINY, {"hardware.num_gpus": count,
+                                      "hardware.gpu_hour_cost": 1.0}, objective=objective)
+    except llmpar.SpecError:
+        return float("inf")
+    return _value(objective, result)
+
+
+@settings(max_examples=12, deadline=None)
+@given(counts=st.sets(st.integers(1, 8), min_size=1, max_size=4),
+       more=st.sets(st.integers(1, 8), max_size=3), objective=st.sampled_from(OBJECTIVES))
+def test_the_best_of_a_set_is_the_best_count_searched_alone(counts, more, objective):
+    def best(of):
+        try:
+            return _value(objective, llmpar.search(
+                TINY, {"search.num_gpus": sorted(of), "hardware.gpu_hour_cost": 1.0},
+                objective=objective))
+        except llmpar.SpecError:  # no count of the set holds a layout
+            return float("inf")
+
+    fewer, larger = best(counts), best(counts | more)
+    assert larger <= fewer  # more candidates never give a worse best
+    assert fewer == min(_alone(n, objective) for n in counts)
+
 
 def test_the_count_chosen_is_the_smallest_that_fits_and_meets_the_deadline(qlora):
     best = qlora.best
