@@ -113,6 +113,7 @@ QUANTITIES = {
     "ByteRate": ("number or string", "bytes/s (`\"900 GB/s\"`, `\"400 Gb/s\"`)"),
     "Seconds": ("number or string", "s (`\"5 us\"`)"),
     "Count": ("number", "count (`7e9`)"),
+    "GpuCounts": ("array of integers, or a table { min, max, step }", "GPUs"),
 }
 """The unit-carrying field types of llmpar.spec.quantities and how the spec writes them."""
 SUFFIX_UNITS = (("_bytes", "bytes"), ("_seconds", "s"), ("_tokens", "tokens"))

@@ -73,12 +73,14 @@ def parse_byte_rate(text: str) -> float:
 
 
 def parse_seconds(text: str) -> float:
-    """'5 us' -> 5e-6; '2 ms' -> 0.002; '1.5 s' -> 1.5; '30 min' -> 1800; '2 h' -> 7200."""
+    """'5 us' -> 5e-6; '2 ms' -> 0.002; '1.5 s' -> 1.5; '30 min' -> 1800; '2 h' -> 7200;
+    '14 d' -> 1209600."""
     value, unit = _split(text)
     factors = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0,
-               "h": 3600.0}
+               "h": 3600.0, "d": 86400.0}
     if unit not in factors:
-        raise UnitError(f"expected a time such as '5 us', '2 ms' or '30 min', got {text!r}")
+        raise UnitError(f"expected a time such as '5 us', '2 ms', '30 min' or '14 d', got "
+                        f"{text!r}")
     return value * factors[unit]
 
 

@@ -168,17 +168,25 @@ class RunLength:
     derivations: tuple[Derivation, ...] = ()
 
 
+def train_tokens(spec: Spec, parameters: float) -> tuple[float, str] | None:
+    """Tokens of the whole run and the rule that gives them; None when the spec states
+    neither `[training] tokens` nor `tokens_per_parameter`."""
+    training = spec.training
+    if training.tokens is not None:
+        return float(training.tokens), "[training] tokens"
+    if training.tokens_per_parameter is not None:
+        return (training.tokens_per_parameter * parameters,
+                "tokens_per_parameter * N (Hoffmann et al. 2022, arXiv:2203.15556: D = 20 N)")
+    return None
+
+
 def run_length(spec: Spec, parameters: float, flops: StepFlops,
                step_seconds: float | None, time_source: str) -> RunLength:
     """Tokens, steps, FLOPs, time and GPU-hours of the whole run."""
-    training = spec.training
-    if training.tokens is not None:
-        tokens, rule = float(training.tokens), "[training] tokens"
-    elif training.tokens_per_parameter is not None:
-        tokens = training.tokens_per_parameter * parameters
-        rule = "tokens_per_parameter * N (Hoffmann et al. 2022, arXiv:2203.15556: D = 20 N)"
-    else:
+    found = train_tokens(spec, parameters)
+    if found is None:
         return RunLength()
+    tokens, rule = found
     steps = tokens / flops.tokens_per_step
     train_flops = flops.flops_per_step * steps
     derivations = [Derivation(

@@ -26,6 +26,7 @@ from llmpar import units
 from llmpar.errors import Problem, did_you_mean, join_path
 from llmpar.loading.limits import magnitude_problem
 from llmpar.spec.quantities import ByteRate, Bytes, Count, FlopRate, MemorySize, Seconds
+from llmpar.spec.search import GpuCounts, gpu_counts
 from llmpar.spec.validators import FieldError
 
 
@@ -172,6 +173,7 @@ def make_converter() -> cattrs.Converter:
                                                             floor=BARE_FLOORS[ByteRate]))
     converter.register_structure_hook(Seconds, _with_units(units.parse_seconds))
     converter.register_structure_hook(Count, lambda v, _t: _number(v))
+    converter.register_structure_hook(GpuCounts, lambda v, _t: gpu_counts(v, _integer))
     # A choice (a Literal) is a string here; the field's one_of validator names the choices
     # and suggests the nearest, as for every other field.
     converter.register_structure_hook_func(_is_choice, lambda value, _kind: _string(value))

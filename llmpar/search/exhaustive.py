@@ -77,6 +77,11 @@ class Judge:
             tally.reject(REJECTED_MEMORY, example=f"needs {score.total_bytes / 2**30:,.2f} GiB "
                                                   f"per GPU, has {limit / 2**30:,.2f} GiB")
             return None
+        step = self.prepared.step_limit
+        if step is not None and (score.step_seconds is None
+                                 or score.step_seconds > step.seconds):
+            tally.reject(step.path, example=step.message)
+            return None
         return Entry(index=index, total_bytes=score.total_bytes,
                      step_seconds=score.step_seconds)
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
+from llmpar.evaluation.timing import train_tokens
 from llmpar.loading.checks import model_problems, training_problems
 from llmpar.loading.dump import spec_to_dict
 from llmpar.loading.loader import structure_spec
@@ -17,6 +18,7 @@ from llmpar.loading.reader import SpecSource, apply_overrides, read_source
 from llmpar.search.arithmetic import FACTOR_LIMIT
 from llmpar.search.candidates import SpecBuilder, pins_of
 from llmpar.search.dimensions import collect_dimensions
+from llmpar.search.ranking import tokens_per_step
 from llmpar.search.settings import checked_values, pin_problems
 from llmpar.search.space import Choice, Space, build_space, fill_strategy, settings_of
 from llmpar.spec import Spec
@@ -24,6 +26,18 @@ from llmpar.spec import Spec
 if TYPE_CHECKING:
     from llmpar.session import Session
 from llmpar.spec.search import Search
+
+
+@attrs.frozen(kw_only=True)
+class StepLimit:
+    """The step time a layout must keep within to meet `[search] train_seconds_max` or
+    `tokens_per_second_min` (the tighter): the run's steps and its tokens per step are
+    the same for every layout, since the global batch is fixed."""
+
+    seconds: float
+    path: str
+    """The key it comes from: the rejection reason."""
+    message: str
 
 
 @attrs.frozen(kw_only=True)
@@ -36,6 +50,7 @@ class Prepared:
     memory_limit_bytes: int
     offsets: tuple[int, ...]
     """The enumeration number of each node's first layout."""
+    step_limit: StepLimit | None = None
 
     def locate(self, index: int) -> tuple[int, int]:
         """(node, layout within the node) of enumeration number `index`."""
@@ -94,6 +109,16 @@ def _search_problems(spec: Spec) -> list[Problem]:
         if count is not None and count >= FACTOR_LIMIT:
             problems.append(Problem(path, "search splits this count into divisors and takes "
                                           f"counts below 2**63, got {count}"))
+    if (spec.search is not None and spec.search.train_seconds_max is not None
+            and spec.training.tokens is None and spec.training.tokens_per_parameter is None):
+        problems.append(Problem("$.search.train_seconds_max",
+                                "a deadline needs the run's length: [training] tokens or "
+                                "tokens_per_parameter"))
+    counts = spec.search.num_gpus if spec.search is not None else None
+    if counts and counts[-1] >= FACTOR_LIMIT:
+        problems.append(Problem("$.search.num_gpus", "search splits each count into divisors "
+                                                     f"and takes counts below 2**63, got "
+                                                     f"{counts[-1]}"))
     objective = spec.search.objective if spec.search else "step_time"
     if objective == "cost" and spec.hardware.gpu_hour_cost is None:
         problems.append(Problem("$.hardware.gpu_hour_cost",
@@ -122,7 +147,29 @@ def prepare(session: Session, source: SpecSource | Spec, overrides: Mapping[str,
     limit = settings.memory_limit_bytes or spec.hardware.capacity_bytes
     offsets = tuple(itertools.accumulate((n.size for n in space.nodes), initial=0))[:-1]
     return Prepared(spec=spec, settings=settings, space=space, memory_limit_bytes=limit,
-                    offsets=offsets)
+                    offsets=offsets, step_limit=step_limit(session, spec, settings))
+
+
+def step_limit(session: Session, spec: Spec, settings: Search) -> StepLimit | None:
+    """The longest step that meets the run's deadline and throughput floor, if any."""
+    tokens = tokens_per_step(spec)
+    found = []
+    if settings.tokens_per_second_min is not None:
+        rate = settings.tokens_per_second_min
+        found.append(StepLimit(seconds=tokens / rate, path="$.search.tokens_per_second_min",
+                               message=f"trains fewer than {rate:,.6g} tokens/s (a step of "
+                                       f"{tokens:,} tokens over {tokens / rate:,.6g} s)"))
+    if settings.train_seconds_max is not None:
+        parameters = session.cache.footprint(spec).parameters.total
+        run = train_tokens(spec, parameters)
+        assert run is not None  # _search_problems requires it
+        steps = run[0] / tokens
+        deadline = settings.train_seconds_max
+        found.append(StepLimit(seconds=deadline / steps, path="$.search.train_seconds_max",
+                               message=f"takes longer than {deadline:,.6g} s for the run's "
+                                       f"{steps:,.6g} steps (a step over "
+                                       f"{deadline / steps:,.6g} s)"))
+    return min(found, key=lambda limit: limit.seconds, default=None)
 
 
 def builder_of(session: Session, prepared: Prepared) -> SpecBuilder:

@@ -14,7 +14,7 @@ ABBREVIATIONS = {"data": "DP", "tensor": "TP", "pipeline": "PP", "context": "CP"
 LISTED_VALUES = 12
 """Values shown per key in `--dimensions`; beyond, the first and last few and a count."""
 OBJECTIVE_UNITS = {"step_time": "s", "tokens_per_second_per_gpu": "tokens/s/GPU",
-                   "cost": "$/M tokens", "memory": "bytes"}
+                   "cost": "$/M tokens", "memory": "bytes", "gpus": "GPUs"}
 
 
 def layout_text(choices: dict[str, Any]) -> str:
@@ -69,20 +69,47 @@ def text_report(result: SearchResult) -> str:
                      text_columns=(0, 2))
     lines += ["", render_text(rejected)]
     unit = OBJECTIVE_UNITS[result.objective]
+    counted = bool(result.gpu_counts)
     best = Table(title=f"Best layouts by {result.objective} ({unit})",
-                 columns=("#", "objective", "step s", "GiB/GPU", "layout", "options"),
-                 rows=tuple((str(r.rank), _number(r.objective), _number(r.plan.step_seconds),
+                 columns=("#", "objective", *(("GPUs",) if counted else ()), "step s",
+                          "GiB/GPU", "layout", "options"),
+                 rows=tuple((str(r.rank), _number(r.objective),
+                             *((f"{r.spec.hardware.num_gpus:,}",) if counted else ()),
+                             _number(r.plan.step_seconds),
                              _gib(r.plan.total_bytes), layout_text(r.choices),
                              options_text(r.choices)) for r in result.results),
-                 text_columns=(4, 5))
+                 text_columns=(5, 6) if counted else (4, 5))
     front = Table(title="Pareto front: memory per GPU versus step time",
-                  columns=("GiB/GPU", "step s", "layout", "options"),
+                  columns=("GiB/GPU", "step s", *(("GPUs",) if counted else ()), "layout",
+                           "options"),
                   rows=tuple((_gib(p.total_bytes), _number(p.step_seconds),
+                              *((f"{p.spec.hardware.num_gpus:,}",) if counted else ()),
                               layout_text(p.choices), options_text(p.choices))
-                             for p in result.pareto), text_columns=(2, 3))
+                             for p in result.pareto),
+                  text_columns=(3, 4) if counted else (2, 3))
     lines += ["", render_text(best), "", render_text(front)]
+    if counted:
+        lines += ["", *gpu_count_tables(result)]
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
+
+
+def gpu_count_tables(result: SearchResult) -> list[str]:
+    """`[search] num_gpus`: what each count holds, and the front of GPU count versus step
+    time (or cost)."""
+    counts = Table(title="GPU counts tried ([search] num_gpus)",
+                   columns=("GPUs", "layouts", "ranked", "fastest step s", "note"),
+                   rows=tuple((f"{c.num_gpus:,}", f"{c.considered:,}", f"{c.ranked:,}",
+                               _number(c.best_step_seconds), c.note)
+                              for c in result.gpu_counts), text_columns=(4,))
+    by_cost = result.objective in ("cost", "tokens_per_second_per_gpu")
+    front = Table(title="Pareto front: GPUs versus " + ("cost" if by_cost else "step time"),
+                  columns=("GPUs", "step s", "$/M tokens", "GiB/GPU", "layout", "options"),
+                  rows=tuple((f"{p.num_gpus:,}", _number(p.step_seconds), _number(p.cost),
+                              _gib(p.total_bytes), layout_text(p.choices),
+                              options_text(p.choices)) for p in result.gpus_pareto),
+                  text_columns=(4, 5))
+    return [render_text(counts), "", render_text(front)]
 
 
 def _number(value: float | None) -> str:

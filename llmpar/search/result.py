@@ -32,7 +32,8 @@ class Ranked:
         return self.plan.layout
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "layout": dict(self.plan.layout),
+        return {"rank": self.rank, "num_gpus": self.spec.hardware.num_gpus,
+                "layout": dict(self.plan.layout),
                 "choices": dict(self.choices), "objective": self.objective,
                 "total_bytes": self.plan.total_bytes, "step_seconds": self.plan.step_seconds,
                 "plan": self.plan.to_dict()}
@@ -60,7 +61,8 @@ class ParetoPoint:
 
     def to_dict(self) -> dict[str, Any]:
         return {"layout": self.layout, "choices": dict(self.choices),
-                "total_bytes": self.total_bytes, "step_seconds": self.step_seconds}
+                "total_bytes": self.total_bytes, "step_seconds": self.step_seconds,
+                "num_gpus": self.spec.hardware.num_gpus}
 
 
 def degrees_of(choices: dict[str, Any]) -> dict[str, int]:
@@ -68,6 +70,50 @@ def degrees_of(choices: dict[str, Any]) -> dict[str, int]:
     found = {key.removesuffix(".degree"): value for key, value in choices.items()
              if key.endswith(".degree")}
     return {name: d for name, d in found.items() if d > 1 or name == "data"}
+
+
+@attrs.frozen(kw_only=True)
+class GpuCount:
+    """What the search found on one of `[search] num_gpus`'s counts."""
+
+    num_gpus: int
+    considered: int
+    ranked: int
+    """Layouts on this many GPUs that pass every check, fit and meet the limits
+    (`train_seconds_max`, `tokens_per_second_min`)."""
+    best_step_seconds: float | None
+    """The fastest of them; None when none is ranked."""
+    note: str = ""
+    """Why no layout was laid out on this count (a pin or `[search] values` it cannot
+    take), if so."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_gpus": self.num_gpus, "considered": self.considered,
+                "ranked": self.ranked, "best_step_seconds": self.best_step_seconds,
+                "note": self.note}
+
+
+@attrs.frozen(kw_only=True)
+class GpusPoint:
+    """A layout on the front of GPU count versus step time (or versus cost): the best
+    layout of its count, better than the best on any fewer GPUs."""
+
+    num_gpus: int
+    choices: dict[str, Any] = attrs.field(hash=False)
+    total_bytes: int
+    step_seconds: float | None
+    cost: float | None
+    """Dollars per million tokens at `[hardware] gpu_hour_cost`; None without a price."""
+    spec: Spec
+
+    @property
+    def layout(self) -> dict[str, int]:
+        return degrees_of(self.choices)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_gpus": self.num_gpus, "layout": self.layout,
+                "choices": dict(self.choices), "total_bytes": self.total_bytes,
+                "step_seconds": self.step_seconds, "cost": self.cost}
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +140,11 @@ class SearchResult:
     pareto: tuple[ParetoPoint, ...]
     """Memory ascending; each needs less memory than the next and takes longer."""
     warnings: tuple[str, ...] = ()
+    gpu_counts: tuple[GpuCount, ...] = ()
+    """With `[search] num_gpus`: each count tried, fewest first (else empty)."""
+    gpus_pareto: tuple[GpusPoint, ...] = ()
+    """With `[search] num_gpus`: the front of GPU count versus step time (versus cost for
+    the cost and tokens_per_second_per_gpu objectives), fewest GPUs first."""
 
     @property
     def best(self) -> Ranked:
@@ -108,4 +159,6 @@ class SearchResult:
                 "rejected": dict(self.rejected), "rejection_examples": dict(self.examples),
                 "seconds": self.seconds, "warnings": list(self.warnings),
                 "results": [r.to_dict() for r in self.results],
-                "pareto": [r.to_dict() for r in self.pareto]}
+                "pareto": [r.to_dict() for r in self.pareto],
+                "gpu_counts": [c.to_dict() for c in self.gpu_counts],
+                "gpus_pareto": [p.to_dict() for p in self.gpus_pareto]}

@@ -352,6 +352,11 @@ def run_fast(prepared: Prepared, session: Session, nodes: Sequence[int],
             tally.time_models.add(result.time_model)
         fits = valid & (result.total_bytes <= limit)
         tally.reject(REJECTED_MEMORY, int((valid & ~fits).sum()))
+        if prepared.step_limit is not None:
+            meets = fits & (result.step_seconds <= prepared.step_limit.seconds)
+            tally.reject(prepared.step_limit.path, int((fits & ~meets).sum()),
+                         prepared.step_limit.message)
+            fits = meets
         keep = np.flatnonzero(fits)
         tally.fitting += int(keep.size)
         tally.entries += candidates(offset + keep, result.total_bytes[keep],

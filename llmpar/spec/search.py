@@ -5,7 +5,8 @@ The spec's `[parallel.*]` tables pin what they state; `[search]` narrows the res
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NewType
 
 import attrs
 
@@ -14,10 +15,11 @@ from llmpar.spec.quantities import Bytes, Seconds
 from llmpar.spec.validators import FieldError
 from llmpar.spec.workload import RECOMPUTE
 
-OBJECTIVES = ("step_time", "tokens_per_second_per_gpu", "cost", "memory")
+OBJECTIVES = ("step_time", "tokens_per_second_per_gpu", "cost", "memory", "gpus")
 """step_time: seconds per optimizer step (lower is better); tokens_per_second_per_gpu
 (higher); cost: dollars per million tokens at `[hardware] gpu_hour_cost`; memory:
-bytes on the busiest GPU."""
+bytes on the busiest GPU; gpus: the fewest GPUs (of `[search] num_gpus`), ties broken by
+step time."""
 
 PERCENTILES = ("mean", "p90", "p99")
 """Which time to first token `[search] ttft_seconds_max` limits (serving specs)."""
@@ -28,6 +30,53 @@ benchmark space, DeepSeek-V3 on 2048 H800, holds 1.3 million layouts)."""
 MAX_DEGREE_COMBINATIONS = 20_000
 """Default `[search] max_degree_combinations` (the largest benchmark space has 3,276;
 a million GPUs, 2**20, split into 1,771 for a dense model)."""
+
+
+GpuCounts = NewType("GpuCounts", tuple[int, ...])
+"""Candidate GPU counts: a TOML array of integers, or a range table
+`{ min = 8, max = 64, step = 8 }` (every count from min to max in steps of step,
+default 1)."""
+
+MAX_GPU_COUNTS = 1024
+"""The most GPU counts `[search] num_gpus` may list: each is a search of its own."""
+RANGE_KEYS = ("min", "max", "step")
+
+
+def gpu_counts(value: Any, integer: Any) -> tuple[int, ...]:
+    """The counts an array or a range table names, ascending and without repeats
+    (`integer` structures one integer strictly); ValueError when it is neither."""
+    if isinstance(value, Mapping):
+        unknown = [key for key in value if key not in RANGE_KEYS]
+        if unknown or "min" not in value or "max" not in value:
+            raise ValueError(f"a range is {{ min = N, max = M, step = S }} (step optional), "
+                             f"got {dict(value)!r}")
+        low, high = integer(value["min"]), integer(value["max"])
+        step = integer(value.get("step", 1))
+        if low < 1 or high < low or step < 1:
+            raise ValueError(f"a range needs 1 <= min <= max and step >= 1, got "
+                             f"{dict(value)!r}")
+        if (high - low) // step + 1 > MAX_GPU_COUNTS:
+            raise ValueError(f"the range holds {(high - low) // step + 1:,} counts, over the "
+                             f"limit of {MAX_GPU_COUNTS:,}; take a larger step")
+        return tuple(range(low, high + 1, step))
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(f"expected an array of GPU counts or a range table "
+                         f"{{ min = N, max = M, step = S }}, got {value!r}")
+    return tuple(sorted({integer(item) for item in value}))
+
+
+def sorted_counts(value: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if value is None else tuple(sorted(set(value)))
+
+
+def _gpu_count_list(_instance: Any, attribute: Any, value: tuple[int, ...] | None) -> None:
+    if value is None:
+        return
+    if not value or any(item < 1 for item in value):
+        raise FieldError(attribute.name, f"must list GPU counts >= 1, got {list(value)!r}")
+    if len(value) > MAX_GPU_COUNTS:
+        raise FieldError(attribute.name, f"lists {len(value):,} counts, over the limit of "
+                                         f"{MAX_GPU_COUNTS:,}")
 
 
 def _positive_integers(_instance: Any, attribute: Any, value: tuple[int, ...]) -> None:
@@ -59,7 +108,8 @@ class Search:
     """`[search]`: the objective, how many layouts to return, and limits on the space."""
 
     objective: str = attrs.field(default="step_time", validator=v.one_of(*OBJECTIVES))
-    """What ranks layouts: step_time, tokens_per_second_per_gpu, cost or memory."""
+    """What ranks layouts: step_time, tokens_per_second_per_gpu, cost, memory or gpus (the
+    fewest GPUs of `num_gpus`, ties broken by step time; for serving, by TPOT)."""
     top: int = attrs.field(default=10, validator=v.positive)
     """How many ranked layouts to return."""
     tensor_within_node: bool = False
@@ -95,3 +145,15 @@ class Search:
     """Serving specs: layouts must keep the time per output token within this."""
     percentile: str = attrs.field(default="mean", validator=v.one_of(*PERCENTILES))
     """Which TTFT ttft_seconds_max limits under a request rate: "mean", "p90" or "p99"."""
+    num_gpus: GpuCounts | None = attrs.field(default=None, converter=sorted_counts,
+                                             validator=_gpu_count_list)
+    """Cluster sizes to try, as an array (`[8, 16, 32]`) or a range table (`{ min = 1,
+    max = 16 }`, with an optional `step`); each count is searched as `[hardware]
+    num_gpus` (the default: that count alone), at most 1,024 counts. With the `gpus`
+    objective the answer is the fewest GPUs whose layout fits and meets the limits."""
+    train_seconds_max: Seconds | None = attrs.field(default=None, validator=v.positive)
+    """Training specs: a deadline. Layouts must finish the run (`[training] tokens` or
+    `tokens_per_parameter`) within this, e.g. "14 d"."""
+    tokens_per_second_min: float | None = attrs.field(default=None, validator=v.positive)
+    """Training specs: layouts must train at least this many tokens per second over the
+    whole cluster."""
