@@ -174,18 +174,23 @@ class Session:
         """The checked spec and its resolved layout."""
         try:
             if isinstance(source, Spec) and not overrides:
-                spec = source
-            else:
-                table = spec_to_dict(source) if isinstance(source, Spec) else source
-                spec = load(table, self.presets, self.strategies, self.converter, overrides,
-                            self.activation_models)
-            layout, problems = checked_layout(spec, self.strategies)
-            problems += self._activation_model_problems(spec)
-            if problems or layout is None:
-                raise SpecError(problems, spec.source)
+                # A spec object this session checked before (frozen) checks the same.
+                return source, self.cache.checked(source, lambda: self._layout_of(source))
+            table = spec_to_dict(source) if isinstance(source, Spec) else source
+            spec = load(table, self.presets, self.strategies, self.converter, overrides,
+                        self.activation_models)
+            layout = self.cache.checked(spec, lambda: self._layout_of(spec))
         except SpecError as error:
             raise self._name_missing_plugins(error) from None
         return spec, layout
+
+    def _layout_of(self, spec: Spec) -> Layout:
+        """The resolved layout of `spec`; SpecError naming every cross-field problem."""
+        layout, problems = checked_layout(spec, self.strategies)
+        problems += self._activation_model_problems(spec)
+        if problems or layout is None:
+            raise SpecError(problems, spec.source)
+        return layout
 
     def _activation_model_problems(self, spec: Spec) -> list[Problem]:
         name = spec.training.activation_model

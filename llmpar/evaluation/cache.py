@@ -9,6 +9,7 @@ cache holds at most `size` of each, dropping the oldest.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -48,6 +49,18 @@ class Bounded:
                     self._items.popitem(last=False)
         return found  # type: ignore[no-any-return]
 
+    def peek(self, key: Hashable) -> Any:
+        """What is kept under `key`, or None."""
+        return self._items.get(key)
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Keep `value` under `key` (nothing with a size of 0)."""
+        if self.size > 0:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+
 
 class EvaluationCache:
     """What a session brings to every evaluation: its plugins' activation models and
@@ -67,6 +80,20 @@ class EvaluationCache:
         self._shape_losses = Bounded(size)
         self._rows = Bounded(size)
         self._peaks = Bounded(size)
+        self._checked = Bounded(size)
+
+    def checked(self, spec: Spec, compute: Callable[[], T]) -> T:
+        """What checking `spec` gave (its layout), kept for the very object checked: a
+        spec is frozen, so the same object checks the same; another object, even an equal
+        one, is checked again. The entry holds a weak reference, so that a dropped spec's
+        id reused by another object cannot answer for it."""
+        key = id(spec)
+        found: tuple[weakref.ref[Spec], T] | None = self._checked.peek(key)
+        if found is not None and found[0]() is spec:
+            return found[1]
+        result = compute()
+        self._checked.put(key, (weakref.ref(spec), result))
+        return result
 
     @staticmethod
     def footprint_key(spec: Spec) -> Hashable:
