@@ -225,9 +225,18 @@ def test_unknown_search_is_404(server):
     assert request(server, "GET", "/api/search/nope")[0] == 404
 
 
-def test_bodies_are_json_objects_within_the_limit(server):
-    too_large = b"{" + b" " * MAX_BODY_BYTES + b"}"
-    assert request(server, "POST", "/api/evaluate", raw=too_large)[0] == 413
+def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
+    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    connection.putrequest("POST", "/api/evaluate")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+    connection.endheaders()  # the body is never sent: the answer comes first
+    response = connection.getresponse()
+    assert response.status == 413 and b"at most" in response.read()
+    connection.close()
+
+
+def test_bodies_are_json_objects(server):
     assert request(server, "POST", "/api/evaluate", raw=b"[1, 2]")[0] == 400
     assert request(server, "POST", "/api/evaluate", raw=b"not json")[0] == 400
     status, _h, _ = request(server, "POST", "/api/evaluate", raw=b"{}",

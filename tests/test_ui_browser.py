@@ -1,8 +1,10 @@
 """`llmpar ui` in a real browser: headless Chromium (Debian's `chromium` and
 `chromium-driver`, driven by Selenium; nothing is downloaded) loads the page, changes
-fields, runs a search, and the numbers on the page are compared with `llmpar.evaluate`
-and `llmpar.search`. The screenshots in docs/ are checked by the geometry of the page's
-main elements (docs/ui-geometry.json), not by pixels.
+fields, runs a search, and the numbers on the page are compared with `evaluate` and
+`llmpar.search` of the server's session. The screenshots in docs/ are checked by the
+geometry of the page's main elements (docs/ui-geometry.json), not by pixels. The session
+loads no installed plugin (a plugin's search dimensions would change the layouts listed,
+and so the geometry), as `Session(load_entry_points=False)`.
 
 Skipped, saying why, where Selenium or the browser is absent. `LLMPAR_UI_SCREENSHOTS=1`
 rewrites the screenshots and the geometry (docs/ui.md).
@@ -66,8 +68,14 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[UiServer]:
-    running = make_server(Session(), {"toml": TRAINING.read_text(), "label": TRAINING.name})
+def planner() -> Session:
+    """The server's session: llmpar's own plugins only."""
+    return Session(load_entry_points=False)
+
+
+@pytest.fixture(scope="module")
+def server(planner: Session) -> Iterator[UiServer]:
+    running = make_server(planner, {"toml": TRAINING.read_text(), "label": TRAINING.name})
     thread = threading.Thread(target=running.serve_forever, daemon=True)
     thread.start()
     yield running
@@ -146,12 +154,12 @@ def check_training_numbers(driver: Any, plan: llmpar.Plan) -> None:
     assert driver.find_element(By.ID, "trust").text == plan.training.step_time_trust
 
 
-def test_the_page_shows_the_plan_of_the_given_spec(browser, server):
+def test_the_page_shows_the_plan_of_the_given_spec(browser, server, planner):
     open_page(browser, server)
     assert browser.execute_script("return document.body.dataset.state") == "planned"
-    check_training_numbers(browser, llmpar.evaluate(TRAINING))
+    check_training_numbers(browser, planner.evaluate(TRAINING))
     points = browser.find_elements(By.CSS_SELECTOR, "#timeline-svg circle")
-    plan = llmpar.evaluate(TRAINING)
+    plan = planner.evaluate(TRAINING)
     assert max(float(p.get_attribute("data-value")) for p in points) == (
         plan.training.memory_peak.allocated_bytes)
     # The address now carries the spec: opened again, the page shows the same plan.
@@ -161,11 +169,11 @@ def test_the_page_shows_the_plan_of_the_given_spec(browser, server):
     assert errors == []
 
 
-def test_changing_a_field_replans(browser, server):
+def test_changing_a_field_replans(browser, server, planner):
     open_page(browser, server)
     assert evaluated_after(browser, lambda: set_field(
         browser, "parallel.pipeline.degree", "8")) == "planned"
-    plan = llmpar.evaluate(TRAINING, {"parallel.pipeline.degree": 8})
+    plan = planner.evaluate(TRAINING, {"parallel.pipeline.degree": 8})
     check_training_numbers(browser, plan)
     assert "degree = 8" in browser.find_element(By.ID, "toml").get_attribute("value")
     # The new address holds the changed spec.
@@ -186,12 +194,12 @@ def test_problems_show_beside_their_field(browser, server):
     assert "$.parallel.tensor.degree" in listed
 
 
-def test_a_serving_spec_from_the_address(browser, server):
+def test_a_serving_spec_from_the_address(browser, server, planner):
     from base64 import urlsafe_b64encode
 
     code = urlsafe_b64encode(SERVING.read_bytes()).decode().rstrip("=")
     open_page(browser, server, f"#spec={code}")
-    plan = llmpar.evaluate(SERVING)
+    plan = planner.evaluate(SERVING)
     assert value(browser, ".card[data-key=kv_cache_bytes]") == plan.kv_cache_bytes
     assert value(browser, ".card[data-key=ttft_seconds]") == pytest.approx(plan.prefill_seconds)
     assert value(browser, ".card[data-key=tpot_seconds]") == pytest.approx(plan.tpot_seconds)
@@ -210,11 +218,12 @@ def run_search(driver: Any) -> None:
                                                                               "problems"))
 
 
-def test_a_search_lists_llmpars_layouts_and_opens_one(browser, server):
+def test_a_search_lists_llmpars_layouts_and_opens_one(browser, server, planner):
     open_page(browser, server)
     record_view(browser, "plan")
     run_search(browser)
-    expected = llmpar.search(api.edited(TRAINING.read_text(), None)[0], top=10)
+    expected = llmpar.search(api.edited(TRAINING.read_text(), None)[0], top=10,
+                             session=planner)
     rows = browser.find_elements(By.CSS_SELECTOR, "#search-results tbody tr")
     assert [float(r.get_attribute("data-objective")) for r in rows] == pytest.approx(
         [r.objective for r in expected.results])
@@ -224,7 +233,7 @@ def test_a_search_lists_llmpars_layouts_and_opens_one(browser, server):
     # A row opens as a plan: the plan of that row's spec.
     assert evaluated_after(browser, rows[1].click) == "planned"
     assert browser.find_element(By.ID, "plan-view").is_displayed()
-    second = llmpar.evaluate(expected.results[1].spec)
+    second = planner.evaluate(expected.results[1].spec)
     assert value(browser, ".card[data-key=step_seconds]") == pytest.approx(
         second.step_seconds)
 

@@ -366,8 +366,8 @@ function showSearch(result) {
     "data-rank": row.rank, "data-objective": row.objective,
     title: "open this layout as a plan", onclick: () => openLayout(row.toml)},
   el("td", {class: "num"}, row.rank),
-  el("td", {}, layoutText(row.layout)),
-  el("td", {}, row.choices_text || ""),
+  el("td", {class: "nowrap"}, layoutText(row.layout)),
+  el("td", {class: "choices", title: row.choices_text || ""}, row.choices_text || ""),
   el("td", {class: "num"}, row.objective_text),
   el("td", {class: "num", "data-value": row.total_bytes}, row.memory_text),
   el("td", {class: "num"}, row.seconds_text)));
