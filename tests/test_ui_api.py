@@ -165,6 +165,7 @@ def test_spec_errors_answer_with_their_key_paths(server):
     ('model = { file = "/etc/hosts.toml" }\n', "$.model.file"),
     ('[model]\nhf_config = "config.json"\n', "$.model.hf_config"),
     ('[hardware.gpu]\nfile = "../gpu.toml"\n', "$.hardware.gpu.file"),
+    ('[[x.y]]\na = 1\n[[x.y]]\nfile = "b.toml"\n', "$.x.y[1].file"),
 ])
 def test_the_page_reads_no_files(server, text, path):
     answer = post(server, "/api/evaluate", {"toml": text})
@@ -327,3 +328,22 @@ def test_an_address_in_use_is_an_error_not_a_traceback(session, capsys):
         taken.server_close()
     assert status == 1
     assert "cannot listen on 127.0.0.1 port" in capsys.readouterr().err
+
+
+def test_a_failure_inside_llmpar_is_answered_not_dropped(session, monkeypatch):
+    running = make_server(session)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+
+    def broken(*_args: object) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(api, "evaluate", broken)
+    try:
+        status, _headers, data = request(running, "POST", "/api/evaluate", {"toml": ""})
+        assert status == 500
+        assert json.loads(data)["problems"][0]["message"] == "llmpar failed: RuntimeError('boom')"
+        assert request(running, "GET", "/api/presets")[0] == 200  # still serving
+    finally:
+        running.shutdown()
+        running.server_close()

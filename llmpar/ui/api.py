@@ -106,14 +106,20 @@ def _problems(error: SpecError) -> dict[str, Any]:
             "problems": [{"path": p.path, "message": p.message} for p in error.problems]}
 
 
-def _file_references(table: Mapping[str, Any], path: str = "$") -> Iterator[Problem]:
-    for key, value in table.items():
-        where = f"{path}.{key}"
-        if key in FILE_KEYS:
-            yield Problem(where, "the page reads no files: inline the table (llmpar presets "
-                                 "show NAME prints a preset), or run llmpar on the file")
-        elif isinstance(value, Mapping):
-            yield from _file_references(value, where)
+def _file_references(value: Any, path: str = "$") -> Iterator[Problem]:
+    """A problem at every key, at any depth (arrays of tables too), that names a file."""
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _file_references(item, f"{path}[{index}]")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            if key in FILE_KEYS:
+                yield Problem(where, "the page reads no files: inline the table (llmpar "
+                                     "presets show NAME prints a preset), or run llmpar on "
+                                     "the file")
+            else:
+                yield from _file_references(item, where)
 
 
 def _without(table: dict[str, Any], dotted: str) -> dict[str, Any]:

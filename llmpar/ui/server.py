@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmpar.errors import SpecError
+from llmpar.errors import PluginError, SpecError
 from llmpar.report.json_format import strict_json
 from llmpar.session import Session
 from llmpar.ui import api
@@ -202,8 +202,19 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json({"ok": False, "error": "not found"}, HTTPStatus.NOT_FOUND)
             return
         body = self._body()
-        if body is not None:
-            self._send_json(route(body))
+        if body is None:
+            return
+        try:
+            answer = route(body)
+        except PluginError as error:
+            answer = {"ok": False, "problems": [{"path": "$",
+                                                 "message": f"plugin error: {error}"}]}
+        except Exception as error:  # a bug: said on the page, the server stays up
+            self._send_json({"ok": False, "problems": [{"path": "$", "message":
+                                                        f"llmpar failed: {error!r}"}]},
+                            HTTPStatus.INTERNAL_SERVER_ERROR)
+            return
+        self._send_json(answer)
 
     def _evaluate(self, body: Mapping[str, Any]) -> dict[str, Any]:
         with self.server.planner:

@@ -43,8 +43,12 @@ function svg(tag, attributes, ...children) {
 async function api(path, body) {
   const options = body === undefined ? {} : {method: "POST", body: JSON.stringify(body),
     headers: {"Content-Type": "application/json"}};
-  const response = await fetch(path, options);
-  return response.json();
+  try {
+    const response = await fetch(path, options);
+    return await response.json();
+  } catch (error) {
+    return {ok: false, problems: [{path: "$", message: `the server did not answer (${error})`}]};
+  }
 }
 
 // --- the spec in the address: #spec=<base64url of the TOML's UTF-8 bytes> -------------
