@@ -80,7 +80,16 @@ def test_presets_list_every_kind_and_the_starting_spec(server, session):
     assert listing["presets"]["models"] == session.presets.names("models")
     assert "llama-3-70b-tp8-pp4-cp2" in listing["presets"]["examples"]
     assert listing["initial"]["toml"] == TRAINING.read_text()
-    assert {f["key"] for f in listing["fields"]} >= {"model", "parallel.tensor.degree"}
+    fields = {f["key"]: f for f in listing["fields"]}
+    assert set(fields) >= {"model", "parallel.tensor.degree"}
+    # Each field's help is its spec field's docstring, as in the spec reference.
+    from llmpar.plan_explain import field_docs
+    from llmpar.spec import Training
+
+    tensor = session.strategies["tensor"].config_type
+    assert fields["parallel.tensor.degree"]["help"] == field_docs(tensor)["degree"] != ""
+    assert fields["training.micro_batch_size"]["help"] == (
+        field_docs(Training)["micro_batch_size"])
 
 
 def test_a_training_plan_is_llmpar_evaluate(server):

@@ -79,10 +79,28 @@ FIELDS = (
 """The common choices, as form fields; the TOML editor holds every other key."""
 
 
+def field_help(session: Session, key: str) -> str:
+    """The docstring of the spec field behind a form field (the spec reference's text)."""
+    from llmpar.plan_explain import field_docs
+    from llmpar.spec import Hardware, Inference, Spec, Training
+
+    *parents, name = key.split(".")
+    tables: dict[str, type] = {"": Spec, "hardware": Hardware, "training": Training,
+                               "inference": Inference}
+    if parents[:1] == ["parallel"] and len(parents) == 2:
+        strategy = session.strategies.get(parents[1])
+        owner = getattr(strategy, "config_type", None)
+    else:
+        owner = tables.get(".".join(parents))
+    return field_docs(owner).get(name, "") if isinstance(owner, type) else ""
+
+
 def presets(session: Session) -> dict[str, Any]:
-    """Preset names by kind, the form's fields and the search objectives."""
+    """Preset names by kind, the form's fields (with their spec fields' docstrings) and
+    the search objectives."""
     return {"presets": {kind: session.presets.names(kind) for kind in PRESET_KINDS},
-            "fields": [attrs.asdict(f) for f in FIELDS], "objectives": list(OBJECTIVES)}
+            "fields": [{**attrs.asdict(f), "help": field_help(session, f.key)}
+                       for f in FIELDS], "objectives": list(OBJECTIVES)}
 
 
 def example(session: Session, name: object) -> dict[str, Any]:

@@ -92,10 +92,12 @@ function buildForm() {
       input = el("input", {id: fieldId(field.key), name: field.key, type: "text",
         inputmode: field.kind === "int" ? "numeric" : "decimal"});
     }
+    input.title = `${field.key}: ${field.help}`;
     input.addEventListener("change", () => changeField(field, input));
     form.append(el("div", {class: "field", "data-workload": field.workload,
       "data-key": field.key},
-      el("label", {for: fieldId(field.key)}, field.label), input,
+      el("label", {for: fieldId(field.key), title: `${field.key}: ${field.help}`},
+        field.label), input,
       el("div", {class: "field-problem", "data-path": "$." + field.key})));
   }
 }
