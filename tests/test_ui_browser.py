@@ -301,3 +301,21 @@ def test_the_screenshots_in_the_docs_are_the_recorded_views():
             assert box["width"] > 0 and box["height"] > 0, (view, selector)
             assert box["x"] >= 0 and box["x"] + box["width"] <= WINDOW[0] + 1, (view, selector)
         assert f"ui-{view}.png" in (DOCS / "ui.md").read_text()
+
+
+def test_without_a_spec_the_page_starts_from_a_shipped_example(browser, planner):
+    bare = make_server(planner)
+    threading.Thread(target=bare.serve_forever, daemon=True).start()
+    try:
+        open_page(browser, bare)
+        check_training_numbers(browser, planner.evaluate(TRAINING))
+        # Another example from the menu replaces the spec and its plan.
+        menu = browser.find_element(By.ID, "example")
+        assert evaluated_after(browser, lambda: browser.execute_script(
+            "arguments[0].value = 'inference-llama-2-70b-h100';"
+            "arguments[0].dispatchEvent(new Event('change'))", menu)) == "planned"
+        assert value(browser, ".card[data-key=kv_cache_bytes]") == (
+            planner.evaluate(SERVING).kv_cache_bytes)
+    finally:
+        bare.shutdown()
+        bare.server_close()

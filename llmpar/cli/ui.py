@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import webbrowser
 
 from llmpar.cli.common import spec_source
 from llmpar.loading.reader import existing_file
@@ -63,6 +62,8 @@ def run(session: Session, args: argparse.Namespace) -> int:
         return EXIT_CANNOT_LISTEN
     print(f"llmpar ui: {server.url} (Ctrl-C stops it)", flush=True)
     if not args.no_browser:
+        import webbrowser
+
         webbrowser.open(server.url)
     try:
         server.serve_forever()
