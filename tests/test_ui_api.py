@@ -1,0 +1,358 @@
+"""`llmpar ui`'s server and JSON API, through the standard library's HTTP client: the
+page's numbers are the library's, bad specs answer with key paths, and the server keeps
+to its limits (local clients, its own files, bounded bodies)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import llmpar
+from llmpar.cli.main import build_parser
+from llmpar.session import Session
+from llmpar.ui import api
+from llmpar.ui.server import MAX_BODY_BYTES, UiServer, make_server
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
+TRAINING = EXAMPLES / "llama-3-70b-tp8-pp4-cp2.toml"
+SERVING = EXAMPLES / "inference-llama-2-70b-h100.toml"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[UiServer]:
+    running = make_server(Session(), {"toml": TRAINING.read_text(), "label": TRAINING.name})
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    yield running
+    running.shutdown()
+    running.server_close()
+
+
+def request(server: UiServer, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None, raw: bytes | None = None
+            ) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    sent = {"Content-Type": "application/json"} if data is not None else {}
+    connection.request(method, path, body=data, headers={**sent, **(headers or {})})
+    response = connection.getresponse()
+    answer = response.status, dict(response.getheaders()), response.read()
+    connection.close()
+    return answer
+
+
+def post(server: UiServer, path: str, body: Any) -> dict[str, Any]:
+    status, _headers, data = request(server, "POST", path, body)
+    assert status == 200, data
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def test_the_page_and_its_files_are_served(server):
+    status, headers, page = request(server, "GET", "/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert b'src="app.js"' in page and b'href="style.css"' in page
+    for path, kind in (("/app.js", "text/javascript"), ("/style.css", "text/css")):
+        status, headers, _ = request(server, "GET", path)
+        assert status == 200 and headers["Content-Type"].startswith(kind)
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        assert "default-src 'self'" in headers["Content-Security-Policy"]
+
+
+@pytest.mark.parametrize("path", ["/../pyproject.toml", "/static/../api.py", "/api.py",
+                                  "/%2e%2e/%2e%2e/pyproject.toml", "/specs/examples/x.toml"])
+def test_nothing_else_on_disk_is_served(server, path):
+    status, _headers, _ = request(server, "GET", path)
+    assert status == 404
+
+
+def test_presets_list_every_kind_and_the_starting_spec(server, session):
+    status, _headers, data = request(server, "GET", "/api/presets")
+    listing = json.loads(data)
+    assert status == 200
+    assert listing["presets"]["models"] == session.presets.names("models")
+    assert "llama-3-70b-tp8-pp4-cp2" in listing["presets"]["examples"]
+    assert listing["initial"]["toml"] == TRAINING.read_text()
+    fields = {f["key"]: f for f in listing["fields"]}
+    assert set(fields) >= {"model", "parallel.tensor.degree"}
+    # Each field's help is its spec field's docstring, as in the spec reference.
+    from llmpar.plan_explain import field_docs
+    from llmpar.spec import Training
+
+    tensor = session.strategies["tensor"].config_type
+    assert fields["parallel.tensor.degree"]["help"] == field_docs(tensor)["degree"] != ""
+    assert fields["training.micro_batch_size"]["help"] == (
+        field_docs(Training)["micro_batch_size"])
+
+
+def test_a_training_plan_is_llmpar_evaluate(server):
+    answer = post(server, "/api/evaluate", {"toml": TRAINING.read_text()})
+    plan = llmpar.evaluate(TRAINING)
+    assert answer["ok"] and answer["plan"] == json.loads(json.dumps(plan.to_dict()))
+    view = answer["view"]
+    memory = view["memory"]
+    assert memory["total"]["value"] == plan.total_bytes
+    assert memory["capacity"]["value"] == plan.capacity_bytes
+    # The stacked components are the plan's own and add up to its total.
+    assert sum(c["value"] for c in memory["components"]) == plan.total_bytes
+    assert [s["total"]["value"] for s in memory["stages"]] == [s.total_bytes
+                                                                for s in plan.stages]
+    assert view["peak"]["allocated"]["value"] == plan.training.memory_peak.allocated_bytes
+    assert max(m["value"] for m in view["peak"]["timeline"]) == (
+        plan.training.memory_peak.allocated_bytes)
+    assert view["step"]["step"]["value"] == pytest.approx(plan.step_seconds)
+    # compute + exposed communication + bubble + optimizer (+ host) = the step.
+    assert sum(p["value"] for p in view["step"]["parts"]) == pytest.approx(plan.step_seconds)
+    assert len(view["collectives"]) == len(plan.collectives)
+    run = {row["key"]: row["value"] for row in view["run"]}
+    assert run["train_seconds"] == pytest.approx(plan.train_seconds)
+    assert run["gpu_hours"] == pytest.approx(plan.gpu_hours)
+    assert view["trust"] == plan.training.step_time_trust != ""
+    assert view["tables"][0]["title"]
+
+
+def test_a_run_cost_is_its_gpu_hours_at_the_stated_price(server):
+    text = TRAINING.read_text().replace("num_gpus = 256", "num_gpus = 256\ngpu_hour_cost = 2.5")
+    answer = post(server, "/api/evaluate", {"toml": text})
+    run = {row["key"]: row["value"] for row in answer["view"]["run"]}
+    assert run["run_cost"] == pytest.approx(run["gpu_hours"] * 2.5)
+
+
+def test_a_serving_plan_shows_kv_cache_and_times(server):
+    answer = post(server, "/api/evaluate", {"toml": SERVING.read_text()})
+    plan = llmpar.evaluate(SERVING)
+    rows = {row["key"]: row["value"] for row in answer["view"]["serving"]["rows"]}
+    assert answer["workload"] == "inference" and answer["view"]["step"] is None
+    assert rows["kv_cache_bytes"] == plan.kv_cache_bytes
+    assert rows["ttft_seconds"] == pytest.approx(plan.prefill_seconds)
+    assert rows["tpot_seconds"] == pytest.approx(plan.tpot_seconds)
+    assert rows["tokens_per_second_per_gpu"] == pytest.approx(plan.tokens_per_second_per_gpu)
+
+
+def test_form_changes_rewrite_the_spec_and_its_plan(server):
+    answer = post(server, "/api/evaluate", {"toml": TRAINING.read_text(),
+                                            "changes": {"parallel.pipeline.degree": 8,
+                                                        "parallel.context.degree": None}})
+    plan = llmpar.evaluate(TRAINING, {"parallel.pipeline.degree": 8,
+                                      "parallel.context.degree": 1})
+    assert answer["ok"], answer.get("problems")
+    assert answer["fields"]["parallel.pipeline.degree"] == 8
+    assert answer["fields"]["parallel.context.degree"] is None
+    assert "degree = 8" in answer["toml"] and answer["plan"]["layout"] == plan.layout
+    assert answer["plan"]["total_bytes"] == plan.total_bytes
+
+
+def test_text_without_changes_is_kept_as_typed(server):
+    text = TRAINING.read_text()
+    assert post(server, "/api/evaluate", {"toml": text})["toml"] == text
+
+
+def test_spec_errors_answer_with_their_key_paths(server):
+    answer = post(server, "/api/evaluate", {"toml": TRAINING.read_text(),
+                                            "changes": {"parallel.tensor.degree": 3}})
+    assert not answer["ok"] and "plan" not in answer
+    paths = {p["path"] for p in answer["problems"]}
+    assert "$.parallel.tensor.degree" in paths
+    # The text and the fields come back, so the page keeps what was typed.
+    assert answer["fields"]["parallel.tensor.degree"] == 3
+    bad_toml = post(server, "/api/evaluate", {"toml": "model = ["})
+    assert not bad_toml["ok"] and bad_toml["problems"][0]["path"] == "$"
+    unknown = post(server, "/api/evaluate", {"toml": "model = '7b'\n",
+                                             "changes": {"hardware.gpu.memory_bytes": 1}})
+    assert unknown["problems"] == [{"path": "$.hardware.gpu.memory_bytes",
+                                    "message": "not a field of the form"}]
+
+
+@pytest.mark.parametrize("text, path", [
+    ('model = { file = "/etc/hosts.toml" }\n', "$.model.file"),
+    ('[model]\nhf_config = "config.json"\n', "$.model.hf_config"),
+    ('[hardware.gpu]\nfile = "../gpu.toml"\n', "$.hardware.gpu.file"),
+    ('[[x.y]]\na = 1\n[[x.y]]\nfile = "b.toml"\n', "$.x.y[1].file"),
+])
+def test_the_page_reads_no_files(server, text, path):
+    answer = post(server, "/api/evaluate", {"toml": text})
+    assert not answer["ok"]
+    assert [p["path"] for p in answer["problems"]] == [path]
+    assert "reads no files" in answer["problems"][0]["message"]
+
+
+def test_examples_by_name_only(server):
+    answer = post(server, "/api/example", {"name": "llama-3-70b-tp8-pp4-cp2"})
+    assert answer == {"ok": True, "toml": TRAINING.read_text()}
+    for name in ("../../pyproject", "/etc/passwd", 3):
+        assert not post(server, "/api/example", {"name": name})["ok"]
+
+
+def _search(server: UiServer, body: dict[str, Any]) -> dict[str, Any]:
+    job = post(server, "/api/search", body)
+    for _ in range(600):
+        _status, _headers, data = request(server, "GET", f"/api/search/{job['id']}")
+        state = json.loads(data)
+        if state["done"]:
+            result: dict[str, Any] = state["result"]
+            return result
+        time.sleep(0.05)
+    raise AssertionError("the search did not finish")
+
+
+def test_a_search_ranks_as_llmpar_search(server):
+    text = TRAINING.read_text()
+    result = _search(server, {"toml": text, "top": 3})
+    expected = llmpar.search(api.edited(text, None)[0], top=3)
+    assert result["ok"] and result["considered"] == expected.considered
+    assert [r["objective"] for r in result["results"]] == pytest.approx(
+        [r.objective for r in expected.results])
+    assert [r["total_bytes"] for r in result["pareto"]] == [p.total_bytes
+                                                            for p in expected.pareto]
+    # Each row carries the spec that runs it: evaluated, it gives the row's numbers.
+    best = llmpar.evaluate(text=result["results"][0]["toml"])
+    assert best.step_seconds == pytest.approx(result["results"][0]["step_seconds"])
+
+
+def test_a_serving_search(server):
+    result = _search(server, {"toml": SERVING.read_text(), "top": 2})
+    assert result["ok"] and result["workload"] == "inference"
+    assert len(result["results"]) == 2
+    assert result["results"][0]["layout"]
+
+
+@pytest.mark.parametrize("body, path", [({"objective": "speed"}, "$.search.objective"),
+                                        ({"top": 0}, "$.search.top"),
+                                        ({"top": 10_000}, "$.search.top")])
+def test_search_arguments_are_checked(server, body, path):
+    result = _search(server, {"toml": TRAINING.read_text(), **body})
+    assert not result["ok"] and result["problems"][0]["path"] == path
+
+
+def test_unknown_search_is_404(server):
+    assert request(server, "GET", "/api/search/nope")[0] == 404
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
+    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    connection.putrequest("POST", "/api/evaluate")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+    connection.endheaders()  # the body is never sent: the answer comes first
+    response = connection.getresponse()
+    assert response.status == 413 and b"at most" in response.read()
+    connection.close()
+
+
+def test_bodies_are_json_objects(server):
+    assert request(server, "POST", "/api/evaluate", raw=b"[1, 2]")[0] == 400
+    assert request(server, "POST", "/api/evaluate", raw=b"not json")[0] == 400
+    status, _h, _ = request(server, "POST", "/api/evaluate", raw=b"{}",
+                            headers={"Content-Type": "text/plain"})
+    assert status == 415  # a plain form post from another site cannot reach the API
+    assert request(server, "POST", "/api/nothing", body={})[0] == 404
+
+
+def test_only_local_names_in_the_host_header(server):
+    status, _h, _ = request(server, "GET", "/", headers={"Host": "attacker.example:80"})
+    assert status == 403
+    port = server.server_address[1]
+    assert request(server, "GET", "/", headers={"Host": f"localhost:{port}"})[0] == 200
+
+
+def test_remote_clients_are_refused_unless_allowed(session):
+    local = make_server(session)
+    remote = make_server(session, allow_remote=True)
+    try:
+        for srv, expected in ((local, True), (remote, False)):
+            handler = object.__new__(srv.RequestHandlerClass)
+            sent: list[int] = []
+            handler.server = srv
+            handler.client_address = ("192.0.2.7", 5000)
+            handler.headers = {"Host": "192.0.2.1:8000"}  # type: ignore[assignment]
+            handler._send_json = lambda data, status=200, sent=sent: sent.append(status)
+            assert handler._refuse_client() is expected
+            assert sent == ([403] if expected else [])
+    finally:
+        local.server_close()
+        remote.server_close()
+
+
+def test_the_server_listens_on_loopback_on_a_free_port(session):
+    one, two = make_server(session), make_server(session)
+    try:
+        assert one.server_address[0] == "127.0.0.1" and one.server_address[1] > 0
+        assert one.server_address[1] != two.server_address[1]
+        assert one.url == f"http://127.0.0.1:{one.server_address[1]}/"
+    finally:
+        one.server_close()
+        two.server_close()
+
+
+def test_the_command_takes_a_spec_a_port_and_no_browser():
+    args = build_parser().parse_args(["ui", str(TRAINING), "--port", "0", "--no-browser"])
+    assert args.command == "ui" and args.no_browser and args.port == 0 and args.host is None
+
+
+def test_the_command_starts_from_a_shipped_example(session):
+    from llmpar.cli.ui import initial_spec
+
+    assert initial_spec(session, "llama-3-70b-tp8-pp4-cp2")["toml"] == TRAINING.read_text()
+    assert initial_spec(session, None) == {}
+    with pytest.raises(llmpar.SpecError):
+        initial_spec(session, "no-such-spec")
+
+
+def test_llmpar_ui_serves_until_stopped():
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "llmpar", "ui", str(TRAINING),
+                                "--no-browser"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("llmpar ui: http://127.0.0.1:"), line
+        host_port = line.split("http://", 1)[1].split("/", 1)[0]
+        connection = http.client.HTTPConnection(host_port, timeout=30)
+        connection.request("GET", "/api/presets")
+        listing = json.loads(connection.getresponse().read())
+        assert listing["initial"] == {"toml": TRAINING.read_text(), "label": TRAINING.name}
+        connection.close()
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+
+
+def test_an_address_in_use_is_an_error_not_a_traceback(session, capsys):
+    from llmpar.cli.main import main
+
+    taken = make_server(session)
+    try:
+        status = main(["ui", "--no-browser", "--port", str(taken.server_address[1])])
+    finally:
+        taken.server_close()
+    assert status == 1
+    assert "cannot listen on 127.0.0.1 port" in capsys.readouterr().err
+
+
+def test_a_failure_inside_llmpar_is_answered_not_dropped(session, monkeypatch):
+    running = make_server(session)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+
+    def broken(*_args: object) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(api, "evaluate", broken)
+    try:
+        status, _headers, data = request(running, "POST", "/api/evaluate", {"toml": ""})
+        assert status == 500
+        assert json.loads(data)["problems"][0]["message"] == "llmpar failed: RuntimeError('boom')"
+        assert request(running, "GET", "/api/presets")[0] == 200  # still serving
+    finally:
+        running.shutdown()
+        running.server_close()
