@@ -1,4 +1,4 @@
-"""`llmpar plugins`: loaded plugins, their distributions, versions and strategies."""
+"""`llmpar plugins`: loaded plugins, their distributions, versions, strategies and workloads."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from llmpar.session import Session
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "plugins", help="list plugins: versions, strategies, loaded, broken or blocked",
-        description="List plugins, their distributions, strategies and status; a broken one "
-                    "is shown with its error.")
+        description="List plugins, their distributions, strategies (and workloads, as "
+                    "workload.<name>) and status; a broken one is shown with its error.")
     add_format_argument(parser, "; plugins: name, distribution, version, status, "
-                                "strategies, error")
+                                "strategies, error, workloads")
     parser.set_defaults(run=run)
 
 

@@ -153,3 +153,15 @@ def test_search_ranks_dpo_layouts_and_the_spec_round_trips(session):
     assert "[workload.dpo]" in text
     again = session.load_spec(text=text)
     assert attrs.evolve(again, source=None) == attrs.evolve(best.spec, source=None)
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b-dpo-lora-h100", "llama-3-8b-dpo-fsdp-8-h100"])
+def test_the_shipped_examples_evaluate_and_fit(session, name):
+    path = session.presets.path("examples", name)
+    plan = session.evaluate(path)
+    assert plan.fits and plan.training.step_seconds > 0
+    without = session.load_spec(path)
+    alone = session.evaluate(attrs.evolve(without, workload={}))
+    assert plan.total_bytes > alone.total_bytes
+    assert plan.training.flops_per_step == pytest.approx(alone.training.flops_per_step * 4 / 3,
+                                                         rel=0.01)
