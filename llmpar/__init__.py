@@ -28,6 +28,7 @@ from llmpar.strategy import (
     ActivationSplit,
     Collective,
     Copy,
+    FrozenWeights,
     GroupSelection,
     HostWork,
     Layout,
@@ -40,6 +41,7 @@ from llmpar.strategy import (
     StrategyContext,
     Transform,
 )
+from llmpar.workload import Workload
 
 __all__ = [
     "ActivationSplit",
@@ -49,6 +51,7 @@ __all__ = [
     "Copy",
     "Derivation",
     "FieldError",
+    "FrozenWeights",
     "GroupSelection",
     "HostWork",
     "Layout",
@@ -70,6 +73,7 @@ __all__ = [
     "Strategy",
     "StrategyContext",
     "Transform",
+    "Workload",
     "calibrate",
     "default_session",
     "dump_spec",

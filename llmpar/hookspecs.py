@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from llmpar.search.dimension import SearchDimension
     from llmpar.spec import Hardware, Spec
     from llmpar.strategy import Collective, Layout, Strategy
+    from llmpar.workload import Workload
 
 PROJECT_NAME = "llmpar"
 
@@ -38,6 +39,18 @@ def llmpar_register_strategies(register: Callable[[Strategy[Any]], None]) -> Non
     A strategy owns the spec table `[parallel.<strategy.name>]`, declares that
     table's schema as an attrs class, and turns its settings into a `Transform`
     of memory, compute and communication. See `llmpar.strategy.Strategy`.
+    """
+
+
+@hookspec
+def llmpar_register_workloads(register: Callable[[Workload[Any]], None]) -> None:
+    """Hand over workloads: call `register(workload)` once for each.
+
+    A workload owns the spec table `[workload.<workload.name>]`, declares its schema as
+    an attrs class, checks it with `rules`, and turns it into a `Transform` of what it
+    runs beside the trained model: other models' weights (`FrozenWeights`), their
+    forward FLOPs, working memory and collectives. See `llmpar.workload.Workload`. A
+    name another workload or a strategy already has is refused.
     """
 
 

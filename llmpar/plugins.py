@@ -45,6 +45,8 @@ class PluginInfo:
     """"loaded", "broken" (set aside: see `error`) or "blocked" (by name)."""
     error: str | None = None
     """Why a broken plugin was set aside."""
+    workloads: tuple[str, ...] = ()
+    """The workloads it registered (`[workload.<name>]`)."""
 
 
 def autoload_disabled(environ: Mapping[str, str]) -> bool:
@@ -171,17 +173,19 @@ class PluginSet:
             except Exception as exc:
                 self.set_aside(name, f"failed {doing}: {describe(exc)}")
 
-    def info(self, strategies: Mapping[str, str]) -> list[PluginInfo]:
-        """Every plugin offered: loaded, broken or blocked; `strategies` maps each
-        strategy to the plugin that owns it."""
+    def info(self, strategies: Mapping[str, str],
+             workloads: Mapping[str, str] | None = None) -> list[PluginInfo]:
+        """Every plugin offered: loaded, broken or blocked; `strategies` (and
+        `workloads`) map each to the plugin that owns it."""
         found = []
         for name, (dist, version) in {**self.origins, **self.blocked}.items():
             owned = tuple(s for s, owner in strategies.items() if owner == name)
+            run = tuple(w for w, owner in (workloads or {}).items() if owner == name)
             status = BLOCKED if name in self.blocked else BROKEN if name in self.broken \
                 else LOADED
             found.append(PluginInfo(name=name, distribution=dist, version=version,
                                     strategies=owned, status=status,
-                                    error=self.broken.get(name)))
+                                    error=self.broken.get(name), workloads=run))
         return sorted(found, key=lambda info: info.name)
 
     def unavailable(self, name: str) -> str | None:

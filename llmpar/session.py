@@ -46,6 +46,7 @@ from llmpar.search.dimensions import gather_dimensions
 from llmpar.spec import Spec
 from llmpar.strategies import BUILTIN_PLUGINS
 from llmpar.strategy import Layout, Strategy
+from llmpar.workload import Workload
 
 ENTRY_POINT_GROUP = plugin_loading.ENTRY_POINT_GROUP
 __all__ = ["ENTRY_POINT_GROUP", "PluginInfo", "Session"]
@@ -79,6 +80,10 @@ class Session:
         self.activation_models: Mapping[str, ActivationModel] = MappingProxyType(
             gather_activation_models(self._plugins))
         """llmpar's activation models and those plugins registered, by name."""
+        self._workload_owners: dict[str, str] = {}
+        self.workloads: Mapping[str, Workload[Any]] = MappingProxyType(
+            self._collect_workloads())
+        """The workloads plugins registered (`[workload.<name>]`), by name."""
         self._drop_strategies_of_broken_plugins()
         self.axes: Mapping[str, Axis] = MappingProxyType(
             {name: s.axis for name, s in self.strategies.items() if s.axis is not None})
@@ -112,6 +117,29 @@ class Session:
                                        "to register strategies")
         self._forget_broken(found)
         return dict(sorted(found.items(), key=lambda item: (item[1].phase, item[0])))
+
+    def _collect_workloads(self) -> dict[str, Workload[Any]]:
+        found: dict[str, Workload[Any]] = {}
+        owners = self._workload_owners
+
+        def registrar(plugin: str) -> Callable[[Workload[Any]], None]:
+            def register(workload: Workload[Any]) -> None:
+                _check_workload(workload, plugin)
+                taken = owners.get(workload.name) or self._strategy_owners.get(workload.name)
+                if taken is not None:
+                    raise PluginError(f"workload {workload.name!r} of {plugin!r}: the name is "
+                                      f"taken by {taken!r}")
+                found[workload.name] = workload
+                owners[workload.name] = plugin
+
+            return register
+
+        self._plugins.call_registering("llmpar_register_workloads", registrar,
+                                       "to register workloads")
+        for name in [w for w, owner in owners.items() if owner in self._plugins.broken]:
+            found.pop(name, None)
+            del owners[name]
+        return dict(sorted(found.items()))
 
     def _forget_broken(self, found: dict[str, Strategy[Any]]) -> None:
         """A plugin set aside keeps none of the strategies it registered."""
@@ -152,7 +180,7 @@ class Session:
     def plugins(self) -> list[PluginInfo]:
         """Every plugin offered to the session, with its distribution, version and
         strategies, and whether it is loaded, broken (with the error) or blocked."""
-        return self._plugins.info(self._strategy_owners)
+        return self._plugins.info(self._strategy_owners, self._workload_owners)
 
     def unavailable(self, name: str) -> str | None:
         """Why the plugin `name` offers nothing here (broken, blocked), or None."""
@@ -178,7 +206,7 @@ class Session:
                 return source, self.cache.checked(source, lambda: self._layout_of(source))
             table = spec_to_dict(source) if isinstance(source, Spec) else source
             spec = load(table, self.presets, self.strategies, self.converter, overrides,
-                        self.activation_models)
+                        self.activation_models, self.workloads)
             layout = self.cache.checked(spec, lambda: self._layout_of(spec))
         except SpecError as error:
             raise self._name_missing_plugins(error) from None
@@ -201,13 +229,15 @@ class Session:
                         f"{name!r}{did_you_mean(name, self.activation_models)}")]
 
     def _name_missing_plugins(self, error: SpecError) -> SpecError:
-        """Say which broken or blocked plugin an unknown `[parallel.<name>]` needs."""
+        """Say which broken or blocked plugin an unknown `[parallel.<name>]` or
+        `[workload.<name>]` needs."""
         problems = []
         for problem in error.problems:
-            name = problem.path.removeprefix("$.parallel.")
+            name = problem.path.removeprefix("$.parallel.").removeprefix("$.workload.")
             why = self.unavailable(name) if problem.path.count(".") == 2 else None
             problems.append(Problem(problem.path, f"{problem.message}; {why}") if why and
-                            problem.path.startswith("$.parallel.") else problem)
+                            problem.path.startswith(("$.parallel.", "$.workload."))
+                            else problem)
         return SpecError(problems, error.source)
 
     def evaluate(self, source: SpecSource | Spec | None = None,
@@ -262,6 +292,15 @@ class Session:
     def report_sections(self, plan: Plan) -> tuple[Table, ...]:
         """The sections plugins add to the report of `plan` (`llmpar_report_sections`)."""
         return report_sections(self._plugins, plan)
+
+
+def _check_workload(workload: Workload[Any], plugin: str) -> None:
+    for attribute in ("name", "config_type", "transform", "check"):
+        if not hasattr(workload, attribute):
+            raise PluginError(f"plugin {plugin!r} registered a workload without {attribute!r}")
+    if not attrs.has(workload.config_type):
+        raise PluginError(f"plugin {plugin!r}: workload {workload.name!r} config_type must be "
+                          "an attrs class")
 
 
 def _check_strategy(strategy: Strategy[Any], plugin: str) -> None:

@@ -113,6 +113,22 @@ class Copy(GroupSelection):
 
 
 @attrs.frozen(kw_only=True)
+class FrozenWeights(GroupSelection):
+    """The weights of another model of the trained model's architecture, held on every
+    GPU beside it and never trained (a workload's frozen reference or teacher):
+    `bytes_per_parameter` for each parameter of the base groups selected (adapters and
+    trained copies are not part of it), divided by every shard of the trained model's
+    weights, as DeepSpeed shards a second model under the same ZeRO stage-3 config and
+    Megatron-Core under the same tensor and pipeline split. No gradient, no optimizer
+    state, no optimizer-step traffic."""
+
+    name: str
+    """The model held ("reference"), for reports."""
+    bytes_per_parameter: float = attrs.field(validator=_at_least(0))
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
 class ActivationSplit:
     """Divide the saved activations tagged `tag` by `divisor` (see the inventory)."""
 
@@ -279,6 +295,12 @@ class Transform:
     """Where the replacement holds: True, or a boolean array (the vectorised form)."""
     extra_flops_per_step: Any = 0.0
     """Hardware FLOPs beyond the model's (recomputation), all GPUs together."""
+    frozen_weights: tuple[FrozenWeights, ...] = ()
+    """Other models' weights held beside the trained one (a workload's, `llmpar.workload`):
+    counted in `weights_bytes`, outside gradients, optimizer states and their traffic."""
+    model_flops_per_step: Any = 0.0
+    """FLOPs of the step's other models (a workload's frozen reference forward), all GPUs
+    together: counted in the model FLOPs (`flops_per_step`, MFU) and executed."""
     skipped_flops_per_step: Any = 0.0
     """Hardware FLOPs of the model's that are not run (frozen weights' gradient
     products), all GPUs together; at most the model's."""

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from llmpar.arrays import Value, logical_or, where
+from llmpar.finetune.footprint import beside
 from llmpar.strategy import Collective, ProductSplit, Transform
 
 
@@ -25,6 +26,7 @@ class Composition:
         self.copies = [c for t in self.transforms for c in t.copies]
         self.offloads = [o for t in self.transforms for o in t.offloads]
         self.host_work = [w for t in self.transforms for w in t.host_work]
+        self.frozen_weights = [w for t in self.transforms for w in t.frozen_weights]
         self._divisors: dict[tuple[str, str, str | None], Value] = {}
         self._tags: dict[str, Value] = {}
         for transform in self.transforms:
@@ -60,6 +62,18 @@ class Composition:
                 if copy.applies_to(group):
                     size = size * copy.copies
             total = total + size / self.divisor(component, group, without)
+        return total
+
+    def frozen_held(self, parameters: Mapping[str, float]) -> Value:
+        """Bytes one GPU holds of other models' weights (`Transform.frozen_weights`): each
+        base group of `parameters` (not an adapter or a trained copy) at the model's
+        bytes per parameter, under every shard of the trained model's weights."""
+        total: Value = 0.0
+        for weights in self.frozen_weights:
+            for group, count in parameters.items():
+                if beside(group) == group and weights.applies_to(group):
+                    total = total + (count * weights.bytes_per_parameter
+                                     / self.divisor("weights", group))
         return total
 
     def offloaded(self, parameters: Mapping[str, float], bytes_per_parameter: float,

@@ -66,6 +66,7 @@ from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 from llmpar.trust import load_families, step_time_trust
+from llmpar.workload import dividing_fields
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
@@ -89,7 +90,31 @@ def transforms_of(spec: Spec, footprint: Footprint, layout: Layout,
             raise PluginError(f"strategy {name!r} returned a transform the contract does not "
                               f"allow: {'; '.join(problems)}")
         transforms.append(transform)
+    if spec.workload:
+        transforms += workload_transforms_of(spec, ctx)
     return transforms
+
+
+def workload_transforms_of(spec: Spec, ctx: StrategyContext) -> list[Transform]:
+    """The workloads' transforms (`llmpar.workload`), after the strategies', each
+    checked: well formed, and stating none of the strategies' divisions."""
+    found = []
+    for name in sorted(spec.workload):
+        table = spec.workload[name]
+        try:
+            transform = table.workload.transform(table.config, ctx)
+        except Exception as exc:
+            raise PluginError(f"workload {name!r} failed to transform the spec: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        problems = transform_problems(transform, name, spec)
+        if not problems:
+            problems = [f"{field} is the strategies' to state, not a workload's"
+                        for field in dividing_fields(transform)]
+        if problems:
+            raise PluginError(f"workload {name!r} returned a transform the contract does not "
+                              f"allow: {'; '.join(problems)}")
+        found.append(transform)
+    return found
 
 
 @attrs.frozen(kw_only=True)
@@ -223,7 +248,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
              - core.composition.sum_of("skipped_flops_per_step")
              + finetune_flops_per_sequence(footprint) * global_batch_of(spec, layout))
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
-                       core.facts.recomputed_fraction)
+                       core.facts.recomputed_fraction,
+                       core.composition.sum_of("model_flops_per_step"))
     collectives, link_warnings = cost_records(core.time.costs, spec.hardware)
     time = step_time_record(spec, core, collectives, link_warnings, flops)
     source = time.derivations[0].source if time.derivations else ""

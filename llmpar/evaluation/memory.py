@@ -58,10 +58,14 @@ class KindMemory:
     activations: Value | None
     in_flight: Value
     """The most micro-batches in flight on a stage of this kind."""
+    frozen: Value = 0.0
+    """Rounded bytes of other models' weights (a workload's frozen reference), counted
+    with the weights but outside the optimizer's states and traffic."""
 
     @property
     def states_bytes(self) -> Value:
-        return self.states["weights"] + self.states["gradients"] + self.states["optimizer"]
+        return (self.states["weights"] + self.states["gradients"] + self.states["optimizer"]
+                + self.frozen)
 
 
 @attrs.frozen(kw_only=True)
@@ -101,8 +105,9 @@ def kind_memory(composition: Composition, parameters: Mapping[str, float],
     if tags is not None:
         activations = composition.split_bytes(tags) + composition.sum_of(
             "added_activation_bytes")
+    frozen = rounded(composition.frozen_held(parameters)) if composition.frozen_weights else 0.0
     return KindMemory(states=states, held=held, offloaded=offloaded, host=host,
-                      activations=activations, in_flight=in_flight)
+                      activations=activations, in_flight=in_flight, frozen=frozen)
 
 
 def activation_bytes(kind: KindMemory, in_flight: Value) -> Value:
@@ -149,7 +154,8 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
     with the most micro-batches in flight."""
     buffers = int(core.buffers)
     # What a kind's stages share, once per kind: a plan lists every stage.
-    shared = [(int(k.states["weights"]), int(k.states["gradients"]), int(k.states["optimizer"]),
+    shared = [(int(k.states["weights"] + k.frozen), int(k.states["gradients"]),
+               int(k.states["optimizer"]),
                int(k.states_bytes) + buffers, int(k.host), k.activations) for k in core.kinds]
     records = []
     for stage, kind_index in zip(stages, kinds.kind_of):

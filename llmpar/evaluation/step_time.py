@@ -388,7 +388,7 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
         if mfu is None:
             return TimeCore(time_model="none", step=None, costs=costs, host=host,
                             bubble_fraction=bubble)
-        assumed = facts.flops_per_step / (n * peak * mfu)
+        assumed = model_flops(facts, composition) / (n * peak * mfu)
         exposed_host = host.exposed(assumed)
         return TimeCore(time_model="assumed-mfu", step=assumed + exposed_host, costs=costs,
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
@@ -500,9 +500,17 @@ def product_rates(spec: Spec, rates: Rates) -> tuple[float, float]:
 
 def executed_flops(facts: TrainingFacts, composition: Composition) -> Value:
     """The FLOPs the GPUs execute in one step, all GPUs (what HFU counts): the model
-    FLOPs, the reruns of recomputation, and what the strategies add or skip."""
+    FLOPs, the reruns of recomputation, what the strategies add or skip, and a
+    workload's other models' FLOPs."""
     return (facts.hardware_flops_per_step + composition.sum_of("extra_flops_per_step")
-            - composition.sum_of("skipped_flops_per_step"))
+            - composition.sum_of("skipped_flops_per_step")
+            + composition.sum_of("model_flops_per_step"))
+
+
+def model_flops(facts: TrainingFacts, composition: Composition) -> Value:
+    """The step's model FLOPs (what MFU counts): the trained model's and a workload's
+    other models' (`Transform.model_flops_per_step`)."""
+    return facts.flops_per_step + composition.sum_of("model_flops_per_step")
 
 
 def _share(part: Value, whole: Value) -> Value:

@@ -64,8 +64,11 @@ def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
 
 
 def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
-               extra_flops: float = 0.0, full_fraction: float = 1.0) -> StepFlops:
-    """FLOPs of one optimizer step: exact from the architecture, or 6ND from a size."""
+               extra_flops: float = 0.0, full_fraction: float = 1.0,
+               workload_flops: float = 0.0) -> StepFlops:
+    """FLOPs of one optimizer step: exact from the architecture, or 6ND from a size;
+    `workload_flops` are a workload's other models' (a frozen reference's forward),
+    counted in both the model and the hardware FLOPs."""
     training = spec.training
     global_batch = training.global_batch_size or training.micro_batch_size * data_degree
     tokens = global_batch * training.sequence_length
@@ -92,7 +95,13 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
     rerun = recompute_flops_per_sequence(spec, footprint, full_fraction)
     executed = footprint.executed_train_flops_per_sequence()
     hardware = ((flops if executed is None else executed * global_batch)
-                + rerun * global_batch + extra_flops)
+                + rerun * global_batch + extra_flops + workload_flops)
+    if workload_flops:
+        derivation = attrs.evolve(
+            derivation, value=flops + workload_flops,
+            rule=derivation.rule + " + the workload's other models' FLOPs",
+            inputs={**derivation.inputs, "workload_flops_per_step": workload_flops})
+        flops += workload_flops
     six_nd = Derivation(quantity="flops_per_step_6nd", value=flops_6nd, unit="FLOP",
                         rule="6 * N_active * tokens_per_step", source=SIX_ND_SOURCE,
                         inputs={"N_active": active, "tokens_per_step": tokens})
@@ -104,7 +113,8 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
              " + the strategies' extra FLOPs - skipped FLOPs",
         source=EXACT_SOURCE + f"; recompute = {training.recompute!r}",
         inputs={"global_batch": global_batch, "recomputed_flops_per_sequence": rerun,
-                "strategy_flops_per_step": extra_flops})
+                "strategy_flops_per_step": extra_flops,
+                **({"workload_flops_per_step": workload_flops} if workload_flops else {})})
     if training.recompute_modules is not None and training.recompute == "selective":
         # The modules' reruns, module by module, in place of the generic rule.
         executing = module_rerun_derivation(spec, footprint, hardware, rerun, global_batch)

@@ -18,7 +18,7 @@ from llmpar.arrays import Value, where
 from llmpar.errors import Problem, SpecError
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import TrainingFacts
-from llmpar.evaluation.step_time import TimeCore, executed_flops
+from llmpar.evaluation.step_time import TimeCore, executed_flops, model_flops
 from llmpar.spec import Spec
 
 MFU_PATH = "$.training.mfu"
@@ -31,7 +31,7 @@ def assumed_hfu(time: TimeCore, facts: TrainingFacts, composition: Composition
     None for a modelled (or no) step time."""
     if time.mfu is None:
         return None
-    model = facts.flops_per_step
+    model = model_flops(facts, composition)
     return where(model > 0, time.mfu * executed_flops(facts, composition)
                  / where(model > 0, model, 1.0), 0.0)
 

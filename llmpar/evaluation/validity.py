@@ -33,7 +33,8 @@ def _plainly_fine(transform: Transform, name: str) -> bool:
     and finite (a sum of non-negative numbers is finite only when each is)."""
     sizes = [transform.extra_flops_per_step, transform.skipped_flops_per_step,
              transform.bubble_fraction, transform.buffer_bytes, transform.added_activation_bytes,
-             transform.busiest_rank_extra_work]
+             transform.busiest_rank_extra_work, transform.model_flops_per_step]
+    sizes += [w.bytes_per_parameter for w in transform.frozen_weights]
     ones = [s.divisor for s in transform.shards] + [c.copies for c in transform.copies]
     ones += [s.divisor for s in transform.activation_splits]
     shares: list[Any] = []
@@ -78,9 +79,13 @@ def transform_problems(transform: Any, name: str, spec: Spec) -> list[str]:
                  for s in transform.activation_splits if bad_number(s.divisor, at_least=1)]
     problems += _collective_problems(transform, name, spec.hardware.num_gpus)
     for label in ("extra_flops_per_step", "skipped_flops_per_step", "bubble_fraction",
-                  "buffer_bytes", "added_activation_bytes", "busiest_rank_extra_work"):
+                  "buffer_bytes", "added_activation_bytes", "busiest_rank_extra_work",
+                  "model_flops_per_step"):
         if bad_number(getattr(transform, label)):
             problems.append(f"{label} {getattr(transform, label)!r} is not a finite number >= 0")
+    problems += [f"frozen weights {w.name!r}: bytes_per_parameter {w.bytes_per_parameter!r} "
+                 "is not a finite number >= 0" for w in transform.frozen_weights
+                 if bad_number(w.bytes_per_parameter)]
     problems += _micro_batch_problems(transform)
     problems += _stage_problems(transform, spec)
     problems += _host_problems(transform, name)

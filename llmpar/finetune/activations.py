@@ -9,8 +9,10 @@ keeps its mask (one byte per element, PyTorch's `native_dropout`). The scaling a
 sum keep nothing. The frozen base layers still keep what their input gradients need,
 so the block's own inventory stays as in full training.
 
-Splits: the r-wide intermediate is per token (context parallelism splits it; the
-adapter is not split over tensor ranks); a dropped-out input is split as the layer's
+Splits: the r-wide intermediate is per token (context parallelism splits it) and whole
+on every tensor rank (under a column-parallel layer A is whole; under a row-parallel one
+A's partial products are summed over the tensor ranks: PEFT's LoraParallelLinear,
+`llmpar.finetune.footprint`); a dropped-out input is split as the layer's
 input is: the residual width h of q/k/v/gate/up as the residual stream, the inner width
 of o_proj and down_proj over the tensor ranks (Shoeybi et al. 2019, Sec. 3).
 """

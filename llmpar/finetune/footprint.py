@@ -16,6 +16,14 @@ weight-gradient product, each as large as the forward): a frozen weight needs no
 weight-gradient product, so its forward FLOPs are skipped once per step and 4 of the 6
 units of 6ND remain; each adapter product x A and (x A) B costs 2 x tokens x r x (in + out)
 per pass, 3 passes (forward, input gradient, weight gradient).
+
+Tensor parallelism (Hugging Face PEFT's `LoraParallelLinear`, peft/tuners/lora/tp_layer.py,
+over Megatron-Core's parallel linears): under a column-parallel base layer (its output
+split: q/k/v, gate and up projections) A stays whole on every rank and B is split by its
+output columns, r x out / t; under a row-parallel one (its input split: o_proj,
+down_proj) A is split by its input rows, in / t x r, and B stays whole. The whole factor's
+products run on every tensor rank. MLA's down projections (q_a_proj, kv_a_proj_with_mqa)
+are not split in Megatron-Core (`parallel_mode="duplicated"`): their adapters stay whole.
 """
 
 from __future__ import annotations
@@ -37,6 +45,11 @@ QUANTIZED_GROUPS = frozenset({"attention", "mlp", "experts", "shared_experts"})
 """Groups whose linear layers QLoRA stores quantized: bitsandbytes replaces the blocks'
 `nn.Linear` modules (transformers' `replace_with_bnb_linear` skips the output layer);
 embeddings, norms and biases stay in 16-bit."""
+ROW_PARALLEL = frozenset({"o_proj", "down_proj"})
+"""Linear layers whose input tensor parallelism splits (Megatron's RowParallelLinear:
+linear_proj, linear_fc2); the others it splits by their output (ColumnParallelLinear)."""
+DUPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
+"""Linear layers tensor parallelism keeps whole on every rank (MLA's down projections)."""
 INT8_ROW_SCALE_BYTES = 4.0
 """LLM.int8 (Dettmers et al. 2022, arXiv:2208.07339, Sec. 3.1): one fp32 absmax per
 output row of a weight (bitsandbytes' `SCB`), over `in_features` weights."""
@@ -78,6 +91,13 @@ class FinetuneFootprint:
     """The largest weight a step materializes at once in the compute format: QLoRA's
     dequantized base weight (bitsandbytes' `dequantize_4bit` before each product), DoRA's
     W + BA for its norm."""
+    tensor_split_by_group: dict[str, float] = attrs.field(factory=dict, hash=False)
+    """Adapter parameters a tensor-parallel split divides, by adapter group: B (and DoRA's
+    magnitude) of column-parallel layers, A of row-parallel ones (`tensor_split`)."""
+    tensor_whole_flops_by_group: dict[str, float] = attrs.field(factory=dict, hash=False)
+    """Adapter FLOPs of one sequence that a tensor-parallel split leaves whole, so every
+    tensor rank runs them: A's products under column-parallel layers, B's under
+    row-parallel ones, both under duplicated ones; by adapter group."""
 
     @property
     def trains_base(self) -> bool:
@@ -111,6 +131,20 @@ def adapter_parameters(linear: Linear, finetune: Finetune) -> float:
     if finetune.method == "dora":
         per_copy += linear.out_features
     return float(per_copy * linear.copies * linear.layers)
+
+
+def tensor_split(linear: Linear, finetune: Finetune) -> tuple[float, float]:
+    """(adapter parameters a tensor split divides, r-wide product elements per token
+    it leaves whole) of one linear layer's adapter, all its copies (`LoraParallelLinear`:
+    see the module docstring)."""
+    r, copies = finetune.rank, linear.copies * linear.layers
+    magnitude = linear.out_features if finetune.method == "dora" else 0
+    if linear.name in DUPLICATED:
+        return 0.0, float(r * (linear.in_features + linear.out_features) * copies)
+    if linear.name in ROW_PARALLEL:
+        return float(r * linear.in_features * copies), float(r * linear.out_features * copies)
+    return (float((r * linear.out_features + magnitude) * copies),
+            float(r * linear.in_features * copies))
 
 
 def head_weights(model: Model) -> float:
@@ -261,6 +295,8 @@ def finetune_footprint(spec: Spec, groups: dict[str, int],
     frozen = frozenset() if finetune.adapters else frozen_layers_of(finetune, model.num_layers)
     frozen_groups = frozen_base_groups(finetune, groups)
     adapters: dict[str, float] = {}
+    split: dict[str, float] = {}
+    whole_flops: dict[str, float] = {}
     adapter_flops = 0.0
     linears = targeted(model, finetune.targets, finetune.all_linear) if finetune.adapters else ()
     for linear in linears:
@@ -268,6 +304,11 @@ def finetune_footprint(spec: Spec, groups: dict[str, int],
         adapters[name] = adapters.get(name, 0.0) + adapter_parameters(linear, finetune)
         per_token = finetune.rank * (linear.in_features + linear.out_features)
         adapter_flops += 3 * 2 * s * per_token * linear.active * linear.layers
+        divided, whole = tensor_split(linear, finetune)
+        split[name] = split.get(name, 0.0) + divided
+        # whole counts every copy; a token passes `active` of them
+        whole_flops[name] = (whole_flops.get(name, 0.0)
+                             + 3 * 2 * s * whole / linear.copies * linear.active)
     copies = ({g + COPY_SUFFIX: float(groups[g]) for g in finetune.saved_groups if g in groups}
               if finetune.adapters else {})
     base_frozen = frozen_groups - set(finetune.saved_groups) if finetune.adapters else \
@@ -288,4 +329,5 @@ def finetune_footprint(spec: Spec, groups: dict[str, int],
         dequantized_bytes=dequantization_bytes(spec, finetune, groups),
         backward_free_layers=free,
         skipped_flops_per_sequence=skipped, adapter_flops_per_sequence=adapter_flops,
-        transient_bytes=transient)
+        transient_bytes=transient, tensor_split_by_group=split,
+        tensor_whole_flops_by_group=whole_flops)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llmpar.finetune.footprint import COPY_SUFFIX, FinetuneFootprint, beside
+from llmpar.footprint.parameters import layer_norm_parameters, outer_norm_parameters
 from llmpar.spec import Model
 from llmpar.strategy import Stage
 
@@ -53,6 +54,14 @@ def trainable_held(model: Model, tuned: FinetuneFootprint, stage: Stage,
             found[group] = count
         elif not tuned.trains_base or beside(group) in tuned.frozen_groups:
             found[group] = 0.0
+        elif group == "norms" and tuned.frozen_layers and model.num_layers:
+            # The stage's unfrozen blocks' own norms, and on the stage with the output
+            # layer the norms outside the blocks (final, embedding), which a layer range
+            # does not freeze (llmpar.footprint.parameters counts both in "norms").
+            dense, moe = frozen_layer_counts(model, tuned.frozen_layers, stage)
+            trained = (stage.num_layers - dense - moe) * layer_norm_parameters(model)
+            outer = outer_norm_parameters(model) if stage.has_head else 0
+            found[group] = min(count, float(trained + outer))
         else:
             found[group] = count * trainable_share(group, model, tuned.frozen_layers, stage)
     return found

@@ -18,6 +18,7 @@ from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
 from llmpar.spec.model import ARCHITECTURE_FIELDS, Model
 from llmpar.strategy import Layout
+from llmpar.workload import workload_problems
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
@@ -123,7 +124,7 @@ def training_problems(spec: Spec) -> list[Problem]:
                                        "$.training.sequence_length", TRAINED_POSITIONS)
     if positions is not None:
         problems.append(positions)
-    return problems + finetune_problems(spec)
+    return problems + finetune_problems(spec) + workload_problems(spec)
 
 
 def _product_format_problems(spec: Spec) -> list[Problem]:

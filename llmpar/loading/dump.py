@@ -42,6 +42,11 @@ def spec_to_dict(spec: Spec, axes: Mapping[str, Axis] | None = None) -> dict[str
         name: converter.unstructure(config, unstructure_as=type(config))
         for name, config in spec.parallel.items()
     }
+    table.pop("workload", None)
+    if spec.workload:
+        table["workload"] = {name: converter.unstructure(entry.config,
+                                                         unstructure_as=type(entry.config))
+                             for name, entry in spec.workload.items()}
     table.pop("rank_order", None)
     if spec.rank_order != RANK_ORDER:
         named = axes is not None and all(name in axes for name in spec.rank_order)

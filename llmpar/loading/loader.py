@@ -42,9 +42,10 @@ from llmpar.spec.search import Search
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
+    from llmpar.workload import Workload
 
 SECTIONS = ("version", "model", "hardware", "optimizer", "precision", "training", "inference",
-            "parallel", "search", "finetune")
+            "parallel", "search", "finetune", "workload")
 DEFAULT_OPTIMIZER = "adam"
 """Mixed-precision Adam, the founding document's optimizer, when a spec names none."""
 
@@ -274,6 +275,37 @@ def _structure_finetune(raw: dict[str, Any], converter: cattrs.Converter,
     return structure(converter, _section(raw, "finetune", problems), Finetune, "$.finetune")
 
 
+def _structure_workload(raw: dict[str, Any], workloads: Mapping[str, Workload[Any]],
+                        converter: cattrs.Converter,
+                        problems: list[Problem]) -> dict[str, Any]:
+    """`[workload.<name>]` tables, each in its workload's schema (training specs only)."""
+    from llmpar.workload import WorkloadTable
+
+    if "workload" not in raw:
+        return {}
+    if "inference" in raw:
+        problems.append(Problem("$.workload", "[workload] belongs to a training spec; this "
+                                              "one has [inference]"))
+        return {}
+    tables = raw["workload"]
+    if not isinstance(tables, Mapping):
+        problems.append(Problem("$.workload", f"expected a table of workloads, got {tables!r}"))
+        return {}
+    found: dict[str, Any] = {}
+    for name, table in tables.items():
+        workload = workloads.get(name)
+        if workload is None:
+            known = ", ".join(sorted(workloads)) or "none (no plugin registered one)"
+            problems.append(Problem(f"$.workload.{name}", "unknown workload"
+                                    f"{did_you_mean(name, workloads)}; known: {known}"))
+            continue
+        config, errors = structure(converter, table, workload.config_type, f"$.workload.{name}")
+        problems += errors
+        if config is not None:
+            found[name] = WorkloadTable(name=name, config=config, workload=workload)
+    return found
+
+
 def structure_spec(
     raw: dict[str, Any],
     catalog: PresetCatalog,
@@ -281,10 +313,11 @@ def structure_spec(
     converter: cattrs.Converter,
     label: str | None,
     activation_models: Collection[str] | None = None,
+    workloads: Mapping[str, Workload[Any]] | None = None,
 ) -> tuple[Spec | None, list[Problem]]:
     """Build a Spec from a table; on failure None and every problem found.
     `activation_models` are the names `[training] activation_model` may take (default
-    llmpar's own)."""
+    llmpar's own); `workloads` the workloads whose `[workload.<name>]` tables it reads."""
     problems: list[Problem] = []
     for key in raw:
         if key not in SECTIONS:
@@ -354,12 +387,14 @@ def structure_spec(
     problems += found
     finetune, found = _structure_finetune(raw, converter, problems)
     problems += found
+    workload = _structure_workload(raw, workloads or {}, converter, problems)
 
     if problems:
         return None, problems
     spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
                 training=training, inference=inference, parallel=parallel,
-                rank_order=rank_order, search=search, finetune=finetune, source=label)
+                rank_order=rank_order, search=search, finetune=finetune, workload=workload,
+                source=label)
     return spec, []
 
 
@@ -382,13 +417,14 @@ def load(
     converter: cattrs.Converter,
     overrides: Mapping[str, Any] | None = None,
     activation_models: Collection[str] | None = None,
+    workloads: Mapping[str, Workload[Any]] | None = None,
 ) -> Spec:
     """Read `source`, set `overrides` (dotted keys), structure; raise SpecError
     naming every problem."""
     raw, label = read_source(source)
     raw = apply_overrides(raw, overrides or {})
     spec, problems = structure_spec(raw, catalog, strategies, converter, label,
-                                    activation_models)
+                                    activation_models, workloads)
     if spec is None:
         raise SpecError(problems, label)
     return spec

@@ -77,7 +77,8 @@ def read_spec(session: Session, source: SpecSource | Spec,
         spec = source
     else:
         spec, problems = structure_spec(raw, session.presets, session.strategies,
-                                        session.converter, label, session.activation_models)
+                                        session.converter, label, session.activation_models,
+                                        session.workloads)
         if spec is None:
             raise SpecError(problems, label)
     problems = model_problems(spec.model) + training_problems(spec) + _search_problems(spec)

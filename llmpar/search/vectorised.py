@@ -221,7 +221,9 @@ class FastPath:
                               step_seconds=np.zeros(grid.shape),
                               exact=np.broadcast_to(exact, grid.shape), time_model="none")
         base = self.footprint(spec.training.micro_batch_size, spec.training.recompute)
-        transforms = [masked(t, present[t.strategy]) if present[t.strategy] is not True else t
+        # A workload's transform (not a strategy's) is in every layout of the node.
+        transforms = [masked(t, present[t.strategy])
+                      if present.get(t.strategy, True) is not True else t
                       for t in transforms_of(vector_spec, base, layout, self.strategies)]
         facts = self.facts(grid, transforms, layout)
         core = evaluate_core(vector_spec, base, layout, transforms, facts, self.cache)

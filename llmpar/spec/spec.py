@@ -42,6 +42,9 @@ class Spec:
     """`[search]`: limits and objective for `llmpar search`; evaluation ignores it."""
     finetune: Finetune | None = None
     """`[finetune]`: which parameters training updates (None: all of them)."""
+    workload: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    """`[workload.<name>]` tables: what a workload plugin runs beside the trained model
+    (`llmpar.workload`), each a `WorkloadTable` (the workload and its config)."""
     source: str | None = attrs.field(default=None, eq=False)
     """The file this spec was read from, for error messages; not part of the spec."""
 

@@ -82,6 +82,39 @@ def attention_divisor(spec: Spec, t: int) -> float:
     return (2 * h * qw + 2 * h * kvw) / per_rank
 
 
+EXPERT_ADAPTERS = "expert_adapters"
+
+
+def adapter_divisors(ctx: StrategyContext, t: int, experts: int) -> dict[str, float]:
+    """What a tensor split divides each LoRA adapter group by on one GPU: of its P
+    parameters, the split factor's S are divided by the degree and the rest stay whole,
+    P / (P - S + S / degree) (llmpar.finetune.footprint, PEFT's LoraParallelLinear); the
+    routed experts' adapters by the expert tensor degree."""
+    tuned = ctx.footprint.finetune
+    if tuned is None:
+        return {}
+    found = {}
+    for group, total in tuned.adapters_by_group.items():
+        degree = experts if group == EXPERT_ADAPTERS else t
+        split = tuned.tensor_split_by_group.get(group, 0.0)
+        if degree > 1 and total > 0 and split > 0:
+            found[group] = total / (total - split + split / degree)
+    return found
+
+
+def whole_adapter_flops(ctx: StrategyContext, t: int, experts: int) -> Any:
+    """The adapter products every tensor rank runs whole (A of column-parallel layers, B of
+    row-parallel ones), once more on each of the other ranks, all GPUs, one step."""
+    tuned = ctx.footprint.finetune
+    if tuned is None or not tuned.tensor_whole_flops_by_group:
+        return 0.0
+    per_sequence = sum(flops * ((experts if group == EXPERT_ADAPTERS else t) - 1)
+                       for group, flops in tuned.tensor_whole_flops_by_group.items())
+    training = ctx.spec.training
+    batch = training.global_batch_size or training.micro_batch_size * ctx.layout.degree("data")
+    return per_sequence * batch
+
+
 def _must_divide_message(t: int, field: str, value: int | None) -> str:
     return f"tensor degree ({t}) must divide model.{field} ({value})"
 
@@ -113,6 +146,7 @@ class TensorParallel(Strategy[TensorConfig]):
         attention = attention_divisor(ctx.spec, t)
         shards = []
         experts = expert_tensor_degree(ctx.layout)
+        adapters = adapter_divisors(ctx, t, experts)
         for component in COMPONENTS:
             shards.append(Shard(component=component, divisor=t, reason="split over tensor ranks",
                                 groups=TENSOR_SPLIT_GROUPS - {"attention"} - EXPERT_GROUPS))
@@ -122,7 +156,11 @@ class TensorParallel(Strategy[TensorConfig]):
             if experts > 1:
                 shards.append(Shard(component=component, divisor=experts,
                                     reason="routed experts split over expert tensor ranks",
-                                    groups=EXPERT_GROUPS))
+                                    groups=EXPERT_GROUPS - {EXPERT_ADAPTERS}))
+            shards += [Shard(component=component, divisor=divisor, groups=frozenset({group}),
+                             reason="LoRA's split factor: B of column-parallel layers, A of "
+                                    "row-parallel ones (PEFT's LoraParallelLinear)")
+                       for group, divisor in adapters.items()]
         warnings = []
         kv = ctx.spec.model.num_kv_heads
         if kv is not None and t > kv:
@@ -134,6 +172,7 @@ class TensorParallel(Strategy[TensorConfig]):
                                                reason="tensors inside the split block"),),
             collectives=self._layer_outputs(config, ctx, t),
             product_split=ProductSplit(width=t),
+            extra_flops_per_step=whole_adapter_flops(ctx, t, experts),
             warnings=tuple(warnings))
 
     def serving_collectives(self, config: TensorConfig, ctx: StrategyContext,

@@ -29,6 +29,13 @@ and on drawn specs, with Hypothesis:
             StrategyContract("mine").check(check, table)
 
 llmpar runs the same suite on every strategy it loads (tests/test_contract.py).
+
+A workload plugin (`llmpar.workload`) runs its own suite the same way:
+
+    from llmpar.testing import check_workload_contract
+
+    def test_my_workload_keeps_the_contract():
+        check_workload_contract("dpo")
 """
 
 from llmpar.testing.contract import (
@@ -48,16 +55,26 @@ from llmpar.testing.specs import (
     training_specs,
 )
 from llmpar.testing.wellformed import plan_problems, transform_problems
+from llmpar.testing.workload_contract import (
+    WORKLOAD_CHECKS,
+    WORKLOAD_SPEC_CHECKS,
+    WorkloadContract,
+    check_workload_contract,
+)
 
 __all__ = [
     "GPUS",
     "REFERENCE_SPECS",
     "SPEC_CHECKS",
     "STRATEGY_CHECKS",
+    "WORKLOAD_CHECKS",
+    "WORKLOAD_SPEC_CHECKS",
     "ContractViolation",
     "StrategyContract",
+    "WorkloadContract",
     "architectures",
     "check_strategy_contract",
+    "check_workload_contract",
     "load_hypothesis_profiles",
     "moe_architectures",
     "parallel_training_specs",
