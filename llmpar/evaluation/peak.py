@@ -199,7 +199,11 @@ def _linear_shapes(spec: Spec, footprint: Footprint, stage: Stage) -> float:
     layers = model.num_layers or 1
     dense, moe = layer_kinds(spec, stage)
     found = 0.0
-    if dense or moe:
+    if model.mixer_pattern is not None:  # each token mixer the stage's layers have
+        held, total = (model.mixers_in(stage.first_layer, stage.num_layers),
+                       model.mixers_in(0, layers))
+        found += sum(groups.get(kind, 0.0) / total[kind] for kind in held)
+    elif dense or moe:
         found += groups.get("attention", 0.0) / layers
     if dense and model.num_dense_layers:
         found += groups.get("mlp", 0.0) / model.num_dense_layers

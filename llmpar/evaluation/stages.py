@@ -57,6 +57,10 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
     share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
     share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
     share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
+    if model.mixer_pattern is not None:  # each token mixer's layers hold its group
+        held, total = (model.mixers_in(stage.first_layer, stage.num_layers),
+                       model.mixers_in(0, layers))
+        share.update({kind: held.get(kind, 0) / count for kind, count in total.items()})
     # Adapters and trained copies sit where their base group does (llmpar.finetune).
     default = stage.num_layers / layers
     return {group: count * (share[group] if group in share else
