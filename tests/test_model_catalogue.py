@@ -171,7 +171,7 @@ def test_a_spec_with_short_names_reads_the_presets_under_their_own_names():
     ("gpus", "h100", ["h100-sxm", "h100-pcie"]),
     ("gpus", "a100", ["a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb"]),
     ("models", "gemma-3", ["gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b"]),
-    ("models", "deepseek", ["deepseek-r1", "deepseek-v3"]),
+    ("models", "deepseek", ["deepseek-r1", "deepseek-v3", "deepseek-v3.2-exp"]),
 ])
 def test_a_short_name_of_several_presets_is_an_error_listing_them(kind, name, candidates):
     section = {"models": "model", "gpus": "hardware.gpu"}[kind]
