@@ -229,3 +229,20 @@ def test_the_models_measured_for_their_flops_count_as_transformers_builds_them()
         for run in runs:
             model = llmpar.model_from_hf(run["config_used"])
             assert count_parameters(model).total == run["parameters"], (name, run["num_layers"])
+
+
+def test_lora_on_attention_adapts_only_the_attention_layers():
+    # r = 16 on q/k/v/o of the 12 attention layers (q_proj 2048 -> 2 x 4096 with its gate,
+    # k/v 2048 -> 512, o 4096 -> 2048): r x (in + out) each
+    from llmpar.footprint.baseline import baseline_footprint
+
+    spec = SESSION.load_spec({"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                              "training": {"sequence_length": 1024,
+                                           "activation_model": "coefficient"},
+                              "finetune": {"method": "lora", "rank": 16,
+                                           "target_modules": ["q_proj", "k_proj", "v_proj",
+                                                              "o_proj"]}})
+    tuned = baseline_footprint(spec).finetune
+    assert tuned is not None
+    per_layer = 16 * ((2048 + 8192) + 2 * (2048 + 512) + (4096 + 2048))
+    assert tuned.adapters_by_group == {"attention_adapters": 12 * per_layer}
