@@ -155,15 +155,16 @@ def test_mamba_weights_split_with_one_group_copied():
     assert 1 < mamba_divisor(spec, 4) < 4
 
 
-def test_activation_inventories_name_the_recurrent_layers():
+def test_activation_models_without_recurrent_layers_say_so():
     plan = SESSION.evaluate({"model": "qwen3-next-80b-a3b", "hardware": GPU,
                              "training": {"sequence_length": 4096,
-                                          "activation_model": "fused"}})
+                                          "activation_model": "korthikanti"}})
     assert any("linear_attention layers keep for backward" in w for w in plan.warnings)
-    sized = SESSION.evaluate({"model": "qwen3-next-80b-a3b", "hardware": GPU,
-                              "training": {"sequence_length": 4096,
-                                           "activation_model": "coefficient"}})
-    assert sized.activations_bytes > 0
+    for model in ("fused", "coefficient"):
+        sized = SESSION.evaluate({"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                                  "training": {"sequence_length": 4096,
+                                               "activation_model": model}})
+        assert sized.activations_bytes > 0
 
 
 def test_flops_count_only_the_attention_layers_squares():
@@ -246,3 +247,76 @@ def test_lora_on_attention_adapts_only_the_attention_layers():
     assert tuned is not None
     per_layer = 16 * ((2048 + 8192) + 2 * (2048 + 512) + (4096 + 2048))
     assert tuned.adapters_by_group == {"attention_adapters": 12 * per_layer}
+
+
+def fused_inventory(name: str, **parallel):
+    from llmpar.footprint.baseline import baseline_footprint
+
+    spec = SESSION.load_spec({"model": name, "hardware": {**GPU, "num_gpus": 4},
+                              "training": {"sequence_length": 4096,
+                                           "activation_model": "fused"},
+                              "parallel": parallel})
+    return spec, baseline_footprint(spec)
+
+
+def test_fused_recurrent_layers_keep_what_their_kernels_save():
+    # Qwen3-Next, b 1, s 4096, bf16: per token the projection's input (2048), the
+    # convolution's input (8192), q and k (2048 each) with fp32 rstd for 2 x 16 heads, v
+    # (4096), fp32 g and beta for 32 value heads, the UT matrix (32 x 64), z, the gated
+    # norm's input (4096 each) and fp32 rstd (32), out_proj's input (4096).
+    _, footprint = fused_inventory("qwen3-next-80b-a3b")
+    inventory = footprint.activations
+    assert inventory is not None
+    groups = {group.kind: group for group in inventory.groups}
+    assert {kind: g.count for kind, g in groups.items()} == {"moe linear_attention": 36,
+                                                              "moe attention": 12}
+    per_token = (2 * (2048 + 8192 + 2048 + 2048 + 4096 + 32 + 32 * 64 + 4096 + 4096 + 4096)
+                 + 4 * (2 * 16 + 32 + 32))
+    names = {"mixer input", "convolution input", "query (normalized)", "key (normalized)",
+             "query and key rstd (fp32)", "value", "decay g (fp32)", "beta", "UT transform A",
+             "output gate z", "gated norm input", "gated norm rstd (fp32)",
+             "output projection input"}
+    mixer = [t for t in groups["moe linear_attention"].tensors if t.name in names]
+    assert len(mixer) == len(names)
+    assert sum(t.bytes for t in mixer) == 4096 * per_token
+    # Granite 4's Mamba-2: zxbcdt (2 x 8192 + 128 + 2 x 128), the scan output (8192) and
+    # one fp32 rstd per token, with the projection's input (4096)
+    _, footprint = fused_inventory("granite-4.0-h-small")
+    inventory = footprint.activations
+    assert inventory is not None
+    mamba = next(g for g in inventory.groups if g.kind == "moe mamba")
+    names = {"mixer input", "z, x and dt", "B and C", "scan output", "gated norm rstd (fp32)"}
+    assert sum(t.bytes for t in mamba.tensors if t.name in names) == 4096 * (
+        2 * (4096 + 2 * 8192 + 128 + 256 + 8192) + 4)
+
+
+def test_pipeline_stages_hold_their_layers_of_each_kind():
+    from llmpar.evaluation.stages import stage_inventory
+    from llmpar.strategies.pipeline import PipelineConfig, stage_layer_counts
+
+    spec, footprint = fused_inventory("qwen3-next-80b-a3b", pipeline={"degree": 4})
+    first = 0
+    for count in stage_layer_counts(PipelineConfig(degree=4), 48):
+        stage = llmpar.strategy.Stage(index=0, first_layer=first, num_layers=count,
+                                      has_embedding=first == 0, has_head=False,
+                                      micro_batches_in_flight=1.0)
+        held = {g.kind: g.count for g in stage_inventory(spec, footprint, stage).groups}
+        assert held == {"moe linear_attention": 9, "moe attention": 3}
+        first += count
+
+
+def test_attention_adapters_keep_tensors_only_in_the_attention_layers():
+    from llmpar.footprint.baseline import baseline_footprint
+
+    def groups(finetune):
+        table = {"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                 "training": {"sequence_length": 1024, "activation_model": "fused"}}
+        if finetune:
+            table["finetune"] = {"method": "lora", "rank": 16,
+                                 "target_modules": ["q_proj", "v_proj"]}
+        inventory = baseline_footprint(SESSION.load_spec(table)).activations
+        assert inventory is not None
+        return {g.kind: g.layer_bytes for g in inventory.groups}
+    plain, tuned = groups(False), groups(True)
+    assert tuned["moe linear_attention"] == plain["moe linear_attention"]
+    assert tuned["moe attention"] > plain["moe attention"]

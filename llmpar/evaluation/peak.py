@@ -32,7 +32,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds
 from llmpar.evaluation.memory import bytes_per_parameter
-from llmpar.evaluation.stages import layer_kinds, recomputed_layers
+from llmpar.evaluation.stages import hybrid_kinds, layer_kinds, recomputed_layers
 from llmpar.footprint.activations.common import FP32_BYTES, INSIDE_TP, OUTSIDE_TP
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import SPLIT_TENSOR, SavedTensor
@@ -226,6 +226,9 @@ def _layer_buffers(spec: Spec, footprint: Footprint, composition: Composition,
               / composition.tag_divisor(OUTSIDE_TP))
     dense, moe = layer_kinds(spec, stage)
     present = {"dense": dense, "moe": moe, "layer": dense + moe}
+    mixed = hybrid_kinds(spec, stage)
+    if mixed is not None:
+        present.update({**{k: 0 for k in inventory.kinds if " " in k}, **mixed})
     scores = scores_materialized(spec)
     best: tuple[LiveBuffer, ...] = ()
     for group in inventory.groups:

@@ -385,6 +385,16 @@ class Model:
             return "attention"
         return MIXERS[self.mixer_pattern[index % len(self.mixer_pattern)]]
 
+    def hybrid_kinds_in(self, first: int, count: int) -> dict[str, int]:
+        """A hybrid model's layers among `count` from `first` by kind, "dense" or "moe"
+        and the token mixer ("moe linear_attention"), one visit per layer (used only for
+        models with a mixer_pattern)."""
+        found: dict[str, int] = {}
+        for index in range(first, first + max(count, 0)):
+            kind = f"{'moe' if self.is_moe_layer(index) else 'dense'} {self.mixer_of(index)}"
+            found[kind] = found.get(kind, 0) + 1
+        return found
+
     @property
     def num_attention_layers(self) -> int:
         """Layers whose token mixer is attention (all of them without mixer_pattern)."""
