@@ -52,6 +52,9 @@ CHANGES: dict[str, dict] = {
     "minimax-m2": {"num_local_experts": 16},
     "smollm3-3b": {},
     "ministral-3-8b": {},
+    "qwen3-next-80b-a3b": {"num_experts": 16, "full_attention_interval": 2},  # L, then A
+    "deepseek-v3.2-exp": {"n_routed_experts": 16, "first_k_dense_replace": 1},
+    "granite-4.0-h-small": {"num_local_experts": 16, "layer_types": ["mamba", "attention"]},
 }
 """The models measured and what each changes from its published config."""
 PER_LAYER = ("layer_types", "no_rope_layers")
@@ -98,7 +101,11 @@ def measure(name: str) -> dict:
                          "forward_backward_flops": run["forward_backward_flops"],
                          "uncounted_kernel_flops_computed_here":
                              run["forward_ops"]["uncounted_kernel_flops_computed_here"],
-                         "forward_flops_by_op": run["forward_flops_by_op"]})
+                         "forward_flops_by_op": run["forward_flops_by_op"],
+                         "backward_flops_by_op": run["backward_flops_by_op"],
+                         "backward_uncounted_kernel_flops_computed_here":
+                             run["backward_ops"]["uncounted_kernel_flops_computed_here"],
+                         "parameters": sum(p.numel() for p in model.parameters())})
             print(f"{name} L={layers} b={batch} s={seq}: {run['forward_flops']:,}", flush=True)
         del model
     return {"name": name, "published_config_file": f"validation/configs/{name}.json",

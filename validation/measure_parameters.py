@@ -39,6 +39,15 @@ sys.path.insert(0, str(HERE))
 from measure_hf import GROUP_RULES, GROUPS  # noqa: E402
 
 EXTRA_RULES = [
+    # the recurrent token mixers: Qwen3-Next's gated DeltaNet, Granite 4's Mamba-2
+    ("linear_attention", r"\.linear_attn\."),
+    ("mamba", r"\.mamba\."),
+    # Qwen2-MoE and Qwen3-Next: the shared expert's gate belongs with the shared expert
+    ("shared_experts", r"\.shared_expert_gate\."),
+    # Granite 4: the shared MLP beside the experts, the router's `layer`
+    ("shared_experts", r"\.shared_mlp\."),
+    ("router", r"\.block_sparse_moe\.router\."),
+    ("experts", r"\.block_sparse_moe\.experts\."),
     # ERNIE 4.5: the router's correction bias is a parameter of Ernie4_5_MoeStatics
     ("router", r"\.moe_statics\.e_score_correction_bias$"),
     # Llama 4: the block's MLP is `feed_forward` (experts, shared_expert and router inside)
@@ -47,6 +56,8 @@ EXTRA_RULES = [
     ("router", r"\.feed_forward\.router\.(weight|bias)$"),
     ("mlp", r"\.feed_forward\."),
 ]
+ALL_GROUPS = [*GROUPS[:2], "linear_attention", "mamba", *GROUPS[2:]]
+"""measure_hf.py's groups and the recurrent mixers', in llmpar's order."""
 RULES = [(group, re.compile(pattern)) for group, pattern in EXTRA_RULES + GROUP_RULES]
 MODEL_TYPES = {"kimi_k2": "deepseek_v3"}
 """model_types transformers does not register, and the one whose code the checkpoint runs."""
@@ -99,7 +110,7 @@ def measure(path: Path) -> dict:
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
         "total_params": total,
-        "by_group_params": {group: counts[group] for group in GROUPS if counts[group]},
+        "by_group_params": {group: counts[group] for group in ALL_GROUPS if counts[group]},
         "seconds": round(time.perf_counter() - start, 3),
     }
 

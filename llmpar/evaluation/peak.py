@@ -32,7 +32,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds
 from llmpar.evaluation.memory import bytes_per_parameter
-from llmpar.evaluation.stages import layer_kinds, recomputed_layers
+from llmpar.evaluation.stages import hybrid_kinds, layer_kinds, recomputed_layers
 from llmpar.footprint.activations.common import FP32_BYTES, INSIDE_TP, OUTSIDE_TP
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.inventory import SPLIT_TENSOR, SavedTensor
@@ -199,7 +199,11 @@ def _linear_shapes(spec: Spec, footprint: Footprint, stage: Stage) -> float:
     layers = model.num_layers or 1
     dense, moe = layer_kinds(spec, stage)
     found = 0.0
-    if dense or moe:
+    if model.mixer_pattern is not None:  # each token mixer the stage's layers have
+        held, total = (model.mixers_in(stage.first_layer, stage.num_layers),
+                       model.mixers_in(0, layers))
+        found += sum(groups.get(kind, 0.0) / total[kind] for kind in held)
+    elif dense or moe:
         found += groups.get("attention", 0.0) / layers
     if dense and model.num_dense_layers:
         found += groups.get("mlp", 0.0) / model.num_dense_layers
@@ -222,6 +226,9 @@ def _layer_buffers(spec: Spec, footprint: Footprint, composition: Composition,
               / composition.tag_divisor(OUTSIDE_TP))
     dense, moe = layer_kinds(spec, stage)
     present = {"dense": dense, "moe": moe, "layer": dense + moe}
+    mixed = hybrid_kinds(spec, stage)
+    if mixed is not None:
+        present.update({**{k: 0 for k in inventory.kinds if " " in k}, **mixed})
     scores = scores_materialized(spec)
     best: tuple[LiveBuffer, ...] = ()
     for group in inventory.groups:

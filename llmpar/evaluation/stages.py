@@ -45,6 +45,14 @@ def layer_kinds(spec: Spec, stage: Stage) -> tuple[int, int]:
     return stage.num_layers - moe, moe
 
 
+def hybrid_kinds(spec: Spec, stage: Stage) -> dict[str, int] | None:
+    """A hybrid model's layers of a stage by kind (`Model.hybrid_kinds_in`); None for a
+    model whose every layer attends."""
+    if spec.model.recurrent_mixer is None:
+        return None
+    return spec.model.hybrid_kinds_in(stage.first_layer, stage.num_layers)
+
+
 def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str, float]:
     """Parameters by group that one stage holds, before any sharding."""
     model = spec.model
@@ -57,6 +65,10 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
     share.update(dict.fromkeys(PER_LAYER_GROUPS, stage.num_layers / layers))
     share.update(dict.fromkeys(DENSE_GROUPS, dense / max(1, model.num_dense_layers)))
     share.update(dict.fromkeys(MOE_GROUPS, moe / max(1, model.num_moe_layers)))
+    if model.mixer_pattern is not None:  # each token mixer's layers hold its group
+        held, total = (model.mixers_in(stage.first_layer, stage.num_layers),
+                       model.mixers_in(0, layers))
+        share.update({kind: held.get(kind, 0) / count for kind, count in total.items()})
     # Adapters and trained copies sit where their base group does (llmpar.finetune).
     default = stage.num_layers / layers
     return {group: count * (share[group] if group in share else
@@ -115,13 +127,16 @@ def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> Activati
     rerun = recomputed_layers(spec, stage)
     if rerun in (0, stage.num_layers):
         dense, moe = layer_kinds(spec, stage)
-        staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head)
+        staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head,
+                                     hybrid_kinds(spec, stage))
         return recomputed(staged, spec)
     head = attrs.evolve(stage, num_layers=rerun)
     tail = attrs.evolve(stage, first_layer=stage.first_layer + rerun,
                         num_layers=stage.num_layers - rerun)
-    checkpoints = recomputed(inventory.for_stage(*layer_kinds(spec, head), False, False), spec)
-    kept = inventory.for_stage(*layer_kinds(spec, tail), stage.has_embedding, stage.has_head)
+    checkpoints = recomputed(inventory.for_stage(*layer_kinds(spec, head), False, False,
+                                                 hybrid_kinds(spec, head)), spec)
+    kept = inventory.for_stage(*layer_kinds(spec, tail), stage.has_embedding, stage.has_head,
+                               hybrid_kinds(spec, tail))
     return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
 
 

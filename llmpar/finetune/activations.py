@@ -79,6 +79,11 @@ def with_adapters(spec: Spec, inventory: ActivationInventory) -> ActivationInven
     added = {"dense": attention + dense, "layer": attention + dense, "moe": attention + moe}
 
     def add(group: LayerGroup) -> LayerGroup:
+        if " " in group.kind:  # a hybrid model's kind: attention adapters on attention only
+            block, mixer = group.kind.split(" ", 1)
+            own = (attention if mixer == "attention" else ()) + (
+                moe if block == "moe" else dense)
+            return attrs.evolve(group, tensors=group.tensors + own)
         return attrs.evolve(group, tensors=group.tensors + added.get(group.kind, attention))
 
     return inventory.map_layers(add)
@@ -96,6 +101,8 @@ def without_backward(spec: Spec, tuned: FinetuneFootprint, stage: Stage,
             if i < tuned.backward_free_layers]
     moe = sum(1 for i in free if model.is_moe_layer(i))
     left = {"dense": len(free) - moe, "moe": moe, "layer": len(free)}
+    if model.recurrent_mixer is not None and free:
+        left.update(model.hybrid_kinds_in(free[0], len(free)))
     groups = []
     for group in inventory.groups:
         dropped = min(group.count, left.get(group.kind, 0))

@@ -42,13 +42,16 @@ class Linear:
 
 
 def attention_linears(model: Model) -> tuple[Linear, ...]:
-    """The attention projections of every block."""
+    """The attention projections of every block that attends (a hybrid model's recurrent
+    layers have none of them; Qwen3-Next's gated q_proj is twice as wide)."""
     assert model.hidden_size is not None and model.num_layers is not None
-    h, layers, mla = model.hidden_size, model.num_layers, model.mla
+    h, layers, mla = model.hidden_size, model.num_attention_layers, model.mla
     shapes: tuple[tuple[str, int, int], ...]
     if mla is None:
         q, kv = model.query_width, model.kv_width
-        shapes = (("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h))
+        gated = 2 * q if model.attention_output_gate else q
+        shapes = (("q_proj", h, gated), ("k_proj", h, kv), ("v_proj", h, kv),
+                  ("o_proj", q, h))
     else:
         assert model.num_attention_heads is not None
         a, rank = model.num_attention_heads, mla.q_lora_rank

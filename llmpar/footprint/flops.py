@@ -20,7 +20,11 @@ from typing import Literal
 
 import attrs
 
-from llmpar.footprint.parameters import attention_matmul_weights
+from llmpar.footprint.parameters import (
+    attention_matmul_weights,
+    linear_attention_matmul_weights,
+    mamba_matmul_weights,
+)
 from llmpar.spec import Model
 
 BACKWARD_TO_FORWARD = 2.0
@@ -47,8 +51,9 @@ class ForwardFlops:
     """Q, K, V (or MLA's), output and MLP matrix products, all layers; BERT's MLM
     transform and pooler."""
     attention: float
-    """Q.K^T scores and scores.V, all layers, counted as `[training] attention_flops`
-    says (the full s x s square or its causal half): model FLOPs."""
+    """Q.K^T scores and scores.V, all attention layers, counted as `[training]
+    attention_flops` says (the full s x s square or its causal half), and the recurrent
+    layers' own products (`recurrent_mixer_flops_per_token`): model FLOPs."""
     executed_attention: float = attrs.field()
     """Q.K^T and scores.V as the attention kernel executes them, all layers: the full
     square for eager attention, about half of it for a fused kernel on a causal model
@@ -111,16 +116,87 @@ def forward_flops_per_sequence(
     assert model.has_architecture
     assert model.num_layers is not None and model.hidden_size is not None
     assert model.vocab_size is not None and model.num_attention_heads is not None
-    h, s, layers = model.hidden_size, sequence_length, model.num_layers
+    h, s = model.hidden_size, sequence_length
     score_width = model.query_width + model.attention_output_width
     projections = 2.0 * s * active_matmul_weights(model)
     if model.pooler:
         projections += 2.0 * h * h
-    square = 2.0 * s * s * score_width * layers
+    square = 2.0 * s * s * score_width * model.num_attention_layers
     attention = square / 2 if causal else square
     logits = 2.0 * h * model.vocab_size * s
+    executed = square * executed_attention_share(model, s, kernel)
+    sparse = model.sparse_attention
+    if sparse is not None:
+        attention, executed = _sparse_attention(model, s, attention, executed, causal, kernel)
+    if model.mixer_pattern is not None:
+        recurrent = s * sum(count * recurrent_mixer_flops_per_token(model, kind, s)
+                            for kind, count in model.mixers_in(0, model.num_layers).items()
+                            if kind != "attention")
+        attention, executed = attention + recurrent, executed + recurrent
     return ForwardFlops(projections=projections, attention=attention, logits=logits,
-                        executed_attention=square * executed_attention_share(model, s, kernel))
+                        executed_attention=executed)
+
+
+def _sparse_attention(model: Model, s: int, attention: float, executed: float,
+                      causal: bool, kernel: AttentionKernel) -> tuple[float, float]:
+    """DeepSeek sparse attention (DeepSeek-V3.2-Exp report, Sec. 2.1): MLA's products over
+    the top_k keys each query keeps, the dense count scaled by the share of (query, key)
+    pairs kept, sum over i of min(i, k) against the causal s (s + 1) / 2 (all of them when
+    s <= k); and the indexer's scores, every causal pair's dot products over index_heads
+    heads of index_head_dim and their weighted sum over the heads, 2 x heads x (width + 1)
+    FLOPs a pair, counted as attention's square is (`[training] attention_flops`)."""
+    sparse = model.sparse_attention
+    assert sparse is not None and model.num_layers is not None
+    k = sparse.top_k
+    kept = (k * (k + 1) / 2 + (s - k) * k) if s > k else s * (s + 1) / 2
+    share = kept / (s * (s + 1) / 2)
+    square = 2.0 * s * s * sparse.index_heads * (sparse.index_head_dim + 1) * model.num_layers
+    index = square / 2 if causal else square
+    return (attention * share + index,
+            executed * share + square * executed_attention_share(model, s, kernel))
+
+
+def recurrent_mixer_flops_per_token(model: Model, kind: str, sequence_length: int) -> float:
+    """Forward FLOPs per token of one recurrent layer's own products, beside its projections
+    (`mixer_matmul_weights`), as the chunked training kernels compute them; the depthwise
+    convolution counts 2 x kernel taps per channel.
+
+    Gated DeltaNet (Yang et al. 2024, arXiv:2412.06464, Sec. 3.3, the chunkwise form of the
+    delta rule, as flash-linear-attention's chunk_gated_delta_rule and transformers'
+    torch_chunk_gated_delta_rule run it), per value head, chunk C, widths d_k and d_v:
+    within a chunk K_beta.K^T and Q.K^T (2 x 2 C d_k), the UT transform applied to V_beta
+    and to the decayed K_beta (2 C d_v + 2 C d_k) and the masked scores times the new
+    values (2 C d_v); across chunks the state read by W and by Q and its update K^T.V
+    (3 x 2 d_k d_v). The triangular solve of the UT transform (C^3 / 3 per chunk) is left
+    out, as softmax is for attention.
+
+    Mamba-2's SSD (Dao and Gu 2024, arXiv:2405.21060, Sec. 6, the four steps of the chunked
+    algorithm, as mamba_ssm's ssd_combined kernels run them), chunk Q, state N, head width P:
+    C.B^T once per group (2 Q N), per head the masked scores times x (2 Q P), the chunk's
+    state B^T.x (2 N P) and the output's read of the state C.h (2 N P); the scan of states
+    across chunks is elementwise (not counted)."""
+    del sequence_length  # the chunked forms are linear in the tokens
+    if kind == "linear_attention":
+        linear = model.linear_attention
+        assert linear is not None
+        c, dk, dv = linear.chunk_size, linear.key_head_dim, linear.value_head_dim
+        per_head = 2.0 * (2 * c * dk + c * dv + c * dk + c * dv + 3 * dk * dv)
+        return (linear.num_value_heads * per_head
+                + 2.0 * linear.conv_kernel_size * linear.conv_width)
+    mamba = model.mamba
+    assert kind == "mamba" and mamba is not None
+    q, n, p = mamba.chunk_size, mamba.state_size, mamba.head_dim
+    return (2.0 * mamba.num_groups * q * n + 2.0 * mamba.num_heads * (q * p + 2 * n * p)
+            + 2.0 * mamba.conv_kernel_size * mamba.conv_width)
+
+
+def mixer_matmul_weights(model: Model, kind: str) -> int:
+    """Weights of one layer's token mixer's projections, by kind (`Model.mixers_in`)."""
+    if kind == "linear_attention":
+        return linear_attention_matmul_weights(model)
+    if kind == "mamba":
+        return mamba_matmul_weights(model)
+    return attention_matmul_weights(model)
 
 
 def mlp_matmul_weights(model: Model, width: int) -> int:
@@ -196,7 +272,11 @@ def active_matmul_weights(model: Model) -> int:
     """Matrix weights one token multiplies through in all layers (MoE: its experts
     and the router only), and in BERT's MLM transform; not the output layer."""
     assert model.hidden_size is not None and model.ffn_hidden_size is not None
-    total = (model.num_layers or 0) * attention_matmul_weights(model)
+    if model.mixer_pattern is None:
+        total = (model.num_layers or 0) * attention_matmul_weights(model)
+    else:
+        total = sum(count * mixer_matmul_weights(model, kind)
+                    for kind, count in model.mixers_in(0, model.num_layers or 0).items())
     total += model.num_dense_layers * mlp_matmul_weights(model, model.ffn_hidden_size)
     if model.moe is not None:
         total += model.num_moe_layers * moe_matmul_weights(model)

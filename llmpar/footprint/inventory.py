@@ -8,7 +8,7 @@ drop it, and a report can show which tensors dominate.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 import attrs
 
@@ -92,6 +92,11 @@ class ActivationInventory:
         return sum(group.count for group in self.groups)
 
     @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of its layer groups."""
+        return tuple(group.kind for group in self.groups)
+
+    @property
     def has_attention_scores(self) -> bool:
         return any(t.attention_score for g in self.groups for t in g.tensors)
 
@@ -112,10 +117,15 @@ class ActivationInventory:
         return attrs.evolve(self, groups=tuple(change(group) for group in self.groups))
 
     def for_stage(self, dense_layers: int, moe_layers: int, has_embedding: bool,
-                  has_head: bool) -> ActivationInventory:
+                  has_head: bool, kinds: Mapping[str, int] | None = None
+                  ) -> ActivationInventory:
         """The part one pipeline stage keeps: its layers, and the embedding's or the
-        output layer's tensors when it holds them."""
+        output layer's tensors when it holds them; `kinds` counts the stage's layers of a
+        hybrid model's kinds ("dense attention", "moe linear_attention"...)."""
         counts = {"dense": dense_layers, "moe": moe_layers, "layer": dense_layers + moe_layers}
+        if kinds is not None:
+            hybrid = [kind for kind in self.kinds if " " in kind]  # absent ones: none
+            counts = {**counts, **dict.fromkeys(hybrid, 0), **kinds}
         groups = tuple(attrs.evolve(g, count=counts.get(g.kind, g.count)) for g in self.groups)
         places = {"embedding": has_embedding, "head": has_head, "": True}
         fixed = tuple(t for t in self.fixed if places.get(t.placement, True))

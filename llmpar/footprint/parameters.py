@@ -11,13 +11,17 @@ norms, the final norm, the embedding norm and the norm of BERT's MLM head.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import attrs
 
 from llmpar.spec import Model
 
-GROUPS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms",
-          "head", "pooler")
+GROUPS = ("embedding", "attention", "linear_attention", "mamba", "mlp", "experts",
+          "shared_experts", "router", "norms", "head", "pooler")
 MOE_GROUPS = ("experts", "shared_experts", "router")
+MIXER_GROUPS = ("linear_attention", "mamba")
+"""The groups of the recurrent token mixers, present only in models that have them."""
 BLOCK_NORMS = {"pre": 2, "post": 2, "sandwich": 4}
 """Norms per block by `Model.norm_placement`."""
 
@@ -41,9 +45,10 @@ def attention_matmul_weights(model: Model) -> int:
     """Weights of one layer's attention matrices: Q, K, V and output, or MLA's."""
     assert model.hidden_size is not None
     if model.mla is not None:
-        return mla_matmul_weights(model)
+        return mla_matmul_weights(model) + indexer_matmul_weights(model)
     h, qw, kvw = model.hidden_size, model.query_width, model.kv_width
-    return h * qw + 2 * h * kvw + qw * h
+    gate = h * qw if model.attention_output_gate else 0  # q_proj twice as wide
+    return h * qw + gate + 2 * h * kvw + qw * h
 
 
 def mla_matmul_weights(model: Model) -> int:
@@ -61,6 +66,18 @@ def mla_matmul_weights(model: Model) -> int:
     return query + key_value + a * mla.v_head_dim * h
 
 
+def indexer_matmul_weights(model: Model) -> int:
+    """DeepSeek sparse attention's lightning indexer (transformers' DeepseekV32Indexer):
+    wq_b from the query latent to index_heads x index_head_dim, wk from the hidden state to
+    one key of index_head_dim, weights_proj to one weight per head; 0 without it."""
+    sparse, mla = model.sparse_attention, model.mla
+    if sparse is None or mla is None:
+        return 0
+    assert mla.q_lora_rank is not None and model.hidden_size is not None
+    h, heads, width = model.hidden_size, sparse.index_heads, sparse.index_head_dim
+    return mla.q_lora_rank * heads * width + h * width + h * heads
+
+
 def attention_bias_parameters(model: Model) -> int:
     """Biases of the attention projections (MLA: of its down projections and output)."""
     assert model.hidden_size is not None
@@ -70,7 +87,8 @@ def attention_bias_parameters(model: Model) -> int:
         return output
     mla = model.mla
     if mla is None:
-        return output + model.query_width + 2 * model.kv_width
+        query = model.query_width * (2 if model.attention_output_gate else 1)
+        return output + query + 2 * model.kv_width
     return output + (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
 
 
@@ -85,6 +103,8 @@ def attention_norm_parameters(model: Model) -> int:
     if model.mla is not None:
         total += norm_parameters(model, model.mla.kv_lora_rank)
         total += norm_parameters(model, model.mla.q_lora_rank or 0)
+    if model.sparse_attention is not None:  # the indexer's key norm: nn.LayerNorm
+        total += 2 * model.sparse_attention.index_head_dim
     return total
 
 
@@ -101,6 +121,60 @@ def attention_parameters(model: Model) -> int:
     attention sinks."""
     return (attention_matmul_weights(model) + attention_bias_parameters(model)
             + attention_norm_parameters(model) + attention_sink_parameters(model))
+
+
+def linear_attention_matmul_weights(model: Model) -> int:
+    """Weights of one gated DeltaNet layer's projections (transformers' Qwen3NextGatedDeltaNet):
+    in_proj_qkvz (h to queries, keys, values and z), in_proj_ba (h to beta and a, one each
+    per value head) and out_proj (values to h); no biases."""
+    linear = model.linear_attention
+    assert linear is not None and model.hidden_size is not None
+    h = model.hidden_size
+    qkvz = 2 * linear.key_width + 2 * linear.value_width
+    return h * qkvz + h * 2 * linear.num_value_heads + linear.value_width * h
+
+
+def linear_attention_parameters(model: Model) -> int:
+    """One gated DeltaNet layer: its projections, the depthwise convolution (conv_width x
+    kernel, no bias), dt_bias and A_log (one per value head) and the gated RMSNorm of
+    value_head_dim (Qwen3NextRMSNormGated: a weight only)."""
+    linear = model.linear_attention
+    assert linear is not None
+    return (linear_attention_matmul_weights(model)
+            + linear.conv_width * linear.conv_kernel_size + 2 * linear.num_value_heads
+            + linear.value_head_dim)
+
+
+def mamba_matmul_weights(model: Model) -> int:
+    """Weights of one Mamba-2 layer's projections (transformers' Mamba2Mixer): in_proj (h
+    to z and x of inner_width, B and C of num_groups x state_size, one dt per head) and
+    out_proj (inner_width to h)."""
+    mamba = model.mamba
+    assert mamba is not None and model.hidden_size is not None
+    h = model.hidden_size
+    projected = mamba.inner_width + mamba.conv_width + mamba.num_heads
+    return h * projected + mamba.inner_width * h
+
+
+def mamba_parameters(model: Model) -> int:
+    """One Mamba-2 layer: its projections (with biases when projection_bias), the depthwise
+    convolution over conv_width channels (with a bias when conv_bias), dt_bias, A_log and D
+    (one per head) and the gated RMSNorm of inner_width (a weight only)."""
+    mamba = model.mamba
+    assert mamba is not None and model.hidden_size is not None
+    biases = 0
+    if mamba.projection_bias:
+        biases = mamba.inner_width + mamba.conv_width + mamba.num_heads + model.hidden_size
+    conv = mamba.conv_width * mamba.conv_kernel_size + (mamba.conv_width
+                                                        if mamba.conv_bias else 0)
+    return (mamba_matmul_weights(model) + biases + conv + 3 * mamba.num_heads
+            + mamba.inner_width)
+
+
+MIXER_PARAMETERS = MappingProxyType({"attention": attention_parameters,
+                                     "linear_attention": linear_attention_parameters,
+                                     "mamba": mamba_parameters})
+"""One layer's token mixer, by kind, as `Model.mixers_in` names them."""
 
 
 def mlp_parameters(model: Model, width: int) -> int:
@@ -175,7 +249,11 @@ def parameter_groups(model: Model) -> dict[str, int]:
     layers = model.num_layers or 0
     groups = dict.fromkeys(GROUPS, 0)
     groups["embedding"] = embedding_parameters(model)
-    groups["attention"] = layers * attention_parameters(model)
+    if model.mixer_pattern is None:
+        groups["attention"] = layers * attention_parameters(model)
+    else:
+        for kind, count in model.mixers_in(0, layers).items():
+            groups[kind] = count * MIXER_PARAMETERS[kind](model)
     groups["mlp"] = model.num_dense_layers * mlp_parameters(model, model.ffn_hidden_size)
     groups["norms"] = layers * layer_norm_parameters(model) + outer_norm_parameters(model)
     groups["head"] = head_parameters(model)
@@ -184,6 +262,7 @@ def parameter_groups(model: Model) -> dict[str, int]:
         for name, count in moe_layer_groups(model).items():
             groups[name] = model.num_moe_layers * count
     dropped = set() if model.moe is not None else set(MOE_GROUPS)
+    dropped |= {name for name in MIXER_GROUPS if not groups[name]}
     if not model.pooler:
         dropped.add("pooler")
     return {name: count for name, count in groups.items() if name not in dropped}

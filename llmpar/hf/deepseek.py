@@ -50,3 +50,22 @@ def deepseek(config: HfConfig) -> dict[str, Any]:
     table = decoder_table(config, tie_default=False)
     del table["head_dim"]  # MLA's head widths are in [mla]; config.json's head_dim is rope's
     return {**table, **attention_biases(config), "mla": _mla(config), "moe": _moe(config)}
+
+
+V32_NOTE = V3_NOTE + ("; the lightning indexer's weights in bf16 as transformers builds them "
+                      "(the reference kernels score in fp8)")
+
+
+def deepseek_v32(config: HfConfig) -> dict[str, Any]:
+    """DeepseekV32ForCausalLM: DeepSeek-V3's model with DeepSeek sparse attention on every
+    layer (layer_types all indexed_attention): a lightning indexer of index_n_heads heads of
+    index_head_dim that keeps index_topk keys per query."""
+    kinds = config.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) - {
+            "indexed_attention", "deepseek_sparse_attention"}):
+        raise config.error("layer_types", "expected every layer indexed_attention (DeepSeek "
+                                          "sparse attention on every layer)")
+    sparse = {"index_heads": config.integer("index_n_heads", 64),
+              "index_head_dim": config.integer("index_head_dim", 128),
+              "top_k": config.integer("index_topk", 2048)}
+    return {**deepseek(config), "sparse_attention": sparse}

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from llmpar.hf import classic, decoders, deepseek
+from llmpar.hf import classic, decoders, deepseek, hybrid
 from llmpar.hf.config import HfConfig
 
 
@@ -48,6 +48,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                           read=deepseek.deepseek),
     "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
                           read=deepseek.deepseek, note=deepseek.V3_NOTE),
+    "deepseek_v32": Family(hf_class="DeepseekV32ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
+                           read=deepseek.deepseek_v32, note=deepseek.V32_NOTE),
     # Kimi K2 ships DeepSeek-V3's modeling code under its own model_type (the config's
     # architectures: DeepseekV3ForCausalLM; moonshotai/Kimi-K2-Instruct's config.json).
     "kimi_k2": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
@@ -81,6 +83,10 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "ernie4_5": _decoder("Ernie4_5ForCausalLM", decoders.ernie4_5),
     "ernie4_5_moe": _decoder("Ernie4_5_MoeForCausalLM", decoders.ernie4_5_moe,
                              "moe_num_experts", "moe_k", "moe_intermediate_size"),
+    "qwen3_next": _decoder("Qwen3NextForCausalLM", hybrid.qwen3_next,
+                           "num_experts|num_local_experts", "num_experts_per_tok",
+                           "moe_intermediate_size", note=hybrid.QWEN3_NEXT_NOTE),
+    "granitemoehybrid": _decoder("GraniteMoeHybridForCausalLM", hybrid.granitemoehybrid),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
     "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
                    note=classic.BERT_NOTE),
@@ -106,18 +112,14 @@ STATE_SPACE = ("Mamba-2 state-space layers (a fixed-size recurrent state in plac
 VISION = ("a vision tower beside the language model: multimodal towers are out of scope, "
           "and this model_type's language model is not read on its own")
 UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
-    "qwen3_next": LINEAR_ATTENTION,
     "qwen3_5": LINEAR_ATTENTION,
     "qwen3_5_moe": LINEAR_ATTENTION,
     "falcon_h1": STATE_SPACE,
     "nemotron_h": STATE_SPACE,
-    "granitemoehybrid": STATE_SPACE,
     "mamba2": STATE_SPACE,
     "mamba": "Mamba state-space layers (a fixed-size recurrent state, a selective scan)",
     "jamba": STATE_SPACE.replace("Mamba-2", "Mamba"),
     "zamba2": STATE_SPACE,
-    "deepseek_v32": ("DeepSeek sparse attention (the lightning indexer and its top-k "
-                     "selection of keys)"),
     "qwen2_5_vl": VISION,
     "qwen3_vl": VISION,
     "qwen3_vl_moe": VISION,

@@ -19,11 +19,12 @@ from llmpar.hf.families import (
 )
 from llmpar.loading.converter import make_converter, structure
 from llmpar.spec import Model
-from llmpar.spec.model import MLA, MoE
+from llmpar.spec.model import MLA, LinearAttention, Mamba, MoE, SparseAttention
 
 KEPT_FLAGS = ("tie_embeddings",)
 """Flags a table states even at their default; the others only when they differ."""
-NESTED = {"moe": MoE, "mla": MLA}
+NESTED = {"moe": MoE, "mla": MLA, "linear_attention": LinearAttention, "mamba": Mamba,
+          "sparse_attention": SparseAttention}
 
 
 def _language_model(config: HfConfig) -> tuple[HfConfig, str]:

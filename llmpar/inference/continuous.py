@@ -43,11 +43,14 @@ from llmpar.inference.operations import (
     Step,
     attention,
     dense_mlp,
+    indexer,
     layer_kinds,
     moe_ops,
     norms,
     outer_ops,
     projections,
+    recurrent_projections,
+    recurrent_scan,
     scaled,
 )
 from llmpar.inference.phases import exposed_seconds
@@ -89,9 +92,20 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
     ops = outer_ops(serving, together)
     for kind, count in layer_kinds(serving):
         block = moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
-        layer = [projections(serving, together), attention(serving, decoding, kind.window)]
-        if prefill_tokens > 0:
-            layer.append(attention(serving, prefilling, kind.window))
+        if kind.mixer != "attention":
+            layer = [recurrent_projections(serving, together, kind.mixer),
+                     recurrent_scan(serving, decoding, kind.mixer)]
+            if prefill_tokens > 0:
+                layer.append(recurrent_scan(serving, prefilling, kind.mixer))
+        else:
+            layer = [projections(serving, together),
+                     attention(serving, decoding, kind.window)]
+            if prefill_tokens > 0:
+                layer.append(attention(serving, prefilling, kind.window))
+            if serving.spec.model.sparse_attention is not None:
+                layer.append(indexer(serving, decoding))
+                if prefill_tokens > 0:
+                    layer.append(indexer(serving, prefilling))
         ops += [scaled(op, count) for op in [*layer, *block, norms(serving, together)]]
     return ops
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 import attrs
 
 from llmpar.evaluation.stages import stage_parameters
-from llmpar.inference.kv_cache import kv_bytes_per_token, layer_windows, windowed_cache_bytes
+from llmpar.inference.kv_cache import (
+    kv_bytes_per_token,
+    layer_windows,
+    recurrent_state_bytes,
+    windowed_cache_bytes,
+)
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.serving import Serving
 from llmpar.inference.speculative import draft_weights_bytes
@@ -99,6 +104,8 @@ class StageFixed:
     windows: tuple[tuple[int | None, int], ...]
     kv_bytes_per_token: float
     """One token's cache in one layer on one GPU."""
+    state_bytes: float
+    """One sequence's state in one recurrent layer on one GPU (0 without any)."""
     workspace: WorkspaceRates
 
 
@@ -119,9 +126,11 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
             # Speculative decoding's draft head: its layers' weights and KV cache.
             weights += draft_weights_bytes(serving.draft)
             windows = (*windows, *(serving.draft.fixed[0].windows))
+        state = recurrent_state_bytes(spec.model, serving.inference, tensor, windows)
         found.append(StageFixed(stage=stage, weights_bytes=round(weights),
                                 overhead_bytes=overhead, windows=windows,
-                                kv_bytes_per_token=per_token, workspace=workspace))
+                                kv_bytes_per_token=per_token, state_bytes=state,
+                                workspace=workspace))
     return tuple(found)
 
 
@@ -133,9 +142,9 @@ def stage_memory(serving: Serving, fixed: StageFixed, tokens: int,
     batch = inference.batch_size if batch is None else batch
     return ServingMemory(
         stage=fixed.stage.index, weights_bytes=fixed.weights_bytes,
-        kv_cache_bytes=windowed_cache_bytes(fixed.kv_bytes_per_token, inference,
-                                            serving.degree("context"), fixed.windows, batch,
-                                            tokens),
+        kv_cache_bytes=windowed_cache_bytes(fixed.kv_bytes_per_token, fixed.state_bytes,
+                                            inference, serving.degree("context"),
+                                            fixed.windows, batch, tokens),
         workspace_bytes=round(stage_workspace(serving, fixed, batch, prompt)),
         overhead_bytes=fixed.overhead_bytes)
 

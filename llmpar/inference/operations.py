@@ -17,6 +17,9 @@ attention, activations read and written once per operation. Per layer:
   expectation E_local x (1 - (1 - k/E)^N) for N tokens across the expert group under
   uniform routing (the balance auxiliary losses aim for; Fedus et al. 2021, Switch
   Transformer, arXiv:2101.03961, Sec. 2.2);
+- recurrent layers (gated DeltaNet, Mamba-2): their projections, split by heads, and their
+  scan: the chunked products over a prefill's tokens, one state step per decoded token,
+  each sequence's fixed-size state read and written once (`recurrent_scan`);
 - norms and residual adds: vLLM's fused add-RMSNorm reads the input and the residual and
   writes both, 4 passes of h per token, twice a layer.
 Outside the layers: the embedding rows looked up, and the output layer for sampled rows.
@@ -29,18 +32,23 @@ from collections import Counter
 import attrs
 
 from llmpar.dtypes import bytes_per_element
-from llmpar.footprint.flops import mlp_matmul_weights
+from llmpar.footprint.flops import (
+    mixer_matmul_weights,
+    mlp_matmul_weights,
+    recurrent_mixer_flops_per_token,
+)
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.inference.engine import weight_efficiency
 from llmpar.inference.formats import bytes_per_parameter, format_matmul_dtype
-from llmpar.inference.kv_cache import kv_bytes_per_token
+from llmpar.inference.kv_cache import kv_bytes_per_token, state_elements_per_sequence
 from llmpar.inference.serving import Serving
 from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
+from llmpar.spec import Model
 from llmpar.spec.inference import QUANTIZED_FORMATS
 from llmpar.strategies.common import expert_tensor_degree
-from llmpar.strategies.tensor import attention_divisor
+from llmpar.strategies.tensor import attention_divisor, mamba_divisor
 
 FLASH_QUERY_TILE = 128
 """Queries per FlashAttention tile (block size Br of FlashAttention-2 for head dim 128)."""
@@ -74,6 +82,8 @@ class Step:
 class LayerKind:
     moe: bool
     window: int | None
+    mixer: str = "attention"
+    """The token mixer (`Model.mixer_of`): attention, or a recurrent kind."""
 
 
 def causal_pairs(tokens: float, window: int | None) -> float:
@@ -96,6 +106,11 @@ def count_layer_kinds(serving: Serving) -> tuple[tuple[LayerKind, int], ...]:
     model, inference = serving.spec.model, serving.inference
     honoured = inference.sliding_window is not False
     counts: Counter[LayerKind] = Counter()
+    if model.mixer_pattern is not None:  # one visit per layer, once per serving spec
+        for index in range(model.num_layers or 0):
+            counts[LayerKind(moe=model.is_moe_layer(index), window=None,
+                             mixer=model.mixer_of(index))] += 1
+        return tuple(sorted(counts.items(), key=lambda item: repr(item[0])))
     for (moe, windowed), number in model.layer_kinds_in(0, model.num_layers or 0).items():
         window = model.sliding_window if windowed and honoured else None
         counts[LayerKind(moe=moe, window=window)] += number
@@ -165,8 +180,54 @@ def projections(serving: Serving, step: Step) -> Operation:
     weights = attention_matmul_weights(model) / attention_divisor(spec, t)
     io = step.tokens * (2 * model.hidden_size + attention_width(model, t)) * _act(serving)
     return Operation(name="attention projections", flops=2 * step.tokens * weights,
-                     bytes=_per_layer(serving, "attention", model.num_layers or 1) + io,
+                     bytes=_per_layer(serving, "attention", model.num_attention_layers or 1)
+                     + io,
                      dtype=_matmul(serving), memory_efficiency=_quantized_reads(serving))
+
+
+def recurrent_projections(serving: Serving, step: Step, mixer: str) -> Operation:
+    """The input and output projections of one recurrent layer (`mixer_matmul_weights`),
+    split by heads over the tensor ranks."""
+    spec, t = serving.spec, serving.degree("tensor")
+    model = spec.model
+    assert model.hidden_size is not None
+    divisor = mamba_divisor(spec, t) if mixer == "mamba" else t
+    weights = mixer_matmul_weights(model, mixer) / divisor
+    layers = model.mixers_in(0, model.num_layers or 0).get(mixer, 1)
+    io = step.tokens * (2 * model.hidden_size + 2 * weights / model.hidden_size) * _act(serving)
+    return Operation(name=f"{mixer} projections", flops=2 * step.tokens * weights,
+                     bytes=_per_layer(serving, mixer, layers) + io,
+                     dtype=_matmul(serving), memory_efficiency=_quantized_reads(serving))
+
+
+def recurrent_step_flops_per_token(model: Model, mixer: str) -> float:
+    """Decode FLOPs of one token through one recurrent layer's state, beside its
+    projections: gated DeltaNet's delta-rule step (Yang et al. 2024, arXiv:2412.06464,
+    Eq. 10: the state read by the key and by the query, and its rank-one update, 3 x 2 d_k
+    d_v per value head); Mamba-2's step (Dao and Gu 2024, arXiv:2405.21060, Eq. 1: the
+    update B x^T and the read C^T h, 2 x 2 P N per head); 2 x kernel taps per channel of
+    the convolution."""
+    linear, mamba = model.linear_attention, model.mamba
+    if mixer == "linear_attention" and linear is not None:
+        return (linear.num_value_heads * 6.0 * linear.key_head_dim * linear.value_head_dim
+                + 2.0 * linear.conv_kernel_size * linear.conv_width)
+    assert mamba is not None
+    return (mamba.num_heads * 4.0 * mamba.head_dim * mamba.state_size
+            + 2.0 * mamba.conv_kernel_size * mamba.conv_width)
+
+
+def recurrent_scan(serving: Serving, step: Step, mixer: str) -> Operation:
+    """One recurrent layer's own products: the chunked scan over a prefill's new tokens
+    (`recurrent_mixer_flops_per_token`), or one step per decoded token; each sequence's
+    state read and written once."""
+    model, t = serving.spec.model, serving.degree("tensor")
+    per_token = (recurrent_step_flops_per_token(model, mixer) if step.phase == "decode"
+                 else recurrent_mixer_flops_per_token(model, mixer, int(step.queries)))
+    state = (state_elements_per_sequence(model, t)
+             * bytes_per_element(serving.inference.kv_cache))
+    return Operation(name=f"{mixer} scan", flops=step.tokens * per_token / t,
+                     bytes=2 * step.sequences * state,
+                     dtype=serving.spec.precision.activations)
 
 
 def _pair_flops(serving: Serving, absorbed: bool) -> float:
@@ -179,14 +240,37 @@ def _pair_flops(serving: Serving, absorbed: bool) -> float:
     return 2 * heads * (model.qk_head_dim + model.value_head_dim)
 
 
+def indexer(serving: Serving, step: Step) -> Operation:
+    """DeepSeek sparse attention's lightning indexer in one layer: every causal (query, key)
+    pair scored by index_heads dot products of index_head_dim and their weighted sum
+    (2 x heads x (width + 1) FLOPs a pair; DeepSeek-V3.2-Exp report, Sec. 2.1), on every
+    tensor rank (vLLM keeps the indexer whole on each), reading the cached index keys once
+    per tile of queries."""
+    model = serving.spec.model
+    sparse = model.sparse_attention
+    assert sparse is not None
+    pairs = attention_pairs(step, None, serving.degree("context"))
+    tile = min(step.queries, FLASH_QUERY_TILE)
+    key = sparse.index_head_dim * bytes_per_element(serving.inference.kv_cache)
+    return Operation(name="indexer", flops=pairs * 2 * sparse.index_heads
+                     * (sparse.index_head_dim + 1), bytes=pairs / tile * key,
+                     dtype=serving.spec.precision.activations)
+
+
 def attention(serving: Serving, step: Step, window: int | None) -> Operation:
-    """Q.K^T and scores.V of one layer, reading the cache and writing the new tokens'."""
+    """Q.K^T and scores.V of one layer, reading the cache and writing the new tokens'
+    (with DeepSeek sparse attention, of the top_k keys the indexer keeps per query)."""
     model, t = serving.spec.model, serving.degree("tensor")
+    if model.sparse_attention is not None:
+        window = model.sparse_attention.top_k
     pairs = attention_pairs(step, window, serving.degree("context"))
     per_token = kv_bytes_per_token(model, serving.inference.kv_cache, t)
     tile = min(step.queries, FLASH_QUERY_TILE)
     io = step.tokens * (model.query_width + model.attention_output_width) / t * _act(serving)
-    return Operation(name="attention" if window is None else f"attention (window {window:,})",
+    name = "attention" if window is None else f"attention (window {window:,})"
+    if model.sparse_attention is not None:
+        name = f"attention (top {window:,} keys)"
+    return Operation(name=name,
                      flops=pairs * _pair_flops(serving, step.absorbed),
                      bytes=pairs / tile * per_token + step.tokens * per_token + io,
                      dtype=serving.spec.precision.activations)
@@ -271,8 +355,13 @@ def norms(serving: Serving, step: Step) -> Operation:
 def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
     """The operations of one layer of `kind`."""
     block = moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
-    return [projections(serving, step), attention(serving, step, kind.window), *block,
-            norms(serving, step)]
+    if kind.mixer != "attention":
+        return [recurrent_projections(serving, step, kind.mixer),
+                recurrent_scan(serving, step, kind.mixer), *block, norms(serving, step)]
+    mixer = [projections(serving, step), attention(serving, step, kind.window)]
+    if serving.spec.model.sparse_attention is not None:
+        mixer.append(indexer(serving, step))
+    return [*mixer, *block, norms(serving, step)]
 
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:

@@ -42,7 +42,50 @@ def model_problems(model: Model) -> list[Problem]:
     if model.position_embedding == "learned" and model.max_position_embeddings is None:
         problems.append(Problem("$.model.max_position_embeddings",
                                 "required with position_embedding = 'learned'"))
-    return problems + moe_problems(model)
+    return problems + moe_problems(model) + mixer_problems(model)
+
+
+MIXER_TABLES = {"L": "linear_attention", "M": "mamba"}
+"""The letters of `mixer_pattern` that need a table, and the table."""
+
+
+def mixer_problems(model: Model) -> list[Problem]:
+    """A mixer pattern that repeats to num_layers, a table for each recurrent letter and a
+    letter for each table, at most one recurrent kind, and head counts that divide."""
+    pattern, problems = model.mixer_pattern or "", []
+    path = "$.model.mixer_pattern"
+    layers = model.num_layers
+    if pattern and layers is not None and layers % len(pattern):
+        problems.append(Problem(path, f"its length ({len(pattern)}) must divide num_layers "
+                                      f"({layers}): the pattern repeats from layer 0"))
+    for letter, table in MIXER_TABLES.items():
+        given = getattr(model, table) is not None
+        if letter in pattern and not given:
+            problems.append(Problem(f"$.model.{table}", f"required: mixer_pattern "
+                                    f"({pattern!r}) has {letter!r} layers"))
+        elif given and letter not in pattern:
+            problems.append(Problem(f"$.model.{table}", f"no layer uses it: give "
+                                    f"mixer_pattern with {letter!r} layers"))
+    if pattern and model.sliding_window is not None:
+        problems.append(Problem("$.model.sliding_window", "windowed attention beside "
+                                "recurrent layers (mixer_pattern) is not modelled"))
+    if set(MIXER_TABLES) <= set(pattern):
+        problems.append(Problem(path, "mix attention with one recurrent kind, 'L' or 'M', "
+                                      "not both"))
+    if model.sparse_attention is not None and (model.mla is None
+                                               or model.mla.q_lora_rank is None):
+        problems.append(Problem("$.model.sparse_attention", "the indexer reads MLA's query "
+                                "latent: give [model.mla] with a q_lora_rank"))
+    linear = model.linear_attention
+    if linear is not None and linear.num_value_heads % linear.num_key_heads:
+        problems.append(Problem("$.model.linear_attention.num_value_heads", (
+            f"num_value_heads ({linear.num_value_heads}) must be a multiple of "
+            f"num_key_heads ({linear.num_key_heads})")))
+    mamba = model.mamba
+    if mamba is not None and mamba.num_heads % mamba.num_groups:
+        problems.append(Problem("$.model.mamba.num_groups", (
+            f"num_groups ({mamba.num_groups}) must divide num_heads ({mamba.num_heads})")))
+    return problems
 
 
 def moe_problems(model: Model) -> list[Problem]:

@@ -15,6 +15,8 @@ NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "projection")
+MIXERS = {"A": "attention", "L": "linear_attention", "M": "mamba"}
+"""The letters of `Model.mixer_pattern`: the token mixer each layer has."""
 
 ARCHITECTURE_FIELDS = (
     "num_layers",
@@ -88,6 +90,104 @@ class MLA:
     def qk_head_dim(self) -> int:
         """Width of one query (and key) head: qk_nope_head_dim + qk_rope_head_dim."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@attrs.frozen(kw_only=True)
+class LinearAttention:
+    """`[model.linear_attention]`: gated DeltaNet layers (Yang, Kautz and Hatamizadeh 2024,
+    "Gated Delta Networks", arXiv:2412.06464, Eq. 10), as Qwen3-Next builds them
+    (transformers' Qwen3NextGatedDeltaNet): one projection of the hidden state to queries,
+    keys, values and the output gate z, one to the per-head write strength beta and decay
+    a; a depthwise causal convolution over queries, keys and values; a per-value-head
+    state of key_head_dim x value_head_dim in place of a KV cache; a gated RMSNorm of
+    value_head_dim and the output projection. Query/key heads serve
+    num_value_heads / num_key_heads value heads each."""
+
+    num_key_heads: int = attrs.field(validator=v.positive)
+    """Query and key heads (linear_num_key_heads)."""
+    num_value_heads: int = attrs.field(validator=v.positive)
+    """Value heads, each with its own state (linear_num_value_heads); a multiple of
+    num_key_heads."""
+    key_head_dim: int = attrs.field(validator=v.positive)
+    """Width of one query and key head (linear_key_head_dim)."""
+    value_head_dim: int = attrs.field(validator=v.positive)
+    """Width of one value head (linear_value_head_dim)."""
+    conv_kernel_size: int = attrs.field(default=4, validator=v.positive)
+    """Taps of the depthwise causal convolution (linear_conv_kernel_dim)."""
+    chunk_size: int = attrs.field(default=64, validator=v.positive)
+    """Tokens per chunk of the chunked delta rule (transformers' and flash-linear-
+    attention's chunk_gated_delta_rule: 64); sets its FLOPs, not its parameters."""
+
+    @property
+    def key_width(self) -> int:
+        """num_key_heads x key_head_dim: the width of the queries and of the keys."""
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        """num_value_heads x value_head_dim: the width of the values and of z."""
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_width(self) -> int:
+        """Channels of the convolution: queries, keys and values."""
+        return 2 * self.key_width + self.value_width
+
+
+@attrs.frozen(kw_only=True)
+class Mamba:
+    """`[model.mamba]`: Mamba-2 layers (Dao and Gu 2024, "Transformers are SSMs",
+    arXiv:2405.21060, Sec. 7 and Fig. 6), as transformers' Mamba2Mixer and its copies
+    (GraniteMoeHybridMambaLayer, NemotronHMamba2Mixer) build them: one input projection
+    to the gate z, the convolved x, B and C (num_groups x state_size each) and one dt per
+    head; a depthwise causal convolution over x, B and C; per-head dt_bias, A_log and D; a
+    gated RMSNorm of the inner width and the output projection. Each head keeps a state of
+    head_dim x state_size in place of a KV cache."""
+
+    num_heads: int = attrs.field(validator=v.positive)
+    """SSM heads (mamba_n_heads)."""
+    head_dim: int = attrs.field(validator=v.positive)
+    """Channels per head (mamba_d_head); num_heads x head_dim is the inner width."""
+    state_size: int = attrs.field(validator=v.positive)
+    """State channels N per group (mamba_d_state, ssm_state_size)."""
+    num_groups: int = attrs.field(default=1, validator=v.positive)
+    """Groups of heads sharing B and C (mamba_n_groups); divides num_heads."""
+    conv_kernel_size: int = attrs.field(default=4, validator=v.positive)
+    """Taps of the depthwise causal convolution (mamba_d_conv)."""
+    conv_bias: bool = True
+    """A bias on the convolution (mamba_conv_bias)."""
+    projection_bias: bool = False
+    """Biases on the input and output projections (mamba_proj_bias)."""
+    chunk_size: int = attrs.field(default=256, validator=v.positive)
+    """Tokens per chunk of the SSD algorithm (mamba_chunk_size); sets its FLOPs."""
+
+    @property
+    def inner_width(self) -> int:
+        """num_heads x head_dim (Mamba-2's d_inner = expand x hidden_size)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_width(self) -> int:
+        """Channels of the convolution: x, B and C."""
+        return self.inner_width + 2 * self.num_groups * self.state_size
+
+
+@attrs.frozen(kw_only=True)
+class SparseAttention:
+    """`[model.sparse_attention]`: DeepSeek sparse attention (DeepSeek-AI 2025,
+    DeepSeek-V3.2-Exp technical report, Sec. 2.1): a lightning indexer scores every earlier
+    token for each query with a few small heads, and MLA attends only to the top_k tokens
+    it picks. The indexer (transformers' DeepseekV32Indexer) projects the query latent to
+    index_heads heads of index_head_dim (wq_b), the hidden state to one shared key
+    (wk, with a LayerNorm) and to one weight per head (weights_proj); its key is cached
+    per token beside MLA's latent. Needs [model.mla] with a q_lora_rank."""
+
+    index_heads: int = attrs.field(default=64, validator=v.positive)
+    """Heads of the indexer (index_n_heads)."""
+    index_head_dim: int = attrs.field(default=128, validator=v.positive)
+    """Width of an indexer head and of its key (index_head_dim)."""
+    top_k: int = attrs.field(default=2048, validator=v.positive)
+    """Tokens each query attends to (index_topk); all of them up to this many."""
 
 
 def _default_kv_heads(model: Model) -> int | None:
@@ -208,6 +308,21 @@ class Model:
     projection, and an output bias of vocab_size."""
     moe: MoE | None = None
     """Mixture of experts; None for a dense model."""
+    attention_output_gate: bool = False
+    """A sigmoid gate on the attention output, computed by a query projection twice as
+    wide (Qwen3-Next's gated attention, attn_output_gate: q_proj of 2 x query_width)."""
+    mixer_pattern: str | None = attrs.field(default=None, validator=v.optional_pattern(
+        "".join(MIXERS)))
+    """The token mixer of each layer, one letter per layer, repeated from layer 0 until
+    num_layers: "A" attention, "L" gated DeltaNet (`[model.linear_attention]`), "M" Mamba-2
+    (`[model.mamba]`); its length divides num_layers. Qwen3-Next: "LLLA"; None: every layer
+    attends. A model mixes attention with at most one recurrent kind."""
+    linear_attention: LinearAttention | None = None
+    """The gated DeltaNet layers' sizes, with "L" layers in mixer_pattern."""
+    mamba: Mamba | None = None
+    """The Mamba-2 layers' sizes, with "M" layers in mixer_pattern."""
+    sparse_attention: SparseAttention | None = None
+    """DeepSeek sparse attention on every attention layer (DeepSeek-V3.2); None: dense."""
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer `index` (from 0) has experts instead of a dense MLP."""
@@ -246,6 +361,57 @@ class Model:
         return _kept({(True, False): both, (True, True): moe - both,
                       (False, False): full - both,
                       (False, True): count - moe - full + both})
+
+    def mixers_in(self, first: int, count: int) -> dict[str, int]:
+        """How many of `count` layers from `first` have each token mixer ("attention",
+        "linear_attention", "mamba"), in closed form over the repeated pattern."""
+        count = max(count, 0)
+        pattern = self.mixer_pattern
+        if pattern is None:
+            return {"attention": count} if count else {}
+        period = len(pattern)
+        rounds, rest = divmod(count, period)
+        found: dict[str, int] = {}
+        for offset, letter in enumerate(pattern):
+            index = (offset - first) % period  # its first position in the range
+            number = rounds + (index < rest)
+            if number:
+                found[MIXERS[letter]] = found.get(MIXERS[letter], 0) + number
+        return found
+
+    def mixer_of(self, index: int) -> str:
+        """The token mixer of layer `index` (from 0)."""
+        if self.mixer_pattern is None:
+            return "attention"
+        return MIXERS[self.mixer_pattern[index % len(self.mixer_pattern)]]
+
+    def hybrid_kinds_in(self, first: int, count: int) -> dict[str, int]:
+        """A hybrid model's layers among `count` from `first` by kind, "dense" or "moe"
+        and the token mixer ("moe linear_attention"), one visit per layer (used only for
+        models with a mixer_pattern)."""
+        found: dict[str, int] = {}
+        for index in range(first, first + max(count, 0)):
+            kind = f"{'moe' if self.is_moe_layer(index) else 'dense'} {self.mixer_of(index)}"
+            found[kind] = found.get(kind, 0) + 1
+        return found
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers whose token mixer is attention (all of them without mixer_pattern)."""
+        layers = self.num_layers or 0
+        if self.mixer_pattern is None:
+            return layers
+        return self.mixers_in(0, layers).get("attention", 0)
+
+    @property
+    def recurrent_mixer(self) -> str | None:
+        """The recurrent kind of the layers that are not attention ("linear_attention",
+        "mamba"), None when every layer attends."""
+        pattern = self.mixer_pattern
+        if pattern is None:
+            return None
+        kinds = [MIXERS[letter] for letter in sorted(set(pattern)) if letter != "A"]
+        return kinds[0] if kinds else None
 
     @property
     def num_moe_layers(self) -> int:

@@ -80,3 +80,16 @@ def dtype(_instance: Any, attribute: Any, value: str) -> None:
             attribute.name,
             f"must be one of {listed}, got {value!r}{did_you_mean(str(value), BYTES_PER_ELEMENT)}",
         )
+
+
+def optional_pattern(letters: str) -> Callable[[Any, Any, str | None], None]:
+    """A validator of a non-empty string of `letters` (None passes)."""
+
+    def check(_instance: Any, attribute: Any, value: str | None) -> None:
+        if value is None:
+            return
+        if not isinstance(value, str) or not value or set(value) - set(letters):
+            raise FieldError(attribute.name, f"must be a string of the letters "
+                                             f"{', '.join(letters)}, got {value!r}")
+
+    return check

@@ -15,9 +15,11 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
-TENSOR_SPLIT_GROUPS = frozenset({"embedding", "attention", "mlp", "experts", "shared_experts",
-                                 "head"})
-"""Parameter groups Megatron-style tensor parallelism splits (norms and router stay whole)."""
+TENSOR_SPLIT_GROUPS = frozenset({"embedding", "attention", "linear_attention", "mamba", "mlp",
+                                 "experts", "shared_experts", "head"})
+"""Parameter groups Megatron-style tensor parallelism splits (norms and router stay whole);
+the recurrent mixers split by heads, as Megatron-Core's MambaMixer and vLLM's Mamba-2 and
+gated DeltaNet layers do (their per-head parameters and norms with them)."""
 EXPERT_GROUPS = frozenset({"experts", "expert_adapters"})
 """Parameters that live on expert-parallel ranks: the routed experts, and the LoRA
 adapters of their linear layers (`[finetune]`), which sit beside each expert."""

@@ -72,6 +72,21 @@ class ContextConfig:
     ring runs over degree / all_to_all_degree groups."""
 
 
+def _recurrent_rules(c: Any, spec: Spec) -> list[Rule]:
+    """A recurrent token mixer's scan runs through the tokens in order: the chunk of a
+    context rank needs the state the ranks before it leave, which neither a ring of K/V
+    chunks nor an all-to-all of heads passes (a sequential state hand-off would idle c - 1
+    of c ranks in each layer), so context parallelism refuses such models."""
+    kind = spec.model.recurrent_mixer
+    if kind is None:
+        return []
+    return [Rule("$.parallel.context.degree", c > 1,
+                 lambda: f"context parallelism cannot split the sequence of the model's "
+                         f"{kind} layers: each chunk's scan needs the recurrent state the "
+                         "previous rank's tokens leave, which neither the K/V ring nor the "
+                         "all-to-all passes; use degree 1")]
+
+
 class ContextParallel(Strategy[ContextConfig]):
     name = "context"
     config_type = ContextConfig
@@ -88,9 +103,10 @@ class ContextParallel(Strategy[ContextConfig]):
                          lambda: "context parallelism needs the model's architecture "
                                  "(hidden_size, heads, head_dim), not just its parameter count")]
         heads, t = spec.model.num_attention_heads, layout.degree("tensor")
+        recurrent = _recurrent_rules(c, spec)
         if _hybrid(config):
-            return self._hybrid_rules(config, heads, t, s)
-        return [
+            return recurrent + self._hybrid_rules(config, heads, t, s)
+        return recurrent + [
             Rule(f"{path}.all_to_all_degree", config.all_to_all_degree is not None,
                  lambda: 'all_to_all_degree needs kind = "hybrid"'),
             Rule(f"{path}.degree", c > 1 and s % (2 * c) != 0,

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from llmpar.arrays import logical_and
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.inventory import SPLIT_TENSOR
 from llmpar.hookspecs import hookimpl
@@ -115,6 +116,42 @@ def whole_adapter_flops(ctx: StrategyContext, t: int, experts: int) -> Any:
     return per_sequence * batch
 
 
+def mamba_divisor(spec: Spec, t: int) -> float:
+    """How many ways a Mamba-2 layer's weights split: its heads (z, x, dt, the output
+    projection) by t, its B and C by groups, each rank keeping a copy of one group past
+    t > num_groups (vLLM's MambaMixer2 replicates the groups' B and C projections on the
+    ranks that share them; Megatron-Core's MambaMixer needs num_groups % t == 0)."""
+    model = spec.model
+    mamba = model.mamba
+    if mamba is None or model.hidden_size is None:
+        return float(t)
+    h, inner, heads = model.hidden_size, mamba.inner_width, mamba.num_heads
+    grouped = 2 * h * mamba.num_groups * mamba.state_size
+    split = 2 * h * inner + h * heads + inner * h
+    per_rank = split / t + grouped * max(1.0, mamba.num_groups / t) / mamba.num_groups
+    return (split + grouped) / per_rank
+
+
+def _mixer_rules(t: int, spec: Spec, path: str) -> list[Rule]:
+    """The recurrent mixers split by heads: t divides their head counts (vLLM's Qwen3-Next
+    and Mamba-2 layers), and Mamba-2's groups and t divide one another."""
+    linear, mamba = spec.model.linear_attention, spec.model.mamba
+    found = []
+    if linear is not None:
+        found += [Rule(path, value % t != 0, functools.partial(
+            _must_divide_message, t, f"linear_attention.{field}", value))
+            for field, value in (("num_key_heads", linear.num_key_heads),
+                                 ("num_value_heads", linear.num_value_heads))]
+    if mamba is not None:
+        groups = mamba.num_groups
+        found.append(Rule(path, mamba.num_heads % t != 0, functools.partial(
+            _must_divide_message, t, "mamba.num_heads", mamba.num_heads)))
+        found.append(Rule(path, logical_and(groups % t != 0, t % groups != 0),
+                          lambda: f"tensor degree ({t}) and model.mamba.num_groups "
+                                  f"({groups}) must divide one another"))
+    return found
+
+
 def _must_divide_message(t: int, field: str, value: int | None) -> str:
     return f"tensor degree ({t}) must divide model.{field} ({value})"
 
@@ -137,6 +174,8 @@ class TensorParallel(Strategy[TensorConfig]):
         found.append(Rule(path, kv is not None and t > 1 and kv % t != 0 and t % kv != 0,
                           lambda: f"tensor degree ({t}) and model.num_kv_heads ({kv}) must "
                                   "divide one another"))
+        if model.recurrent_mixer is not None:
+            found += _mixer_rules(t, spec, path)
         return found
 
     def transform(self, config: TensorConfig, ctx: StrategyContext) -> Transform:
@@ -149,10 +188,15 @@ class TensorParallel(Strategy[TensorConfig]):
         adapters = adapter_divisors(ctx, t, experts)
         for component in COMPONENTS:
             shards.append(Shard(component=component, divisor=t, reason="split over tensor ranks",
-                                groups=TENSOR_SPLIT_GROUPS - {"attention"} - EXPERT_GROUPS))
+                                groups=TENSOR_SPLIT_GROUPS - {"attention", "mamba"}
+                                - EXPERT_GROUPS))
             shards.append(Shard(component=component, divisor=attention,
                                 reason="heads split over tensor ranks", groups=frozenset(
                                     {"attention"})))
+            if ctx.spec.model.mamba is not None:
+                shards.append(Shard(component=component, divisor=mamba_divisor(ctx.spec, t),
+                                    reason="SSM heads split over tensor ranks",
+                                    groups=frozenset({"mamba"})))
             if experts > 1:
                 shards.append(Shard(component=component, divisor=experts,
                                     reason="routed experts split over expert tensor ranks",

@@ -51,6 +51,13 @@ ActivationModel = Callable[["Spec"], ActivationInventory]
 def require(spec: Spec, fields: tuple[str, ...], model_name: str) -> None:
     """Raise ActivationUnavailable naming the model fields `model_name` needs and lacks."""
     missing = [name for name in fields if getattr(spec.model, name) is None]
+    recurrent = spec.model.recurrent_mixer
+    if recurrent is not None and model_name not in ("coefficient", "fused"):
+        raise ActivationUnavailable(
+            f"activation model {model_name!r} has no inventory of the tensors the model's "
+            f"{recurrent} layers keep for backward (their chunked scan's inputs and "
+            "per-chunk states); activation_model = 'fused' lists them as the fused "
+            "kernels keep them, 'coefficient' estimates them by size")
     if not missing:
         return
     hint = ""

@@ -20,6 +20,9 @@ Engine, torchtitan), tensor by tensor.
 - The loss is Megatron-Core's fused vocab-parallel cross-entropy
   (cross_entropy_loss_fusion): no fp32 copy of the logits; it keeps exp(logits) in the
   logits' dtype, the labels and a per-token target mask.
+- Recurrent layers (gated DeltaNet: flash-linear-attention's chunk_gated_delta_rule;
+  Mamba-2: mamba_ssm's mamba_split_conv1d_scan_combined) keep what their fused kernels
+  save (`_linear_attention`, `_mamba`).
 - MoE (Megatron-Core MoE with moe_permute_fusion): fp32 router probabilities and a
   boolean routing map per token and expert, the permuted token copies (b * s * k, no
   dropping), each copy's fc1 output and fc2 input, the expert output and the fp32
@@ -176,7 +179,73 @@ def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
     return tensors
 
 
-def _layer(sizes: Sizes, model: Model, moe: bool) -> list[SavedTensor]:
+def _linear_attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
+    """A gated DeltaNet layer: the input projection's input, the convolution's input
+    (causal_conv1d keeps it), what flash-linear-attention's chunk_gated_delta_rule keeps
+    (ChunkGatedDeltaRuleFunction: the L2-normalized q and k with their fp32 rstd, v, the
+    fp32 cumulative decay g, beta and the chunk's UT-transformed matrix A of chunk_size per
+    token and head; the chunk states are recomputed in the backward), the output gate z, the
+    gated RMSNorm's input and fp32 rstd, and the output projection's input."""
+    linear = model.linear_attention
+    assert linear is not None
+    d, hv, hk = sizes.d, ("hv", linear.num_value_heads), ("hk", linear.num_key_heads)
+    heads = (*sizes.tokens, hv)
+    return [
+        _hidden(sizes, "mixer input", "input of the input projections", _norm_output(model)),
+        _wide(sizes, "convolution input", "kept by the causal convolution", "2*k+v",
+              linear.conv_width, d, INSIDE_TP),
+        _wide(sizes, "query (normalized)", "kept by the chunked delta rule", "hk*d_k",
+              linear.key_width, d, INSIDE_TP),
+        _wide(sizes, "key (normalized)", "kept by the chunked delta rule", "hk*d_k",
+              linear.key_width, d, INSIDE_TP),
+        saved("query and key rstd (fp32)", "kept by the kernel's L2 norm", (*sizes.tokens,
+              ("2*hk", 2 * hk[1])), FP32_BYTES, INSIDE_TP),
+        _wide(sizes, "value", "kept by the chunked delta rule", "hv*d_v", linear.value_width,
+              d, INSIDE_TP),
+        saved("decay g (fp32)", "cumulative log decay per value head", heads, FP32_BYTES,
+              INSIDE_TP),
+        saved("beta", "write strength per value head", heads, d, INSIDE_TP),
+        saved("UT transform A", "per chunk and value head, chunk_size per token",
+              (*heads, ("C", linear.chunk_size)), d, INSIDE_TP),
+        _wide(sizes, "output gate z", "kept by the gated RMSNorm", "hv*d_v",
+              linear.value_width, d, INSIDE_TP),
+        _wide(sizes, "gated norm input", "kept by the gated RMSNorm", "hv*d_v",
+              linear.value_width, d, INSIDE_TP),
+        saved("gated norm rstd (fp32)", "per value head and token", heads, FP32_BYTES,
+              INSIDE_TP),
+        _wide(sizes, "output projection input", "input of out_proj", "hv*d_v",
+              linear.value_width, d, INSIDE_TP),
+    ]
+
+
+def _mamba(sizes: Sizes, model: Model) -> list[SavedTensor]:
+    """A Mamba-2 layer as mamba_ssm's fused mamba_split_conv1d_scan_combined keeps it
+    (MambaSplitConv1dScanCombinedFn in ssd_combined.py: the input projection's output
+    zxbcdt, the scan's output before the gated norm, the norm's fp32 rstd per group; the
+    convolution, the norm and the output projection are recomputed in the backward), with
+    the input projection's input. B and C of a single group are on every tensor rank."""
+    mamba = model.mamba
+    assert mamba is not None
+    d, groups = sizes.d, mamba.num_groups
+    bc = 2 * groups * mamba.state_size
+    return [
+        _hidden(sizes, "mixer input", "input of the input projection", _norm_output(model)),
+        _wide(sizes, "z, x and dt", "the input projection's output (zxbcdt)", "2*d_in+H",
+              2 * mamba.inner_width + mamba.num_heads, d, INSIDE_TP),
+        _wide(sizes, "B and C", "the input projection's output (zxbcdt)", "2*G*N", bc, d,
+              INSIDE_TP if groups > 1 else TOKENS_ONLY),
+        _wide(sizes, "scan output", "kept for the gated norm's backward", "d_in",
+              mamba.inner_width, d, INSIDE_TP),
+        saved("gated norm rstd (fp32)", "per group and token", (*sizes.tokens, ("G", groups)),
+              FP32_BYTES, INSIDE_TP if groups > 1 else TOKENS_ONLY),
+    ]
+
+
+MIXER_TENSORS = {"linear_attention": _linear_attention, "mamba": _mamba}
+
+
+def _layer(sizes: Sizes, model: Model, moe: bool,
+           mixer: str = "attention") -> list[SavedTensor]:
     assert model.ffn_hidden_size is not None
     if moe:
         mlp = _moe(sizes, model)
@@ -184,7 +253,8 @@ def _layer(sizes: Sizes, model: Model, moe: bool) -> list[SavedTensor]:
         mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
     mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)",
                    _norm_output(model))] + mlp
-    attention = _attention(sizes, model)
+    attention = (_attention(sizes, model) if mixer == "attention"
+                 else MIXER_TENSORS[mixer](sizes, model))
     if model.norm_placement == "sandwich":
         return (_norm(sizes, model, "input norm") + attention
                 + _norm(sizes, model, "post-attention norm")
@@ -234,6 +304,13 @@ def fused(spec: Spec) -> ActivationInventory:
     model = spec.model
     sizes = sizes_of(spec)
     groups = []
+    if model.recurrent_mixer is not None:  # a hybrid model: a group per (MLP, mixer) kind
+        for kind, count in model.hybrid_kinds_in(0, model.num_layers or 0).items():
+            block, mixer = kind.split(" ", 1)
+            groups.append(LayerGroup(kind=kind, count=count, tensors=tuple(
+                _layer(sizes, model, moe=block == "moe", mixer=mixer))))
+        return ActivationInventory(model="fused", groups=tuple(groups),
+                                   fixed=_outside(sizes, model), source=SOURCE)
     if model.num_dense_layers:
         groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
                                  tensors=tuple(_layer(sizes, model, moe=False))))

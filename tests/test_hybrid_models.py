@@ -1,0 +1,322 @@
+"""Models whose layers mix attention with recurrent token mixers: gated DeltaNet (Qwen3-Next)
+and Mamba-2 (Granite 4). Their layer pattern, parameters by hand, what serving keeps per
+sequence, and what tensor and context parallelism can split."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import llmpar
+from llmpar.footprint.flops import forward_flops_per_sequence, recurrent_mixer_flops_per_token
+from llmpar.footprint.parameters import count_parameters
+from llmpar.spec.model import MIXERS
+
+SESSION = llmpar.Session(load_entry_points=False)
+GPU = {"gpu": "h100-sxm"}
+
+
+def preset(name: str) -> llmpar.spec.Model:
+    return SESSION.load_spec({"model": name, "hardware": GPU}).model
+
+
+@given(pattern=st.text(alphabet="ALM", min_size=1, max_size=6),
+       first=st.integers(0, 40), count=st.integers(0, 60))
+def test_mixer_counts_in_closed_form_are_the_layers_counted_one_by_one(pattern, first, count):
+    model = llmpar.spec.Model(mixer_pattern=pattern)
+    counted: dict[str, int] = {}
+    for index in range(first, first + count):
+        kind = MIXERS[pattern[index % len(pattern)]]
+        counted[kind] = counted.get(kind, 0) + 1
+    assert model.mixers_in(first, count) == counted
+    assert all(model.mixer_of(i) == MIXERS[pattern[i % len(pattern)]] for i in range(first,
+                                                                                    first + 3))
+
+
+def test_qwen3_next_by_hand():
+    # Qwen3NextGatedDeltaNet (transformers 5.24): h 2048; 16 key heads and 32 value heads
+    # of 128. in_proj_qkvz h x (2 x 2048 + 2 x 4096), in_proj_ba h x 64, out_proj 4096 x h,
+    # conv1d 8192 x 4, dt_bias and A_log 32 each, the gated norm 128. Gated attention:
+    # q_proj h x 2 x 16 x 256 (the output gate), k/v h x 2 x 256, o_proj, q/k norms 256.
+    model = preset("qwen3-next-80b-a3b")
+    assert model.mixer_pattern == "LLLA"
+    h = 2048
+    linear = h * (2 * 2048 + 2 * 4096) + h * 64 + 4096 * h + 8192 * 4 + 2 * 32 + 128
+    attention = h * 2 * 4096 + 2 * h * 512 + 4096 * h + 2 * 256
+    groups = count_parameters(model).by_group
+    assert groups["linear_attention"] == 36 * linear
+    assert groups["attention"] == 12 * attention
+
+
+def test_granite_4_mamba_layers_by_hand():
+    # GraniteMoeHybridMambaLayer: h 4096, 128 heads of 64 (inner 8192), one group of state
+    # 128: in_proj h x (8192 + 8448 + 128), conv1d 8448 x 4 with bias, dt_bias, A_log, D,
+    # the gated norm 8192, out_proj 8192 x h.
+    model = preset("granite-4.0-h-small")
+    h, inner, conv = 4096, 8192, 8192 + 2 * 128
+    mamba = h * (inner + conv + 128) + conv * 5 + 3 * 128 + inner + inner * h
+    groups = count_parameters(model).by_group
+    assert groups["mamba"] == 36 * mamba
+    assert "linear_attention" not in groups and groups["attention"] == 4 * (
+        2 * h * 4096 + 2 * h * 1024)
+
+
+def test_every_layer_attending_is_the_model_without_a_pattern():
+    # mixer_pattern "A" is every layer attention: the same plan, training and serving.
+    plain = {"model": "qwen3-8b", "hardware": GPU,
+             "training": {"sequence_length": 2048, "activation_model": "fused"}}
+    base = SESSION.load_spec(plain)
+    spec = attrs.evolve(base, model=attrs.evolve(base.model, mixer_pattern="A"))
+    assert SESSION.evaluate(spec).to_dict() == SESSION.evaluate(base).to_dict()
+    serving = {"model": "qwen3-8b", "hardware": GPU,
+               "inference": {"batch_size": 4, "prompt_tokens": 1024, "generated_tokens": 64}}
+    base = SESSION.load_spec(serving)
+    spec = attrs.evolve(base, model=attrs.evolve(base.model, mixer_pattern="A"))
+    assert SESSION.evaluate(spec).to_dict() == SESSION.evaluate(base).to_dict()
+
+
+def serving_cache(model: str, prompt: int, batch: int = 2) -> int:
+    plan = SESSION.evaluate({"model": model, "hardware": GPU,
+                             "inference": {"batch_size": batch, "prompt_tokens": prompt,
+                                           "generated_tokens": 1, "weights": "bf16",
+                                           "kv_cache": "bf16"}})
+    assert plan.kv_cache_bytes is not None
+    return plan.kv_cache_bytes
+
+
+def test_recurrent_layers_keep_a_state_not_tokens():
+    # Qwen3-Next: only its 12 attention layers grow with the context (2 kv heads x 256, K
+    # and V, 2 bytes); its 36 gated DeltaNet layers each keep 32 states of 128 x 128 and 3
+    # inputs of the 8192 convolved channels per sequence, whatever its length (the prompt
+    # and the one generated token).
+    per_token_layer = 2 * 2 * 256 * 2
+    assert (serving_cache("qwen3-next-80b-a3b", 3072) - serving_cache("qwen3-next-80b-a3b", 1024)
+            == 2 * 2048 * 12 * per_token_layer)
+    state = (32 * 128 * 128 + 3 * 8192) * 2
+    assert serving_cache("qwen3-next-80b-a3b", 1024) == 2 * (12 * 1025 * per_token_layer
+                                                             + 36 * state)
+    # Granite 4: 128 heads of 64 x 128 and 3 inputs of 8448 channels per Mamba-2 layer.
+    state = (128 * 64 * 128 + 3 * 8448) * 2
+    per_token_layer = 2 * 8 * 128 * 2
+    assert serving_cache("granite-4.0-h-small", 512, batch=1) == (4 * 513 * per_token_layer
+                                                                  + 36 * state)
+
+
+def test_tensor_ranks_split_the_states_by_heads():
+    # two tensor ranks: each keeps one of the two KV heads and half of every state
+    def cache(tensor: int) -> int:
+        plan = SESSION.evaluate({"model": "qwen3-next-80b-a3b",
+                                 "hardware": {**GPU, "num_gpus": tensor},
+                                 "parallel": {"tensor": {"degree": tensor}},
+                                 "inference": {"batch_size": 8, "prompt_tokens": 4096,
+                                               "generated_tokens": 256}})
+        assert plan.kv_cache_bytes is not None
+        return plan.kv_cache_bytes
+    assert cache(2) == cache(1) / 2
+
+
+def test_context_parallelism_refuses_recurrent_layers():
+    for name, kind in (("qwen3-next-80b-a3b", "linear_attention"),
+                       ("granite-4.0-h-small", "mamba")):
+        with pytest.raises(llmpar.SpecError) as caught:
+            SESSION.evaluate({"model": name, "hardware": {**GPU, "num_gpus": 2},
+                              "training": {"sequence_length": 4096},
+                              "parallel": {"context": {"degree": 2}}})
+        [problem] = [p for p in caught.value.problems if p.path == "$.parallel.context.degree"]
+        assert f"{kind} layers" in problem.message
+
+
+def test_tensor_degree_must_divide_the_recurrent_heads():
+    base = SESSION.load_spec({"model": "qwen3-next-80b-a3b", "hardware": GPU})
+    linear = attrs.evolve(base.model.linear_attention, num_key_heads=6, num_value_heads=12)
+    spec = attrs.evolve(base, model=attrs.evolve(base.model, linear_attention=linear))
+    layout = attrs.evolve(spec, hardware=attrs.evolve(spec.hardware, num_gpus=4))
+    with pytest.raises(llmpar.SpecError) as caught:
+        SESSION.evaluate(layout, {"parallel.tensor.degree": 4})
+    assert any("model.linear_attention.num_key_heads (6)" in p.message
+               for p in caught.value.problems)
+
+
+def test_mamba_weights_split_with_one_group_copied():
+    # one group of B and C on every tensor rank (vLLM's MambaMixer2): the Mamba-2 weights
+    # split a little less than t ways.
+    from llmpar.strategies.tensor import mamba_divisor
+
+    spec = SESSION.load_spec({"model": "granite-4.0-h-small", "hardware": GPU})
+    h, inner, n = 4096, 8192, 128
+    split, grouped = 2 * h * inner + h * 128 + inner * h, 2 * h * n
+    assert mamba_divisor(spec, 4) == pytest.approx((split + grouped) / (split / 4 + grouped))
+    assert 1 < mamba_divisor(spec, 4) < 4
+
+
+def test_activation_models_without_recurrent_layers_say_so():
+    plan = SESSION.evaluate({"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                             "training": {"sequence_length": 4096,
+                                          "activation_model": "korthikanti"}})
+    assert any("linear_attention layers keep for backward" in w for w in plan.warnings)
+    for model in ("fused", "coefficient"):
+        sized = SESSION.evaluate({"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                                  "training": {"sequence_length": 4096,
+                                               "activation_model": model}})
+        assert sized.activations_bytes > 0
+
+
+def test_flops_count_only_the_attention_layers_squares():
+    # the s x s products belong to the 12 attention layers; the 36 recurrent layers add
+    # their chunked products, linear in s.
+    model = preset("qwen3-next-80b-a3b")
+    short, long = (forward_flops_per_sequence(model, s) for s in (2048, 4096))
+    square = 2.0 * (16 * 256 + 16 * 256) * 12  # per s^2: Q.K^T and scores.V
+    per_token = (long.attention - 4096 ** 2 * square) / 4096
+    assert short.attention - 2048 ** 2 * square == pytest.approx(2048 * per_token)
+    assert per_token == pytest.approx(36 * recurrent_mixer_flops_per_token(
+        model, "linear_attention", 4096))
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    ({"mixer_pattern": "LLLLA"}, "$.model.mixer_pattern"),        # 5 does not divide 48
+    ({"mixer_pattern": "LLLA", "linear_attention": None}, "$.model.linear_attention"),
+    ({"mixer_pattern": "A"}, "$.model.linear_attention"),         # a table no layer uses
+])
+def test_mixer_pattern_errors_name_the_key(change, path):
+    path_of = SESSION.presets.path("models", "qwen3-next-80b-a3b")
+    table = tomllib.loads(path_of.read_text(encoding="utf-8"))
+    table.update(change)
+    table = {k: v for k, v in table.items() if v is not None}
+    with pytest.raises(llmpar.SpecError) as caught:
+        SESSION.load_spec({"model": table, "hardware": GPU})
+    assert path in [p.path for p in caught.value.problems]
+
+
+def config_of(name: str) -> dict:
+    path = Path(__file__).resolve().parents[1] / "validation" / "configs" / f"{name}.json"
+    return {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items()
+            if not k.startswith("_")}
+
+
+def test_layer_lists_in_every_spelling_give_one_pattern():
+    # transformers 5 writes Qwen3-Next's layer_types in place of full_attention_interval,
+    # and reads Granite 4's "mamba"/"attention" (layer_types or layers_block_type) as
+    # "linear_attention"/"full_attention".
+    qwen = config_of("qwen3-next-80b-a3b")
+    listed = {**qwen, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    listed["layer_types"] *= 12
+    del listed["full_attention_interval"]
+    assert llmpar.model_from_hf(listed) == llmpar.model_from_hf(qwen)
+    granite = config_of("granite-4.0-h-small")
+    renamed = {"mamba": "linear_attention", "attention": "full_attention"}
+    for key, kinds in (("layer_types", [renamed[k] for k in granite["layer_types"]]),
+                       ("layers_block_type", granite["layer_types"])):
+        other = {k: v for k, v in granite.items() if k != "layer_types"} | {key: kinds}
+        assert llmpar.model_from_hf(other) == llmpar.model_from_hf(granite)
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.model_from_hf({**granite, "layer_types": ["mamba", "moe"] * 20})
+    assert caught.value.problems[0].path == "$.layer_types"
+
+
+def test_the_models_measured_for_their_flops_count_as_transformers_builds_them():
+    # validation/data/flops/<name>.json (validation/measure_flops.py) records the
+    # parameters of each model it ran (1 and 2 layers, fewer experts)
+    folder = Path(__file__).resolve().parents[1] / "validation" / "data" / "flops"
+    names = ("qwen3-next-80b-a3b", "granite-4.0-h-small", "deepseek-v3.2-exp")
+    for name in names:
+        runs = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))["runs"]
+        for run in runs:
+            model = llmpar.model_from_hf(run["config_used"])
+            assert count_parameters(model).total == run["parameters"], (name, run["num_layers"])
+
+
+def test_lora_on_attention_adapts_only_the_attention_layers():
+    # r = 16 on q/k/v/o of the 12 attention layers (q_proj 2048 -> 2 x 4096 with its gate,
+    # k/v 2048 -> 512, o 4096 -> 2048): r x (in + out) each
+    from llmpar.footprint.baseline import baseline_footprint
+
+    spec = SESSION.load_spec({"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                              "training": {"sequence_length": 1024,
+                                           "activation_model": "coefficient"},
+                              "finetune": {"method": "lora", "rank": 16,
+                                           "target_modules": ["q_proj", "k_proj", "v_proj",
+                                                              "o_proj"]}})
+    tuned = baseline_footprint(spec).finetune
+    assert tuned is not None
+    per_layer = 16 * ((2048 + 8192) + 2 * (2048 + 512) + (4096 + 2048))
+    assert tuned.adapters_by_group == {"attention_adapters": 12 * per_layer}
+
+
+def fused_inventory(name: str, **parallel):
+    from llmpar.footprint.baseline import baseline_footprint
+
+    spec = SESSION.load_spec({"model": name, "hardware": {**GPU, "num_gpus": 4},
+                              "training": {"sequence_length": 4096,
+                                           "activation_model": "fused"},
+                              "parallel": parallel})
+    return spec, baseline_footprint(spec)
+
+
+def test_fused_recurrent_layers_keep_what_their_kernels_save():
+    # Qwen3-Next, b 1, s 4096, bf16: per token the projection's input (2048), the
+    # convolution's input (8192), q and k (2048 each) with fp32 rstd for 2 x 16 heads, v
+    # (4096), fp32 g and beta for 32 value heads, the UT matrix (32 x 64), z, the gated
+    # norm's input (4096 each) and fp32 rstd (32), out_proj's input (4096).
+    _, footprint = fused_inventory("qwen3-next-80b-a3b")
+    inventory = footprint.activations
+    assert inventory is not None
+    groups = {group.kind: group for group in inventory.groups}
+    assert {kind: g.count for kind, g in groups.items()} == {"moe linear_attention": 36,
+                                                              "moe attention": 12}
+    per_token = (2 * (2048 + 8192 + 2048 + 2048 + 4096 + 32 + 32 * 64 + 4096 + 4096 + 4096)
+                 + 4 * (2 * 16 + 32 + 32))
+    names = {"mixer input", "convolution input", "query (normalized)", "key (normalized)",
+             "query and key rstd (fp32)", "value", "decay g (fp32)", "beta", "UT transform A",
+             "output gate z", "gated norm input", "gated norm rstd (fp32)",
+             "output projection input"}
+    mixer = [t for t in groups["moe linear_attention"].tensors if t.name in names]
+    assert len(mixer) == len(names)
+    assert sum(t.bytes for t in mixer) == 4096 * per_token
+    # Granite 4's Mamba-2: zxbcdt (2 x 8192 + 128 + 2 x 128), the scan output (8192) and
+    # one fp32 rstd per token, with the projection's input (4096)
+    _, footprint = fused_inventory("granite-4.0-h-small")
+    inventory = footprint.activations
+    assert inventory is not None
+    mamba = next(g for g in inventory.groups if g.kind == "moe mamba")
+    names = {"mixer input", "z, x and dt", "B and C", "scan output", "gated norm rstd (fp32)"}
+    assert sum(t.bytes for t in mamba.tensors if t.name in names) == 4096 * (
+        2 * (4096 + 2 * 8192 + 128 + 256 + 8192) + 4)
+
+
+def test_pipeline_stages_hold_their_layers_of_each_kind():
+    from llmpar.evaluation.stages import stage_inventory
+    from llmpar.strategies.pipeline import PipelineConfig, stage_layer_counts
+
+    spec, footprint = fused_inventory("qwen3-next-80b-a3b", pipeline={"degree": 4})
+    first = 0
+    for count in stage_layer_counts(PipelineConfig(degree=4), 48):
+        stage = llmpar.strategy.Stage(index=0, first_layer=first, num_layers=count,
+                                      has_embedding=first == 0, has_head=False,
+                                      micro_batches_in_flight=1.0)
+        held = {g.kind: g.count for g in stage_inventory(spec, footprint, stage).groups}
+        assert held == {"moe linear_attention": 9, "moe attention": 3}
+        first += count
+
+
+def test_attention_adapters_keep_tensors_only_in_the_attention_layers():
+    from llmpar.footprint.baseline import baseline_footprint
+
+    def groups(finetune):
+        table = {"model": "qwen3-next-80b-a3b", "hardware": GPU,
+                 "training": {"sequence_length": 1024, "activation_model": "fused"}}
+        if finetune:
+            table["finetune"] = {"method": "lora", "rank": 16,
+                                 "target_modules": ["q_proj", "v_proj"]}
+        inventory = baseline_footprint(SESSION.load_spec(table)).activations
+        assert inventory is not None
+        return {g.kind: g.layer_bytes for g in inventory.groups}
+    plain, tuned = groups(False), groups(True)
+    assert tuned["moe linear_attention"] == plain["moe linear_attention"]
+    assert tuned["moe attention"] > plain["moe attention"]
