@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from llmpar.errors import SpecError
+from llmpar.errors import Problem, SpecError
 from llmpar.loading.reader import SpecSource
 from llmpar.search.exhaustive import Judge, Progress
 from llmpar.search.prepare import Prepared, prepare
@@ -44,6 +44,10 @@ def search(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None
     session = session or _default_session()
     changes = {**(constraints or {}), "objective": objective, "top": top}
     prepared = prepare(session, source, overrides or {}, changes)
+    if prepared.settings.hardware:
+        raise SpecError([Problem("$.search.hardware", "compares several machines: search "
+                                 "them with llmpar.search.search_hardware (as `llmpar "
+                                 "search` does)")], prepared.spec.source)
     if not prepared.space.nodes:
         raise SpecError([nothing_left(prepared.space, prepared.settings)],
                         prepared.spec.source)

@@ -175,6 +175,10 @@ def search_serving(session: Session, spec: Spec, objective: str | None = None,
     """The best layouts of a serving spec (see the module's docstring)."""
     settings = spec.search or Search()
     objective = objective or settings.objective
+    if settings.hardware:
+        raise SpecError([Problem("$.search.hardware", "compares machines for training specs; "
+                                 "search a serving spec on each machine in turn")],
+                        spec.source)
     if objective == "cost" and spec.hardware.gpu_hour_cost is None:
         raise SpecError([Problem("$.hardware.gpu_hour_cost",
                                  "the cost objective needs dollars per GPU-hour")], spec.source)
