@@ -139,3 +139,21 @@ def test_cli_compares_machines(tmp_path, capsys):
 def test_serving_specs_refuse_a_list(capsys):
     assert main(["search", "inference-llama-2-70b-h100", "--hardware", "dgx-h100"]) == 2
     assert "$.search.hardware" in capsys.readouterr().err
+
+
+
+def test_files_a_spec_names_are_found_beside_it(tmp_path, monkeypatch):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    model = SESSION.presets.path("models", "llama-3-8b").read_text(encoding="utf-8")
+    (folder / "model.toml").write_text(model, encoding="utf-8")
+    (folder / "job.toml").write_text(
+        'model = { file = "model.toml" }\n'
+        '[hardware]\ncluster = "dgx-h100"\nnum_gpus = 16\n'
+        '[training]\nsequence_length = 4096\nglobal_batch_size = 64\n'
+        '[search]\nhardware = ["dgx-a100", "dgx-h100"]\nmicro_batch_sizes = [1]\n'
+        'recompute = ["selective"]\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # not the spec's folder
+    result = search_hardware(str(folder / "job.toml"), session=SESSION, top=1)
+    assert [e.name for e in result.entries] == ["dgx-h100", "dgx-a100"]
+    assert result.best.best.spec.model.num_layers == 32

@@ -130,9 +130,13 @@ def search_hardware(source: SpecSource | Spec, overrides: Mapping[str, Any] | No
         settings["objective"] = objective
     names = tuple(settings.pop("hardware", ()))
     costs = dict(settings.pop("gpu_hour_costs", {}))
+    # A file stays the source, so that what it names relative to its folder (a model's
+    # hf_config, a preset's file) is found there; its tables are changed by overrides.
+    base: SpecSource = raw if isinstance(source, Spec) else source
+    given = {} if isinstance(source, Spec) else dict(overrides or {})
     try:
-        spec = session.load_spec({**raw, "search": {**settings, "hardware": list(names),
-                                                    "gpu_hour_costs": costs}})
+        spec = session.load_spec(base, {**given, "search": {
+            **settings, "hardware": list(names), "gpu_hour_costs": costs}})
     except SpecError as error:
         raise error.with_source(label) from None
     assert spec.search is not None  # the table above
@@ -140,11 +144,11 @@ def search_hardware(source: SpecSource | Spec, overrides: Mapping[str, Any] | No
     prices = _prices(spec, names, costs, label)
     entries = []
     for name in names:
-        variant = {**raw, "search": settings,
+        variant = {**given, "search": settings,
                    "hardware": _hardware_table(raw["hardware"], name, kinds[name],
                                                prices[name])}
         try:
-            result = search(variant, objective=objective, top=top, session=session,
+            result = search(base, variant, objective=objective, top=top, session=session,
                             jobs=jobs, exact=exact, progress=progress)
         except SpecError as error:
             raise SpecError([attrs.evolve(p, message=f"with [search] hardware {name!r}: "
