@@ -147,3 +147,39 @@ def _classes() -> list[type]:
 
     visit(llmpar.spec.Spec)
     return found + [s.config_type for s in SESSION.strategies.values()]
+
+
+@attrs.frozen(kw_only=True)
+class OffloadConfig:
+    degree: int = attrs.field(default=1, validator=llmpar.spec.validators.positive)
+    """Ranks the toy strategy spreads over."""
+
+
+class ToyOffload(llmpar.Strategy):
+    """A toy strategy that changes nothing."""
+
+    name = "toy"
+    config_type = OffloadConfig
+    phase = 50
+
+    def transform(self, config, ctx):
+        return llmpar.Transform(strategy=self.name)
+
+
+class ToyPlugin:
+    @llmpar.hookimpl
+    def llmpar_register_strategies(self, register):
+        register(ToyOffload())
+
+
+def test_a_plugins_table_is_in_the_schema_of_its_session():
+    session = llmpar.Session(load_entry_points=False, plugins=[ToyPlugin()])
+    schema = spec_json_schema(session.strategies)
+    toy = schema["properties"]["parallel"]["properties"]["toy"]
+    assert toy["$ref"] == "#/$defs/OffloadConfig"
+    degree = schema["$defs"]["OffloadConfig"]["properties"]["degree"]
+    assert degree == {"type": "integer", "exclusiveMinimum": 0, "default": 1,
+                      "description": "Ranks the toy strategy spreads over."}
+    assert list(errors({**BASE, "parallel": {"toy": {"degree": 2}}}, schema)) == []
+    assert list(errors({**BASE, "parallel": {"toy": {"degree": 0}}}, schema))
+    assert "toy" not in SCHEMA["properties"]["parallel"]["properties"]  # llmpar's own
