@@ -136,9 +136,44 @@ def test_cli_compares_machines(tmp_path, capsys):
     assert "Best machine: dgx-h100" in text
 
 
-def test_serving_specs_refuse_a_list(capsys):
-    assert main(["search", "inference-llama-2-70b-h100", "--hardware", "dgx-h100"]) == 2
-    assert "$.search.hardware" in capsys.readouterr().err
+SERVING = {"model": "llama-2-70b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
+           "inference": {"concurrency": 16, "prompt_tokens": 2048, "generated_tokens": 256},
+           "search": {"tpot_seconds_max": 0.05}}
+
+
+def test_serving_specs_compare_machines(capsys):
+    from llmpar.search.serving import search_serving
+
+    compared = search_hardware(SERVING, session=SESSION, top=2,
+                               objective="tokens_per_second_per_gpu",
+                               constraints={"hardware": ["dgx-h100", "dgx-h200"],
+                                            "gpu_hour_costs": {"dgx-h200": 3.5}})
+    assert compared.serving
+    for entry in compared.entries:
+        alone = search_serving(SESSION, SESSION.load_spec(
+            {**SERVING, "hardware": {"cluster": entry.name, "num_gpus": 8}}),
+            objective="tokens_per_second_per_gpu", top=2)
+        assert [c.layout for c in entry.result.results] == [c.layout for c in alone.results]
+        assert entry.objective == alone.best.score
+    per_gpu = [entry.objective for entry in compared.entries]
+    assert per_gpu == sorted(per_gpu, reverse=True)  # higher is better
+    h200 = next(e for e in compared.entries if e.name == "dgx-h200")
+    assert h200.gpu == "h200-sxm"
+    # Dollars per million output tokens: the GPU-hour's price over a GPU's tokens in it.
+    assert h200.cost_per_million_tokens == pytest.approx(
+        3.5 / (h200.best.tokens_per_second_per_gpu * 3600) * 1e6)
+    assert main(["search", "--spec-text", llmpar.dump_spec(SESSION.load_spec(SERVING)),
+                 "--hardware", "dgx-h100,dgx-h200", "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "TPOT s" in text and "Serving layouts by" in text
+
+
+def test_one_serving_search_does_not_ignore_a_list():
+    from llmpar.search.serving import search_serving
+
+    with pytest.raises(SpecError, match="search_hardware"):
+        search_serving(SESSION, SESSION.load_spec(
+            {**SERVING, "search": {"hardware": ["dgx-h100"]}}))
 
 
 

@@ -59,13 +59,13 @@ def run(session: Session, args: argparse.Namespace) -> int:
         return 0
     if args.dimensions:
         return _list_dimensions(session, source, changes, args.format)
-    spec = _serving_spec(session, source, changes)
-    if spec is not None:
-        return _search_serving(session, spec, args)
     from llmpar.search.hardware import hardware_list
 
     if hardware_list(session, source, changes):
         return _search_hardware(session, source, changes, args)
+    spec = _serving_spec(session, source, changes)
+    if spec is not None:
+        return _search_serving(session, spec, args)
     from llmpar.search import search
     from llmpar.search.progress import clear, terminal_progress
     from llmpar.search.report import text_report

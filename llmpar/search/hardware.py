@@ -26,6 +26,12 @@ from llmpar.loading.reader import SpecSource, apply_overrides, read_source
 from llmpar.search.exhaustive import Progress
 from llmpar.search.ranking import objective_value
 from llmpar.search.result import Ranked, SearchResult
+from llmpar.search.serving import (
+    ServingCandidate,
+    ServingSearchResult,
+    cost_per_million_tokens,
+    search_serving,
+)
 from llmpar.spec import Spec
 
 if TYPE_CHECKING:
@@ -47,25 +53,43 @@ class HardwareEntry:
     """"cluster" or "gpu": which preset it names."""
     gpu_hour_cost: float | None
     """Dollars per GPU-hour, where known."""
-    result: SearchResult
+    result: SearchResult | ServingSearchResult
+    """A training spec's search, or a serving spec's."""
 
     @property
-    def best(self) -> Ranked | None:
+    def best(self) -> Ranked | ServingCandidate | None:
         return self.result.results[0] if self.result.results else None
 
     @property
+    def objective(self) -> float | None:
+        """The objective of the best layout, in its unit (None: nothing fits)."""
+        best = self.best
+        return best.score if isinstance(best, ServingCandidate) else (
+            None if best is None else best.objective)
+
+    @property
+    def gpu(self) -> str | None:
+        """The GPU preset of the best layout."""
+        best = self.best
+        if isinstance(best, ServingCandidate):
+            return str(best.table["hardware"]["gpu"]["name"])
+        return None if best is None else best.spec.hardware.gpu.name
+
+    @property
     def cost_per_million_tokens(self) -> float | None:
-        """Dollars per million tokens of the best layout, where its price is known."""
+        """Dollars per million tokens (a serving spec's: output tokens) of the best layout,
+        where its price is known."""
         best = self.best
         if best is None or self.gpu_hour_cost is None:
             return None
+        if isinstance(best, ServingCandidate):
+            return cost_per_million_tokens(self.gpu_hour_cost, best.tokens_per_second_per_gpu)
         return objective_value("cost", best.spec, best.plan.total_bytes,
                                best.plan.step_seconds)
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best
-        return {"hardware": self.name, "kind": self.kind,
-                "gpu": None if best is None else best.spec.hardware.gpu.name,
+        return {"hardware": self.name, "kind": self.kind, "gpu": self.gpu,
                 "gpu_hour_cost": self.gpu_hour_cost,
                 "cost_per_million_tokens": self.cost_per_million_tokens,
                 "best": None if best is None else best.to_dict(),
@@ -80,6 +104,8 @@ class HardwareSearchResult:
     objective: str
     entries: tuple[HardwareEntry, ...]
     seconds: float
+    serving: bool = False
+    """A serving spec's layouts (TTFT and TPOT limits), not a training spec's."""
 
     @property
     def best(self) -> HardwareEntry:
@@ -89,7 +115,7 @@ class HardwareSearchResult:
 
     def to_dict(self) -> dict[str, Any]:
         fits = self.entries and self.entries[0].best is not None
-        return {"objective": self.objective,
+        return {"objective": self.objective, "serving": self.serving,
                 "best_hardware": self.entries[0].name if fits else None,
                 "seconds": self.seconds,
                 "hardware": [entry.to_dict() for entry in self.entries]}
@@ -114,7 +140,8 @@ def search_hardware(source: SpecSource | Spec, overrides: Mapping[str, Any] | No
                     progress: Progress | None = None) -> HardwareSearchResult:
     """`llmpar.search` of the spec on each machine of `[search] hardware` (or
     `constraints["hardware"]`), best machine first by the objective of each one's best
-    layout. Arguments as `llmpar.search`'s."""
+    layout; a serving spec's by `llmpar.search.serving.search_serving` (`jobs`, `exact`
+    and `progress` do not apply). Arguments as `llmpar.search`'s."""
     from llmpar.search.engine import search
 
     started = time.perf_counter()
@@ -148,8 +175,13 @@ def search_hardware(source: SpecSource | Spec, overrides: Mapping[str, Any] | No
                    "hardware": _hardware_table(raw["hardware"], name, kinds[name],
                                                prices[name])}
         try:
-            result = search(base, variant, objective=objective, top=top, session=session,
-                            jobs=jobs, exact=exact, progress=progress)
+            result: SearchResult | ServingSearchResult
+            if spec.inference is not None:
+                result = search_serving(session, session.load_spec(base, variant),
+                                        objective=objective, top=top)
+            else:
+                result = search(base, variant, objective=objective, top=top,
+                                session=session, jobs=jobs, exact=exact, progress=progress)
         except SpecError as error:
             raise SpecError([attrs.evolve(p, message=f"with [search] hardware {name!r}: "
                                                      f"{p.message}") for p in error.problems],
@@ -159,7 +191,8 @@ def search_hardware(source: SpecSource | Spec, overrides: Mapping[str, Any] | No
     chosen = spec.search.objective
     ordered = sorted(entries, key=lambda entry: _order(entry, chosen))
     return HardwareSearchResult(objective=chosen, entries=tuple(ordered),
-                                seconds=time.perf_counter() - started)
+                                seconds=time.perf_counter() - started,
+                                serving=spec.inference is not None)
 
 
 def _raw(source: SpecSource | Spec,
@@ -233,10 +266,9 @@ def _hardware_table(given: Any, name: str, kind: str, price: float | None) -> di
 
 def _order(entry: HardwareEntry, objective: str) -> tuple[int, float]:
     """Machines with a layout that fits first, by the objective of their best."""
-    best = entry.best
-    if best is None or best.objective is None:
+    value = entry.objective
+    if value is None:
         return (1, 0.0)
-    value = best.objective
     return (0, -value if objective in HIGHER_IS_BETTER else value)
 
 
@@ -244,31 +276,38 @@ def text_report(result: HardwareSearchResult) -> str:
     """The machines side by side (best layout of each, its cost where priced), then the
     best machine's own search report."""
     from llmpar.report.tables import Table, render_text
-    from llmpar.search import report
+    from llmpar.search import report, serving
 
     unit = report.OBJECTIVE_UNITS[result.objective]
     rows = []
     for rank, entry in enumerate(result.entries, 1):
         best = entry.best
-        if best is None:
-            rows.append((str(rank), entry.name, entry.kind, "-", "nothing fits", "-", "-",
-                         _money(entry.gpu_hour_cost), "-", "-", "-"))
-            continue
-        rows.append((str(rank), entry.name, entry.kind, best.spec.hardware.gpu.name,
-                     report._number(best.objective), report._number(best.plan.step_seconds),
-                     report._gib(best.plan.total_bytes), _money(entry.gpu_hour_cost),
-                     _money(entry.cost_per_million_tokens), report.layout_text(best.choices),
-                     report.options_text(best.choices)))
+        shown: tuple[str, ...] = ("-", "nothing fits", "-", "-", "-", "-")
+        if isinstance(best, serving.ServingCandidate):
+            shown = (str(entry.gpu), report._number(entry.objective),
+                     report._number(best.tpot_seconds), report._gib(best.total_bytes),
+                     " ".join(f"{k}={v}" for k, v in best.layout.items()), "")
+        elif best is not None:
+            shown = (str(entry.gpu), report._number(entry.objective),
+                     report._number(best.plan.step_seconds), report._gib(best.plan.total_bytes),
+                     report.layout_text(best.choices), report.options_text(best.choices))
+        rows.append((str(rank), entry.name, entry.kind, *shown[:4],
+                     _money(entry.gpu_hour_cost), _money(entry.cost_per_million_tokens),
+                     *shown[4:]))
+    time_column = "TPOT s" if result.serving else "step s"
     table = Table(title=f"Best layout on each machine by {result.objective} ({unit})",
-                  columns=("#", "hardware", "kind", "GPU", "objective", "step s", "GiB/GPU",
-                           "$/GPU-h", "$/M tokens", "layout", "options"),
+                  columns=("#", "hardware", "kind", "GPU", "objective", time_column,
+                           "GiB/GPU", "$/GPU-h", "$/M tokens", "layout", "options"),
                   rows=tuple(rows), text_columns=(1, 2, 3, 9, 10),
                   notes=(f"in {result.seconds:.2f} s; $: [search] gpu_hour_costs "
                          "(- where no price is given)",))
     lines = [render_text(table)]
     if result.entries and result.entries[0].best is not None:
         first = result.entries[0]
-        lines += ["", f"Best machine: {first.name}", "", report.text_report(first.result)]
+        own = (serving.text_report(first.result)
+               if isinstance(first.result, serving.ServingSearchResult)
+               else report.text_report(first.result))
+        lines += ["", f"Best machine: {first.name}", "", own]
     else:
         lines += ["", "no layout fits on any of these machines"]
     return "\n".join(lines)

@@ -111,7 +111,7 @@ class Search:
     hardware: tuple[str, ...] = attrs.field(default=(), validator=_distinct_names)
     """Machines to compare, each searched as the spec would be on it: cluster presets
     ("dgx-h100") or GPU presets ("h100-sxm"); the result gives the best layout on each
-    and the best overall (training specs). A cluster replaces the spec's machine (GPU,
+    and the best overall (training or serving). A cluster replaces the spec's machine (GPU,
     nodes, links), keeping its `num_gpus`, `memory_headroom_bytes` and
     `collective_algorithms`; a GPU replaces the GPU alone, in the spec's nodes and
     network. Empty: the spec's own hardware only."""
