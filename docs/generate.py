@@ -14,6 +14,8 @@
   `llmpar.cli.main.build_parser()`.
 - reference/gpus.md: every GPU preset's time model (efficiencies, fixed time per product,
   uncertainty) and the source its preset gives for it.
+- reference/spec.schema.json: the JSON Schema of a spec file (`llmpar.loading.json_schema`,
+  as `llmpar schema --builtin` prints it).
 - reference/models.md: every model preset (parameters, source), how short names reach a
   preset, and the Hugging Face model types `llmpar import-hf` reads or refuses.
 
@@ -32,9 +34,12 @@ import textwrap
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
+
+if TYPE_CHECKING:
+    from llmpar.loading.docstrings import FieldSource
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -70,37 +75,19 @@ def _fenced(text: str) -> list[str]:
 # The spec reference
 
 
-class FieldSource(NamedTuple):
-    """What the source says about one attrs field: its annotation, the `attrs.field(...)`
-    call (or plain default) and the string literal right after it."""
-
-    annotation: ast.expr
-    value: ast.expr | None
-    doc: str
-
-
 @functools.cache
 def _parsed(path: str) -> ast.Module:
-    return ast.parse(Path(path).read_text(encoding="utf-8"))
+    from llmpar.loading.docstrings import parsed
+
+    return parsed(path)
 
 
 def field_sources(cls: type) -> dict[str, FieldSource]:
-    """Annotated fields of `cls` as its source file writes them, with their docstrings."""
-    path = inspect.getsourcefile(cls)
-    assert path is not None, cls
-    node = next(n for n in ast.walk(_parsed(path))
-                if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    found = {}
-    for index, statement in enumerate(node.body):
-        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
-            continue
-        after = node.body[index + 1] if index + 1 < len(node.body) else None
-        doc = ""
-        if (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
-            doc = inspect.cleandoc(after.value.value)
-        found[statement.target.id] = FieldSource(statement.annotation, statement.value, doc)
-    return found
+    """Annotated fields of `cls` as its source file writes them, with their docstrings
+    (`llmpar.loading.docstrings`, which the spec's JSON Schema reads too)."""
+    from llmpar.loading.docstrings import field_sources as read
+
+    return read(cls)
 
 
 SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolean",
@@ -351,6 +338,11 @@ built-in strategies' configuration classes (`llmpar/strategies/`).
 - **Plugins** add their own `[parallel.<name>]` tables; `llmpar plugins` lists what is
   installed, and [Writing a plugin](../plugins.md) says how a table is declared.
 - **Limits** on what a spec may hold are listed [at the end](#limits).
+- **JSON Schema.** [spec.schema.json](spec.schema.json) is the JSON Schema (draft 2020-12)
+  of a spec file, generated from the same classes: types, allowed values, defaults, units
+  (`x-unit`) and these meanings. `llmpar schema` prints it with the tables of the installed
+  plugins. It checks each table on its own; what llmpar checks across tables (a degree
+  that divides the heads, a layout that fills the GPUs) is left to `llmpar evaluate`.
 """
 
 
@@ -756,6 +748,16 @@ def model_reference() -> str:
 
 
 # --------------------------------------------------------------------------------------
+# The spec's JSON Schema
+
+
+def spec_schema() -> str:
+    """The spec's JSON Schema with llmpar's own strategies (`llmpar schema --builtin`)."""
+    from llmpar.loading.json_schema import schema_text
+    from llmpar.session import Session
+
+    return schema_text(Session(load_entry_points=False).strategies)
+
 
 PAGES: dict[str, Callable[[], str]] = {
     "reference/spec.md": spec_reference,
@@ -763,6 +765,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/cli.md": cli_reference,
     "reference/gpus.md": gpu_reference,
     "reference/models.md": model_reference,
+    "reference/spec.schema.json": spec_schema,
 }
 """Generated pages, relative to docs/, and the functions that write them."""
 

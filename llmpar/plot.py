@@ -288,3 +288,60 @@ def timeline_figure(moments: Sequence[MemoryMoment], plan: Plan, title: str) -> 
     ax.set_ylim(0, max(plan.capacity_bytes, peak.allocated_bytes if peak else 0) / GiB * 1.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return figure
+
+
+def step_parts(plan: Plan) -> list[tuple[str, float]]:
+    """A modelled training step's time as the report's *Step time* table adds it up, with
+    the exposed communication split by the strategy that issues it: (label, seconds),
+    summing to `plan.step_seconds`. Empty when the step time is not modelled."""
+    if plan.time_model != "modelled" or plan.training is None:
+        return []
+    exposed: dict[str, float] = {}
+    for collective in plan.collectives:
+        exposed[collective.strategy] = exposed.get(collective.strategy, 0.0) \
+            + collective.exposed_seconds
+    parts = [("compute", plan.compute_seconds or 0.0)]
+    parts += [(f"exposed {strategy} communication", seconds)
+              for strategy, seconds in sorted(exposed.items(), key=lambda kv: -kv[1])
+              if seconds > 0]
+    parts += [("pipeline bubble", plan.bubble_seconds),
+              ("optimizer step", plan.optimizer_seconds),
+              ("exposed offload", plan.exposed_offload_seconds),
+              ("host overhead", plan.training.host_overhead_seconds)]
+    return [(label, seconds) for label, seconds in parts if seconds > 0 or label == "compute"]
+
+
+def waterfall_figure(plan: Plan, title: str) -> Figure:
+    """The step time as a waterfall: compute, the exposed communication of each strategy,
+    the pipeline bubble, the optimizer step (and offload and host overhead where there
+    are any), each bar starting where the one before ends, then the whole step."""
+    from matplotlib.figure import Figure
+
+    parts = step_parts(plan)
+    if not parts or plan.step_seconds is None:
+        raise SpecError([Problem("$.training", "a step-time waterfall needs a training spec "
+                                 "whose step time is modelled (a GPU with efficiencies, "
+                                 "no [training] mfu)")])
+    figure = Figure(figsize=(9, 1.2 + 0.45 * (len(parts) + 1)), layout="constrained")
+    ax = figure.add_subplot()
+    step = plan.step_seconds
+    start = 0.0
+    rows = [*parts, ("step", step)]
+    for row, (label, seconds) in enumerate(rows):
+        left = 0.0 if label == "step" else start
+        ax.barh(row, seconds, left=left, height=0.6,
+                color="black" if label == "step" else f"C{row % 10}")
+        ax.annotate(f"{_seconds_text(seconds)} ({seconds / step:.1%})", (left + seconds, row),
+                    xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+        if label != "step":
+            start += seconds
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, step * 1.25)
+    ax.set_xlabel("time per optimizer step (s)")
+    ax.set_title(title)
+    return figure
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:,.3g} s" if seconds >= 1 else f"{seconds * 1e3:,.3g} ms"

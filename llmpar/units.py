@@ -17,7 +17,10 @@ GiB = 2**30
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 
-_QUANTITY = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
+QUANTITY_PATTERN = r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/]*)\s*$"
+"""A number and its unit ("80 GiB", "400 Gb/s"), as a regular expression (also the spec's
+JSON Schema's pattern for them)."""
+_QUANTITY = re.compile(QUANTITY_PATTERN)
 
 
 class UnitError(ValueError):

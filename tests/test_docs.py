@@ -366,3 +366,38 @@ def test_the_license_ships_with_the_package():
 def test_the_changelog_says_whether_numbers_moved():
     text = (ROOT / "CHANGELOG.md").read_text()
     assert text.startswith("# Changelog") and "Numbers of existing plans:" in text
+
+
+# --------------------------------------------------------------------------------------
+# The how-to guides: every command they show is one llmpar takes, and those that need no
+# file of the reader's own run
+
+HOW_TO = sorted((DOCS / "how-to").glob("*.md"))
+
+
+def _shown_commands(path: Path) -> list[list[str]]:
+    found = []
+    for block in re.findall(r"```console\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
+        for line in block.splitlines():
+            if not line.startswith("$ llmpar "):
+                continue
+            for part in line[2:].split(" && "):
+                words = shlex.split(part)
+                found.append(words[1:words.index(">")] if ">" in words else words[1:])
+    return found
+
+
+@pytest.mark.parametrize("path", HOW_TO, ids=lambda p: p.stem)
+def test_how_to_commands_run(path, capsys, monkeypatch):
+    from llmpar.cli.main import build_parser
+
+    monkeypatch.chdir(ROOT)
+    commands = _shown_commands(path)
+    assert commands, f"{path.name} shows no command"
+    for words in commands:
+        build_parser().parse_args(words)  # an unknown command or option exits here
+        own_files = [w for w in words if w.endswith(".toml") and not w.startswith("specs/")]
+        if words[0] in ("evaluate", "diff", "explain") and not own_files:
+            expected = (0, 1) if "--check" in words else (0,)
+            assert main(words) in expected, words
+            capsys.readouterr()

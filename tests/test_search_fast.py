@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from search_specs import MOE_MODEL, SMALL_MODEL, layout_pairs, small_spec
 
@@ -78,10 +78,14 @@ def brute_force(spec: dict, num_gpus: int, layers: int) -> tuple[float, int] | N
         schedules = [("1f1b", 1)] if p == 1 else [
             ("1f1b", 1), ("gpipe", 1), ("zero-bubble", 1)] + [
             ("interleaved", v) for v in range(2, layers // p + 1) if (layers // p) % v == 0]
-        for (schedule, v), zero, sp, kind, b, recompute in itertools.product(
-                schedules, (0, 1, 2, 3), (False, True) if t > 1 else (False,),
+        # ZeRO-3 also shards inside groups of `shard_degree` data ranks (HSDP).
+        shards = [(zero, None) for zero in (0, 1, 2, 3)] + [
+            (3, s) for s in range(2, d) if d % s == 0]
+        for (schedule, v), (zero, shard), sp, kind, b, recompute in itertools.product(
+                schedules, shards, (False, True) if t > 1 else (False,),
                 ("ring", "all-to-all") if c > 1 else ("ring",), (1, 2), ("none", "full")):
-            parallel = {"data": {"degree": d, "zero": zero}, "tensor": {"degree": t},
+            data = {"degree": d, "zero": zero} | ({"shard_degree": shard} if shard else {})
+            parallel = {"data": data, "tensor": {"degree": t},
                         "context": {"degree": c, "kind": kind},
                         "pipeline": {"degree": p, "schedule": schedule, "virtual_stages": v}}
             if sp:
@@ -97,6 +101,7 @@ def brute_force(spec: dict, num_gpus: int, layers: int) -> tuple[float, int] | N
 
 
 @settings(max_examples=6)
+@example(num_gpus=4, heads=2, batch=8, memory="200 MB", gpu="a100-sxm-80gb")  # HSDP wins
 @given(num_gpus=st.sampled_from([2, 4]), heads=st.sampled_from([2, 4]),
        batch=st.sampled_from([4, 6, 8]), memory=st.sampled_from(["60 MB", "200 MB", "2 GB"]),
        gpu=st.sampled_from(["a100-sxm-80gb", "h100-sxm"]))

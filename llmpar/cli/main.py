@@ -20,7 +20,8 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a command whose reader went away."""
 
 COMMAND_MODULES = ("evaluate", "explain", "presets", "plugins", "import_hf", "diff", "plot",
-                   "search", "calibrate", "launch", "import_config", "ui")
+                   "search", "calibrate", "launch", "import_config", "ui", "schema",
+                   "completion")
 """Subcommands, each a module of this package with `add_parser(commands)`."""
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from llmpar.plan import Plan
     from llmpar.search.result import ParetoPoint
 
-KINDS = ("memory", "sequence", "batch", "pareto", "timeline")
+KINDS = ("memory", "sequence", "batch", "pareto", "timeline", "waterfall")
 SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
 
@@ -34,7 +34,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "batch_size or concurrency 1 to 256, with TTFT and TPOT). pareto: the layout "
                     "search's front of memory per GPU against step time (first SPEC). timeline: "
                     "allocated memory per pipeline stage over one step at its modelled moments, "
-                    "the peak marked and labelled (first SPEC). Needs matplotlib: pip install "
+                    "the peak marked and labelled (first SPEC). waterfall: the step time of the "
+                    "first SPEC as compute, each strategy's exposed communication, the "
+                    "bubble and the optimizer step. Needs matplotlib: pip install "
                     "'llmpar[plot]'.")
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="spec files (TOML)")
@@ -92,6 +94,10 @@ def build_figure(session: Session, kind: str, specs: list[str],
                                      "spec with an activation estimate")], specs[0])
         return plot.timeline_figure(moments, plan, f"{Path(specs[0]).stem}: memory over "
                                     f"one step ({_layout(plan)})")
+    if kind == "waterfall":
+        plan = session.evaluate(specs[0], base)
+        return plot.waterfall_figure(plan, f"{Path(specs[0]).stem}: step time "
+                                           f"({_layout(plan)})")
     if kind == "memory":
         plans = [session.evaluate(spec, base) for spec in specs]
         labels = [f"{Path(spec).stem}: {_layout(plan)}" for spec, plan in zip(specs, plans)]

@@ -39,6 +39,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "space is large enough to repay starting them")
     parser.add_argument("--exact", action="store_true",
                         help="evaluate every valid layout, without the fast bounds (slow)")
+    parser.add_argument("--hardware", metavar="NAMES",
+                        help="compare machines: cluster or GPU presets, comma-separated, "
+                             "e.g. dgx-h100,dgx-h200,dgx-b200 ([search] hardware; prices "
+                             "in [search] gpu_hour_costs)")
     parser.add_argument("--dimensions", action="store_true",
                         help="list the keys [search] values takes and the values each takes "
                              "in this spec's space, instead of searching")
@@ -47,11 +51,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(session: Session, args: argparse.Namespace) -> int:
     source, changes = question(session, args)
+    if args.hardware is not None:
+        changes["search.hardware"] = [name.strip() for name in args.hardware.split(",")
+                                      if name.strip()]
     if args.print_spec:
         print_spec(session, source, changes)
         return 0
     if args.dimensions:
         return _list_dimensions(session, source, changes, args.format)
+    from llmpar.search.hardware import hardware_list
+
+    if hardware_list(session, source, changes):
+        return _search_hardware(session, source, changes, args)
     spec = _serving_spec(session, source, changes)
     if spec is not None:
         return _search_serving(session, spec, args)
@@ -111,3 +122,21 @@ def _search_serving(session: Session, spec: Spec, args: argparse.Namespace) -> i
         print(f"best layout written to {args.emit}" if result.results
               else "no layout fits: nothing written")
     return 0 if result.results else 1
+
+
+def _search_hardware(session: Session, source: SpecSource, changes: dict[str, Any],
+                     args: argparse.Namespace) -> int:
+    """`[search] hardware`: the search on each machine, compared."""
+    from llmpar.search.hardware import search_hardware, text_report
+
+    result = search_hardware(source, changes, objective=args.objective, top=args.top,
+                             session=session if args.jobs == 1 else None, jobs=args.jobs,
+                             exact=args.exact)
+    fits = bool(result.entries) and result.entries[0].best is not None
+    if args.emit and fits:
+        Path(args.emit).write_text(result.best.result.best.to_toml(), encoding="utf-8")
+    print_text(text_report(result), args.format, result.to_dict())
+    if args.format != "json" and args.emit:
+        print(f"best layout written to {args.emit}" if fits else "no layout fits: nothing "
+                                                                 "written")
+    return 0 if fits else 1

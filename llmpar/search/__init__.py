@@ -9,7 +9,9 @@ See docs/search.md.
 
 from llmpar.search.dimension import Point, SearchDimension
 from llmpar.search.engine import search
+from llmpar.search.hardware import HardwareEntry, HardwareSearchResult, search_hardware
 from llmpar.search.result import ParetoPoint, Ranked, SearchResult
 from llmpar.search.sweep import sweep
 
-__all__ = ["ParetoPoint", "Point", "Ranked", "SearchDimension", "SearchResult", "search", "sweep"]
+__all__ = ["HardwareEntry", "HardwareSearchResult", "ParetoPoint", "Point", "Ranked",
+           "SearchDimension", "SearchResult", "search", "search_hardware", "sweep"]

@@ -57,6 +57,10 @@ def search(source: SpecSource | Spec, overrides: Mapping[str, Any] | None = None
         return search_counts(session, source, overrides or {}, changes, counts, jobs=jobs,
                              exact=exact, progress=progress, started=started)
     prepared = prepare(session, source, overrides or {}, changes)
+    if prepared.settings.hardware:
+        raise SpecError([Problem("$.search.hardware", "compares several machines: search "
+                                 "them with llmpar.search.search_hardware (as `llmpar "
+                                 "search` does)")], prepared.spec.source)
     if not prepared.space.nodes:
         raise SpecError([nothing_left(prepared.space, prepared.settings)],
                         prepared.spec.source)

@@ -212,7 +212,13 @@ def _score(objective: str, plan: Plan, tpot: float, per_gpu: float, spec: Spec) 
         return float(plan.total_bytes)
     cost = spec.hardware.gpu_hour_cost
     assert cost is not None
-    return cost / 3600 / per_gpu * 1e6  # dollars per million output tokens
+    return cost_per_million_tokens(cost, per_gpu)
+
+
+def cost_per_million_tokens(gpu_hour_cost: float, tokens_per_second_per_gpu: float) -> float:
+    """Dollars per million output tokens: a GPU-hour's price over the tokens one GPU
+    serves in that hour."""
+    return gpu_hour_cost / 3600 / tokens_per_second_per_gpu * 1e6
 
 
 def search_serving(session: Session, spec: Spec, objective: str | None = None,
@@ -220,6 +226,10 @@ def search_serving(session: Session, spec: Spec, objective: str | None = None,
     """The best layouts of a serving spec (see the module's docstring)."""
     settings = spec.search or Search()
     objective = objective or settings.objective
+    if settings.hardware:
+        raise SpecError([Problem("$.search.hardware", "compares several machines: search "
+                                 "them with llmpar.search.search_hardware (as `llmpar "
+                                 "search` does)")], spec.source)
     if objective == "cost" and spec.hardware.gpu_hour_cost is None:
         raise SpecError([Problem("$.hardware.gpu_hour_cost",
                                  "the cost objective needs dollars per GPU-hour")], spec.source)

@@ -103,6 +103,19 @@ def _value_lists(_instance: Any, attribute: Any, value: dict[str, tuple[Any, ...
         raise FieldError(attribute.name, f"each key needs at least one value; empty: {empty!r}")
 
 
+def _distinct_names(_instance: Any, attribute: Any, value: tuple[str, ...]) -> None:
+    repeated = sorted({name for name in value if value.count(name) > 1})
+    if repeated:
+        raise FieldError(attribute.name, f"lists {repeated!r} more than once")
+
+
+def _prices(_instance: Any, attribute: Any, value: dict[str, float]) -> None:
+    for name, price in value.items():
+        if isinstance(price, bool) or not isinstance(price, int | float) or not price > 0:
+            raise FieldError(f"{attribute.name}.{name}",
+                             f"must be dollars per GPU-hour > 0, got {price!r}")
+
+
 @attrs.frozen(kw_only=True)
 class Search:
     """`[search]`: the objective, how many layouts to return, and limits on the space."""
@@ -157,3 +170,16 @@ class Search:
     tokens_per_second_min: float | None = attrs.field(default=None, validator=v.positive)
     """Training specs: layouts must train at least this many tokens per second over the
     whole cluster."""
+    hardware: tuple[str, ...] = attrs.field(default=(), validator=_distinct_names)
+    """Machines to compare, each searched as the spec would be on it: cluster presets
+    ("dgx-h100") or GPU presets ("h100-sxm"); the result gives the best layout on each
+    and the best overall (training or serving). A cluster replaces the spec's machine (GPU,
+    nodes, links), keeping its `num_gpus`, `memory_headroom_bytes` and
+    `collective_algorithms`; a GPU replaces the GPU alone, in the spec's nodes and
+    network. Empty: the spec's own hardware only."""
+    gpu_hour_costs: dict[str, float] = attrs.field(factory=dict, hash=False,
+                                                   validator=_prices)
+    """Dollars per GPU-hour by `hardware` entry, e.g. {"dgx-h100" = 2.5}: the cost of each
+    entry's best layout, and what the `cost` objective needs for every entry. The spec's
+    `[hardware] gpu_hour_cost` prices the entry that names the spec's own GPU or
+    cluster."""
