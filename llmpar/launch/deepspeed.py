@@ -134,6 +134,12 @@ def _zero(spec: Spec, ledger: Ledger) -> dict[str, Any]:
         zero["zero_hpz_partition_size"] = data.hpz_partition_size
     if data.quantized_gradients:
         zero["zero_quantized_gradients"] = True
+    ledger.take("parallel.data.prefetch_bucket_parameters",
+                "parallel.data.persistence_threshold_parameters")
+    if data.prefetch_bucket_parameters is not None:
+        zero["stage3_prefetch_bucket_size"] = data.prefetch_bucket_parameters
+    if data.persistence_threshold_parameters is not None:
+        zero["stage3_param_persistence_threshold"] = data.persistence_threshold_parameters
     offload = spec.parallel.get("offload")
     if offload is not None:
         ledger.take("parallel.offload")
@@ -180,6 +186,12 @@ def read_config(text: str, source: str, base: Spec | None = None) -> ReadSetting
         if "zero_hpz_partition_size" in zero:
             settings["parallel.data.hpz_partition_size"] = integer(
                 zero["zero_hpz_partition_size"], "$.zero_optimization.zero_hpz_partition_size")
+        for key, field in (("stage3_prefetch_bucket_size", "prefetch_bucket_parameters"),
+                           ("stage3_param_persistence_threshold",
+                            "persistence_threshold_parameters")):
+            if key in zero:
+                settings[f"parallel.data.{field}"] = integer(zero[key],
+                                                             f"$.zero_optimization.{key}")
     if "overlap_comm" in zero:
         overlap = bool(zero["overlap_comm"])
         settings["parallel.data.overlap_grad_reduce"] = overlap

@@ -76,7 +76,7 @@ from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension
-from llmpar.spec import Spec
+from llmpar.spec import Model, Spec
 from llmpar.spec.validators import FieldError, one_of, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
@@ -202,6 +202,23 @@ class DataConfig:
     gradients (half a byte per parameter), each GPU dequantizing and summing what it
     receives: first among the k data ranks of a node (the whole buffer), then among the
     ranks of the same local index on the other nodes (the 1/k of it each GPU summed)."""
+
+    prefetch_bucket_parameters: int | None = attrs.field(default=None, validator=positive)
+    """DeepSpeed ZeRO-3's `stage3_prefetch_bucket_size` (deepspeed/runtime/zero/config.py,
+    its default 5e7): parameters gathered ahead of the layer that needs them. The buffer
+    of gathered weights holds the running layer and up to this many parameters more; below
+    one layer's parameters, only that share of the next layer's gather runs ahead, behind
+    the running layer, and the rest waits until the layer starts. Unset: one layer ahead,
+    as FSDP prefetches."""
+    persistence_threshold_parameters: int | None = attrs.field(default=None,
+                                                               validator=positive)
+    """DeepSpeed ZeRO-3's `stage3_param_persistence_threshold` (the same file, its default
+    1e5): weight tensors of fewer elements stay whole on every GPU, neither sharded nor
+    gathered; their gradients and optimizer states shard as before. Applied by parameter
+    group: a group stays whole when its largest tensor is below the threshold
+    (`largest_tensor_elements`: the norms' weight vectors, a small router), so small
+    tensors inside a large group (biases) still count as sharded. Unset: every weight
+    shards."""
 
     @property
     def stage(self) -> int:
@@ -349,6 +366,58 @@ def _zeropp_rules(config: DataConfig, layout: Layout) -> list[Rule]:
     return found
 
 
+def largest_tensor_elements(model: Model, group: str) -> int | None:
+    """Elements of the largest weight tensor of a parameter group (for DeepSpeed's
+    persistence threshold); None where the model does not say (a model given by size)."""
+    h = model.hidden_size
+    if h is None or model.ffn_hidden_size is None:
+        return None
+    moe = model.moe
+    vectors = [h, model.query_width if model.qk_norm else 0]
+    if model.mla is not None:
+        vectors += [model.mla.kv_lora_rank, model.mla.q_lora_rank or 0]
+    sizes = {
+        "norms": max(vectors),
+        "router": h * moe.num_experts if moe is not None else None,
+        "attention": h * max(model.query_width, model.attention_output_width),
+        "mlp": h * model.ffn_hidden_size,
+        "experts": h * moe.expert_ffn_hidden_size if moe is not None else None,
+        "shared_experts": (h * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+                           if moe is not None else None),
+        "embedding": h * (model.vocab_size or 0),
+        "head": h * (model.vocab_size or 0),
+        "pooler": h * h,
+    }
+    return sizes.get(group)
+
+
+def persistent_groups(config: DataConfig, ctx: StrategyContext) -> frozenset[str]:
+    """The groups whose weights stay whole under `persistence_threshold_parameters`."""
+    threshold = config.persistence_threshold_parameters
+    if threshold is None:
+        return frozenset()
+    model = ctx.spec.model
+    found = set()
+    for group in ctx.footprint.parameters_by_group:
+        largest = largest_tensor_elements(model, group)
+        if largest is not None and largest < threshold and group not in EXPERT_GROUPS:
+            found.add(group)
+    return frozenset(found)
+
+
+def _deepspeed_rules(config: DataConfig) -> list[Rule]:
+    """Both settings are ZeRO-3's (DeepSpeed reads them under stage 3 only)."""
+    stage = zero_stage(config)
+
+    def rule(key: str, value: int | None) -> Rule:
+        return Rule(f"$.parallel.data.{key}", logical_and(value is not None, stage != 3),
+                    lambda: f"{key} (DeepSpeed ZeRO-3's) needs parallel.data.zero = 3 or "
+                            f"parallel.data.fsdp = true, got ZeRO stage {stage}")
+
+    return [rule("prefetch_bucket_parameters", config.prefetch_bucket_parameters),
+            rule("persistence_threshold_parameters", config.persistence_threshold_parameters)]
+
+
 RESHARD_PATH = "$.parallel.data.reshard_after_forward"
 SYNC_PATH = "$.parallel.data.gradient_sync"
 
@@ -402,7 +471,7 @@ class DataParallel(Strategy[DataConfig]):
         per_pass = training.micro_batch_size * degree
         batch = training.global_batch_size
         found = (_shard_rules(config, layout) + _fsdp_setting_rules(config)
-                 + _zeropp_rules(config, layout))
+                 + _zeropp_rules(config, layout) + _deepspeed_rules(config))
         if batch is None:
             return found
         return [Rule("$.training.global_batch_size", batch % per_pass != 0,
@@ -431,23 +500,27 @@ class DataParallel(Strategy[DataConfig]):
         return Transform(
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
-            shards=_shards(stage, dense, expert),
+            shards=_shards(stage, dense, expert, persistent_groups(config, ctx)),
             collectives=_collectives(config, ctx, stage, copies),
-            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx)
+            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx, config)
                                + _held_unsharded_bytes(config, ctx, dense, expert)
                                + _secondary_partition_bytes(config, ctx), 0.0),
             notes=notes,
         )
 
 
-def _shards(stage: Any, dense: Any, expert: Any) -> tuple[Shard, ...]:
+def _shards(stage: Any, dense: Any, expert: Any,
+            persistent: frozenset[str] = frozenset()) -> tuple[Shard, ...]:
+    """ZeRO's shards; the weights of `persistent` groups stay whole (DeepSpeed's
+    persistence threshold)."""
     if not anywhere(logical_or(dense != 1, expert != 1)):
         return ()
     shards = []
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
         reason = f"ZeRO-{level} and above shard {component} across data ranks"
+        whole = persistent if component == "weights" else frozenset()
         shards.append(Shard(component=component, divisor=where(stage >= level, dense, 1),
-                            reason=reason, excluded=EXPERT_GROUPS))
+                            reason=reason, excluded=EXPERT_GROUPS | whole))
         shards.append(Shard(component=component, divisor=where(stage >= level, expert, 1),
                             reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
@@ -499,7 +572,10 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
         if size > 1:
             group = _group_collectives(config, label, stage, grad_size, weight_size,
                                        windows, common, m)
-            found += _zeropp(config, group, spec, m) if uses_zeropp(config) else group
+            group = _zeropp(config, group, spec, m) if uses_zeropp(config) else group
+            if uses_deepspeed_settings(config):
+                group = _deepspeed_gathers(config, ctx, group, label)
+            found += group
         if copies > 1:
             found.append(_replica_all_reduce(config, label, stage, grad_size, windows,
                                              common, copies))
@@ -660,6 +736,48 @@ def _qgz_all_to_alls(fields: dict[str, Any], spec: Spec) -> list[dict[str, Any]]
     return found
 
 
+def uses_deepspeed_settings(config: DataConfig) -> bool:
+    return (config.prefetch_bucket_parameters is not None
+            or config.persistence_threshold_parameters is not None)
+
+
+def _deepspeed_gathers(config: DataConfig, ctx: StrategyContext, group: list[dict[str, Any]],
+                       label: str) -> list[dict[str, Any]]:
+    """ZeRO-3's per-layer weight gathers under DeepSpeed's two settings: the persistent
+    groups' weights are not gathered; with a prefetch bucket below a layer's parameters
+    only bucket / layer of each gather runs ahead, behind the running layer."""
+    persistent = persistent_groups(config, ctx)
+    share = _prefetched_share(config, ctx)
+    found = []
+    for fields in group:
+        if fields["operation"] == "all-gather" and "bucket_bytes" not in fields:
+            fields = dict(fields, overlap=fields["overlap"] * share)
+            if persistent and label == "dense":
+                fields["parameter_groups"] = GroupSelection(excluded=EXPERT_GROUPS | persistent)
+        found.append(fields)
+    return found
+
+
+def _layer_parameters(ctx: StrategyContext) -> tuple[float, float] | None:
+    """(one layer's weights on a GPU before ZeRO, the stage's), as stored; None for a
+    model given by its size (no layers)."""
+    layers = ctx.spec.model.num_layers
+    if not layers:
+        return None
+    stored = ctx.footprint.stored_weights_by_group
+    held = parameters_per_gpu(ctx, False, stored) + parameters_per_gpu(ctx, True, stored)
+    return held * ctx.layout.degree("pipeline") / layers, held
+
+
+def _prefetched_share(config: DataConfig, ctx: StrategyContext) -> float:
+    """The share of a layer's gather DeepSpeed issues ahead of it: bucket / the layer's
+    parameters, at most 1 (1 without a bucket)."""
+    bucket, sizes = config.prefetch_bucket_parameters, _layer_parameters(ctx)
+    if bucket is None or sizes is None or sizes[0] <= 0:
+        return 1.0
+    return min(1.0, bucket / sizes[0])
+
+
 def _secondary_partition_bytes(config: DataConfig, ctx: StrategyContext) -> float:
     """hpZ: each GPU's 1/h of the stage's weights in their own format, beside its primary
     shard (Wang et al. 2023, Sec. 3.3: the memory hpZ trades for communication)."""
@@ -673,14 +791,18 @@ def _secondary_partition_bytes(config: DataConfig, ctx: StrategyContext) -> floa
     return held * bytes_per_element(ctx.spec.precision.weights)
 
 
-def _fsdp_buffer_bytes(ctx: StrategyContext) -> float:
-    layers = ctx.spec.model.num_layers
-    if not layers:
+def _fsdp_buffer_bytes(ctx: StrategyContext, config: DataConfig) -> float:
+    """The gathered weights held at once: the running layer and the prefetched one
+    (FSDP), or DeepSpeed's prefetch bucket beside the running layer, at most the rest of
+    the stage."""
+    sizes = _layer_parameters(ctx)
+    if sizes is None:
         return 0.0  # a model given only by its size has no layers to prefetch
-    stored = ctx.footprint.stored_weights_by_group
-    held = parameters_per_gpu(ctx, False, stored) + parameters_per_gpu(ctx, True, stored)
-    per_layer = held * ctx.layout.degree("pipeline") / layers
-    return FSDP_PREFETCH_LAYERS * per_layer * bytes_per_element(ctx.spec.precision.weights)
+    per_layer, held = sizes
+    bucket = config.prefetch_bucket_parameters
+    gathered = (FSDP_PREFETCH_LAYERS * per_layer if bucket is None
+                else per_layer + min(bucket, max(0.0, held - per_layer)))
+    return gathered * bytes_per_element(ctx.spec.precision.weights)
 
 
 def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
