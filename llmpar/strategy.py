@@ -187,8 +187,8 @@ class Collective:
     bytes_per_parameter: Any = None
     """With `component`: the buffer is this many bytes per parameter of `component` that
     one GPU holds after every other strategy's shards (and the trainable ones only,
-    for gradients and optimizer states), on average over the pipeline stages;
-    `parameter_groups` selects the groups."""
+    for gradients and optimizer states), on average over the pipeline stages, each of its
+    copies (`Copy`) counted; `parameter_groups` selects the groups."""
     component: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(COMPONENTS)))
     parameter_groups: GroupSelection = GroupSelection()

@@ -50,6 +50,14 @@ class Composition:
                 found = found * shard.divisor
         return found
 
+    def copied(self, component: str, group: str) -> Value:
+        """How many copies of `component` of `group` one GPU holds (`Copy`; 1: one)."""
+        found: Value = 1
+        for copy in self.copies:
+            if copy.component == component and copy.applies_to(group):
+                found = found * copy.copies
+        return found
+
     def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
              component: str, without: str | None = None) -> Value:
         """Bytes of `component` one GPU holds of `parameters`, each group under its

@@ -142,13 +142,17 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
                        parameters: Sequence[Mapping[str, float]], collective: Collective
                        ) -> Value:
     """Parameters of `collective.component` in its groups one GPU holds after every
-    other strategy's shards, on average over the pipeline stages."""
+    other strategy's shards, on average over the pipeline stages, each copy it holds
+    counted (`Copy`: DualPipe's two of each stage)."""
     assert collective.component is not None
     selection = collective.parameter_groups
     total: Value = 0.0
+    copies = composition.copies
     for members, held in zip(kinds.members, parameters):
         for group, count in held.items():
             if selection.applies_to(group):
+                if copies:
+                    count = count * composition.copied(collective.component, group)
                 total = total + len(members) * count / composition.divisor(
                     collective.component, group, without=collective.strategy)
     return total / len(kinds.kind_of)

@@ -125,6 +125,21 @@ def _zero(spec: Spec, ledger: Ledger) -> dict[str, Any]:
                       "(ZeRO++'s zero_hpz_partition_size shards a secondary weight copy)")
     if data.gradient_sync != "every-micro-batch":
         ledger.cannot("parallel.data.gradient_sync", "not a DeepSpeed setting")
+    # ZeRO++ (deepspeed/runtime/zero/config.py): set only where the spec turns it on
+    ledger.take("parallel.data.quantized_weights", "parallel.data.hpz_partition_size",
+                "parallel.data.quantized_gradients")
+    if data.quantized_weights:
+        zero["zero_quantized_weights"] = True
+    if data.hpz_partition_size != 1:
+        zero["zero_hpz_partition_size"] = data.hpz_partition_size
+    if data.quantized_gradients:
+        zero["zero_quantized_gradients"] = True
+    ledger.take("parallel.data.prefetch_bucket_parameters",
+                "parallel.data.persistence_threshold_parameters")
+    if data.prefetch_bucket_parameters is not None:
+        zero["stage3_prefetch_bucket_size"] = data.prefetch_bucket_parameters
+    if data.persistence_threshold_parameters is not None:
+        zero["stage3_param_persistence_threshold"] = data.persistence_threshold_parameters
     offload = spec.parallel.get("offload")
     if offload is not None:
         ledger.take("parallel.offload")
@@ -163,6 +178,20 @@ def read_config(text: str, source: str, base: Spec | None = None) -> ReadSetting
         keep_fsdp = base_data is not None and base_data.fsdp and stage == 3
         if not keep_fsdp:
             settings["parallel.data.zero"], settings["parallel.data.fsdp"] = stage, False
+    if stage == 3:  # ZeRO++: DeepSpeed reads its settings under stage 3 only
+        for key, field in (("zero_quantized_weights", "quantized_weights"),
+                           ("zero_quantized_gradients", "quantized_gradients")):
+            if key in zero:
+                settings[f"parallel.data.{field}"] = bool(zero[key])
+        if "zero_hpz_partition_size" in zero:
+            settings["parallel.data.hpz_partition_size"] = integer(
+                zero["zero_hpz_partition_size"], "$.zero_optimization.zero_hpz_partition_size")
+        for key, field in (("stage3_prefetch_bucket_size", "prefetch_bucket_parameters"),
+                           ("stage3_param_persistence_threshold",
+                            "persistence_threshold_parameters")):
+            if key in zero:
+                settings[f"parallel.data.{field}"] = integer(zero[key],
+                                                             f"$.zero_optimization.{key}")
     if "overlap_comm" in zero:
         overlap = bool(zero["overlap_comm"])
         settings["parallel.data.overlap_grad_reduce"] = overlap

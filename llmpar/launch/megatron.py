@@ -115,7 +115,7 @@ def _parallel_arguments(spec: Spec, layout: Layout, ledger: Ledger) -> list[Argu
                               f"split into {p} x {v} equal virtual stages")
             else:
                 args.append(("--num-layers-per-virtual-pipeline-stage", str(layers // (p * v))))
-        elif pipeline.schedule in ("gpipe", "zero-bubble"):
+        elif pipeline.schedule not in ("1f1b", "interleaved"):
             ledger.cannot("parallel.pipeline.schedule", "Megatron-LM runs 1F1B (or "
                           "interleaved) schedules only", pipeline.schedule)
         if pipeline.layers_per_stage is not None:

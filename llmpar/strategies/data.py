@@ -31,7 +31,13 @@ row-major over the data ranks (torchtitan's `dp_replicate` outside `dp_shard`): 
 group is the innermost `shard_degree` x context ranks of the data x context block, so
 where `[parallel] order` puts the data axis places both. DeepSpeed's ZeRO++ hierarchical
 partitioning (hpZ), which keeps a second weight partition per node, is another mechanism
-and not this one.
+(below).
+
+ZeRO++ (Wang et al. 2023, arXiv:2306.10209; DeepSpeed's `zero_quantized_weights`,
+`zero_hpz_partition_size`, `zero_quantized_gradients`) changes ZeRO-3's per-layer
+collectives: int8 weight gathers (qwZ), the backward pass's gather from a secondary
+weight partition inside a node (hpZ, at its memory), and the gradient reduce-scatter as a
+hierarchical all-to-all of int4 gradients (qgZ).
 
 Two FSDP settings change what stage 3 does per micro-batch. `reshard_after_forward = false`
 (PyTorch FSDP2's `fully_shard(reshard_after_forward=False)`; DeepSpeed ZeRO-3 always
@@ -46,6 +52,7 @@ gradients are held across the micro-batches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -64,11 +71,12 @@ from llmpar.arrays import (
     maximum,
     where,
 )
+from llmpar.communication.collectives import members_per_node
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import Point, SearchDimension
-from llmpar.spec import Spec
+from llmpar.spec import Model, Spec
 from llmpar.spec.validators import FieldError, one_of, positive
 from llmpar.strategies.common import (
     EXPERT_GROUPS,
@@ -174,6 +182,44 @@ class DataConfig:
     "bf16" is Megatron-LM's `--grad-reduce-in-bf16` over fp32 main gradients. Only the
     bytes on the wire change: the gradients are kept in their own format."""
 
+    quantized_weights: bool = False
+    """ZeRO++ qwZ (Wang et al. 2023, arXiv:2306.10209, Sec. 3.2; DeepSpeed's
+    `zero_quantized_weights`): ZeRO-3 gathers each layer's weights from their shards as
+    blockwise int8, one byte per parameter instead of the weights' format (the blocks'
+    scales and the (de)quantization kernels' time are not counted). With
+    `hpz_partition_size` above 1 only the forward gathers are quantized: the backward pass
+    gathers from the secondary partition, in the weights' format."""
+    hpz_partition_size: int = attrs.field(default=1, validator=positive)
+    """ZeRO++ hpZ (Sec. 3.3; DeepSpeed's `zero_hpz_partition_size`): after a layer's
+    forward all-gather each GPU keeps a 1/h slice of the gathered weights, a secondary
+    partition over the innermost h data ranks (a node's), and the layer's backward
+    all-gather runs from it among those h ranks instead of over every data rank. Each GPU
+    holds the stage's weights / h more, in the weights' format. 1 (the default): off.
+    Needs ZeRO-3 with reshard_after_forward, and must divide the data x context ranks."""
+    quantized_gradients: bool = False
+    """ZeRO++ qgZ (Sec. 3.4; DeepSpeed's `zero_quantized_gradients`): each layer's
+    gradient reduce-scatter under ZeRO-3 runs as two all-to-alls of blockwise int4
+    gradients (half a byte per parameter), each GPU dequantizing and summing what it
+    receives: first among the k data ranks of a node (the whole buffer), then among the
+    ranks of the same local index on the other nodes (the 1/k of it each GPU summed)."""
+
+    prefetch_bucket_parameters: int | None = attrs.field(default=None, validator=positive)
+    """DeepSpeed ZeRO-3's `stage3_prefetch_bucket_size` (deepspeed/runtime/zero/config.py,
+    its default 5e7): parameters gathered ahead of the layer that needs them. The buffer
+    of gathered weights holds the running layer and up to this many parameters more; below
+    one layer's parameters, only that share of the next layer's gather runs ahead, behind
+    the running layer, and the rest waits until the layer starts. Unset: one layer ahead,
+    as FSDP prefetches."""
+    persistence_threshold_parameters: int | None = attrs.field(default=None,
+                                                               validator=positive)
+    """DeepSpeed ZeRO-3's `stage3_param_persistence_threshold` (the same file, its default
+    1e5): weight tensors of fewer elements stay whole on every GPU, neither sharded nor
+    gathered; their gradients and optimizer states shard as before. Applied by parameter
+    group: a group stays whole when its largest tensor is below the threshold
+    (`largest_tensor_elements`: the norms' weight vectors, a small router), so small
+    tensors inside a large group (biases) still count as sharded. Unset: every weight
+    shards."""
+
     @property
     def stage(self) -> int:
         return 3 if self.fsdp else self.zero
@@ -271,6 +317,107 @@ def _shard_rules(config: DataConfig, layout: Layout) -> list[Rule]:
     return found
 
 
+HPZ_PATH = "$.parallel.data.hpz_partition_size"
+QUANTIZED_WEIGHT_BYTES = 1.0
+"""qwZ: int8 weights, one byte per parameter (Wang et al. 2023, Sec. 3.2)."""
+QUANTIZED_GRADIENT_BYTES = 0.5
+"""qgZ: int4 gradients, half a byte per parameter (Wang et al. 2023, Sec. 3.4)."""
+
+
+def uses_zeropp(config: DataConfig) -> bool:
+    """Whether any of ZeRO++'s three settings is on."""
+    return bool(config.quantized_weights or config.quantized_gradients
+                or config.hpz_partition_size != 1)
+
+
+def _zeropp_rules(config: DataConfig, layout: Layout) -> list[Rule]:
+    """ZeRO++ changes ZeRO-3's collectives (DeepSpeed accepts its settings under stage 3
+    only); hpZ's secondary partition tiles the shard group and needs the backward gather
+    that `reshard_after_forward = false` removes."""
+    if not uses_zeropp(config):
+        return []
+    stage = zero_stage(config)
+    h = config.hpz_partition_size
+    ranks = layout.degree("data") * layout.degree("context")
+    needs = "needs parallel.data.zero = 3 or parallel.data.fsdp = true"
+    def stage_rule(key: str, on: bool) -> Rule:
+        return Rule(f"$.parallel.data.{key}", logical_and(on, stage != 3),
+                    lambda: f"{key} (ZeRO++) {needs}: it changes ZeRO-3's per-layer "
+                            f"collectives, which ZeRO stage {stage} does not run")
+
+    found = [stage_rule(key, on) for key, on in (
+        ("quantized_weights", config.quantized_weights),
+        ("quantized_gradients", config.quantized_gradients),
+        ("hpz_partition_size", h != 1))]
+    if h != 1:
+        found += [
+            Rule(HPZ_PATH, ranks % h != 0,
+                 lambda: f"hpz_partition_size ({h}) must divide the data x context ranks "
+                         f"({ranks}) that shard the weights"),
+            Rule(HPZ_PATH, keeps_weights_gathered(config),
+                 lambda: f"hpz_partition_size ({h}) needs reshard_after_forward = true: hpZ "
+                         "serves the backward pass's gather, which keeping the weights "
+                         "gathered removes"),
+            Rule(HPZ_PATH, config.shard_degree is not None,
+                 lambda: f"hpz_partition_size ({h}) with shard_degree "
+                         f"({config.shard_degree}): hybrid sharding and ZeRO++'s secondary "
+                         "partition are two mechanisms; choose one"),
+        ]
+    return found
+
+
+def largest_tensor_elements(model: Model, group: str) -> int | None:
+    """Elements of the largest weight tensor of a parameter group (for DeepSpeed's
+    persistence threshold); None where the model does not say (a model given by size)."""
+    h = model.hidden_size
+    if h is None or model.ffn_hidden_size is None:
+        return None
+    moe = model.moe
+    vectors = [h, model.query_width if model.qk_norm else 0]
+    if model.mla is not None:
+        vectors += [model.mla.kv_lora_rank, model.mla.q_lora_rank or 0]
+    sizes = {
+        "norms": max(vectors),
+        "router": h * moe.num_experts if moe is not None else None,
+        "attention": h * max(model.query_width, model.attention_output_width),
+        "mlp": h * model.ffn_hidden_size,
+        "experts": h * moe.expert_ffn_hidden_size if moe is not None else None,
+        "shared_experts": (h * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+                           if moe is not None else None),
+        "embedding": h * (model.vocab_size or 0),
+        "head": h * (model.vocab_size or 0),
+        "pooler": h * h,
+    }
+    return sizes.get(group)
+
+
+def persistent_groups(config: DataConfig, ctx: StrategyContext) -> frozenset[str]:
+    """The groups whose weights stay whole under `persistence_threshold_parameters`."""
+    threshold = config.persistence_threshold_parameters
+    if threshold is None:
+        return frozenset()
+    model = ctx.spec.model
+    found = set()
+    for group in ctx.footprint.parameters_by_group:
+        largest = largest_tensor_elements(model, group)
+        if largest is not None and largest < threshold and group not in EXPERT_GROUPS:
+            found.add(group)
+    return frozenset(found)
+
+
+def _deepspeed_rules(config: DataConfig) -> list[Rule]:
+    """Both settings are ZeRO-3's (DeepSpeed reads them under stage 3 only)."""
+    stage = zero_stage(config)
+
+    def rule(key: str, value: int | None) -> Rule:
+        return Rule(f"$.parallel.data.{key}", logical_and(value is not None, stage != 3),
+                    lambda: f"{key} (DeepSpeed ZeRO-3's) needs parallel.data.zero = 3 or "
+                            f"parallel.data.fsdp = true, got ZeRO stage {stage}")
+
+    return [rule("prefetch_bucket_parameters", config.prefetch_bucket_parameters),
+            rule("persistence_threshold_parameters", config.persistence_threshold_parameters)]
+
+
 RESHARD_PATH = "$.parallel.data.reshard_after_forward"
 SYNC_PATH = "$.parallel.data.gradient_sync"
 
@@ -323,7 +470,8 @@ class DataParallel(Strategy[DataConfig]):
         degree = layout.degree(self.name)
         per_pass = training.micro_batch_size * degree
         batch = training.global_batch_size
-        found = _shard_rules(config, layout) + _fsdp_setting_rules(config)
+        found = (_shard_rules(config, layout) + _fsdp_setting_rules(config)
+                 + _zeropp_rules(config, layout) + _deepspeed_rules(config))
         if batch is None:
             return found
         return [Rule("$.training.global_batch_size", batch % per_pass != 0,
@@ -352,22 +500,27 @@ class DataParallel(Strategy[DataConfig]):
         return Transform(
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
-            shards=_shards(stage, dense, expert),
+            shards=_shards(stage, dense, expert, persistent_groups(config, ctx)),
             collectives=_collectives(config, ctx, stage, copies),
-            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx)
-                               + _held_unsharded_bytes(config, ctx, dense, expert), 0.0),
+            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx, config)
+                               + _held_unsharded_bytes(config, ctx, dense, expert)
+                               + _secondary_partition_bytes(config, ctx), 0.0),
             notes=notes,
         )
 
 
-def _shards(stage: Any, dense: Any, expert: Any) -> tuple[Shard, ...]:
+def _shards(stage: Any, dense: Any, expert: Any,
+            persistent: frozenset[str] = frozenset()) -> tuple[Shard, ...]:
+    """ZeRO's shards; the weights of `persistent` groups stay whole (DeepSpeed's
+    persistence threshold)."""
     if not anywhere(logical_or(dense != 1, expert != 1)):
         return ()
     shards = []
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
         reason = f"ZeRO-{level} and above shard {component} across data ranks"
+        whole = persistent if component == "weights" else frozenset()
         shards.append(Shard(component=component, divisor=where(stage >= level, dense, 1),
-                            reason=reason, excluded=EXPERT_GROUPS))
+                            reason=reason, excluded=EXPERT_GROUPS | whole))
         shards.append(Shard(component=component, divisor=where(stage >= level, expert, 1),
                             reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
@@ -417,8 +570,12 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
         common: dict[str, Any] = dict(strategy="data", group_size=size, group_stride=stride,
                                       parameter_groups=selection)
         if size > 1:
-            found += _group_collectives(config, label, stage, grad_size, weight_size,
-                                        windows, common, m)
+            group = _group_collectives(config, label, stage, grad_size, weight_size,
+                                       windows, common, m)
+            group = _zeropp(config, group, spec, m) if uses_zeropp(config) else group
+            if uses_deepspeed_settings(config):
+                group = _deepspeed_gathers(config, ctx, group, label)
+            found += group
         if copies > 1:
             found.append(_replica_all_reduce(config, label, stage, grad_size, windows,
                                              common, copies))
@@ -506,14 +663,146 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: fl
     ]
 
 
-def _fsdp_buffer_bytes(ctx: StrategyContext) -> float:
+def _zeropp(config: DataConfig, group: list[dict[str, Any]], spec: Spec,
+            m: Any) -> list[dict[str, Any]]:
+    """ZeRO-3's per-layer collectives of one shard group as ZeRO++ runs them (Wang et al.
+    2023, arXiv:2306.10209): the weight all-gathers split into the forward's, from the
+    primary shards (int8 under qwZ), and the backward's, from hpZ's secondary partition
+    among h ranks; the gradient reduce-scatters as qgZ's two int4 all-to-alls. Across the
+    nodes, ZeRO-3's 3M per step (M the weights in 16 bits: two gathers and a
+    reduce-scatter) becomes 0.5M + 0 + M/4 = 0.75M with all three (Sec. 3)."""
+    h = config.hpz_partition_size
+    found = []
+    for fields in group:
+        # ZeRO-3's own: per layer (ZeRO-1 and -2 reduce and gather in buckets once a step)
+        zero_3 = "bucket_bytes" not in fields
+        if fields["operation"] == "all-gather" and zero_3:
+            found += _zeropp_gathers(config, fields, m, h)
+        elif fields["operation"] == "reduce-scatter" and zero_3 and config.quantized_gradients:
+            found += _qgz_all_to_alls(fields, spec)
+        else:
+            found.append(fields)
+    return found
+
+
+def _zeropp_gathers(config: DataConfig, fields: dict[str, Any], m: Any,
+                    h: int) -> list[dict[str, Any]]:
+    """The forward gathers (m per step) from the primary shards, int8 under qwZ; the
+    backward's (m more, under reshard_after_forward) from the secondary partition in the
+    weights' format among the innermost h ranks, or like the forward's without hpZ."""
+    weight = fields["bytes_per_parameter"]
+    primary = QUANTIZED_WEIGHT_BYTES if config.quantized_weights else weight
+    calls = fields["calls_per_step"]
+    if h == 1:
+        return [dict(fields, bytes_per_parameter=primary,
+                     reason=fields["reason"] + ", int8 (ZeRO++ qwZ)")]
+    fsdp = calls != 0
+    # an expert shard group smaller than h keeps its secondary partition over what it shares
+    h = math.gcd(h, fields["group_size"])
+    forward = dict(fields, calls_per_step=where(fsdp, m, 0.0), bytes_per_parameter=primary,
+                   reason="gather each layer's weights for its forward pass from the primary "
+                          "shards (ZeRO-3" + (", int8: ZeRO++ qwZ" if config.quantized_weights
+                                              else "") + ")")
+    secondary = dict(fields, name=fields["name"].replace("param-all-gather",
+                                                         "param-secondary-all-gather"),
+                     calls_per_step=where(fsdp, m, 0.0), group_size=h,
+                     reason="gather each layer's weights for its backward pass from the "
+                            "secondary partition among h ranks (ZeRO++ hpZ)")
+    return [forward, secondary]
+
+
+def _qgz_all_to_alls(fields: dict[str, Any], spec: Spec) -> list[dict[str, Any]]:
+    """qgZ's hierarchical all-to-all in place of a reduce-scatter over n ranks with k in
+    each node: int4 gradients among the k (the whole buffer), then among the n / k ranks of
+    one local index across the nodes, k apart (1/k of the buffer: what each GPU summed)."""
+    n, stride = fields["group_size"], fields["group_stride"]
+    k = members_per_node(n, stride, spec.hardware.gpus_per_node)
+    base = dict(fields, operation="all-to-all",
+                bytes_per_parameter=QUANTIZED_GRADIENT_BYTES)
+    found = []
+    if k > 1:
+        found.append(dict(base, name=fields["name"].replace("reduce-scatter",
+                                                            "quantized-all-to-all"),
+                          group_size=k,
+                          reason=fields["reason"] + f"; int4 all-to-all among the {k} ranks "
+                                                    "of a node (ZeRO++ qgZ)"))
+    if n // k > 1:
+        found.append(dict(base, name=fields["name"].replace("reduce-scatter",
+                                                            "quantized-all-to-all-nodes"),
+                          group_size=n // k, group_stride=stride * k,
+                          bytes_per_parameter=QUANTIZED_GRADIENT_BYTES / k,
+                          reason=fields["reason"] + f"; int4 all-to-all of the 1/{k} each "
+                                                    "GPU summed, across the nodes (ZeRO++ qgZ)"))
+    return found
+
+
+def uses_deepspeed_settings(config: DataConfig) -> bool:
+    return (config.prefetch_bucket_parameters is not None
+            or config.persistence_threshold_parameters is not None)
+
+
+def _deepspeed_gathers(config: DataConfig, ctx: StrategyContext, group: list[dict[str, Any]],
+                       label: str) -> list[dict[str, Any]]:
+    """ZeRO-3's per-layer weight gathers under DeepSpeed's two settings: the persistent
+    groups' weights are not gathered; with a prefetch bucket below a layer's parameters
+    only bucket / layer of each gather runs ahead, behind the running layer."""
+    persistent = persistent_groups(config, ctx)
+    share = _prefetched_share(config, ctx)
+    found = []
+    for fields in group:
+        if fields["operation"] == "all-gather" and "bucket_bytes" not in fields:
+            fields = dict(fields, overlap=fields["overlap"] * share)
+            if persistent and label == "dense":
+                fields["parameter_groups"] = GroupSelection(excluded=EXPERT_GROUPS | persistent)
+        found.append(fields)
+    return found
+
+
+def _layer_parameters(ctx: StrategyContext) -> tuple[float, float] | None:
+    """(one layer's weights on a GPU before ZeRO, the stage's), as stored; None for a
+    model given by its size (no layers)."""
     layers = ctx.spec.model.num_layers
     if not layers:
-        return 0.0  # a model given only by its size has no layers to prefetch
+        return None
     stored = ctx.footprint.stored_weights_by_group
     held = parameters_per_gpu(ctx, False, stored) + parameters_per_gpu(ctx, True, stored)
-    per_layer = held * ctx.layout.degree("pipeline") / layers
-    return FSDP_PREFETCH_LAYERS * per_layer * bytes_per_element(ctx.spec.precision.weights)
+    return held * ctx.layout.degree("pipeline") / layers, held
+
+
+def _prefetched_share(config: DataConfig, ctx: StrategyContext) -> float:
+    """The share of a layer's gather DeepSpeed issues ahead of it: bucket / the layer's
+    parameters, at most 1 (1 without a bucket)."""
+    bucket, sizes = config.prefetch_bucket_parameters, _layer_parameters(ctx)
+    if bucket is None or sizes is None or sizes[0] <= 0:
+        return 1.0
+    return min(1.0, bucket / sizes[0])
+
+
+def _secondary_partition_bytes(config: DataConfig, ctx: StrategyContext) -> float:
+    """hpZ: each GPU's 1/h of the stage's weights in their own format, beside its primary
+    shard (Wang et al. 2023, Sec. 3.3: the memory hpZ trades for communication)."""
+    h = config.hpz_partition_size
+    if h == 1:
+        return 0.0
+    stored = ctx.footprint.stored_weights_by_group
+    dense, expert = shard_degrees(ctx)
+    held = (parameters_per_gpu(ctx, False, stored) / math.gcd(h, dense)
+            + parameters_per_gpu(ctx, True, stored) / math.gcd(h, expert))
+    return held * bytes_per_element(ctx.spec.precision.weights)
+
+
+def _fsdp_buffer_bytes(ctx: StrategyContext, config: DataConfig) -> float:
+    """The gathered weights held at once: the running layer and the prefetched one
+    (FSDP), or DeepSpeed's prefetch bucket beside the running layer, at most the rest of
+    the stage."""
+    sizes = _layer_parameters(ctx)
+    if sizes is None:
+        return 0.0  # a model given only by its size has no layers to prefetch
+    per_layer, held = sizes
+    bucket = config.prefetch_bucket_parameters
+    gathered = (FSDP_PREFETCH_LAYERS * per_layer if bucket is None
+                else per_layer + min(bucket, max(0.0, held - per_layer)))
+    return gathered * bytes_per_element(ctx.spec.precision.weights)
 
 
 def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from llmpar.arrays import logical_not, where
+from llmpar.arrays import anywhere, logical_not, where
 from llmpar.communication.collectives import members_per_node
 from llmpar.communication.deepep import MEAN_BYTES_PER_ELEMENT
 from llmpar.dtypes import bytes_per_element
@@ -42,6 +42,7 @@ from llmpar.strategies.common import (
     recomputed_block_forwards,
     sequence_parallel,
 )
+from llmpar.strategies.pipeline import PIPELINE_SCHEDULE, paired_chunk_share
 from llmpar.strategy import (
     Collective,
     ForwardStep,
@@ -126,7 +127,9 @@ class ExpertConfig:
     compute (Megatron-Core's `--overlap-moe-expert-parallel-comm`, which merges the
     forward of one micro-batch with the backward of another; DeepSeek-V3's overlap of
     computation and communication, Sec. 3.2.1): one micro-batch's all-to-alls of the step
-    stay exposed, so a step of one micro-batch hides nothing."""
+    stay exposed, so a step of one micro-batch hides nothing. Under `[parallel.pipeline]
+    schedule = "dualpipe"` or "dualpipev" the schedule's own pairs of chunks hide them
+    instead (`llmpar.strategies.pipeline.paired_chunk_share`), with or without this."""
 
 
 class ExpertParallel(Strategy[ExpertConfig]):
@@ -240,8 +243,15 @@ class ExpertParallel(Strategy[ExpertConfig]):
                                + recomputed_block_forwards(spec, True))
         calls = per_micro_batch * moe_layers * micro_batches_per_step(spec, layout)
         m = micro_batches_per_step(spec, layout)
-        overlapped: dict[str, Any] = {} if not config.overlap_a2a else dict(
-            overlap=1.0, hides_behind="compute", pieces=m)
+        # DualPipe's forward-backward pairs hide each chunk's all-to-alls behind the other
+        # chunk's compute (DeepSeek-V3 report, Sec. 3.2.1); its unpaired chunks do not.
+        paired = paired_chunk_share(layout.setting(PIPELINE_SCHEDULE, "1f1b"),
+                                    layout.degree("pipeline"), m)
+        overlapped: dict[str, Any] = {}
+        if anywhere(paired):
+            overlapped = dict(overlap=paired, hides_behind="compute")
+        elif config.overlap_a2a:
+            overlapped = dict(overlap=1.0, hides_behind="compute", pieces=m)
         return Collective(strategy=self.name, name=ALL_TO_ALL, operation="all-to-all",
                           buffer_bytes=tokens_bytes * config.imbalance, group_size=e,
                           group_stride=stride, calls_per_step=calls,
@@ -249,7 +259,8 @@ class ExpertParallel(Strategy[ExpertConfig]):
                                  + (" (DeepEP: once per remote node, then NVLink)"
                                     if config.dispatcher == "deepep" else "")
                                  + (", behind another micro-batch's compute"
-                                    if config.overlap_a2a else ""), **overlapped)
+                                    if config.overlap_a2a or anywhere(paired) else ""),
+                          **overlapped)
 
 
 @hookimpl

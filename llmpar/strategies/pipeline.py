@@ -11,6 +11,16 @@ micro-batches per step and v virtual stages per GPU:
   Sec. 4.2.3), the others scaled alike.
 - "zero-bubble" (ZB-H1, Qi et al. 2023, arXiv:2401.10241, Sec. 3): splitting the
   weight-gradient pass fills a third of 1F1B's bubble: (p-1)/(3m), at 1F1B's memory.
+- "dualpipe" (DeepSeek-AI 2024, DeepSeek-V3 technical report, arXiv:2412.19437, Sec.
+  3.2.1 and Table 2): micro-batches enter from both ends of the pipeline, so each rank
+  holds two stages, its own (i) and its mirror's (p-1-i): two copies of the parameters,
+  PP+1 micro-batches' activations, an idle time of (PP/2-1)(F&B+B-3W) per step, and each
+  forward chunk paired with another micro-batch's backward chunk, the communication of
+  each hidden behind the other's compute. Needs an even p and an even m >= 2p.
+- "dualpipev" (the "cut-in-half" DualPipe, github.com/deepseek-ai/DualPipe README): the p
+  ranks hold 2p stages in a V (rank i the chunks i and 2p-1-i, rank 0 the embedding and
+  the output layer), one copy of the parameters, Table 2's bubble and activations with
+  PP = 2p chunks of half a rank's layers. Needs m >= 2p.
 The first stage holds the embedding, the last the output layer (and the embedding
 too when they are tied, to keep the tied gradient in sync, as Megatron-LM does).
 """
@@ -22,8 +32,18 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
+import numpy as np
 
-from llmpar.arrays import is_array, logical_and, logical_not, logical_or, maximum, minimum, where
+from llmpar.arrays import (
+    anywhere,
+    is_array,
+    logical_and,
+    logical_not,
+    logical_or,
+    maximum,
+    minimum,
+    where,
+)
 from llmpar.dtypes import bytes_per_element
 from llmpar.hookspecs import hookimpl
 from llmpar.loading.limits import MAX_STAGES
@@ -37,7 +57,9 @@ from llmpar.strategies.common import (
     sequence_parallel,
 )
 from llmpar.strategy import (
+    COMPONENTS,
     Collective,
+    Copy,
     ForwardStep,
     Layout,
     Rule,
@@ -47,8 +69,20 @@ from llmpar.strategy import (
     Transform,
 )
 
-Schedule = Literal["1f1b", "interleaved", "gpipe", "zero-bubble"]
+Schedule = Literal["1f1b", "interleaved", "gpipe", "zero-bubble", "dualpipe", "dualpipev"]
 SCHEDULES: tuple[Schedule, ...] = typing.get_args(Schedule)
+PIPELINE_SCHEDULE = "pipeline.schedule"
+"""The shared setting (`Layout.setting`) of a schedule that pairs chunks ("dualpipe",
+"dualpipev"); other schedules share nothing."""
+PAIRING_SCHEDULES = ("dualpipe", "dualpipev")
+FORWARD_PASS, BACKWARD_PASS, WEIGHT_PASS = 1.0, 2.0, 1.0
+"""The times of a chunk's forward pass (F), whole backward pass (B) and backward pass
+for the weights alone (W), in units of F, for Table 2's bubbles: the backward runs two
+products per forward product, one for the input gradients and one for the weights
+(Narayanan et al. 2021, Sec. 3.2; Qi et al. 2023 take T_F = T_B = T_W). With them
+ZB-H1's (p-1)(F+B-2W) over m(F+B) is the (p-1)/(3m) above."""
+MIRROR_EXCHANGE = "pipeline.mirror-gradient-exchange"
+"""DualPipe: the gradients of each rank's two stage copies summed with the mirror rank's."""
 SEND_RECV = "pipeline.send-recv"
 """Activations to the next stage (forward) and their gradients back (backward)."""
 SERVING_SEND = "pipeline.serving-send"
@@ -64,7 +98,9 @@ class PipelineConfig:
     degree: int = attrs.field(default=1, validator=positive)
     """Stages."""
     schedule: Schedule = attrs.field(default="1f1b", validator=one_of(*SCHEDULES))
-    """"1f1b", "interleaved" (with virtual_stages), "gpipe" or "zero-bubble" (ZB-H1)."""
+    """"1f1b", "interleaved" (with virtual_stages), "gpipe", "zero-bubble" (ZB-H1),
+    "dualpipe" (DeepSeek-V3's bidirectional schedule: two copies of the parameters) or
+    "dualpipev" (DualPipe cut in half: a V over the ranks, one copy)."""
     virtual_stages: int = attrs.field(default=1, validator=positive)
     """Model chunks per GPU for the interleaved schedule (v)."""
     layers_per_stage: tuple[int, ...] | None = None
@@ -84,14 +120,53 @@ class PipelineConfig:
     path, as llmpar has modelled it so far."""
 
 
+def table2_bubble(schedule: str, p: int, forward: float, backward: float,
+                  weight: float) -> float:
+    """One rank's idle time per step, in the unit of the pass times, of p ranks whose
+    stage (chunk) runs a forward pass in `forward` (F), a whole backward pass in
+    `backward` (B) and the weight-gradient part of it in `weight` (W): DeepSeek-V3
+    technical report (arXiv:2412.19437) Table 2 and the DualPipe README's table.
+    1F1B (p-1)(F+B); ZB1P (p-1)(F+B-2W); DualPipe (PP/2-1)(F&B+B-3W) with PP = p, where
+    F&B, a forward and a backward chunk run together, takes F + B (their communication
+    hides, their compute adds up); DualPipeV the same with PP = 2p chunks of half a rank's
+    layers, each pass half as long."""
+    if schedule == "zero-bubble":
+        return (p - 1) * (forward + backward - 2 * weight)
+    if schedule in PAIRING_SCHEDULES:
+        stages, chunk = (p, 1.0) if schedule == "dualpipe" else (2 * p, 0.5)
+        paired = forward + backward
+        return (stages / 2 - 1) * (paired + backward - 3 * weight) * chunk
+    return (p - 1) * (forward + backward)
+
+
 def bubble_fraction(config: PipelineConfig, m: Any) -> Any:
-    """Idle time over compute time, per schedule (see the module docstring)."""
+    """Idle time over compute time, per schedule (see the module docstring); the
+    DualPipe schedules' is `table2_bubble` over the m (F + B) of a rank's compute."""
     p = config.degree
     if p == 1:
         return 0.0
     schedule = config.schedule
-    return where(schedule == "interleaved", (p - 1) / (config.virtual_stages * m),
-                 where(schedule == "zero-bubble", (p - 1) / (3 * m), (p - 1) / m))
+    found = where(schedule == "interleaved", (p - 1) / (config.virtual_stages * m),
+                  where(schedule == "zero-bubble", (p - 1) / (3 * m), (p - 1) / m))
+    if not anywhere(_pairs_chunks(schedule)):
+        return found
+    per_micro_batch = {name: table2_bubble(name, p, FORWARD_PASS, BACKWARD_PASS, WEIGHT_PASS)
+                       / (FORWARD_PASS + BACKWARD_PASS) for name in PAIRING_SCHEDULES}
+    return where(schedule == "dualpipe", per_micro_batch["dualpipe"] / m,
+                 where(schedule == "dualpipev", per_micro_batch["dualpipev"] / m, found))
+
+
+def _pairs_chunks(schedule: Any) -> Any:
+    """Whether the schedule is DualPipe or DualPipeV (a boolean array for an array)."""
+    if is_array(schedule):
+        return np.isin(schedule, PAIRING_SCHEDULES)
+    return schedule in PAIRING_SCHEDULES
+
+
+DUAL_IN_FLIGHT = {"dualpipe": 1.0, "dualpipev": 0.5}
+"""Table 2's PP + 1 micro-batches of activations on every rank, over p (p + 1 stages'
+worth: DualPipe, PP = p) or over the 2p half-rank chunks (p + 1/2 ranks' worth:
+DualPipeV, PP = 2p), beyond p."""
 
 
 def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
@@ -100,10 +175,29 @@ def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
     if isinstance(schedule, str) and not is_array(m):  # one layout: Python's arithmetic
         if schedule == "gpipe":
             return float(m)
+        if schedule in DUAL_IN_FLIGHT:
+            return p + DUAL_IN_FLIGHT[schedule]
         factor = 1 + (p - 1) / (p * v) if schedule == "interleaved" else 1.0
         return min(m, p - stage) * factor
     held = minimum(m, p - stage) * where(schedule == "interleaved", 1 + (p - 1) / (p * v), 1.0)
-    return where(schedule == "gpipe", m, held) * 1.0
+    held = where(schedule == "gpipe", m, held) * 1.0
+    for name, extra in DUAL_IN_FLIGHT.items():
+        held = where(schedule == name, p + extra, held)
+    return held
+
+
+def paired_chunk_share(schedule: Any, p: int, m: Any) -> Any:
+    """The share of a rank's forward (and backward) chunks that DualPipe runs as an
+    overlapped forward-backward pair (`_forward_backward_chunk`), on rank 0, which has
+    the fewest (deepseek-ai/DualPipe dualpipe.py and dualpipev.py, `step`: its steps 4 and
+    5 pair 2 (m/2 - p + h + 1) + (p/2 - h - 1) chunks of half-rank h's m forward chunks;
+    DualPipeV's 2 (m - 2p + r + 1) + (p - r - 1) of rank r's 2m). The rest run alone, at
+    the warm-up and the cool-down. 0 for the other schedules and without a pipeline."""
+    if p == 1 or not anywhere(_pairs_chunks(schedule)):
+        return 0.0
+    dual = maximum(0.0, minimum(1.0, (m - 1.5 * p + 1) / m))
+    dual_v = maximum(0.0, minimum(1.0, (2 * m - 3 * p + 1) / (2 * m)))
+    return where(schedule == "dualpipe", dual, where(schedule == "dualpipev", dual_v, 0.0))
 
 
 def stage_layer_counts(config: PipelineConfig, num_layers: int) -> tuple[int, ...]:
@@ -142,6 +236,12 @@ class PipelineParallel(Strategy[PipelineConfig]):
                               lambda: f"model.num_layers ({layers}) must be divisible by "
                                       f"degree ({p}) x virtual_stages ({v}) = {p * v}, or give "
                                       "layers_per_stage"))
+            if p > 1:
+                found.append(Rule(f"{path}.degree", logical_and(
+                    config.schedule == "dualpipev", layers % (2 * p) != 0),
+                    lambda: f"dualpipev splits model.num_layers ({layers}) into 2 x degree "
+                            f"({2 * p}) equal chunks, a V over the ranks; give a number of "
+                            "layers it divides"))
         interleaved = config.schedule == "interleaved"
         found.append(Rule(f"{path}.virtual_stages", logical_and(logical_not(interleaved),
                                                                   v != 1),
@@ -150,7 +250,20 @@ class PipelineParallel(Strategy[PipelineConfig]):
         found.append(Rule(f"{path}.schedule", logical_and(interleaved, (m % p != 0) & (p > 1)),
                           lambda: f"the interleaved schedule needs micro-batches per step "
                                   f"({m}) to be a multiple of the pipeline degree ({p})"))
+        if p > 1 and anywhere(_pairs_chunks(config.schedule)):
+            found += _dual_rules(config, m)
+        if is_array(config.schedule):
+            v_shape = np.asarray(config.schedule) == "dualpipev"
+            found.append(Rule(f"{path}.schedule", logical_and(v_shape, not np.all(v_shape)),
+                              lambda: "dualpipev moves the output layer to the first stage: "
+                                      "it is searched apart from the other schedules"))
         return found
+
+    def shared_settings(self, config: PipelineConfig) -> dict[str, Any]:
+        # Only a schedule that pairs chunks is shared: the others change nothing elsewhere.
+        if config.degree == 1 or not anywhere(_pairs_chunks(config.schedule)):
+            return {}
+        return {PIPELINE_SCHEDULE: config.schedule}
 
     def transform(self, config: PipelineConfig, ctx: StrategyContext) -> Transform:
         p = config.degree
@@ -160,8 +273,12 @@ class PipelineParallel(Strategy[PipelineConfig]):
         m = micro_batches_per_step(spec, layout)
         stages, first = [], 0
         tied = spec.model.tie_embeddings
+        # DualPipeV's V ends on rank 0, which holds the first chunk and the last. The stages
+        # cannot differ within a search node, so the search tries DualPipeV only on its own
+        # (`_schedules`; the rules refuse it beside other schedules in one node).
+        v_shape = bool(np.all(np.asarray(config.schedule) == "dualpipev"))
         for index, count in enumerate(stage_layer_counts(config, spec.model.num_layers or p)):
-            last = index == p - 1
+            last = index == (0 if v_shape else p - 1)
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
                                 has_embedding=index == 0 or (last and tied), has_head=last,
                                 micro_batches_in_flight=in_flight(config, index, m)))
@@ -169,17 +286,36 @@ class PipelineParallel(Strategy[PipelineConfig]):
         bubble = bubble_fraction(config, m)
         warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
                     ] if not is_array(bubble) and bubble > 0.2 else []
-        calls = 2 * m * config.virtual_stages  # forward activations, backward gradients
+        counts = config.layers_per_stage
+        if (not is_array(config.schedule) and config.schedule == "dualpipe"
+                and counts is not None and counts != counts[::-1]):
+            warnings.append(f"dualpipe with uneven mirror stages ({list(counts)}): rank i "
+                            "holds stages i and p-1-i, costed as two copies of stage i")
+        # forward activations and backward gradients, per chunk a micro-batch leaves: v
+        # chunks per rank, DualPipeV's two (the turn of the V on the last rank aside)
+        chunks = where(config.schedule == "dualpipev", 2, config.virtual_stages)
+        calls = 2 * m * chunks
+        paired = _pairs_chunks(config.schedule)
+        overlapped = logical_or(config.overlap_p2p, paired)
         sends = Collective(strategy=self.name, name=SEND_RECV, operation="send-recv",
                            buffer_bytes=self._boundary_bytes(config, ctx), group_size=2,
                            group_stride=layout.stride(self.name), calls_per_step=calls,
                            reason="activations forward and their gradients backward, per "
                                   "micro-batch and stage boundary" + (
                                       ", behind another micro-batch's compute"
-                                      if config.overlap_p2p else ""),
-                           **_overlapped_sends(config, calls))
+                                      if overlapped is True else ""),
+                           **_overlapped_sends(overlapped, calls))
+        notes: tuple[str, ...] = ()
+        if not is_array(config.schedule) and config.schedule in PAIRING_SCHEDULES:
+            share = paired_chunk_share(config.schedule, p, m)
+            notes = (f"{config.schedule}: "
+                     + (f"{share:.0%} of " if not is_array(share) else "")
+                     + "rank 0's chunks run as forward-backward pairs, each hiding the "
+                       "other's communication",)
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
-                         collectives=(sends, *self._gathers(config, ctx, calls)),
+                         copies=_dual_copies(config.schedule), notes=notes,
+                         collectives=(sends, *self._gathers(config, ctx, calls),
+                                      *_mirror_exchange(config, ctx)),
                          warnings=tuple(warnings))
 
     def serving_collectives(self, config: PipelineConfig, ctx: StrategyContext,
@@ -216,12 +352,69 @@ class PipelineParallel(Strategy[PipelineConfig]):
                            reason="rebuild the received boundary tensor from its slices"),)
 
 
-def _overlapped_sends(config: PipelineConfig, calls: Any) -> dict[str, Any]:
-    """With `overlap_p2p`, the step's sends hide behind compute in `calls / 2` pieces:
+def _overlapped_sends(overlapped: Any, calls: Any) -> dict[str, Any]:
+    """With `overlap_p2p`, or under DualPipe, whose sends are batched isend/irecv that a
+    rank waits for only before the chunk that needs them (deepseek-ai/DualPipe comm.py,
+    `_commit_and_wait_comm`), the step's sends hide behind compute in `calls / 2` pieces:
     one forward and one backward send (a piece) wait with nothing beside them."""
-    if not config.overlap_p2p:
+    if not anywhere(overlapped):
         return {}
-    return dict(overlap=1.0, hides_behind="compute", pieces=maximum(calls / 2, 1))
+    return dict(overlap=where(overlapped, 1.0, 0.0), hides_behind="compute",
+                pieces=maximum(calls / 2, 1))
+
+
+def _dual_rules(config: PipelineConfig, m: Any) -> list[Rule]:
+    """DualPipe's `step` asserts an even number of ranks and an even number of
+    micro-batches, at least twice the ranks (deepseek-ai/DualPipe dualpipe.py:
+    `num_ranks % 2 == 0`, `num_chunks % 2 == 0 and num_chunks >= num_ranks * 2`); DualPipeV's
+    only the latter's bound (dualpipev.py: `num_chunks >= num_ranks * 2`)."""
+    p, schedule, path = config.degree, config.schedule, "$.parallel.pipeline"
+    dual = schedule == "dualpipe"
+    found = [
+        Rule(f"{path}.degree", logical_and(dual, p % 2 != 0),
+             lambda: f"dualpipe needs an even number of stages, got degree = {p} (DualPipe "
+                     "pairs rank i with its mirror p-1-i)"),
+        Rule(f"{path}.schedule", logical_and(_pairs_chunks(schedule), m < 2 * p),
+             lambda: f"{schedule} needs at least 2 x degree = {2 * p} micro-batches per step, "
+                     f"got {m} (global_batch_size / (micro_batch_size x data degree))"),
+        Rule(f"{path}.schedule", logical_and(dual, m % 2 != 0),
+             lambda: f"dualpipe needs an even number of micro-batches per step (half enter "
+                     f"from each end), got {m}"),
+    ]
+    return found
+
+
+def _dual_copies(schedule: Any) -> tuple[Copy, ...]:
+    """DualPipe: each rank holds its own stage and its mirror's, two copies of a stage's
+    weights, gradients and optimizer states, as the reference builds them (examples/
+    example_dualpipe.py: `nn.Sequential(full_modules[rank], full_modules[pp_size - 1 -
+    rank])`, each module with its own gradients). The copy of the first stage's
+    embedding stands for the last stage's output layer the rank also holds (both
+    vocabulary x hidden), and the reverse on the last rank. DualPipeV holds one copy."""
+    dual = schedule == "dualpipe"
+    if not anywhere(dual):
+        return ()
+    return tuple(Copy(component=component, copies=where(dual, 2, 1),
+                      reason="DualPipe: each rank holds its stage and its mirror's")
+                 for component in COMPONENTS)
+
+
+def _mirror_exchange(config: PipelineConfig, ctx: StrategyContext) -> tuple[Collective, ...]:
+    """DualPipe: each rank sends the gradients of its two stage copies to its mirror
+    and adds the mirror's, once per step after the backward passes (examples/
+    example_dualpipe.py sums `p0.grad` and `p1.grad` with the mirror rank's). Rank i's
+    mirror is p-1-i; the outermost pair spans the whole pipeline group, so the exchange
+    crosses nodes where the group does."""
+    dual = config.schedule == "dualpipe"
+    if not anywhere(dual):
+        return ()
+    return (Collective(strategy="pipeline", name=MIRROR_EXCHANGE, operation="send-recv",
+                       group_size=config.degree, group_stride=ctx.layout.stride("pipeline"),
+                       calls_per_step=where(dual, 1.0, 0.0),
+                       bytes_per_parameter=bytes_per_element(ctx.spec.gradients_dtype),
+                       component="gradients",
+                       reason="DualPipe: sum the gradients of the two copies of each stage "
+                              "with the mirror rank, once per step"),)
 
 
 @hookimpl
@@ -240,7 +433,18 @@ def balanced_layers(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def _schedules(point: Point) -> tuple[Schedule, ...]:
-    return SCHEDULES if point.degree("pipeline") > 1 else (PipelineConfig().schedule,)
+    """Every schedule but DualPipeV, DualPipe only with an even degree (its rules reject
+    the rest: too few micro-batches). DualPipeV's stages differ from the others' (the
+    output layer on the first), and one search node holds one set of stages: it is
+    searched alone, where the searched spec's own table names it."""
+    p = point.degree("pipeline")
+    if p == 1:
+        return (PipelineConfig().schedule,)
+    config = point.spec.parallel.get("pipeline")
+    if getattr(config, "schedule", None) == "dualpipev":
+        return ("dualpipev",)
+    return tuple(s for s in SCHEDULES
+                 if s != "dualpipev" and (s != "dualpipe" or p % 2 == 0))
 
 
 def _virtual_stages(point: Point) -> tuple[int, ...]:
@@ -265,7 +469,9 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
     register(SearchDimension(strategy="pipeline", field="degree",
                              description="every divisor of the GPU count"))
     register(SearchDimension(strategy="pipeline", field="schedule", values=_schedules,
-                             description="every schedule, when the degree is above 1"))
+                             description="every schedule but dualpipev, when the degree is "
+                                         "above 1 (dualpipe with an even degree); dualpipev "
+                                         "alone where the spec's table names it"))
     register(SearchDimension(strategy="pipeline", field="virtual_stages",
                              values=_virtual_stages,
                              description="interleaved: every divisor above 1 of the layers "
