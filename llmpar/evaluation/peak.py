@@ -282,10 +282,20 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
     warming = active + weights
     active = warming + gradients
 
+    sums: dict[int, tuple[Value, Value]] = {}
+
+    def total(blocks: Sequence[Block]) -> tuple[Value, Value]:
+        """(allocated, reserved) of `blocks`, once per list (whole numbers: any order)."""
+        found = sums.get(id(blocks))
+        if found is None:
+            found = sums[id(blocks)] = (_sum(blocks), _sum(blocks, "reserved"))
+        return found
+
     def moment(name: str, alive: Sequence[Block], extra: Sequence[Block] = ()) -> Moment:
-        every = tuple(alive) + tuple(extra)
-        return Moment(name=name, allocated=_sum(every), reserved=_sum(every, "reserved"),
-                      blocks=every)
+        size, reserved = total(alive)
+        return Moment(name=name, allocated=size + _sum(extra),
+                      reserved=reserved + _sum(extra, "reserved"),
+                      blocks=tuple(alive) + tuple(extra))
 
     found = [moment("start", base), moment("warm-up end", warming)]
     if parts.has_loss:
@@ -297,7 +307,7 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                   moment("output layer backward", active,
                          _parts(composition, parts.output_backward))]
     if parts.has_layers:
-        found.append(_layer_moment(composition, parts, active))
+        found.append(_layer_moment(composition, parts, active, total(active)))
     cooled = base[:len(fixed_blocks)]
     if per_micro_batch is not None:
         cooled = cooled + [Block(name="activations (one micro-batch)", size=one,
@@ -310,8 +320,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
     return found
 
 
-def _layer_moment(composition: Composition, parts: KindParts,
-                  active: Sequence[Block]) -> Moment:
+def _layer_moment(composition: Composition, parts: KindParts, active: Sequence[Block],
+                  sums: tuple[Value, Value]) -> Moment:
     """The layer backward: the option with the most bytes (the first of equals)."""
     best_size: Value = 0
     best_reserved: Value = 0
@@ -326,8 +336,8 @@ def _layer_moment(composition: Composition, parts: KindParts,
         best_reserved = where(better, reserved, best_reserved)
         best_size = where(better, size, best_size)
     every = tuple(active) + chosen
-    return Moment(name="layer backward", allocated=_sum(active) + best_size,
-                  reserved=_sum(active, "reserved") + best_reserved, blocks=every)
+    return Moment(name="layer backward", allocated=sums[0] + best_size,
+                  reserved=sums[1] + best_reserved, blocks=every)
 
 
 def _kind_parts(facts: TrainingFacts, kind: int) -> KindParts:

@@ -28,6 +28,9 @@ TagBytes = Mapping[frozenset[str], float]
 TensorKey = tuple[tuple[tuple[str, int], ...], int, float, frozenset[str]]
 """(shape, divisor, bytes per element, split tags) of saved tensors: tensors alike in
 these are alike in size."""
+VARYING = ("b", "s")
+"""The shape symbols a search varies between training tables: the micro-batch and the
+sequence."""
 
 LOSS_SOURCE = (
     "PyTorch tools/autograd/derivatives.yaml: _log_softmax saves its result and backward "
@@ -255,7 +258,12 @@ def _tensors(inventory: ActivationInventory
     listed = [(t, group.count) for group in inventory.groups if group.count
               for t in group.tensors] + [(t, 1) for t in inventory.fixed]
     for t, count in listed:
-        key = (t.shape, t.divisor, t.bytes_per_element, t.splits)
+        # the micro-batch and the sequence left out, so that the training tables of a
+        # search share their keys; the whole shape where that would mix two sizes
+        shape = tuple((symbol, 0 if symbol in VARYING else size) for symbol, size in t.shape)
+        key = (shape, t.divisor, t.bytes_per_element, t.splits)
+        if sizes.get(key, t.bytes) != t.bytes:
+            key = (t.shape, t.divisor, t.bytes_per_element, t.splits)
         sizes[key] = t.bytes
         counts[key] = counts.get(key, 0.0) + count
     return sizes, counts
