@@ -29,8 +29,11 @@ from llmpar.plan_records import (
     StrategyNote,
 )
 
-PLAN_SCHEMA_VERSION = 1
-"""Version of the Plan's field names and meanings (`to_dict()` carries it)."""
+PLAN_SCHEMA_VERSION = 2
+"""Version of the Plan's field names and meanings (`to_dict()` carries it). 2: a training
+plan's `fits` is decided on the device memory at the step's peak
+(`training.memory_peak.device_bytes`), no longer on the steady-state `total_bytes`
+(schema 1's verdict: `training.steady_state_fits`, `Plan.steady_state_fits`)."""
 
 __all__ = ["PLAN_SCHEMA_VERSION", "CollectiveCost", "Derivation", "InferencePhase",
            "LiveBuffer", "MemoryPeak", "Plan", "RunGoodput", "SavedTensorRow",
@@ -138,8 +141,14 @@ class TrainingPart:
     `method = "full"`)."""
     memory_peak: MemoryPeak | None = None
     """The step's memory peak with its transient buffers, and the allocator's and the
-    device's numbers (`llmpar.evaluation.peak`); `total_bytes` and `fits` keep their
-    schema-1 meaning (the steady-state sum). None without an activation estimate."""
+    device's numbers (`llmpar.evaluation.peak`); the plan's `fits` is its
+    `device_bytes` against `capacity_bytes` (schema 2). None without an activation
+    estimate."""
+    steady_state_fits: bool | None = None
+    """Schema 1's `fits`: the peak stage's steady-state sum (`total_bytes`) within
+    `capacity_bytes`, without transients, the allocator's rounding, NCCL's buffers, the
+    cuBLAS workspace or the CUDA context. None in plans written before schema 2 that
+    were not read from schema 1."""
 
 
 @attrs.frozen(kw_only=True)
@@ -286,7 +295,13 @@ class Plan:
     """Communication and other buffers the strategies ask for."""
     total_bytes: int
     capacity_bytes: int
+    """Memory one GPU offers: the device's usable memory less `[hardware]
+    memory_headroom_bytes` in training."""
     fits: bool
+    """Training (schema 2): the device memory at the step's peak
+    (`training.memory_peak.device_bytes`) within `capacity_bytes`; schema 1 compared
+    `total_bytes` (`steady_state_fits`). Serving: the peak stage's total, runtime
+    allowance included, within the GPU's usable memory."""
     host_bytes: int = 0
     """Model states one GPU keeps in host memory instead of its own (offloaded), on the
     stage that offloads the most; not in total_bytes."""
@@ -358,6 +373,12 @@ class Plan:
     decode_compute_bound_batch_size = _V1[int | None]((None,),
                                                            "decode_compute_bound_batch_size")
     phases = _V1[tuple[InferencePhase, ...]](((),), "phases")
+
+    @property
+    def steady_state_fits(self) -> bool:
+        """Schema 1's verdict: `total_bytes <= capacity_bytes` (the steady-state sum of the
+        peak stage, without transients or what the device adds)."""
+        return self.total_bytes <= self.capacity_bytes
 
     @property
     def notes(self) -> tuple[StrategyNote, ...]:

@@ -314,6 +314,12 @@ def _relation(plan: Plan, path: Path, record: Mapping[str, Any]
     """Relations between a record's fields that are not formulas of their own."""
     field = path[-1]
     if field == "fits" and len(path) == 1:
+        peak = plan.training.memory_peak if plan.training is not None else None
+        if peak is not None and plan.schema_version >= 2:
+            return ("training.memory_peak.device_bytes <= capacity_bytes (plan schema 2)",
+                    "the device memory at the step's peak against the GPU's "
+                    "(llmpar.evaluation.peak)",
+                    {"device_bytes": peak.device_bytes, "capacity_bytes": plan.capacity_bytes})
         return ("total_bytes <= capacity_bytes", "the plan's memory against the GPU's",
                 {"total_bytes": plan.total_bytes, "capacity_bytes": plan.capacity_bytes})
     if field == "parameters" and len(path) == 1:

@@ -1,9 +1,10 @@
 """A Plan as plain data and back: schema 1's flat keys beside the nested parts.
 
 `plan_to_dict` writes every key of schema 1, in its order and with its meaning (read
-through the Plan's properties), then `training` (or null) and `serving` (a list of
-pools). `plan_from_dict` reads that back; a schema-1 dict written before the parts
-existed is read from its flat keys.
+through the Plan's properties; schema 2 changed what a training plan's `fits` is
+decided on), then `training` (or null) and `serving` (a list of pools). `plan_from_dict`
+reads that back; a schema-1 dict written before the parts existed is read from its flat
+keys, and its `fits` (the steady-state verdict) is kept as `training.steady_state_fits`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def plan_from_dict(data: Mapping[str, Any]) -> Plan:
     if "serving" not in data and workload == "inference":
         serving = [{**_part(data, ServingPool, POOL_FROM_V1),
                     "num_gpus": data["num_gpus"], "layout": data["layout"]}]
+    if training is not None and data.get("schema_version", 1) < 2 and "fits" in data:
+        # schema 1 decided `fits` on the steady-state sum
+        training = {**training, "steady_state_fits": data["fits"]}
     fields["training"] = None if training is None else converter.structure(training,
                                                                            TrainingPart)
     fields["serving"] = tuple(converter.structure(pool, ServingPool) for pool in serving or ())

@@ -328,11 +328,13 @@ class MemoryPeak:
     allocated_bytes: int
     """Predicted `torch.cuda.max_memory_allocated()`: the peak over the step's moments."""
     reserved_bytes: int
-    """Predicted `torch.cuda.max_memory_reserved()`: what is alive at the peak, each
-    block rounded as PyTorch's caching allocator rounds it (no fragmentation allowance)."""
+    """Predicted `torch.cuda.max_memory_reserved()`: the largest over the moments of what
+    is alive, each block rounded as PyTorch's caching allocator rounds it (no
+    fragmentation allowance)."""
     device_bytes: int
     """Predicted device memory in use (`nvidia-smi`): reserved plus NCCL's buffers of
-    each communicator; the CUDA context and library workspaces are not counted."""
+    each communicator, the cuBLAS workspace's segment and the CUDA context. `fits` is
+    decided on it (schema 2)."""
     nccl_bytes: int
     """NCCL's buffers of the process groups one GPU belongs to."""
     moment: str
@@ -344,3 +346,10 @@ class MemoryPeak:
     """That stage's `total_bytes`: the sum of its steady-state components."""
     alive: tuple[LiveBuffer, ...] = ()
     """What is alive at the peak: the steady-state components, then the transients."""
+    cuda_context_bytes: int = 0
+    """The framework profile's CUDA context (`cuda_context_bytes`), in `device_bytes`; 0
+    in plans written before it was counted."""
+    workspace_bytes: int = 0
+    """The caching-allocator segment of the cuBLAS workspace (the profile's
+    `blas_workspace_bytes` for the GPU's architecture), in `device_bytes`; 0 in plans
+    written before it was counted."""

@@ -45,6 +45,8 @@ class LayoutPair:
     alone_total_bytes: int | None
     fast_step_seconds: float | None
     alone_step_seconds: float | None
+    fast_device_bytes: int | None = None
+    alone_device_bytes: int | None = None
 
 
 def layout_pairs(session: Any, spec: Any, every: int = 1) -> Iterator[LayoutPair]:
@@ -65,4 +67,6 @@ def layout_pairs(session: Any, spec: Any, every: int = 1) -> Iterator[LayoutPair
                 fast_total_bytes=result.total_bytes[local] if scored else None,
                 alone_total_bytes=score.total_bytes if scored else None,
                 fast_step_seconds=result.step_seconds[local] if scored else None,
-                alone_step_seconds=score.step_seconds if scored else None)
+                alone_step_seconds=score.step_seconds if scored else None,
+                fast_device_bytes=result.device_bytes[local] if scored else None,
+                alone_device_bytes=score.device_bytes if scored else None)

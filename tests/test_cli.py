@@ -12,6 +12,7 @@ import pytest
 
 import llmpar
 from llmpar.cli.main import main
+from llmpar.plan import PLAN_SCHEMA_VERSION
 from llmpar.report.json_format import llmpar_version
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
@@ -35,7 +36,7 @@ def test_evaluate_json_is_the_plan_dict(capsys):
     plan = llmpar.evaluate(example("train-70b-h100"), {"hardware.num_gpus": 1024})
     assert data.pop("llmpar_version") == llmpar_version()
     assert data == json.loads(json.dumps(plan.to_dict()))
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["train_flops"] == pytest.approx(5.88e23)
 
 
@@ -227,7 +228,10 @@ RESULT_COMMANDS = (
 def test_every_result_has_one_format_option_and_versioned_json(command, capsys):
     assert main([*command, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["schema_version"] == 1 and data["llmpar_version"] == llmpar_version()
+    # a plan carries the plan schema (2: fits on the device peak); other outputs their own
+    plan = "fits" in data and "layout" in data
+    assert data["schema_version"] == (PLAN_SCHEMA_VERSION if plan else 1)
+    assert data["llmpar_version"] == llmpar_version()
     assert main([*command, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     again.pop("seconds", None), data.pop("seconds", None)  # a search's own wall-clock time

@@ -56,14 +56,19 @@ def test_peak_bounds_under_every_profile(spec, profile):
         assert moment.allocated_bytes >= records[moment.stage].total_bytes - (
             records[moment.stage].activations_bytes or 0)
     assert peak.reserved_bytes >= peak.allocated_bytes
-    assert peak.device_bytes == peak.reserved_bytes + peak.nccl_bytes
+    assert peak.device_bytes == (peak.reserved_bytes + peak.nccl_bytes + peak.workspace_bytes
+                                 + peak.cuda_context_bytes)
+    assert plan.fits == (peak.device_bytes <= plan.capacity_bytes)
+    assert plan.training.steady_state_fits == plan.steady_state_fits == (
+        plan.total_bytes <= plan.capacity_bytes)
 
 
 def test_upper_bound_is_steady_plus_all_transients():
-    """Every moment of the last stage is below its steady state plus the transients of
-    all its moments together."""
+    """Every moment of every stage is at least the stage's model states and buffers and
+    at most its steady state plus the transients of all its moments together, under
+    every profile."""
     from llmpar.evaluation.evaluate import evaluate_core, transforms_of
-    from llmpar.evaluation.peak import kind_transients
+    from llmpar.evaluation.peak import foreach_share, kind_moments
     from llmpar.footprint.baseline import baseline_footprint
 
     session = llmpar.Session()
@@ -75,16 +80,19 @@ def test_upper_bound_is_steady_plus_all_transients():
         timeline = session.memory_timeline(spec)
         transforms = transforms_of(spec, footprint, layout, session.strategies)
         core = evaluate_core(spec, footprint, layout, transforms)
-        for kind, stage in enumerate(core.kinds.representatives):
-            found = kind_transients(spec, footprint, core.composition, stage,
-                                    core.parameters[kind],
-                                    float(core.memory.kinds[kind].states["optimizer"]))
-            every = sum(b.bytes for b in found.persistent) + sum(
-                b.bytes for moment in found.by_moment.values() for b in moment)
+        for kind, memory in enumerate(core.memory.kinds):
+            moments = kind_moments(core.composition, memory.states, memory.activations,
+                                   memory.in_flight, core.memory.buffers,
+                                   core.facts.peak_parts[kind], foreach_share(spec), "")
+            persistent = {p.name for p in core.facts.peak_parts[kind].persistent}
+            every = sum(int(b.size) for b in moments[0].blocks if b.name in persistent)
+            every += sum(int(b.size) for m in moments for b in m.blocks
+                         if b.transient and b.name not in persistent)
             for index in core.kinds.members[kind]:
                 record = plan.stages[index]
                 tops = [m.allocated_bytes for m in timeline if m.stage == record.stage]
                 assert max(tops) <= record.total_bytes + every
+                assert min(tops) >= record.total_bytes - (record.activations_bytes or 0)
 
 
 def test_torch_cross_entropy_backward_holds_three_fp32_copies_of_the_logits():

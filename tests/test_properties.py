@@ -38,7 +38,10 @@ def test_memory_numbers_are_finite_and_non_negative(spec):
         value = getattr(plan, name)
         assert value is not None and math.isfinite(value) and value >= 0, name
     assert plan.total_bytes == sum(getattr(plan, n) for n in MEMORY_FIELDS[:-1])
-    assert plan.fits == (plan.total_bytes <= plan.capacity_bytes)
+    assert plan.steady_state_fits == (plan.total_bytes <= plan.capacity_bytes)
+    device = plan.derivation("device_bytes").value  # the peak, as the device holds it
+    assert plan.fits == (device <= plan.capacity_bytes)
+    assert device >= plan.total_bytes
 
 
 @given(training_specs())

@@ -42,9 +42,10 @@ def test_scores_equal_evaluate(model, parallel, recompute):
         "parallel": {**parallel, "data": {**parallel.get("data", {}), "degree": 2}}})
     session = llmpar.default_session()
     layout, _ = resolve_layout(spec, session.strategies)
-    total, seconds, _ = score(spec, layout, session.strategies, EvaluationCache())
+    total, device, seconds, _ = score(spec, layout, session.strategies, EvaluationCache())
     plan = llmpar.evaluate(spec)
     assert (total, seconds) == (plan.total_bytes, plan.step_seconds)
+    assert device == plan.derivation("device_bytes").value
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "gpipe", "zero-bubble"])

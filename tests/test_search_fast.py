@@ -44,6 +44,7 @@ def test_each_layout_gets_what_evaluating_it_alone_gives(name):
         if pair.alone_total_bytes is not None:
             compared += 1
             assert pair.fast_total_bytes == pair.alone_total_bytes
+            assert pair.fast_device_bytes == pair.alone_device_bytes, pair.choice
             assert pair.fast_step_seconds == pytest.approx(pair.alone_step_seconds, rel=1e-12)
     assert compared > 100
 
@@ -103,9 +104,11 @@ def brute_force(spec: dict, num_gpus: int, layers: int) -> tuple[float, int] | N
 @settings(max_examples=6)
 @example(num_gpus=4, heads=2, batch=8, memory="200 MB", gpu="a100-sxm-80gb")  # HSDP wins
 @given(num_gpus=st.sampled_from([2, 4]), heads=st.sampled_from([2, 4]),
-       batch=st.sampled_from([4, 6, 8]), memory=st.sampled_from(["60 MB", "200 MB", "2 GB"]),
+       batch=st.sampled_from([4, 6, 8]), memory=st.sampled_from(["510 MB", "540 MB", "2 GB"]),
        gpu=st.sampled_from(["a100-sxm-80gb", "h100-sxm"]))
 def test_search_best_equals_brute_force_best(num_gpus, heads, batch, memory, gpu):
+    """The memory choices split the layouts: each fits on its device peak, about 440 MB
+    of CUDA context and cuBLAS workspace, NCCL's buffers and 50 to 75 MB of its own."""
     model = {**SMALL_MODEL, "num_attention_heads": heads, "num_kv_heads": heads}
     spec = {"model": model,
             "hardware": {"gpu": {"preset": gpu, "memory_bytes": memory},
@@ -128,11 +131,12 @@ def test_layouts_right_at_the_memory_limit_are_kept():
     session = llmpar.default_session()
     prepared = prepare(session, small_spec(), {}, {})
     path = FastPath(prepared, session)
-    memory = np.concatenate([path.evaluate(node).total_bytes for node in prepared.space.nodes])
+    memory = np.concatenate([path.evaluate(node).device_bytes for node in prepared.space.nodes])
     limit = int(np.median(memory))
     search = {"memory_limit_bytes": limit, "micro_batch_sizes": [1, 2],
               "recompute": ["none", "full"]}
     found = llmpar.search(small_spec(search=search), top=3)
     exact = llmpar.search(small_spec(search=search), top=3, exact=True)
     assert [r.choices for r in found.results] == [r.choices for r in exact.results]
-    assert found.results and all(r.plan.total_bytes <= limit for r in found.results)
+    assert found.results and all(r.plan.training.memory_peak.device_bytes <= limit
+                                 for r in found.results)

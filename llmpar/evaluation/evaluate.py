@@ -37,9 +37,10 @@ from llmpar.evaluation.memory import (
 from llmpar.evaluation.offload import host_memory_warning
 from llmpar.evaluation.peak import (
     MemoryMoment,
-    kinds_transients,
+    PeakCore,
     memory_peak,
     peak_candidates,
+    peak_core,
     step_timeline,
 )
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
@@ -52,12 +53,10 @@ from llmpar.finetune.derivations import finetune_derivations
 from llmpar.finetune.states import kinds_state_counts
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.plan import (
-    CollectiveCost,
     Derivation,
     FinetunePart,
     MemoryPeak,
     Plan,
-    SavedTensorRow,
     StageMemory,
     StrategyNote,
     TrainingPart,
@@ -204,8 +203,8 @@ def product_format_warnings(spec: Spec) -> list[str]:
     return found
 
 
-def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform], total: int,
-              capacity: int, time: StepTime) -> list[str]:
+def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
+              peak: MemoryPeak, capacity: int, time: StepTime) -> list[str]:
     warnings = list(time.warnings)
     positions = position_limit_warning(spec.model, spec.training.sequence_length,
                                        TRAINED_POSITIONS)
@@ -219,9 +218,10 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
     if selective and inventory is not None and not inventory.has_attention_scores:
         warnings.append(f"selective recomputation changes nothing: the {inventory.model!r} "
                         "activation model keeps no attention scores")
-    if total > capacity:
-        warnings.append(f"does not fit: needs {total / 2**30:,.2f} GiB per GPU, "
-                        f"has {capacity / 2**30:,.2f} GiB")
+    if peak.device_bytes > capacity:
+        warnings.append(f"does not fit: needs {peak.device_bytes / 2**30:,.2f} GiB of device "
+                        f"memory per GPU at its peak (steady state {peak.steady_bytes / 2**30:,.2f}"
+                        f" GiB), has {capacity / 2**30:,.2f} GiB")
     warnings += product_format_warnings(spec)
     for transform in transforms:
         warnings += [f"{transform.strategy}: {text}" for text in transform.warnings]
@@ -259,12 +259,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     tokens_per_second, mfu, hfu, throughput = _utilization(spec, flops, time.step_seconds)
     host_bytes = max(stage.host_bytes for stage in records)
     tuned = finetune_part(footprint, flops.global_batch_size)
-    peak_memory: MemoryPeak | None = None
-    peak_derivations: tuple[Derivation, ...] = ()
-    if footprint.activations is not None:
-        peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records,
-                                                     {peak.stage: rows}, time.collectives,
-                                                     cache)
+    peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records, cache)
+    fits = peak_memory.device_bytes <= capacity
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -290,20 +286,21 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         host_overhead_seconds=time.host_overhead_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families())),
-        goodput=goodput, memory_peak=peak_memory,
-        finetune=tuned)
+        goodput=goodput,
+        memory_peak=None if footprint.activations is None else peak_memory,
+        finetune=tuned, steady_state_fits=peak.total_bytes <= capacity)
     return Plan(
         model=spec.model.name, gpu=spec.hardware.gpu.name, num_gpus=spec.hardware.num_gpus,
         layout=dict(layout.degrees),
         weights_bytes=peak.weights_bytes, gradients_bytes=peak.gradients_bytes,
         optimizer_bytes=peak.optimizer_bytes, activations_bytes=peak.activations_bytes,
         buffers_bytes=peak.buffers_bytes, total_bytes=peak.total_bytes, capacity_bytes=capacity,
-        fits=peak.total_bytes <= capacity, host_bytes=host_bytes,
+        fits=fits, host_bytes=host_bytes,
         parameters=round(footprint.parameters.total),
         active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
         peak_stage=peak.stage, stages=records, training=training,
-        warnings=tuple(_warnings(spec, footprint, transforms, peak.total_bytes, capacity, time)
+        warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
         derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
                                         None if tuned is None else tuned.trainable_parameters)
@@ -332,28 +329,38 @@ def finetune_part(footprint: Footprint, global_batch: int) -> FinetunePart | Non
 
 
 def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
-                 records: Sequence[StageMemory], rows_of: Mapping[int, Sequence[SavedTensorRow]],
-                 collectives: Sequence[CollectiveCost], cache: EvaluationCache | None
+                 records: Sequence[StageMemory], cache: EvaluationCache | None
                  ) -> tuple[MemoryPeak, tuple[Derivation, ...]]:
     inventory = footprint.activations
-    assert inventory is not None
+    source = ("no activation estimate" if inventory is None
+              else inventory.source or f"activation model {inventory.model!r}")
 
     def compute() -> tuple[MemoryPeak, tuple[Derivation, ...]]:
-        return memory_peak(spec, footprint, core.composition, core.stages, core.kinds,
-                           records, core.parameters, rows_of, collectives,
-                           inventory.source or f"activation model {inventory.model!r}")
+        return memory_peak(spec, core.composition, core.kinds, core.memory, core.facts,
+                           records, source, core.parameters)
 
     if cache is None:
         return compute()
-    # what memory_peak reads of the stages: each kind's first stage and its peak candidate
-    read = {i for members in core.kinds.members for i in members[:1]} | set(
-        peak_candidates(core.kinds, records))
-    key = (cache.footprint_key(spec), spec.optimizer, layers_of(core.stages),
-           tuple(records[i] for i in sorted(read)),
-           # the rows follow from the footprint, the stage and the splits
-           core.composition.tag_key(), tuple(rows_of),
-           frozenset(c.strategy for c in collectives if c.group_size > 1))
+    # what memory_peak reads of the stages: each kind's peak candidate
+    key = (cache.footprint_key(spec), spec.optimizer, spec.hardware.gpu.architecture,
+           layers_of(core.stages),
+           tuple(records[i] for i in peak_candidates(core.kinds, records)),
+           # the transients follow from the footprint, the stages and the splits
+           core.composition.tag_key(), communicator_key(core.composition))
     return cache.memory_peak(key, compute)
+
+
+def communicator_key(composition: Composition) -> frozenset[str]:
+    """The strategies whose collectives run (one layout): what NCCL's buffers follow."""
+    return frozenset(c.strategy for c, calls in composition.active_collectives() if calls > 0)
+
+
+def device_peak(spec: Spec, core: Evaluation) -> PeakCore:
+    """The step's allocated, reserved and device peaks (`llmpar.evaluation.peak`), for one
+    layout or every layout of a search node: `fits` and the search's verdict are on
+    `device`."""
+    return peak_core(spec, core.composition, core.memory, core.facts, core.parameters,
+                     len(core.stages) > 1)
 
 
 def memory_timeline(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
@@ -365,10 +372,8 @@ def memory_timeline(spec: Spec, layout: Layout, strategies: Mapping[str, Strateg
         return ()
     transforms = transforms_of(spec, footprint, layout, strategies)
     core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
-    records, _ = stage_records(core.memory, core.stages, core.kinds)
-    transients = kinds_transients(spec, footprint, core.composition, core.kinds, records,
-                                  core.parameters)
-    return step_timeline(core.stages, core.kinds, records, transients)
+    return step_timeline(core.stages, core.kinds, core.memory, core.composition, core.facts,
+                         spec, core.parameters)
 
 
 def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,
@@ -453,17 +458,18 @@ def _host_rules(spec: Spec, host_bytes: int,
 
 
 def score(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
-          cache: EvaluationCache) -> tuple[int, float | None, str]:
-    """(total bytes, step seconds, time model) of one layout, without building a Plan;
-    SpecError where `build_plan` raises one (an assumed MFU the layout cannot reach)."""
+          cache: EvaluationCache) -> tuple[int, int, float | None, str]:
+    """(total bytes, device bytes, step seconds, time model) of one layout, without
+    building a Plan; SpecError where `build_plan` raises one (an assumed MFU the layout
+    cannot reach)."""
     footprint = cache.footprint(spec)
     transforms = transforms_of(spec, footprint, layout, strategies)
     core = evaluate_core(spec, footprint, layout, transforms, cache=cache)
     check_utilization(spec, core.time, core.facts, core.composition)
     step = core.time.step
-    return int(core.memory.peak_total), None if step is None else float(step), \
-        core.time.time_model
+    return (int(core.memory.peak_total), int(device_peak(spec, core).device),
+            None if step is None else float(step), core.time.time_model)
 
 
-__all__ = ["Evaluation", "MemoryCore", "TimeCore", "build_plan", "evaluate_core",
+__all__ = ["Evaluation", "MemoryCore", "TimeCore", "build_plan", "device_peak", "evaluate_core",
            "global_batch_of", "memory_timeline", "score", "structure_of", "transforms_of"]

@@ -14,11 +14,18 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from llmpar.evaluation.balance import slowest_stage_factor
-from llmpar.evaluation.stages import recomputed_fraction, stage_inventory
+from llmpar.evaluation.stages import (
+    layer_kinds,
+    recomputed_fraction,
+    recomputed_layers,
+    stage_inventory,
+    stage_parameters,
+)
 from llmpar.evaluation.timing import (
     attention_hardware_flops_per_sequence,
     recompute_flops_per_sequence,
 )
+from llmpar.evaluation.transients import KindParts, kind_parts
 from llmpar.finetune.footprint import backward_free_layers_of, frozen_layers_of
 from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
@@ -149,6 +156,8 @@ class TrainingFacts:
     """The whole unsplit inventory's tensors that `[training] recompute_modules` frees
     (the attention scores aside), by tags: what their recomputation writes again in the
     backward; empty without recompute_modules."""
+    peak_parts: tuple[KindParts, ...] = ()
+    """Each kind of stage's transient buffers before splits (`llmpar.evaluation.peak`)."""
 
 
 def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
@@ -168,9 +177,12 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
     offloaded: tuple[TagBytes, ...] = ()
     transit: tuple[TagBytes, ...] = ()
     full: TagBytes = {}
+    staged = [None if activations is None else stage_inventory(spec, footprint, stage)
+              for stage in kinds.representatives]
     if activations is not None:
-        splits = [offload_split(spec, stage, stage_inventory(spec, footprint, stage))
-                  for stage in kinds.representatives]
+        splits = [offload_split(spec, stage, inventory)
+                  for stage, inventory in zip(kinds.representatives, staged)
+                  if inventory is not None]
         stage_tags = tuple(kept for kept, _, _ in splits)
         if spec.training.activation_offload_layers is not None:
             offloaded = tuple(host for _, host, _ in splits)
@@ -180,6 +192,10 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
         offloaded_tags=offloaded, transit_tags=transit,
         rerun_tags=rerun_tags(spec, activations),
+        peak_parts=tuple(kind_parts(spec, footprint, stage, stage_parameters(
+            spec, footprint, stage), inventory, *layer_kinds(spec, stage),
+            recomputed_layers(spec, stage))
+            for stage, inventory in zip(kinds.representatives, staged)),
         inventory_bytes=0.0 if activations is None else activations.total_bytes,
         flops_per_step=flops, hardware_flops_per_step=hardware,
         executed_model_flops_per_step=hardware - rerun * global_batch,

@@ -1,7 +1,7 @@
 """The memory peak of a training step as the framework allocates it: a few moments per
 kind of stage, in closed form, each the stage's steady state (its `total_bytes`, or its
 model states and buffers where no activations are alive) plus the transient buffers
-alive then.
+alive then (`llmpar.evaluation.transients`).
 
     start                 states + buffers (+ persistent stack buffers)
     warm-up end           states + buffers + activations of the micro-batches in flight
@@ -13,13 +13,15 @@ alive then.
     optimizer step        states + buffers + the optimizer's temporaries
 
 allocated = max over stages and moments (`torch.cuda.max_memory_allocated()`);
-reserved  = what is alive then, each block rounded as PyTorch's caching allocator
-            rounds it (`max_memory_reserved()`);
-device    = reserved + NCCL's buffers per communicator (`nvidia-smi`, a lower bound).
+reserved  = max over stages and moments of what is alive, each block rounded as
+            PyTorch's caching allocator rounds it (`max_memory_reserved()`);
+device    = reserved + NCCL's buffers per communicator + the cuBLAS workspace's segment
+            + the CUDA context (`nvidia-smi`): what `fits` is decided on.
 
 Steady state <= allocated <= steady state + every transient of the stage (tests hold
-it). Computed once per plan, never in the search: plans' schema-1 `total_bytes` and
-`fits` keep their meaning.
+it). Every number may be an array over a search node (`peak_core`, the search's
+verdict); `memory_peak` names the moment and what is alive for one layout, from the
+same moments.
 """
 
 from __future__ import annotations
@@ -27,35 +29,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import attrs
+import numpy as np
 
+from llmpar.arrays import Value, is_array, logical_or, maximum, minimum, rounded, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
-from llmpar.evaluation.facts import StageKinds
-from llmpar.evaluation.memory import bytes_per_parameter
-from llmpar.evaluation.stages import hybrid_kinds, layer_kinds, recomputed_layers
-from llmpar.footprint.activations.common import FP32_BYTES, INSIDE_TP, OUTSIDE_TP
-from llmpar.footprint.baseline import Footprint
-from llmpar.footprint.inventory import SPLIT_TENSOR, SavedTensor
-from llmpar.plan_records import (
-    CollectiveCost,
-    Derivation,
-    LiveBuffer,
-    MemoryPeak,
-    SavedTensorRow,
-    StageMemory,
-)
+from llmpar.evaluation.facts import StageKinds, TrainingFacts
+from llmpar.evaluation.memory import MemoryCore, activation_bytes, bytes_per_parameter
+from llmpar.evaluation.transients import KindParts, Part
+from llmpar.plan_records import Derivation, LiveBuffer, MemoryPeak, StageMemory
 from llmpar.spec import Spec
-from llmpar.spec.framework import KERNEL_ACTIVATION_MODELS
 from llmpar.strategy import Stage
 
 MiB = 2**20
 K_MIN_BLOCK_BYTES = 512
 """PyTorch's caching allocator rounds every request up to a multiple of 512 bytes
 (kMinBlockSize, c10/cuda/CUDACachingAllocator.cpp)."""
+K_SMALL_SIZE_BYTES = 1 * MiB
+"""Requests up to 1 MiB (kSmallSize) share 2 MiB segments (kSmallBuffer)."""
+K_SMALL_BUFFER_BYTES = 2 * MiB
 K_MIN_LARGE_ALLOC_BYTES = 10 * MiB
 """Requests between 1 MiB (kSmallSize) and 10 MiB (kMinLargeAlloc) share 20 MiB segments
 (kLargeBuffer), smaller ones 2 MiB segments (kSmallBuffer); larger requests get a
 segment of their own, rounded up to 2 MiB (kRoundLarge): same file."""
+K_LARGE_BUFFER_BYTES = 20 * MiB
 K_ROUND_LARGE_BYTES = 2 * MiB
 NCCL_BUFFSIZE_BYTES = 4 * MiB
 """NCCL_BUFFSIZE's default, 4194304 bytes: the buffer of one channel towards one peer
@@ -63,31 +60,9 @@ NCCL_BUFFSIZE_BYTES = 4 * MiB
 NCCL_RING_PEERS = 2
 """A ring connects each rank to the rank before it and the one after it."""
 NCCL_MIN_CHANNELS = 1
-"""Channels per communicator counted: one, so that device memory is a lower bound (NCCL
+"""Channels per communicator counted: one, so that NCCL's share is a lower bound (NCCL
 opens more on NVLink and InfiniBand topologies, chosen at run time)."""
 
-LOSS_SOURCE = (
-    "PyTorch tools/autograd/derivatives.yaml: _log_softmax saves its result and backward "
-    "allocates _log_softmax_backward_data(grad, result) (aten/src/ATen/native/SoftMax.cpp); "
-    "nll_loss_backward allocates a gradient of its input's size; logits.float() "
-    "(_to_copy) keeps no tensor, its backward casts the gradient back")
-VOCAB_PARALLEL_SOURCE = (
-    "Megatron-Core megatron/core/tensor_parallel/cross_entropy.py: "
-    "_VocabParallelCrossEntropy subtracts the max into a new fp32 tensor, exponentiates "
-    "in place and saves it; backward turns the saved softmax into the gradient in place")
-FUSED_SOURCE = ("a fused cross-entropy (Megatron-Core cross_entropy_loss_fusion) keeps the "
-                "softmax in the logits' dtype and writes the gradient in place")
-WGRAD_SOURCE = ("torch.autograd AccumulateGrad: a micro-batch's weight gradient is computed "
-                "into a new tensor of the weight's size, then added to .grad")
-TE_SOURCE = ("Transformer Engine transformer_engine/pytorch/module/base.py get_dummy_wgrad: "
-             "with fuse_wgrad_accumulation each linear returns a cached empty tensor per "
-             "(shape, dtype) to autograd, alive from the first backward on")
-RECOMPUTE_SOURCE = ("torch.utils.checkpoint / Megatron-Core CheckpointFunction: backward "
-                    "reruns one layer's forward, whose saved tensors live through that "
-                    "layer's backward (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 5)")
-WORKING_SET_SOURCE = ("a layer's backward holds the gradient arriving at its output and the "
-                      "one it passes to its input (residual stream, b*s*h each) and the "
-                      "gradient of its largest saved tensor")
 FOREACH_SOURCE = ("torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt = "
                   "torch._foreach_sqrt(exp_avg_sqs) copies the second moments of every "
                   "parameter the GPU updates (one parameter group holding them all)")
@@ -99,8 +74,17 @@ ALLOCATOR_SOURCE = ("PyTorch c10/cuda/CUDACachingAllocator.cpp: requests rounded
 NCCL_SOURCE = ("NCCL User Guide, Environment Variables: NCCL_BUFFSIZE (default 4 MiB) per "
                "channel and peer; one communicator per strategy's process group, two ring "
                "peers, one channel (a lower bound)")
-STATE_NAMES = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
-               ("optimizer states", "optimizer_bytes"))
+DEVICE_SOURCE = ("the framework profile's cuda_context_bytes (CUDA context under lazy module "
+                 "loading, pytorch/pytorch #109888) and blas_workspace_bytes (PyTorch "
+                 "aten/src/ATen/cuda/CublasHandlePool.cpp; CUBLAS_WORKSPACE_CONFIG), the "
+                 "workspace in the caching-allocator segment it gets")
+STATE_SOURCE = "model states (ZeRO, Rajbhandari et al. 2020, Sec. 3.1)"
+BUFFER_SOURCE = "the strategies' communication buffers (gathered weights in flight included)"
+STATE_NAMES = (("weights", "weights"), ("gradients", "gradients"),
+               ("optimizer states", "optimizer"))
+ACTIVE_MOMENTS = ("warm-up end", "loss forward", "loss backward", "output layer backward",
+                  "layer backward")
+"""Moments at which the activations of every micro-batch in flight are alive."""
 
 
 @attrs.frozen(kw_only=True)
@@ -114,310 +98,293 @@ class MemoryMoment:
     allocated_bytes: int
 
 
+@attrs.frozen(kw_only=True)
+class Block:
+    """One thing alive at a moment, bytes on one GPU (a number or an array)."""
+
+    name: str
+    size: Value
+    source: str
+    transient: bool
+    reserved: Value
+    """Its share of reserved memory under the caching allocator."""
+
 
 @attrs.frozen(kw_only=True)
-class KindTransients:
-    """The transient buffers of one kind of stage, bytes on one GPU, by moment."""
+class Moment:
+    name: str
+    allocated: Value
+    reserved: Value
+    blocks: tuple[Block, ...]
+    """What is alive (one layout; under arrays, the first option's buffers)."""
 
-    persistent: tuple[LiveBuffer, ...]
-    """Buffers the stack allocates once and keeps (alive at every moment)."""
-    by_moment: Mapping[str, tuple[LiveBuffer, ...]]
+
+@attrs.frozen(kw_only=True)
+class PeakCore:
+    """The three numbers of the peak, for one layout or every layout of a search node."""
+
+    allocated: Value
+    reserved: Value
+    device: Value
+    nccl: Value
+    communicators: Value
+    context: int
+    workspace: int
 
 
-def allocator_rounded(size: float) -> int:
+def allocator_rounded(size: Value) -> Value:
     """One request's share of reserved memory under PyTorch's caching allocator."""
+    if is_array(size):
+        unit = np.where(size > K_MIN_LARGE_ALLOC_BYTES, K_ROUND_LARGE_BYTES, K_MIN_BLOCK_BYTES)
+        return np.where(size > 0, np.ceil(np.rint(size) / unit) * unit, 0.0)
     if size <= 0:
         return 0
-    unit = K_ROUND_LARGE_BYTES if size > K_MIN_LARGE_ALLOC_BYTES else K_MIN_BLOCK_BYTES
-    return int(-(-int(round(size)) // unit) * unit)
+    block = K_ROUND_LARGE_BYTES if size > K_MIN_LARGE_ALLOC_BYTES else K_MIN_BLOCK_BYTES
+    return int(-(-int(round(size)) // block) * block)
 
 
-def _buffer(name: str, size: float, source: str) -> LiveBuffer:
-    return LiveBuffer(name=name, bytes=int(round(size)), source=source, transient=True)
+def segment_bytes(size: int) -> int:
+    """The caching allocator's segment for a lone request: 2 MiB up to 1 MiB
+    (kSmallBuffer), 20 MiB up to 10 MiB (kLargeBuffer), else the request rounded to 2 MiB
+    (c10/cuda/CUDACachingAllocator.cpp)."""
+    if size <= 0:
+        return 0
+    if size <= K_SMALL_SIZE_BYTES:
+        return K_SMALL_BUFFER_BYTES
+    if size < K_MIN_LARGE_ALLOC_BYTES:
+        return K_LARGE_BUFFER_BYTES
+    return -(-size // K_ROUND_LARGE_BYTES) * K_ROUND_LARGE_BYTES
 
 
-def _split(composition: Composition, tensors: Sequence[SavedTensor]) -> float:
-    return float(sum(t.bytes / composition.tag_divisor(t.splits) for t in tensors))
+def part_bytes(composition: Composition, part: Part) -> Value:
+    """A part's bytes on one GPU under the layout's splits."""
+    if part.largest:
+        found: Value = 0.0
+        for tags, size in part.tags.items():
+            found = maximum(found, size / composition.tag_divisor(tags))
+        return rounded(found)
+    return rounded(maximum(composition.split_bytes(part.tags), 0.0))
 
 
-def _counted_loss_bytes(composition: Composition, fixed: Sequence[SavedTensor]) -> float:
-    """What the activation model already keeps of the loss: the head's vocabulary-wide
-    tensors other than soft-capping's tanh output."""
-    return _split(composition, [t for t in fixed if t.placement == "head" and "tanh" not in
-                                t.name and any(symbol == "V" for symbol, _ in t.shape)])
-
-
-def _loss_buffers(spec: Spec, composition: Composition, counted: float
-                  ) -> dict[str, tuple[LiveBuffer, ...]]:
-    """The loss's tensors beyond what the inventory counts, at the loss's forward and
-    backward (bytes per element of tokens x vocabulary / shards)."""
-    model, training, profile = spec.model, spec.training, spec.training.profile
-    assert model.vocab_size is not None
-    d = bytes_per_element(spec.precision.activations)
-    elements = (training.micro_batch_size * training.sequence_length * model.vocab_size
-                / composition.tag_divisor(INSIDE_TP))
-    Parts = tuple[tuple[str, float, str], ...]
-    forward: Parts
-    backward: Parts
-    if profile.fused_cross_entropy:
-        forward = (("logits", d, FUSED_SOURCE), ("softmax (kept)", d, FUSED_SOURCE))
-        backward = (("softmax turned gradient (kept)", d, FUSED_SOURCE),)
-    elif profile.loss_kernel == "vocab-parallel":
-        forward = (("logits", d, VOCAB_PARALLEL_SOURCE),
-                   ("logits.float()", FP32_BYTES, VOCAB_PARALLEL_SOURCE),
-                   ("softmax (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE))
-        backward = (("softmax turned gradient (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE),
-                    ("gradient of the logits", d, VOCAB_PARALLEL_SOURCE))
-    else:
-        forward = (("logits", d, LOSS_SOURCE), ("logits.float()", FP32_BYTES, LOSS_SOURCE),
-                   ("log-probabilities (fp32, kept)", FP32_BYTES, LOSS_SOURCE))
-        backward = (("log-probabilities (fp32, kept)", FP32_BYTES, LOSS_SOURCE),
-                    ("gradient of the log-probabilities (fp32)", FP32_BYTES, LOSS_SOURCE),
-                    ("gradient of logits.float() (fp32)", FP32_BYTES, LOSS_SOURCE))
-
-    def beyond(parts: Parts) -> tuple[LiveBuffer, ...]:
-        """The parts, less the bytes the inventory already counts (taken off the kept
-        tensor first)."""
-        left, found = counted, []
-        for name, size, source in parts:
-            total = elements * size
-            if "kept" in name:
-                taken = min(left, total)
-                total, left = total - taken, left - taken
-            if total > 0:
-                found.append(_buffer(name, total, source))
-        return tuple(found)
-
-    return {"loss forward": beyond(forward), "loss backward": beyond(backward)}
-
-
-def _linear_shapes(spec: Spec, footprint: Footprint, stage: Stage) -> float:
-    """Parameters of one layer's distinct linear weights on one GPU, of each kind of layer
-    the stage holds (one routed expert's for MoE layers)."""
-    model = spec.model
-    groups = footprint.parameters_by_group
-    layers = model.num_layers or 1
-    dense, moe = layer_kinds(spec, stage)
-    found = 0.0
-    if model.mixer_pattern is not None:  # each token mixer the stage's layers have
-        held, total = (model.mixers_in(stage.first_layer, stage.num_layers),
-                       model.mixers_in(0, layers))
-        found += sum(groups.get(kind, 0.0) / total[kind] for kind in held)
-    elif dense or moe:
-        found += groups.get("attention", 0.0) / layers
-    if dense and model.num_dense_layers:
-        found += groups.get("mlp", 0.0) / model.num_dense_layers
-    if moe and model.moe is not None and model.num_moe_layers:
-        per_layer = groups.get("experts", 0.0) / model.num_moe_layers
-        found += per_layer / model.moe.num_experts
-        found += groups.get("shared_experts", 0.0) / model.num_moe_layers
+def loss_bytes(composition: Composition, parts: Sequence[Part],
+               counted: Mapping[frozenset[str], float]) -> list[Value]:
+    """The loss's parts less what the activation model already counts (taken off the kept
+    tensors first)."""
+    left = composition.split_bytes(counted)
+    found = []
+    for part in parts:
+        total = composition.split_bytes(part.tags)
+        if part.kept:
+            taken = minimum(left, total)
+            total, left = total - taken, left - taken
+        found.append(rounded(total))
     return found
 
 
-def _layer_buffers(spec: Spec, footprint: Footprint, composition: Composition,
-                   stage: Stage) -> tuple[LiveBuffer, ...]:
-    """One layer's backward: its recomputed tensors (under recomputation) and its working
-    set, for the kind of layer of the stage that needs the most."""
-    inventory = footprint.activations
-    assert inventory is not None and spec.model.hidden_size is not None
-    training = spec.training
-    d = bytes_per_element(spec.precision.activations)
-    hidden = (training.micro_batch_size * training.sequence_length * spec.model.hidden_size * d
-              / composition.tag_divisor(OUTSIDE_TP))
-    dense, moe = layer_kinds(spec, stage)
-    present = {"dense": dense, "moe": moe, "layer": dense + moe}
-    mixed = hybrid_kinds(spec, stage)
-    if mixed is not None:
-        present.update({**{k: 0 for k in inventory.kinds if " " in k}, **mixed})
-    scores = scores_materialized(spec)
-    best: tuple[LiveBuffer, ...] = ()
-    for group in inventory.groups:
-        if not present.get(group.kind, group.count):
-            continue
-        # by split tags: a few sets per layer, each divided once
-        total: dict[frozenset[str], float] = {}
-        largest: dict[frozenset[str], float] = {}
-        attention_scores: dict[frozenset[str], float] = {}
-        for t in group.tensors:
-            if t.attention_score:
-                attention_scores[t.splits] = attention_scores.get(t.splits, 0.0) + t.bytes
-                if not scores:
-                    continue
-            total[t.splits] = total.get(t.splits, 0.0) + t.bytes
-            largest[t.splits] = max(largest.get(t.splits, 0.0), t.bytes)
-        found = list(_recomputed(spec, group.kind, stage, hidden,
-                                 composition.split_bytes(total),
-                                 composition.split_bytes(attention_scores) if scores else 0.0))
-        found += [_buffer("gradients at the layer's output and input", 2 * hidden,
-                          WORKING_SET_SOURCE),
-                  _buffer("gradient of the layer's largest saved tensor",
-                          max((size / composition.tag_divisor(tags)
-                               for tags, size in largest.items()), default=0.0),
-                          WORKING_SET_SOURCE)]
-        if sum(b.bytes for b in found) > sum(b.bytes for b in best):
-            best = tuple(found)
-    return best
-
-
-def scores_materialized(spec: Spec) -> bool:
-    """Whether the attention kernel the stack runs writes the s x s scores: a fused
-    kernel (FlashAttention, cuDNN, SDPA's flash backend) never does, whatever the
-    activation model's accounting keeps (Dao 2023, arXiv:2307.08691)."""
-    kernel = spec.training.profile.attention_kernel
-    return KERNEL_ACTIVATION_MODELS[kernel] != "fused"
-
-
-def _recomputed(spec: Spec, kind: str, stage: Stage, checkpoint: float, layer_bytes: float,
-                scores_bytes: float) -> tuple[LiveBuffer, ...]:
-    mode = spec.training.recompute
-    if mode == "full" and recomputed_layers(spec, stage):
-        # the checkpoint (the layer's input) stays counted in the steady state
-        return (_buffer(f"recomputed {kind} layer's saved tensors",
-                        max(0.0, layer_bytes - checkpoint), RECOMPUTE_SOURCE),)
-    if mode == "selective" and scores_bytes:
-        return (_buffer("recomputed attention scores of one layer", scores_bytes,
-                        RECOMPUTE_SOURCE),)
-    return ()
-
-
-def _output_layer_buffers(spec: Spec, composition: Composition,
-                          parameters: Mapping[str, float]) -> tuple[LiveBuffer, ...]:
-    model, training = spec.model, spec.training
-    assert model.vocab_size is not None and model.hidden_size is not None
-    d = bytes_per_element(spec.precision.activations)
-    tokens = training.micro_batch_size * training.sequence_length
-    head = parameters.get("head", 0.0) or (parameters.get("embedding", 0.0)
-                                            if model.tie_embeddings else 0.0)
-    return (
-        _buffer("gradient of the logits", tokens * model.vocab_size * d
-                / composition.tag_divisor(INSIDE_TP), LOSS_SOURCE),
-        _buffer("output layer's weight gradient", min(head, model.vocab_size
-                * model.hidden_size) * d / composition.tag_divisor((SPLIT_TENSOR,)),
-                WGRAD_SOURCE),
-        _buffer("gradient of the output layer's input", tokens * model.hidden_size * d
-                / composition.tag_divisor(OUTSIDE_TP), LOSS_SOURCE),
-    )
-
-
-def _optimizer_buffers(spec: Spec, optimizer_bytes: float) -> tuple[LiveBuffer, ...]:
+def foreach_share(spec: Spec) -> float:
+    """Bytes of the optimizer step's foreach copy per byte of optimizer state: one copy of
+    the last non-master state (the second moments) under the "foreach" kernel."""
     if spec.training.profile.optimizer_kernel != "foreach":
-        return ()
+        return 0.0
     per_parameter = bytes_per_parameter(spec)["optimizer"]
     moments = [s for s in spec.optimizer.kept_states(spec.precision.weights) if not s.master]
     if len(moments) < 2 or not per_parameter:
-        return ()
-    size = bytes_per_element(moments[-1].dtype)
-    return (_buffer("foreach copy of the second moments (sqrt)",
-                    optimizer_bytes / per_parameter * size, FOREACH_SOURCE),)
+        return 0.0
+    return bytes_per_element(moments[-1].dtype) / per_parameter
 
 
-def kind_transients(spec: Spec, footprint: Footprint, composition: Composition,
-                    stage: Stage, parameters: Mapping[str, float], optimizer_bytes: float,
-                    layers: dict[tuple[bool, ...], tuple[LiveBuffer, ...]] | None = None
-                    ) -> KindTransients:
-    """The transients of the kind of stage `stage` stands for (`layers`: the layer
-    backward's buffers already found, by what decides them)."""
-    persistent: tuple[LiveBuffer, ...] = ()
-    if spec.training.profile.dummy_weight_gradients and stage.num_layers:
-        size = (_linear_shapes(spec, footprint, stage) * bytes_per_element(
-            spec.precision.activations) / composition.tag_divisor((SPLIT_TENSOR,)))
-        persistent = (_buffer("Transformer Engine dummy weight gradients", size, TE_SOURCE),)
-    moments: dict[str, tuple[LiveBuffer, ...]] = {}
-    inventory = footprint.activations
-    if inventory is not None and stage.has_head and spec.model.vocab_size:
-        counted = _counted_loss_bytes(composition, inventory.fixed)
-        moments.update(_loss_buffers(spec, composition, counted))
-        moments["output layer backward"] = _output_layer_buffers(spec, composition, parameters)
-    if inventory is not None and stage.num_layers and inventory.groups:
-        dense, moe = layer_kinds(spec, stage)
-        key = (dense > 0, moe > 0, recomputed_layers(spec, stage) > 0)
-        found = None if layers is None else layers.get(key)
-        if found is None:
-            found = _layer_buffers(spec, footprint, composition, stage)
-            if layers is not None:
-                layers[key] = found
-        moments["layer backward"] = found
-    moments["optimizer step"] = _optimizer_buffers(spec, optimizer_bytes)
-    return KindTransients(persistent=persistent, by_moment=moments)
+def _block(name: str, size: Value, source: str, transient: bool = True) -> Block:
+    return Block(name=name, size=size, source=source, transient=transient,
+                 reserved=allocator_rounded(size))
 
 
-ACTIVE_MOMENTS = ("warm-up end", "loss forward", "loss backward", "output layer backward",
-                  "layer backward")
-"""Moments at which the activations of every micro-batch in flight are alive."""
+def _parts(composition: Composition, parts: Sequence[Part]) -> list[Block]:
+    return [_block(p.name, part_bytes(composition, p), p.source) for p in parts]
 
 
-def _stage_moments(record: StageMemory, transients: KindTransients
-                   ) -> list[tuple[str, int, tuple[LiveBuffer, ...]]]:
-    fixed = record.total_bytes - (record.activations_bytes or 0)
-    persistent = sum(b.bytes for b in transients.persistent)
-    in_flight = max(record.micro_batches_in_flight, 1.0)
-    one = int((record.activations_bytes or 0) / in_flight)
-    found: list[tuple[str, int, tuple[LiveBuffer, ...]]] = [("start", fixed + persistent, ())]
-    for moment in ACTIVE_MOMENTS:
-        if moment != "warm-up end" and moment not in transients.by_moment:
-            continue
-        alive = transients.by_moment.get(moment, ())
-        found.append((moment, record.total_bytes + persistent + sum(b.bytes for b in alive),
-                      alive))
-    found.append(("cool-down end", fixed + persistent + one, ()))
-    alive = transients.by_moment.get("optimizer step", ())
-    found.append(("optimizer step", fixed + persistent + sum(b.bytes for b in alive), alive))
-    return found
-
-
-def _steady_buffers(record: StageMemory, moment: str, activation_source: str
-                    ) -> list[LiveBuffer]:
-    found = [LiveBuffer(name=name, bytes=getattr(record, field), source="model states "
-                        "(ZeRO, Rajbhandari et al. 2020, Sec. 3.1)")
-             for name, field in STATE_NAMES]
-    if moment in ACTIVE_MOMENTS and record.activations_bytes:
-        found.append(LiveBuffer(name="activations", bytes=record.activations_bytes,
-                                source=activation_source))
-    if record.buffers_bytes:
-        found.append(LiveBuffer(name="buffers", bytes=record.buffers_bytes,
-                                source="the strategies' communication buffers (gathered "
-                                       "weights in flight included)"))
-    return found
-
-
-def _reserved(alive: Sequence[LiveBuffer], rows: Sequence[SavedTensorRow],
-              in_flight: float) -> int:
-    """Each alive block rounded by the caching allocator; the activations tensor by
-    tensor (`rows`: one micro-batch's saved tensors on one GPU)."""
-    total = 0
-    for item in alive:
-        if item.name == "activations" and rows:
-            total += int(sum(allocator_rounded(row.bytes) * row.layers for row in rows)
-                         * in_flight)
-        else:
-            total += allocator_rounded(item.bytes)
+def _sum(blocks: Sequence[Block], field: str = "size") -> Value:
+    total: Value = 0
+    for block in blocks:
+        total = total + getattr(block, field)
     return total
 
 
-def nccl_bytes(collectives: Sequence[CollectiveCost]) -> tuple[int, int]:
-    """(communicators, their buffers' bytes) of one GPU: one communicator per strategy
-    whose collectives span more than one GPU."""
-    groups = {c.strategy for c in collectives if c.group_size > 1}
-    return len(groups), len(groups) * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
+def rounded_tensors(composition: Composition, parts: KindParts) -> Value:
+    """One micro-batch's saved tensors as the caching allocator holds them: each rounded
+    on its own (`allocator_rounded`), summed. Integers, so the same in any order: the
+    tensors of one split are rounded in one pass where the numbers are arrays."""
+    total: Value = 0
+    for tags, (sizes, counts) in parts.tensors_by_tags.items():
+        divisor = composition.tag_divisor(tags)
+        if isinstance(sizes, tuple) and not is_array(divisor):
+            for size, count in zip(sizes, counts):
+                total = total + count * allocator_rounded(size / divisor)
+            continue
+        if isinstance(sizes, tuple):  # numbers, split by an array
+            sizes = np.asarray(sizes, dtype=float).reshape((-1,) + (1,) * np.ndim(divisor))
+            counts = np.asarray(counts, dtype=float).reshape(sizes.shape)
+        total = total + (counts * allocator_rounded(sizes / divisor)).sum(axis=0)
+    return total
 
 
-def kinds_transients(spec: Spec, footprint: Footprint, composition: Composition,
-                     kinds: StageKinds, records: Sequence[StageMemory],
-                     parameters: Sequence[Mapping[str, float]]) -> tuple[KindTransients, ...]:
-    """Each kind of stage's transients."""
-    layers: dict[tuple[bool, ...], tuple[LiveBuffer, ...]] = {}
-    return tuple(kind_transients(spec, footprint, composition, kinds.representatives[k],
-                                 parameters[k], records[kinds.members[k][0]].optimizer_bytes,
-                                 layers)
-                 for k in range(len(kinds.members)))
+def unsharded_blocks(spec: Spec, composition: Composition, parameters: Mapping[str, float],
+                     pipelined: bool) -> tuple[list[Block], list[Block]]:
+    """(weights, gradients) a stage keeps unsharded through the step under a profile
+    that does so (`Framework.pipeline_keeps_unsharded`) with pipeline parallelism: the
+    stage's weights as the data strategy's ZeRO-3 / FSDP shard gathers them (in the
+    16-bit format the products read, FSDP2's MixedPrecisionPolicy param_dtype) and their
+    gradients accumulated in the gradients' format (its reduce_dtype), where that shard
+    applies."""
+    if not pipelined or not spec.training.profile.pipeline_keeps_unsharded:
+        return [], []
+    sharded = composition.held(parameters, 1.0, "weights")
+    whole = composition.held(parameters, 1.0, "weights", without="data")
+    gathered = where(whole > sharded, whole, 0.0)
+    source = ("torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy "
+              "(torchtitan 0.2.2: no reshard after forward under pipeline parallelism); "
+              "torch/distributed/pipelining/stage.py backward_maybe_with_nosync (PyTorch "
+              "2.10: no reshard after backward, gradient sync on the last backward only)")
+    return ([_block("unsharded weights of the stage", rounded(gathered * bytes_per_element(
+                spec.precision.activations)), source)],
+            [_block("unsharded gradients of the stage, reduce-scattered after the last "
+                    "micro-batch", rounded(gathered * bytes_per_element(spec.gradients_dtype)),
+                    source)])
 
 
-def step_timeline(stages: Sequence[Stage], kinds: StageKinds, records: Sequence[StageMemory],
-                  transients: Sequence[KindTransients]) -> tuple[MemoryMoment, ...]:
-    """Every stage's allocated memory at each modelled moment of a step."""
-    return tuple(MemoryMoment(stage=stage.index, moment=moment, allocated_bytes=int(size))
-                 for stage, kind, record in zip(stages, kinds.kind_of, records)
-                 for moment, size, _ in _stage_moments(record, transients[kind]))
+def kind_moments(composition: Composition, states: Mapping[str, Value],
+                 per_micro_batch: Value | None, in_flight: Value, buffers: Value,
+                 parts: KindParts, share: float, activation_source: str,
+                 unsharded: tuple[list[Block], list[Block]] = ([], [])) -> list[Moment]:
+    """The moments of a stage holding `states` (bytes on one GPU by component), the
+    activations of `in_flight` micro-batches of `per_micro_batch` bytes each, and
+    `buffers`; `parts` its kind's transients, `share` the optimizer step's foreach copy
+    per byte of optimizer state, `unsharded` the weights and gradients it keeps gathered
+    through the step (`unsharded_blocks`): the weights from the first forward, the
+    gradients from the first backward, both to the cool-down's end."""
+    steady = [_block(name, states[key], STATE_SOURCE, transient=False)
+              for name, key in STATE_NAMES]
+    fixed_blocks = steady + ([_block("buffers", buffers, BUFFER_SOURCE, transient=False)]
+                             if not (isinstance(buffers, (int, float)) and buffers == 0) else [])
+    persistent = _parts(composition, parts.persistent)
+    base = fixed_blocks + persistent
+    activations: Value = 0
+    if per_micro_batch is not None:
+        activations = rounded(per_micro_batch * in_flight)
+    held = rounded_tensors(composition, parts) if parts.tensors else 0
+    one = activations // maximum(in_flight, 1.0)
+    active = base[:len(fixed_blocks)]
+    if per_micro_batch is not None:
+        active = active + [Block(name="activations", size=activations,
+                                 source=activation_source, transient=False,
+                                 reserved=maximum(activations, rounded(in_flight * held)))]
+    active = active + persistent
+    weights, gradients = unsharded
+    warming = active + weights
+    active = warming + gradients
+
+    sums: dict[int, tuple[Value, Value]] = {}
+
+    def total(blocks: Sequence[Block]) -> tuple[Value, Value]:
+        """(allocated, reserved) of `blocks`, once per list (whole numbers: any order)."""
+        found = sums.get(id(blocks))
+        if found is None:
+            found = sums[id(blocks)] = (_sum(blocks), _sum(blocks, "reserved"))
+        return found
+
+    def moment(name: str, alive: Sequence[Block], extra: Sequence[Block] = ()) -> Moment:
+        size, reserved = total(alive)
+        return Moment(name=name, allocated=size + _sum(extra),
+                      reserved=reserved + _sum(extra, "reserved"),
+                      blocks=tuple(alive) + tuple(extra))
+
+    found = [moment("start", base), moment("warm-up end", warming)]
+    if parts.has_loss:
+        forward, backward = ([_block(p.name, size, p.source) for p, size in zip(
+            listed, loss_bytes(composition, listed, parts.counted))]
+            for listed in (parts.loss_forward, parts.loss_backward))
+        found += [moment("loss forward", active, forward),
+                  moment("loss backward", active, backward),
+                  moment("output layer backward", active,
+                         _parts(composition, parts.output_backward))]
+    if parts.has_layers:
+        found.append(_layer_moment(composition, parts, active, total(active)))
+    cooled = base[:len(fixed_blocks)]
+    if per_micro_batch is not None:
+        cooled = cooled + [Block(name="activations (one micro-batch)", size=one,
+                                 source=activation_source, transient=False,
+                                 reserved=maximum(one, held))]
+    found.append(moment("cool-down end", cooled + persistent + weights + gradients))
+    step = ([_block("foreach copy of the second moments (sqrt)",
+                    rounded(share * states["optimizer"]), FOREACH_SOURCE)] if share else [])
+    found.append(moment("optimizer step", base, step))
+    return found
+
+
+def _layer_moment(composition: Composition, parts: KindParts, active: Sequence[Block],
+                  sums: tuple[Value, Value]) -> Moment:
+    """The layer backward: the option with the most bytes (the first of equals)."""
+    best_size: Value = 0
+    best_reserved: Value = 0
+    chosen: tuple[Block, ...] = ()
+    for option in parts.layer_options:
+        blocks = tuple(_parts(composition, option))
+        size, reserved = _sum(blocks), _sum(blocks, "reserved")
+        better = size > best_size
+        # one layout: the chosen option's buffers; arrays: the first option's (names only)
+        if (not chosen) if is_array(better) else better:
+            chosen = blocks
+        best_reserved = where(better, reserved, best_reserved)
+        best_size = where(better, size, best_size)
+    every = tuple(active) + chosen
+    return Moment(name="layer backward", allocated=sums[0] + best_size,
+                  reserved=sums[1] + best_reserved, blocks=every)
+
+
+def _kind_parts(facts: TrainingFacts, kind: int) -> KindParts:
+    return facts.peak_parts[kind] if facts.peak_parts else KindParts()
+
+
+def communicators(composition: Composition) -> Value:
+    """Process groups one GPU communicates in: one per strategy with a collective over
+    more than one GPU that runs."""
+    runs: dict[str, Value] = {}
+    for collective, calls in composition.active_collectives():
+        runs[collective.strategy] = logical_or(runs.get(collective.strategy, False), calls > 0)
+    total: Value = 0
+    for value in runs.values():
+        total = total + where(value, 1, 0)
+    return total
+
+
+def device_extras(spec: Spec) -> tuple[int, int]:
+    """(CUDA context, cuBLAS workspace segment) of one GPU, from the framework profile."""
+    profile = spec.training.profile
+    workspace = profile.blas_workspace_for(spec.hardware.gpu.architecture)
+    return int(profile.cuda_context_bytes), segment_bytes(workspace)
+
+
+def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
+              facts: TrainingFacts, parameters: Sequence[Mapping[str, float]],
+              pipelined: bool) -> PeakCore:
+    """Allocated, reserved and device peaks over every kind of stage (each at its most
+    micro-batches in flight); arrays over a search node where the inputs are.
+    `parameters`: each kind's parameters by group; `pipelined`: more than one stage."""
+    share = foreach_share(spec)
+    allocated: Value = None
+    reserved: Value = None
+    for position, kind in enumerate(memory.kinds):
+        for m in kind_moments(composition, kind.states, kind.activations, kind.in_flight,
+                              memory.buffers, _kind_parts(facts, position), share, "",
+                              unsharded_blocks(spec, composition, parameters[position],
+                                               pipelined)):
+            allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
+            reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
+    groups = communicators(composition)
+    nccl = groups * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
+    context, workspace = device_extras(spec)
+    return PeakCore(allocated=allocated, reserved=reserved,
+                    device=reserved + nccl + workspace + context, nccl=nccl,
+                    communicators=groups, context=context, workspace=workspace)
 
 
 def peak_candidates(kinds: StageKinds, records: Sequence[StageMemory]) -> tuple[int, ...]:
@@ -428,35 +395,60 @@ def peak_candidates(kinds: StageKinds, records: Sequence[StageMemory]) -> tuple[
                  for members in kinds.members)
 
 
-def memory_peak(spec: Spec, footprint: Footprint, composition: Composition,
-                stages: Sequence[Stage], kinds: StageKinds, records: Sequence[StageMemory],
-                parameters: Sequence[Mapping[str, float]],
-                rows_of: Mapping[int, Sequence[SavedTensorRow]],
-                collectives: Sequence[CollectiveCost],
-                activation_source: str) -> tuple[MemoryPeak, tuple[Derivation, ...]]:
-    """The step's memory peak over every stage; `rows_of` maps a stage index to its saved
-    tensors (one micro-batch, after splits) where known. One stage per kind is evaluated
-    (`peak_candidates`)."""
-    transients = kinds_transients(spec, footprint, composition, kinds, records, parameters)
+def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore,
+                  composition: Composition, facts: TrainingFacts, spec: Spec,
+                  parameters: Sequence[Mapping[str, float]]) -> tuple[MemoryMoment, ...]:
+    """Every stage's allocated memory at each modelled moment of a step (one layout)."""
+    share = foreach_share(spec)
+    found = []
+    for stage, position in zip(stages, kinds.kind_of):
+        kind = memory.kinds[position]
+        for m in kind_moments(composition, kind.states, kind.activations,
+                              stage.micro_batches_in_flight, memory.buffers,
+                              _kind_parts(facts, position), share, "",
+                              unsharded_blocks(spec, composition, parameters[position],
+                                               len(stages) > 1)):
+            found.append(MemoryMoment(stage=stage.index, moment=m.name,
+                                      allocated_bytes=int(m.allocated)))
+    return tuple(found)
+
+
+def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
+                memory: MemoryCore, facts: TrainingFacts, records: Sequence[StageMemory],
+                activation_source: str, parameters: Sequence[Mapping[str, float]]
+                ) -> tuple[MemoryPeak, tuple[Derivation, ...]]:
+    """The step's memory peak over every stage (one layout), the moment it is reached and
+    what is alive then; its numbers are `peak_core`'s."""
+    share = foreach_share(spec)
     best = None
-    for kind, index in enumerate(peak_candidates(kinds, records)):
-        record = records[index]
-        for moment, size, alive in _stage_moments(record, transients[kind]):
+    reserved = 0
+    for position, index in enumerate(peak_candidates(kinds, records)):
+        kind = memory.kinds[position]
+        for m in kind_moments(composition, kind.states, kind.activations, kind.in_flight,
+                              memory.buffers, _kind_parts(facts, position), share,
+                              activation_source, unsharded_blocks(
+                                  spec, composition, parameters[position], len(records) > 1)):
+            reserved = max(reserved, int(m.reserved))
+            size = int(m.allocated)
             if best is None or size > best[0] or (size == best[0] and index < best[1]):
-                best = (size, index, moment, kind, record, alive)
+                best = (size, index, m)
     assert best is not None
-    allocated, index, moment, kind, record, alive_transients = best
-    alive = tuple(_steady_buffers(record, moment, activation_source)) + (
-        transients[kind].persistent + alive_transients)
-    reserved = _reserved(alive, rows_of.get(index, ()), record.micro_batches_in_flight)
-    communicators, nccl = nccl_bytes(collectives)
-    peak = MemoryPeak(allocated_bytes=int(allocated), reserved_bytes=reserved,
-                      device_bytes=reserved + nccl, nccl_bytes=nccl, moment=moment,
-                      stage=record.stage, steady_bytes=record.total_bytes, alive=alive)
-    return peak, _derivations(peak, communicators)
+    allocated, index, chosen = best
+    record = records[index]
+    alive = tuple(LiveBuffer(name=b.name, bytes=int(b.size), source=b.source,
+                             transient=b.transient)
+                  for b in chosen.blocks if b.size or not b.transient)
+    groups = communicators(composition)
+    nccl = int(groups) * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
+    context, workspace = device_extras(spec)
+    peak = MemoryPeak(allocated_bytes=allocated, reserved_bytes=reserved,
+                      device_bytes=reserved + nccl + workspace + context, nccl_bytes=nccl,
+                      moment=chosen.name, stage=record.stage, steady_bytes=record.total_bytes,
+                      alive=alive, cuda_context_bytes=context, workspace_bytes=workspace)
+    return peak, _derivations(peak, int(groups))
 
 
-def _derivations(peak: MemoryPeak, communicators: int) -> tuple[Derivation, ...]:
+def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:
     transient = [b for b in peak.alive if b.transient]
     listed = "; ".join(f"{b.name} {b.bytes:,} B" for b in peak.alive)
     return (
@@ -468,12 +460,19 @@ def _derivations(peak: MemoryPeak, communicators: int) -> tuple[Derivation, ...]
                    inputs={"steady_bytes": peak.steady_bytes, "stage": peak.stage,
                            "moment": peak.moment}),
         Derivation(quantity="peak_reserved_bytes", value=peak.reserved_bytes, unit="bytes",
-                   rule="sum over what is alive at the peak of each block rounded by the "
-                        "caching allocator (activations tensor by tensor)",
+                   rule="max over stages and moments of what is alive, each block rounded "
+                        "by the caching allocator (activations tensor by tensor)",
                    source=ALLOCATOR_SOURCE, inputs={"allocated_bytes": peak.allocated_bytes}),
         Derivation(quantity="device_bytes", value=peak.device_bytes, unit="bytes",
                    rule="peak_reserved_bytes + communicators * NCCL_BUFFSIZE * ring peers * "
-                        "channels (CUDA context and library workspaces not counted)",
-                   source=NCCL_SOURCE,
-                   inputs={"communicators": communicators, "nccl_bytes": peak.nccl_bytes}),
+                        "channels + cuBLAS workspace segment + CUDA context; fits = "
+                        "device_bytes <= capacity_bytes",
+                   source=f"{NCCL_SOURCE}; {DEVICE_SOURCE}",
+                   inputs={"communicators": groups, "nccl_bytes": peak.nccl_bytes,
+                           "workspace_bytes": peak.workspace_bytes,
+                           "cuda_context_bytes": peak.cuda_context_bytes}),
     )
+
+
+__all__ = ["MemoryMoment", "PeakCore", "activation_bytes", "allocator_rounded",
+           "kind_moments", "memory_peak", "peak_candidates", "peak_core", "step_timeline"]

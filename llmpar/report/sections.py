@@ -88,7 +88,7 @@ def memory_peak(plan: Plan) -> Table | None:
     capacity = plan.capacity_bytes
     parts = [("allocated peak", peak.allocated_bytes, "torch.cuda.max_memory_allocated()"),
              ("reserved peak", peak.reserved_bytes, "torch.cuda.max_memory_reserved()"),
-             ("device memory", peak.device_bytes, "nvidia-smi (lower bound)")]
+             ("device memory", peak.device_bytes, "nvidia-smi (decides fits)")]
     rows = [(label, _gb(value), _gib(value), f"{value / capacity:.1%}", call)
             for label, value, call in parts]
     transients = sorted((b for b in peak.alive if b.transient), key=lambda b: -b.bytes)
@@ -99,8 +99,9 @@ def memory_peak(plan: Plan) -> Table | None:
     where = f"stage {peak.stage}, " if len(plan.stages) > 1 else ""
     notes = [f"peak at {where}{peak.moment}: steady state {_gib(peak.steady_bytes)} GiB"
              + (f" + {listed}" if listed else ""),
-             f"NCCL buffers {_gib(peak.nccl_bytes)} GiB; CUDA context and library "
-             "workspaces not counted; `llmpar explain SPEC peak_allocated_bytes`"]
+             f"NCCL buffers {_gib(peak.nccl_bytes)} GiB, cuBLAS workspace "
+             f"{_gib(peak.workspace_bytes)} GiB, CUDA context {_gib(peak.cuda_context_bytes)} "
+             "GiB; `llmpar explain SPEC peak_allocated_bytes`"]
     if peak.device_bytes > capacity >= plan.total_bytes:
         notes.append("the steady state fits, the peak does not")
     return Table(title="Memory peak per GPU (as the framework allocates it)",

@@ -28,6 +28,8 @@ class Score:
     """What ranking needs of a layout's plan."""
 
     total_bytes: int
+    device_bytes: int
+    """Device memory at the step's peak: what the layout is kept or rejected on."""
     step_seconds: float | None
     time_model: str
 
@@ -54,10 +56,11 @@ class Judge:
             return problems[0], None
         layout, _ = resolve_layout(spec, self.strategies)
         try:
-            total, seconds, model = score(spec, layout, self.strategies, self.cache)
+            total, device, seconds, model = score(spec, layout, self.strategies, self.cache)
         except SpecError as error:  # a layout the spec's assumed MFU cannot time
             return error.problems[0], None
-        return None, Score(total_bytes=total, step_seconds=seconds, time_model=model)
+        return None, Score(total_bytes=total, device_bytes=device, step_seconds=seconds,
+                           time_model=model)
 
     def judge(self, index: int, tally: Tally) -> Entry | None:
         """The layout's entry if it is valid and fits; else count why not."""
@@ -73,9 +76,10 @@ class Judge:
         tally.evaluated += 1
         tally.time_models.add(score.time_model)
         limit = self.prepared.memory_limit_bytes
-        if score.total_bytes > limit:
-            tally.reject(REJECTED_MEMORY, example=f"needs {score.total_bytes / 2**30:,.2f} GiB "
-                                                  f"per GPU, has {limit / 2**30:,.2f} GiB")
+        if score.device_bytes > limit:
+            tally.reject(REJECTED_MEMORY, example=f"needs {score.device_bytes / 2**30:,.2f} GiB "
+                                                  f"per GPU at its peak, has "
+                                                  f"{limit / 2**30:,.2f} GiB")
             return None
         step = self.prepared.step_limit
         if step is not None and (score.step_seconds is None

@@ -31,6 +31,7 @@ from llmpar.errors import PluginError
 from llmpar.evaluation.cache import layers_of
 from llmpar.evaluation.evaluate import (
     Evaluation,
+    device_peak,
     evaluate_core,
     global_batch_of,
     structure_of,
@@ -104,6 +105,8 @@ class NodeResult:
     codes: np.ndarray
     """0: valid; else 1 + the index of the first problem's path in `paths`."""
     total_bytes: np.ndarray
+    device_bytes: np.ndarray
+    """Device memory at the step's peak (`llmpar.evaluation.peak`): what fits."""
     step_seconds: np.ndarray
     exact: np.ndarray
     """Layouts to evaluate one by one instead (a strategy without a fast form applies)."""
@@ -125,6 +128,7 @@ class FastPath:
         self._facts: dict[tuple[Any, ...], TrainingFacts] = {}
         """Per search, unbounded: a search meets more stage structures and training
         tables than the session's cache keeps."""
+        self._stacked: dict[tuple[Any, ...], TrainingFacts] = {}
         builder = self.judge.builder
         self.fields, self.presence, self.order = builder.fields, builder.presence, builder.order
         self.structural = {d.key for d in prepared.space.dimensions if not d.vectorised}
@@ -155,6 +159,7 @@ class FastPath:
                                                      .micro_batch_size),
                                          grid.values(RECOMPUTE, self.spec.training.recompute))]
         found = []
+        keys = []
         for b, r in combos:
             key = (structure, b, r, global_batch)
             facts = self._facts.get(key)
@@ -162,7 +167,14 @@ class FastPath:
                 facts = self._facts[key] = training_facts(
                     self.training(b, r), self.footprint(b, r), stages, kinds, global_batch)
             found.append(facts)
-        stacked: TrainingFacts = stack(found, lambda values: grid.along(axis, values))
+            keys.append(key)
+        # nodes of one stage structure share their stacked facts (the arrays' shape follows
+        # from the training axis and the grid's rank)
+        shared = (tuple(keys), axis, len(grid.shape))
+        stacked: TrainingFacts | None = self._stacked.get(shared)
+        if stacked is None:
+            stacked = self._stacked[shared] = stack(found, lambda values: grid.along(axis,
+                                                                                     values))
         return stacked
 
     # --- per node ------------------------------------------------------------------
@@ -172,6 +184,7 @@ class FastPath:
         shape = grid.shape
         codes = np.zeros(shape, dtype=np.int16)
         total = np.zeros(shape)
+        device = np.zeros(shape)
         seconds = np.zeros(shape)
         exact = np.zeros(shape, dtype=bool)
         time_model = "none"
@@ -179,12 +192,13 @@ class FastPath:
             part = self._evaluate(grid, fixed)
             codes = np.where(where_fixed, part.codes, codes)
             total = np.where(where_fixed, part.total_bytes, total)
+            device = np.where(where_fixed, part.device_bytes, device)
             seconds = np.where(where_fixed, part.step_seconds, seconds)
             exact = np.where(where_fixed, part.exact, exact)
             time_model = part.time_model
         return NodeResult(codes=grid.full(codes), total_bytes=grid.full(total),
-                          step_seconds=grid.full(seconds), exact=grid.full(exact),
-                          time_model=time_model)
+                          device_bytes=grid.full(device), step_seconds=grid.full(seconds),
+                          exact=grid.full(exact), time_model=time_model)
 
     def _structural_values(self, grid: Grid) -> Iterator[tuple[dict[str, Any], Any]]:
         """Each combination of the node's structural keys, and where it holds."""
@@ -218,6 +232,7 @@ class FastPath:
         codes = self._codes(grid, vector_spec, layout, present)
         if np.all(codes != 0):  # every layout breaks a rule: nothing to evaluate
             return NodeResult(codes=codes, total_bytes=np.zeros(grid.shape),
+                              device_bytes=np.zeros(grid.shape),
                               step_seconds=np.zeros(grid.shape),
                               exact=np.broadcast_to(exact, grid.shape), time_model="none")
         base = self.footprint(spec.training.micro_batch_size, spec.training.recompute)
@@ -229,8 +244,10 @@ class FastPath:
         core = evaluate_core(vector_spec, base, layout, transforms, facts, self.cache)
         codes = self._utilization_codes(codes, vector_spec, core)
         step = core.time.step
+        device = device_peak(vector_spec, core).device
         return NodeResult(codes=codes, total_bytes=np.broadcast_to(core.memory.peak_total,
                                                                    grid.shape),
+                          device_bytes=np.broadcast_to(device, grid.shape),
                           step_seconds=np.broadcast_to(np.inf if step is None else step,
                                                        grid.shape),
                           exact=np.broadcast_to(exact, grid.shape), time_model=core.time.time_model)
@@ -352,7 +369,7 @@ def run_fast(prepared: Prepared, session: Session, nodes: Sequence[int],
         tally.evaluated += int(valid.sum())
         if valid.any():
             tally.time_models.add(result.time_model)
-        fits = valid & (result.total_bytes <= limit)
+        fits = valid & (result.device_bytes <= limit)
         tally.reject(REJECTED_MEMORY, int((valid & ~fits).sum()))
         if prepared.step_limit is not None:
             meets = fits & (result.step_seconds <= prepared.step_limit.seconds)

@@ -10,7 +10,7 @@ from typing import Literal
 import attrs
 
 from llmpar.spec import validators as v
-from llmpar.spec.quantities import Seconds
+from llmpar.spec.quantities import Bytes, Seconds
 
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
                           "flash-attention-2", "flash-attention-3", "cudnn"]
@@ -38,6 +38,23 @@ KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
 })
 """The activation model each attention kernel implies: the default of `[training]
 activation_model` under a profile with that kernel."""
+
+MiB = 2**20
+BLAS_WORKSPACE_BY_ARCHITECTURE: Mapping[str, int] = MappingProxyType({
+    # PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize (v2.4 on:
+    # Hopper; later versions add Blackwell): 4096 KiB x 8 = 32 MiB on compute capability
+    # 9.x and 10.x, else CUBLAS_WORKSPACE_CONFIG's documented default ":4096:2:16:8"
+    # (PyTorch docs, CUDA semantics, cuBLAS workspaces: 2 x 4096 + 8 x 16 KiB).
+    "hopper": 32 * MiB,
+    "blackwell": 32 * MiB,
+})
+BLAS_WORKSPACE_DEFAULT_BYTES = (2 * 4096 + 8 * 16) * 1024
+"""8,519,680 bytes: CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8" where
+`BLAS_WORKSPACE_BY_ARCHITECTURE` names no other size."""
+CUDA_CONTEXT_BYTES = 400 * MiB
+"""The CUDA context of a PyTorch process with lazy module loading (CUDA 11.7 on, PyTorch's
+default): "around 400MB" at the first CUDA operation (pytorch/pytorch issue #109888, a
+maintainer's answer, 2023, CUDA 12); over 1000 MB before lazy loading (issue #107667)."""
 
 
 def _activation_model_name(_instance: object, attribute: object, value: str | None) -> None:
@@ -94,6 +111,17 @@ class Framework:
     (torch.optim's `_multi_tensor_adam`, whose `torch._foreach_sqrt(exp_avg_sqs)` makes
     one copy of the second moments of every parameter the GPU updates). Read by the
     memory peak only."""
+    pipeline_keeps_unsharded: bool = False
+    """Under pipeline parallelism with FSDP / ZeRO-3, each stage's weights stay gathered
+    from its first forward to its last backward, and its gradients accumulate unsharded
+    (in their reduce format) and are reduce-scattered once, after the last micro-batch's
+    backward. torchtitan: `reshard_after_forward = not pp_enabled` under its "default"
+    policy (torchtitan/distributed/fsdp.py, get_fsdp_reshard_after_forward_policy,
+    torchtitan 0.2.2), and PyTorch's pipelining schedules set
+    `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)` on every
+    backward but the last (torch/distributed/pipelining/stage.py,
+    `_PipelineStageBase.backward_maybe_with_nosync`, PyTorch 2.10). Read by the memory
+    peak only."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
     applied where the spec does not set it; unset: the strategy's own default."""
@@ -116,6 +144,25 @@ class Framework:
     overhead_source: str = ""
     """Where the three overheads come from (a kernel-level measurement, a calibration,
     or the derivation that leaves them at 0)."""
+    cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
+                                            validator=v.non_negative)
+    """Device memory the CUDA context of each training process takes (the driver's state
+    and the kernel images it loads), outside PyTorch's allocator: part of
+    `training.memory_peak.device_bytes`. Default 400 MiB, a PyTorch process under CUDA's
+    lazy module loading (pytorch/pytorch #109888); over 1 GB without it (#107667)."""
+    blas_workspace_bytes: Bytes | None = attrs.field(default=None, validator=v.non_negative)
+    """cuBLAS workspace of the process's compute stream, which PyTorch takes once from its
+    caching allocator and keeps (`CUBLAS_WORKSPACE_CONFIG`): part of
+    `training.memory_peak.device_bytes`. Unset: PyTorch's default for the GPU's
+    architecture, 32 MiB on Hopper and Blackwell, else 8,519,680 bytes (":4096:2:16:8";
+    aten/src/ATen/cuda/CublasHandlePool.cpp). cuDNN's workspaces are taken per call from
+    the same allocator and given back, so no persistent buffer is counted for them."""
+
+    def blas_workspace_for(self, architecture: str) -> int:
+        """The cuBLAS workspace on a GPU of `architecture` (`Gpu.architecture`)."""
+        if self.blas_workspace_bytes is not None:
+            return int(self.blas_workspace_bytes)
+        return BLAS_WORKSPACE_BY_ARCHITECTURE.get(architecture, BLAS_WORKSPACE_DEFAULT_BYTES)
 
     @property
     def default_activation_model(self) -> str:

@@ -142,7 +142,9 @@ class Search:
     each key must name a dimension and each value be one its field takes;
     `llmpar search SPEC --dimensions` lists the keys and the values they take."""
     memory_limit_bytes: Bytes | None = attrs.field(default=None, validator=v.positive)
-    """Layouts must fit under this per GPU. Default: the GPU's memory."""
+    """Layouts must fit under this per GPU: a training layout's device memory at its step's
+    peak (`training.memory_peak.device_bytes`, as `fits` decides). Default: the GPU's
+    memory (`capacity_bytes`)."""
     max_layouts: int = attrs.field(default=MAX_LAYOUTS, validator=v.positive)
     """The most layouts a search considers (5 million by default, about 15 s in one
     process); a larger space is a SpecError that gives its size and what narrows it."""
