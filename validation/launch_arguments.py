@@ -6,6 +6,8 @@ none of the frameworks.
     python validation/launch_arguments.py torchtitan TORCHTITAN_SOURCE
     python validation/launch_arguments.py deepspeed
     python validation/launch_arguments.py fsdp2
+    python validation/launch_arguments.py vllm VLLM_SOURCE
+    python validation/launch_arguments.py sglang SGLANG_PYTHON_SOURCE
     python validation/launch_arguments.py megatron MEGATRON_LM_SOURCE --check ARGS...
 
 `--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
@@ -28,6 +30,12 @@ none of the frameworks.
   and torchrun's options (`torch.distributed.run.get_args_parser`), which every torchrun
   line llmpar writes uses. The deepspeed data also lists the `deepspeed` launcher's options
   (`deepspeed.launcher.runner.parse_args`).
+- vllm: vLLM's own parser of `vllm serve`'s engine arguments
+  (`AsyncEngineArgs.add_cli_args`), imported from the sources of a vLLM wheel or checkout
+  (VLLM_SOURCE, with torch and vLLM's Python dependencies installed; the script sets
+  VLLM_TARGET_DEVICE=cpu, so no GPU is needed to build it).
+- sglang: SGLang's own parser of `python -m sglang.launch_server`'s arguments
+  (`ServerArgs.add_cli_args`), from a wheel's or checkout's `python/` folder.
 
 The frameworks are for this script only, never a dependency of llmpar or its tests.
 """
@@ -59,14 +67,12 @@ def _type_name(kind: Any) -> str | None:
     return getattr(kind, "__name__", type(kind).__name__)
 
 
-def megatron(source: Path, commit: str) -> dict[str, Any]:
-    sys.path.insert(0, str(source))
-    from megatron.core import package_info  # type: ignore[import-not-found]
-    from megatron.training.arguments import add_megatron_arguments  # type: ignore[import-not-found]
-
-    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+def _parser_arguments(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Every `--` option string of an argparse parser with its dest, whether it is a
+    switch (takes no value), its type's name, nargs and choices: the parser's own record
+    of its arguments."""
     found: dict[str, Any] = {}
-    for action in parser._actions:  # the parser's own record of its arguments
+    for action in parser._actions:
         for option in action.option_strings:
             if not option.startswith("--"):
                 continue
@@ -76,9 +82,55 @@ def megatron(source: Path, commit: str) -> dict[str, Any]:
                 "switch": switch,
                 "type": None if switch else (_type_name(action.type) or "str"),
                 "nargs": action.nargs if isinstance(action.nargs, (str, int)) else None,
-                "choices": ([str(c) for c in action.choices]
+                "choices": ([str(c) for c in action.choices if c is not None]
                             if action.choices is not None else None),
             }
+    return dict(sorted(found.items()))
+
+
+def vllm(source: Path) -> dict[str, Any]:
+    """`vllm serve`'s engine arguments: `AsyncEngineArgs.add_cli_args` on vLLM's own
+    parser, from a wheel's or checkout's sources (VLLM_TARGET_DEVICE=cpu builds it
+    without a GPU; torch and vLLM's Python dependencies installed)."""
+    import os
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    sys.path.insert(0, str(source))
+    import vllm as package  # type: ignore[import-not-found]
+    from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+    parser = FlexibleArgumentParser()
+    AsyncEngineArgs.add_cli_args(parser)
+    return {"framework": "vLLM", "version": package.__version__, "commit": "",
+            "how": "vllm/engine/arg_utils.py AsyncEngineArgs.add_cli_args("
+                   "FlexibleArgumentParser()), every option string",
+            "arguments": _parser_arguments(parser)}
+
+
+def sglang(source: Path) -> dict[str, Any]:
+    """`python -m sglang.launch_server`'s arguments: `ServerArgs.add_cli_args` on an
+    argparse parser, from a wheel's or checkout's `python/` sources (no GPU needed; torch
+    and SGLang's Python dependencies installed)."""
+    sys.path.insert(0, str(source))
+    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+    from sglang.version import __version__  # type: ignore[import-not-found]
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return {"framework": "SGLang", "version": __version__, "commit": "",
+            "how": "sglang/srt/server_args.py ServerArgs.add_cli_args("
+                   "argparse.ArgumentParser()), every option string",
+            "arguments": _parser_arguments(parser)}
+
+
+def megatron(source: Path, commit: str) -> dict[str, Any]:
+    sys.path.insert(0, str(source))
+    from megatron.core import package_info  # type: ignore[import-not-found]
+    from megatron.training.arguments import add_megatron_arguments  # type: ignore[import-not-found]
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    found = _parser_arguments(parser)
     return {"framework": "Megatron-LM", "version": package_info.__version__,
             "commit": commit, "how": "megatron/training/arguments.py "
             "add_megatron_arguments(argparse.ArgumentParser()), every option string",
@@ -209,7 +261,7 @@ def check_megatron(source: Path, files: list[Path]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed",
-                                                       "fsdp2"))
+                                              "fsdp2", "vllm", "sglang"))
     parser.add_argument("source", nargs="?", type=Path,
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
@@ -219,14 +271,19 @@ def main() -> int:
     args = parser.parse_args()
     if args.check:
         return check_megatron(args.source, args.check)
-    if args.framework in ("megatron", "torchtitan") and args.source is None:
+    if args.framework in ("megatron", "torchtitan", "vllm", "sglang") and args.source is None:
         parser.error(f"{args.framework} needs the path of its source checkout")
     commit = args.commit or (_git_commit(args.source) if args.source else "")
     data = (megatron(args.source, commit) if args.framework == "megatron"
             else torchtitan(args.source, commit) if args.framework == "torchtitan"
+            else vllm(args.source) if args.framework == "vllm"
+            else sglang(args.source) if args.framework == "sglang"
             else deepspeed() if args.framework == "deepspeed" else fsdp2())
+    if args.framework in ("vllm", "sglang") and not data["commit"]:
+        data["commit"] = commit
     name = {"megatron": "megatron-lm", "torchtitan": "torchtitan",
-            "deepspeed": "deepspeed", "fsdp2": "pytorch-fsdp2"}[args.framework]
+            "deepspeed": "deepspeed", "fsdp2": "pytorch-fsdp2", "vllm": "vllm",
+            "sglang": "sglang"}[args.framework]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
