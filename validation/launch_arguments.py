@@ -8,6 +8,7 @@ none of the frameworks.
     python validation/launch_arguments.py fsdp2
     python validation/launch_arguments.py vllm VLLM_SOURCE
     python validation/launch_arguments.py sglang SGLANG_PYTHON_SOURCE
+    python validation/launch_arguments.py hf-trainer
     python validation/launch_arguments.py megatron MEGATRON_LM_SOURCE --check ARGS...
 
 `--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
@@ -36,6 +37,8 @@ none of the frameworks.
   VLLM_TARGET_DEVICE=cpu, so no GPU is needed to build it).
 - sglang: SGLang's own parser of `python -m sglang.launch_server`'s arguments
   (`ServerArgs.add_cli_args`), from a wheel's or checkout's `python/` folder.
+- hf-trainer: the installed transformers' `TrainingArguments` fields and `FSDPOption`
+  values, and the installed accelerate's config-file keys and `accelerate launch` options.
 
 The frameworks are for this script only, never a dependency of llmpar or its tests.
 """
@@ -122,6 +125,39 @@ def sglang(source: Path) -> dict[str, Any]:
             "how": "sglang/srt/server_args.py ServerArgs.add_cli_args("
                    "argparse.ArgumentParser()), every option string",
             "arguments": _parser_arguments(parser)}
+
+
+def hf_trainer() -> dict[str, Any]:
+    """The installed transformers' `TrainingArguments` fields (a dataclass: each name and
+    its annotated type) and `FSDPOption` values, and the installed accelerate's config
+    file keys (`ClusterConfig`'s fields) and `accelerate launch` options, whose names the
+    config's fsdp_config / deepspeed_config keys are (accelerate/commands/launch.py)."""
+    import dataclasses
+
+    import accelerate  # type: ignore[import-not-found]
+    import transformers  # type: ignore[import-not-found]
+    from accelerate.commands.config.config_args import ClusterConfig  # type: ignore[import-not-found]
+    from accelerate.commands.launch import launch_command_parser  # type: ignore[import-not-found]
+    from transformers import TrainingArguments  # type: ignore[import-not-found]
+    from transformers.trainer_utils import FSDPOption  # type: ignore[import-not-found]
+
+    def annotation(kind: Any) -> str:
+        return kind.__name__ if isinstance(kind, type) else str(kind)
+
+    options = sorted({option.lstrip("-") for action in launch_command_parser()._actions
+                      for option in action.option_strings
+                      if option.startswith("--") and "_" in option})
+    return {"framework": "Hugging Face Trainer + accelerate",
+            "version": f"transformers {transformers.__version__}, accelerate "
+                       f"{accelerate.__version__}", "commit": "",
+            "how": "the installed packages: dataclasses.fields(TrainingArguments), "
+                   "FSDPOption, dataclasses.fields(ClusterConfig) and the option strings "
+                   "of accelerate's launch_command_parser()",
+            "training_arguments": {f.name: annotation(f.type)
+                                   for f in dataclasses.fields(TrainingArguments)},
+            "fsdp_options": [option.value for option in FSDPOption],
+            "accelerate_config_keys": sorted(f.name for f in dataclasses.fields(ClusterConfig)),
+            "accelerate_launch_options": options}
 
 
 def megatron(source: Path, commit: str) -> dict[str, Any]:
@@ -261,7 +297,7 @@ def check_megatron(source: Path, files: list[Path]) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed",
-                                              "fsdp2", "vllm", "sglang"))
+                                              "fsdp2", "vllm", "sglang", "hf-trainer"))
     parser.add_argument("source", nargs="?", type=Path,
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
@@ -278,12 +314,13 @@ def main() -> int:
             else torchtitan(args.source, commit) if args.framework == "torchtitan"
             else vllm(args.source) if args.framework == "vllm"
             else sglang(args.source) if args.framework == "sglang"
+            else hf_trainer() if args.framework == "hf-trainer"
             else deepspeed() if args.framework == "deepspeed" else fsdp2())
     if args.framework in ("vllm", "sglang") and not data["commit"]:
         data["commit"] = commit
     name = {"megatron": "megatron-lm", "torchtitan": "torchtitan",
             "deepspeed": "deepspeed", "fsdp2": "pytorch-fsdp2", "vllm": "vllm",
-            "sglang": "sglang"}[args.framework]
+            "sglang": "sglang", "hf-trainer": "hf-trainer"}[args.framework]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
