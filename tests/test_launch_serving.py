@@ -189,3 +189,104 @@ def test_launch_and_import_through_the_cli(tmp_path: Path) -> None:
                  str(LLAMA), "-o", str(out)]) == 0
     session = Session(load_entry_points=False, environ={})
     assert session.evaluate(out).to_dict() == session.evaluate(LLAMA).to_dict()
+
+
+HF = json.loads((ROOT / "validation/data/launch/hf-trainer.json").read_text())
+
+
+def _decided(path: str, keys: set[str]) -> bool:
+    return any(path == k or path.startswith(k + ".") or k.startswith(path + ".")
+               for k in keys)
+
+
+def training_examples(session: Session) -> list[Path]:
+    return [path for path in EXAMPLES if session.load_spec(path).inference is None]
+
+
+def test_trainer_and_accelerate_keys_are_the_installed_classes_fields(
+        session: Session) -> None:
+    """TrainingArguments' fields and FSDPOption values; accelerate's config keys, and
+    its fsdp_config / deepspeed_config keys, which are `accelerate launch` options."""
+    from llmpar.launch.hf_trainer import _load
+
+    launch_options = set(HF["accelerate_launch_options"])
+    for path in training_examples(session):
+        launch = session.launch(path, "hf-trainer")
+        files = {file.name: file.text for file in launch.files}
+        arguments = json.loads(files["training_args.json"])
+        assert set(arguments) <= set(HF["training_arguments"]), path
+        assert set(arguments.get("fsdp", "").split()) <= set(HF["fsdp_options"])
+        assert {f"fsdp_{k}" for k in arguments.get("fsdp_config", {})} <= launch_options
+        config = _load(files["accelerate_config.yaml"], "accelerate_config.yaml")
+        assert set(config) <= set(HF["accelerate_config_keys"]), path
+        for section in ("fsdp_config", "deepspeed_config"):
+            assert set(config.get(section, {})) <= launch_options, (path, section)
+        assert config["num_processes"] == session.load_spec(path).hardware.num_gpus
+        words = shlex.split(launch.command)
+        assert words[:2] == ["accelerate", "launch"]
+        assert {w.lstrip("-") for w in words if w.startswith("--")} <= launch_options
+        if "deepspeed" in arguments:  # the ZeRO stage is the DeepSpeed config's
+            assert arguments["deepspeed"] in files
+
+
+def test_trainer_batch_is_micro_times_accumulation_times_gpus(session: Session) -> None:
+    """The Trainer's global batch: per_device_train_batch_size x
+    gradient_accumulation_steps x data ranks (transformers' Trainer)."""
+    spec = session.load_spec(ROOT / "specs/examples/llama-3-8b-fsdp-8-h100.toml")
+    arguments = json.loads(session.launch(spec, "hf-trainer").files[0].text)
+    assert arguments["fsdp"] == "full_shard auto_wrap"
+    assert (arguments["per_device_train_batch_size"] * arguments["gradient_accumulation_steps"]
+            * spec.hardware.num_gpus) == spec.training.global_batch_size
+
+
+@pytest.mark.parametrize("file", ["training_args.json", "accelerate_config.yaml"])
+def test_trainer_spec_launch_import_gives_the_same_plan(session: Session, file: str) -> None:
+    """Round trip over every shipped training example the Trainer can express; an example
+    is left out when a setting the importer decides was listed as not mapped (selective
+    recomputation, which the Trainer lacks)."""
+    reader = session.launch_targets.find("hf-trainer")
+    checked = []
+    for path in training_examples(session):
+        base = session.load_spec(path)
+        launch = session.launch(base, "hf-trainer")
+        text = {f.name: f.text for f in launch.files}[file]
+        read = reader.read(text, file, base)  # type: ignore[attr-defined]
+        if any(_decided(u.path.removeprefix("$."), set(read.settings))
+               for u in launch.unmapped):
+            continue
+        back = session.load_spec(spec_table(read, base))
+        assert session.evaluate(back).to_dict() == session.evaluate(base).to_dict(), path
+        checked.append(path.name)
+    assert len(checked) >= 11
+
+
+def test_trainer_import_reads_fsdp_and_deepspeed(session: Session) -> None:
+    base = session.load_spec(ROOT / "specs/examples/train-70b-h100.toml")
+    reader = session.launch_targets.find("trainer")
+    read = reader.read('{"per_device_train_batch_size": 2, "gradient_accumulation_steps": '  # type: ignore[attr-defined]
+                       '4, "bf16": true, "gradient_checkpointing": true, '
+                       '"fsdp": "full_shard auto_wrap", "fsdp_config": '
+                       '{"reshard_after_forward": false}}', "args.json", base)
+    assert read.settings["parallel.data.zero"] == 3 and read.settings["parallel.data.fsdp"]
+    assert read.settings["parallel.data.reshard_after_forward"] is False
+    assert read.settings["training.global_batch_size"] == 2 * 4 * base.hardware.num_gpus
+    assert read.settings["training.recompute"] == "full"
+    yaml = ("distributed_type: DEEPSPEED\nnum_processes: 16\nmixed_precision: bf16\n"
+            "deepspeed_config:\n  zero_stage: 2\n  offload_optimizer_device: none\n")
+    read = reader.read(yaml, "accelerate.yaml", base)  # type: ignore[attr-defined]
+    assert (read.settings["parallel.data.zero"], read.settings["hardware.num_gpus"]) == (2, 16)
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    ('{"per_device_train_batch_size": 0}', r"\$\.per_device_train_batch_size"),
+    ('{"fsdp": "full_shard wrap_everything_twice"}', r"\$\.fsdp: unknown FSDP options"),
+    ("distributed_type: XLA\n", r"\$\.distributed_type: llmpar reads"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n",
+     r"\$\.deepspeed_config\.zero_stage"),
+    ("distributed_type: FSDP\n- a list item\n", r"line 2"),
+    ("{not json", r"\$: not JSON"),
+])
+def test_a_bad_trainer_value_is_a_spec_error_naming_its_key(session: Session, text: str,
+                                                            path: str) -> None:
+    with pytest.raises(SpecError, match=path):
+        session.launch_targets.find("hf-trainer").read(text, "config")  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("file", help="the configuration file (- for stdin)")
     parser.add_argument("--from", dest="source_format", required=True, metavar="NAME",
                         help="its framework: a launch target that reads (megatron, torchtitan, "
-                             "deepspeed, vllm, sglang), or hf "
+                             "deepspeed, trainer, accelerate, vllm, sglang), or hf "
                              "for a Hugging Face config.json")
     parser.add_argument("--base", metavar="SPEC",
                         help="a spec whose hardware, run length and other settings fill "
