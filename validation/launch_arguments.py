@@ -12,7 +12,8 @@ none of the frameworks.
     python validation/launch_arguments.py megatron MEGATRON_LM_SOURCE --check ARGS...
 
 `--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
-`pretrain_gpt.args`) with Megatron-LM's own parser instead, and fails on any it rejects.
+`pretrain_gpt.args`; for vllm and sglang, the `serve.sh` lines) with the framework's own
+parser instead, and fails on any it rejects.
 
 - megatron: Megatron-LM's own parser. Its `megatron/training/arguments.py` is not in the
   megatron-core wheel, so it is imported from a checkout of NVIDIA/Megatron-LM
@@ -294,6 +295,45 @@ def check_megatron(source: Path, files: list[Path]) -> int:
     return 1 if failed else 0
 
 
+def check_server(framework: str, source: Path, files: list[Path]) -> int:
+    """Parse each `serve.sh` (what `llmpar launch --for vllm|sglang -o DIR` writes) with the
+    engine's own parser (argparse's checks: names, types, choices, counts), the shell's
+    variables given sample values as the shell would expand them."""
+    import os
+    import shlex
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    sys.path.insert(0, str(source))
+    failed = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for name, value in (("$MODEL", "model"), ("$NODE_RANK", "0"),
+                            ("$MASTER_ADDR", "127.0.0.1")):
+            text = text.replace(name, value)
+        words = [w for w in shlex.split(text, comments=True) if w != "#!/bin/sh"]
+        first = next(i for i, word in enumerate(words) if word.startswith("--"))
+        words = words[first:]
+        if framework == "vllm":
+            from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+            from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+            parser: argparse.ArgumentParser = FlexibleArgumentParser(exit_on_error=False)
+            AsyncEngineArgs.add_cli_args(parser)
+            words = ["--model", "model", *words]
+        else:
+            from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+
+            parser = argparse.ArgumentParser(exit_on_error=False)
+            ServerArgs.add_cli_args(parser)
+        try:
+            parser.parse_args(words)
+            print(f"{path}: accepted")
+        except (argparse.ArgumentError, SystemExit) as exc:
+            failed += 1
+            print(f"{path}: rejected: {exc}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed",
@@ -302,9 +342,11 @@ def main() -> int:
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
     parser.add_argument("--check", nargs="+", type=Path, metavar="ARGS",
-                        help="megatron: parse these argument files with Megatron-LM's "
-                             "parser instead of writing the data")
+                        help="megatron, vllm, sglang: parse these argument files or serve.sh "
+                             "lines with the framework's parser instead of writing the data")
     args = parser.parse_args()
+    if args.check and args.framework in ("vllm", "sglang"):
+        return check_server(args.framework, args.source, args.check)
     if args.check:
         return check_megatron(args.source, args.check)
     if args.framework in ("megatron", "torchtitan", "vllm", "sglang") and args.source is None:
