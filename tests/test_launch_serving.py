@@ -207,7 +207,7 @@ def test_trainer_and_accelerate_keys_are_the_installed_classes_fields(
         session: Session) -> None:
     """TrainingArguments' fields and FSDPOption values; accelerate's config keys, and
     its fsdp_config / deepspeed_config keys, which are `accelerate launch` options."""
-    from llmpar.launch.hf_trainer import _load
+    from llmpar.launch.hf_trainer import load_mapping
 
     launch_options = set(HF["accelerate_launch_options"])
     for path in training_examples(session):
@@ -217,7 +217,7 @@ def test_trainer_and_accelerate_keys_are_the_installed_classes_fields(
         assert set(arguments) <= set(HF["training_arguments"]), path
         assert set(arguments.get("fsdp", "").split()) <= set(HF["fsdp_options"])
         assert {f"fsdp_{k}" for k in arguments.get("fsdp_config", {})} <= launch_options
-        config = _load(files["accelerate_config.yaml"], "accelerate_config.yaml")
+        config = load_mapping(files["accelerate_config.yaml"], "accelerate_config.yaml")
         assert set(config) <= set(HF["accelerate_config_keys"]), path
         for section in ("fsdp_config", "deepspeed_config"):
             assert set(config.get(section, {})) <= launch_options, (path, section)
@@ -290,3 +290,62 @@ def test_a_bad_trainer_value_is_a_spec_error_naming_its_key(session: Session, te
                                                             path: str) -> None:
     with pytest.raises(SpecError, match=path):
         session.launch_targets.find("hf-trainer").read(text, "config")  # type: ignore[attr-defined]
+
+
+MEGATRON = json.loads((ROOT / "validation/data/launch/megatron-lm.json").read_text())
+
+
+def stored_namespace(command: str) -> dict[str, object]:
+    """The `args` Megatron-LM stores for these flags: each under its parser dest
+    (validation/data/launch/megatron-lm.json), a switch as its stored bool, a number as
+    a number, plus arguments llmpar does not model and the run's world size."""
+    from llmpar.launch.megatron import split_arguments
+
+    stored: dict[str, object] = {"lr": 3e-4, "seed": 1234, "params_dtype": "torch.bfloat16",
+                                 "data_path": None}
+    for flag, values in split_arguments(command, "<launch>").items():
+        accepted = MEGATRON["arguments"][flag]
+        if accepted["switch"]:
+            stored_false = flag in ("--disable-bias-linear", "--no-overlap-p2p-communication")
+            stored[accepted["dest"]] = not stored_false
+            continue
+        typed = [int(v) if accepted["type"] == "int" else float(v)
+                 if accepted["type"] == "float" else v for v in values]
+        stored[accepted["dest"]] = typed if accepted["nargs"] is not None else typed[0]
+    return stored
+
+
+def test_a_checkpoints_stored_args_import_to_the_same_plan(session: Session) -> None:
+    """spec -> Megatron flags -> the namespace a checkpoint stores (as JSON) -> import ->
+    the same plan, for every shipped training example Megatron-LM can express."""
+    reader = session.launch_targets.find("megatron")
+    checked = []
+    for path in training_examples(session):
+        base = session.load_spec(path)
+        launch = session.launch(base, "megatron")
+        stored = stored_namespace(launch.files[0].text)
+        stored["world_size"] = base.hardware.num_gpus
+        read = reader.read(json.dumps(stored), "args.json", base)  # type: ignore[attr-defined]
+        decided = set(read.owned) | set(read.settings)
+        if any(_decided(u.path.removeprefix("$."), decided) for u in launch.unmapped):
+            continue
+        back = session.load_spec(spec_table(read, base))
+        assert session.evaluate(back).to_dict() == session.evaluate(base).to_dict(), path
+        checked.append(path.name)
+    assert len(checked) >= 13 and "gpt3-175b-1024-a100.toml" in checked
+
+
+def test_stored_args_in_yaml_and_their_errors_name_the_stored_key(session: Session) -> None:
+    reader = session.launch_targets.find("megatron")
+    yaml = ("num_layers: 32\nhidden_size: 4096\nnum_attention_heads: 32\nswiglu: true\n"
+            "add_bias_linear: false\ntensor_model_parallel_size: 4\nworld_size: 32\n"
+            "lr: 0.0003\n")
+    read = reader.read(yaml, "args.yaml")  # type: ignore[attr-defined]
+    assert read.settings["parallel.tensor.degree"] == 4
+    assert read.settings["hardware.num_gpus"] == 32
+    assert read.settings["model.linear_bias"] is False
+    assert any("lr" in note for note in read.notes)
+    with pytest.raises(SpecError, match=r"\$\.num_layers: expected an integer"):
+        reader.read('{"num_layers": "many"}', "args.json")  # type: ignore[attr-defined]
+    with pytest.raises(SpecError, match=r"\$\.world_size"):
+        reader.read('{"num_layers": 2, "world_size": 0}', "args.json")  # type: ignore[attr-defined]

@@ -172,7 +172,7 @@ class HfTrainerTarget:
                       command=launcher, unmapped=ledger.unmapped(), notes=tuple(notes))
 
     def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
-        table = _load(text, source)
+        table = load_mapping(text, source)
         if "distributed_type" in table:
             return read_accelerate(table, source, base)
         return read_training_arguments(table, source, base)
@@ -221,7 +221,7 @@ def _yaml_scalar(text: str) -> Any:
     return text
 
 
-def _load(text: str, source: str) -> dict[str, Any]:
+def load_mapping(text: str, source: str) -> dict[str, Any]:
     """A JSON object, or the block YAML an accelerate config is: `key: value` lines and
     one level of nested mappings; anything else is a Problem naming its line."""
     if text.lstrip().startswith("{"):
