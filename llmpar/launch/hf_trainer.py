@@ -96,6 +96,9 @@ class HfTrainerTarget:
         ledger.take("training.recompute")
         ledger.cannot("training.recompute_layers", "the Trainer checkpoints every layer")
         ledger.cannot("training.activation_offload_layers", "not a Trainer setting")
+        ledger.cannot("finetune", "the adapter is peft's config (LoraConfig: r, lora_alpha, "
+                      "lora_dropout, target_modules), given to your model, not to the "
+                      "Trainer")
         for name in ("tensor", "pipeline", "context", "expert"):
             if layout.degree(name) > 1:
                 ledger.cannot(f"parallel.{name}", "the Trainer and accelerate's FSDP and "

@@ -107,7 +107,8 @@ class SglangTarget:
         arguments.append(("--context-length", str(inference.context_tokens)))
         if inference.continuous:
             seqs = inference.engine.max_num_seqs if inference.engine is not None else None
-        else:  # the engine's whole batch: each attention replica's, times the replicas
+        else:  # the engine's whole batch: SGLang 0.5.23 gives each attention replica
+            # max_running_requests // attn_dp_size (model_executor/pool_configurator.py)
             seqs = inference.batch_size * (data if attention_dp else 1)
         if seqs is not None:
             arguments.append(("--max-running-requests", str(seqs)))
