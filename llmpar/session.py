@@ -284,8 +284,12 @@ class Session:
     def launch(self, source: SpecSource | Spec, target: str | None = None,
                overrides: Mapping[str, Any] | None = None) -> Launch:
         """What framework `target` (a name or alias; default: the spec's `[training]
-        framework`, else megatron-core) needs to run the spec's plan."""
+        framework`, else megatron-core; a serving spec's `[inference] engine`, else vllm)
+        needs to run the spec's plan."""
         spec, layout = self._checked(source, overrides)
+        if target is None and spec.inference is not None:
+            engine = spec.inference.engine
+            target = engine.name if engine is not None else "vllm"
         chosen = self.launch_targets.find(target or spec.training.profile.name)
         return chosen.launch(spec, layout)
 

@@ -6,10 +6,14 @@ none of the frameworks.
     python validation/launch_arguments.py torchtitan TORCHTITAN_SOURCE
     python validation/launch_arguments.py deepspeed
     python validation/launch_arguments.py fsdp2
+    python validation/launch_arguments.py vllm VLLM_SOURCE
+    python validation/launch_arguments.py sglang SGLANG_PYTHON_SOURCE
+    python validation/launch_arguments.py hf-trainer
     python validation/launch_arguments.py megatron MEGATRON_LM_SOURCE --check ARGS...
 
 `--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
-`pretrain_gpt.args`) with Megatron-LM's own parser instead, and fails on any it rejects.
+`pretrain_gpt.args`; for vllm and sglang, the `serve.sh` lines) with the framework's own
+parser instead, and fails on any it rejects.
 
 - megatron: Megatron-LM's own parser. Its `megatron/training/arguments.py` is not in the
   megatron-core wheel, so it is imported from a checkout of NVIDIA/Megatron-LM
@@ -28,6 +32,14 @@ none of the frameworks.
   and torchrun's options (`torch.distributed.run.get_args_parser`), which every torchrun
   line llmpar writes uses. The deepspeed data also lists the `deepspeed` launcher's options
   (`deepspeed.launcher.runner.parse_args`).
+- vllm: vLLM's own parser of `vllm serve`'s engine arguments
+  (`AsyncEngineArgs.add_cli_args`), imported from the sources of a vLLM wheel or checkout
+  (VLLM_SOURCE, with torch and vLLM's Python dependencies installed; the script sets
+  VLLM_TARGET_DEVICE=cpu, so no GPU is needed to build it).
+- sglang: SGLang's own parser of `python -m sglang.launch_server`'s arguments
+  (`ServerArgs.add_cli_args`), from a wheel's or checkout's `python/` folder.
+- hf-trainer: the installed transformers' `TrainingArguments` fields and `FSDPOption`
+  values, and the installed accelerate's config-file keys and `accelerate launch` options.
 
 The frameworks are for this script only, never a dependency of llmpar or its tests.
 """
@@ -59,14 +71,12 @@ def _type_name(kind: Any) -> str | None:
     return getattr(kind, "__name__", type(kind).__name__)
 
 
-def megatron(source: Path, commit: str) -> dict[str, Any]:
-    sys.path.insert(0, str(source))
-    from megatron.core import package_info  # type: ignore[import-not-found]
-    from megatron.training.arguments import add_megatron_arguments  # type: ignore[import-not-found]
-
-    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+def _parser_arguments(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Every `--` option string of an argparse parser with its dest, whether it is a
+    switch (takes no value), its type's name, nargs and choices: the parser's own record
+    of its arguments."""
     found: dict[str, Any] = {}
-    for action in parser._actions:  # the parser's own record of its arguments
+    for action in parser._actions:
         for option in action.option_strings:
             if not option.startswith("--"):
                 continue
@@ -76,9 +86,88 @@ def megatron(source: Path, commit: str) -> dict[str, Any]:
                 "switch": switch,
                 "type": None if switch else (_type_name(action.type) or "str"),
                 "nargs": action.nargs if isinstance(action.nargs, (str, int)) else None,
-                "choices": ([str(c) for c in action.choices]
+                "choices": ([str(c) for c in action.choices if c is not None]
                             if action.choices is not None else None),
             }
+    return dict(sorted(found.items()))
+
+
+def vllm(source: Path) -> dict[str, Any]:
+    """`vllm serve`'s engine arguments: `AsyncEngineArgs.add_cli_args` on vLLM's own
+    parser, from a wheel's or checkout's sources (VLLM_TARGET_DEVICE=cpu builds it
+    without a GPU; torch and vLLM's Python dependencies installed)."""
+    import os
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    sys.path.insert(0, str(source))
+    import vllm as package  # type: ignore[import-not-found]
+    from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+    parser = FlexibleArgumentParser()
+    AsyncEngineArgs.add_cli_args(parser)
+    return {"framework": "vLLM", "version": package.__version__, "commit": "",
+            "how": "vllm/engine/arg_utils.py AsyncEngineArgs.add_cli_args("
+                   "FlexibleArgumentParser()), every option string",
+            "arguments": _parser_arguments(parser)}
+
+
+def sglang(source: Path) -> dict[str, Any]:
+    """`python -m sglang.launch_server`'s arguments: `ServerArgs.add_cli_args` on an
+    argparse parser, from a wheel's or checkout's `python/` sources (no GPU needed; torch
+    and SGLang's Python dependencies installed)."""
+    sys.path.insert(0, str(source))
+    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+    from sglang.version import __version__  # type: ignore[import-not-found]
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return {"framework": "SGLang", "version": __version__, "commit": "",
+            "how": "sglang/srt/server_args.py ServerArgs.add_cli_args("
+                   "argparse.ArgumentParser()), every option string",
+            "arguments": _parser_arguments(parser)}
+
+
+def hf_trainer() -> dict[str, Any]:
+    """The installed transformers' `TrainingArguments` fields (a dataclass: each name and
+    its annotated type) and `FSDPOption` values, and the installed accelerate's config
+    file keys (`ClusterConfig`'s fields) and `accelerate launch` options, whose names the
+    config's fsdp_config / deepspeed_config keys are (accelerate/commands/launch.py)."""
+    import dataclasses
+
+    import accelerate  # type: ignore[import-not-found]
+    import transformers  # type: ignore[import-not-found]
+    from accelerate.commands.config.config_args import ClusterConfig  # type: ignore[import-not-found]
+    from accelerate.commands.launch import launch_command_parser  # type: ignore[import-not-found]
+    from transformers import TrainingArguments  # type: ignore[import-not-found]
+    from transformers.trainer_utils import FSDPOption  # type: ignore[import-not-found]
+
+    def annotation(kind: Any) -> str:
+        return kind.__name__ if isinstance(kind, type) else str(kind)
+
+    options = sorted({option.lstrip("-") for action in launch_command_parser()._actions
+                      for option in action.option_strings
+                      if option.startswith("--") and "_" in option})
+    return {"framework": "Hugging Face Trainer + accelerate",
+            "version": f"transformers {transformers.__version__}, accelerate "
+                       f"{accelerate.__version__}", "commit": "",
+            "how": "the installed packages: dataclasses.fields(TrainingArguments), "
+                   "FSDPOption, dataclasses.fields(ClusterConfig) and the option strings "
+                   "of accelerate's launch_command_parser()",
+            "training_arguments": {f.name: annotation(f.type)
+                                   for f in dataclasses.fields(TrainingArguments)},
+            "fsdp_options": [option.value for option in FSDPOption],
+            "accelerate_config_keys": sorted(f.name for f in dataclasses.fields(ClusterConfig)),
+            "accelerate_launch_options": options}
+
+
+def megatron(source: Path, commit: str) -> dict[str, Any]:
+    sys.path.insert(0, str(source))
+    from megatron.core import package_info  # type: ignore[import-not-found]
+    from megatron.training.arguments import add_megatron_arguments  # type: ignore[import-not-found]
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    found = _parser_arguments(parser)
     return {"framework": "Megatron-LM", "version": package_info.__version__,
             "commit": commit, "how": "megatron/training/arguments.py "
             "add_megatron_arguments(argparse.ArgumentParser()), every option string",
@@ -206,27 +295,74 @@ def check_megatron(source: Path, files: list[Path]) -> int:
     return 1 if failed else 0
 
 
+def check_server(framework: str, source: Path, files: list[Path]) -> int:
+    """Parse each `serve.sh` (what `llmpar launch --for vllm|sglang -o DIR` writes) with the
+    engine's own parser (argparse's checks: names, types, choices, counts), the shell's
+    variables given sample values as the shell would expand them."""
+    import os
+    import shlex
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    sys.path.insert(0, str(source))
+    failed = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for name, value in (("$MODEL", "model"), ("$NODE_RANK", "0"),
+                            ("$MASTER_ADDR", "127.0.0.1")):
+            text = text.replace(name, value)
+        words = [w for w in shlex.split(text, comments=True) if w != "#!/bin/sh"]
+        first = next(i for i, word in enumerate(words) if word.startswith("--"))
+        words = words[first:]
+        if framework == "vllm":
+            from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+            from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]
+
+            parser: argparse.ArgumentParser = FlexibleArgumentParser(exit_on_error=False)
+            AsyncEngineArgs.add_cli_args(parser)
+            words = ["--model", "model", *words]
+        else:
+            from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+
+            parser = argparse.ArgumentParser(exit_on_error=False)
+            ServerArgs.add_cli_args(parser)
+        try:
+            parser.parse_args(words)
+            print(f"{path}: accepted")
+        except (argparse.ArgumentError, SystemExit) as exc:
+            failed += 1
+            print(f"{path}: rejected: {exc}")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("framework", choices=("megatron", "torchtitan", "deepspeed",
-                                                       "fsdp2"))
+                                              "fsdp2", "vllm", "sglang", "hf-trainer"))
     parser.add_argument("source", nargs="?", type=Path,
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
     parser.add_argument("--check", nargs="+", type=Path, metavar="ARGS",
-                        help="megatron: parse these argument files with Megatron-LM's "
-                             "parser instead of writing the data")
+                        help="megatron, vllm, sglang: parse these argument files or serve.sh "
+                             "lines with the framework's parser instead of writing the data")
     args = parser.parse_args()
+    if args.check and args.framework in ("vllm", "sglang"):
+        return check_server(args.framework, args.source, args.check)
     if args.check:
         return check_megatron(args.source, args.check)
-    if args.framework in ("megatron", "torchtitan") and args.source is None:
+    if args.framework in ("megatron", "torchtitan", "vllm", "sglang") and args.source is None:
         parser.error(f"{args.framework} needs the path of its source checkout")
     commit = args.commit or (_git_commit(args.source) if args.source else "")
     data = (megatron(args.source, commit) if args.framework == "megatron"
             else torchtitan(args.source, commit) if args.framework == "torchtitan"
+            else vllm(args.source) if args.framework == "vllm"
+            else sglang(args.source) if args.framework == "sglang"
+            else hf_trainer() if args.framework == "hf-trainer"
             else deepspeed() if args.framework == "deepspeed" else fsdp2())
+    if args.framework in ("vllm", "sglang") and not data["commit"]:
+        data["commit"] = commit
     name = {"megatron": "megatron-lm", "torchtitan": "torchtitan",
-            "deepspeed": "deepspeed", "fsdp2": "pytorch-fsdp2"}[args.framework]
+            "deepspeed": "deepspeed", "fsdp2": "pytorch-fsdp2", "vllm": "vllm",
+            "sglang": "sglang", "hf-trainer": "hf-trainer"}[args.framework]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")

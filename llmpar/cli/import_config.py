@@ -18,17 +18,18 @@ from llmpar.session import Session
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "import", help="a spec from a framework configuration (Megatron-LM arguments, a "
-                       "torchtitan TOML, a DeepSpeed JSON)",
+                       "torchtitan TOML, a DeepSpeed JSON, a vLLM or SGLang command line)",
         description="Read a framework configuration (a Megatron-LM argument list: a file of "
                     "arguments or a launcher line; a torchtitan job TOML; a DeepSpeed config "
-                    "JSON) into a v1 spec. A configuration carries "
+                    "JSON; a vllm serve or sglang.launch_server command line) into a v1 "
+                    "spec. A configuration carries "
                     "no cluster or run length: they come from --base SPEC (whose other "
                     "settings are kept where the configuration does not state them), or "
                     "from --cluster and --num-gpus. --from hf is `llmpar import-hf`.")
     parser.add_argument("file", help="the configuration file (- for stdin)")
     parser.add_argument("--from", dest="source_format", required=True, metavar="NAME",
                         help="its framework: a launch target that reads (megatron, torchtitan, "
-                             "deepspeed), or hf "
+                             "deepspeed, trainer, accelerate, vllm, sglang), or hf "
                              "for a Hugging Face config.json")
     parser.add_argument("--base", metavar="SPEC",
                         help="a spec whose hardware, run length and other settings fill "

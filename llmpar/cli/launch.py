@@ -15,14 +15,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "launch", help="the framework arguments and launcher line that run a spec's plan",
         description="Write what a framework needs to run the spec's layout: Megatron-LM "
                     "pretrain_gpt.py arguments, a torchtitan job TOML, a DeepSpeed config "
-                    "JSON, each with its launcher line. Every setting of the spec the "
+                    "JSON, each with its launcher line; for a serving spec, the vllm serve "
+                    "or sglang.launch_server command line. Every setting of the spec the "
                     "framework cannot express is listed, never dropped. Targets come from "
                     "plugins (llmpar_launch_targets); `llmpar plugins` lists them.")
     add_spec_arguments(parser)
     parser.add_argument("--for", dest="target", metavar="NAME",
                         help="the framework (a launch target's name or alias, e.g. "
-                             "megatron, torchtitan, deepspeed); default: the spec's "
-                             "[training] framework, else megatron-core")
+                             "megatron, torchtitan, deepspeed, vllm, sglang); default: the "
+                             "spec's [training] framework, else megatron-core; a serving "
+                             "spec's [inference] engine, else vllm")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="write the files into DIR (made if missing) instead of "
                              "printing them")

@@ -8,9 +8,12 @@ from collections.abc import Callable
 from llmpar.hookspecs import hookimpl
 from llmpar.launch.deepspeed import DeepSpeedTarget
 from llmpar.launch.fsdp2 import Fsdp2Target
+from llmpar.launch.hf_trainer import HfTrainerTarget
 from llmpar.launch.megatron import MegatronTarget
+from llmpar.launch.sglang import SglangTarget
 from llmpar.launch.target import LaunchTarget
 from llmpar.launch.torchtitan import TorchtitanTarget
+from llmpar.launch.vllm import VllmTarget
 
 
 @hookimpl
@@ -19,3 +22,6 @@ def llmpar_launch_targets(register: Callable[[LaunchTarget], None]) -> None:
     register(TorchtitanTarget())
     register(DeepSpeedTarget())
     register(Fsdp2Target())
+    register(HfTrainerTarget())
+    register(VllmTarget())
+    register(SglangTarget())

@@ -93,6 +93,10 @@ class MegatronTarget:
             notes=tuple(notes))
 
     def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
+        from llmpar.launch.megatron_args import is_namespace, read_namespace
+
+        if is_namespace(text):  # a dump of the args a checkpoint stores
+            return read_namespace(text, source, base)
         return read_arguments(text, source, base)
 
 

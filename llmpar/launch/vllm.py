@@ -1,0 +1,262 @@
+"""vLLM: the `vllm serve` command line for a serving spec, and reading one back.
+
+Flags follow vLLM's own engine-argument parser (`AsyncEngineArgs.add_cli_args`,
+vllm/engine/arg_utils.py, whose flags come from the fields of vllm/config/parallel.py,
+cache.py, scheduler.py and model.py) of the version recorded in
+`validation/data/launch/vllm.json`, against which the tests check every line written.
+Layout (vllm/config/parallel.py): tensor x pipeline GPUs serve one engine replica, data
+is the number of replicas; with --enable-expert-parallel the routed experts are split
+over the tensor x data ranks (EP = TP x DP), the attention staying data-parallel.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from llmpar.errors import Problem
+from llmpar.launch.common import Argument, command_line
+from llmpar.launch.serving import (
+    Words,
+    keep_filled_data,
+    server_words,
+    serving_only,
+    set_degree,
+    take_workload,
+)
+from llmpar.launch.settings import Ledger
+from llmpar.launch.target import Launch, LaunchFile, ReadSettings
+from llmpar.spec import Spec
+from llmpar.strategy import Layout
+
+VERSION = "vLLM 0.33.0"
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+KV_DTYPES = {"fp8": "fp8"}
+"""vLLM's `--kv-cache-dtype` (CacheDType, vllm/config/cache.py); a cache in the model's own
+format is "auto"."""
+DISPATCHERS = {"deepep": "deepep_high_throughput"}
+"""llmpar's expert dispatcher to vLLM's `--all2all-backend`; DeepEP's low-latency kernels
+are vLLM's deepep_low_latency, for decode-only deployments."""
+
+
+def _speculative_method(spec: Spec) -> str:
+    """vLLM's method for a draft head: a model that ships its own multi-token prediction
+    module (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2) runs it as "mtp", any other an EAGLE
+    head (Li et al. 2024, arXiv:2401.15077)."""
+    return "mtp" if spec.model.name.startswith("deepseek-v3") else "eagle"
+
+
+@attrs.frozen
+class VllmTarget:
+    """The `vllm serve` command line."""
+
+    name: str = "vllm"
+    aliases: tuple[str, ...] = ("vllm-serve",)
+    description: str = "the vllm serve command line of a serving spec"
+
+    def launch(self, spec: Spec, layout: Layout) -> Launch:
+        inference = serving_only(spec, self.name)
+        ledger = Ledger(spec, "vLLM")
+        take_workload(ledger)
+        notes: list[str] = []
+        tensor, pipeline, data = (layout.degree(n) for n in ("tensor", "pipeline", "data"))
+        expert = layout.degree("expert")
+        arguments: list[Argument] = [("--tensor-parallel-size", str(tensor))]
+        if pipeline > 1:
+            arguments.append(("--pipeline-parallel-size", str(pipeline)))
+        if data > 1:
+            arguments.append(("--data-parallel-size", str(data)))
+        ledger.take("parallel.tensor", "parallel.pipeline", "parallel.data")
+        if expert > 1:
+            if expert == tensor * data:
+                arguments.append(("--enable-expert-parallel", None))
+                ledger.take("parallel.expert.degree")
+            else:
+                ledger.cannot("parallel.expert.degree", f"vLLM splits the experts over "
+                              f"tensor x data ranks ({tensor * data}), not {expert}", expert)
+            dispatcher = spec.parallel["expert"].dispatcher
+            if dispatcher in DISPATCHERS:
+                arguments.append(("--all2all-backend", DISPATCHERS[dispatcher]))
+            ledger.take("parallel.expert")
+        elif "expert" in spec.parallel:
+            ledger.take("parallel.expert")
+        for name in ("context", "sequence"):
+            if layout.degree(name) > 1 or name in spec.parallel:
+                ledger.cannot(f"parallel.{name}", "not mapped to vLLM's context parallelism "
+                              "(--decode-context-parallel-size splits only the decode "
+                              "cache)")
+        activations = spec.precision.activations
+        if activations in DTYPES:
+            arguments.append(("--dtype", DTYPES[activations]))
+        if inference.weights == "fp8":
+            arguments.append(("--quantization", "fp8"))
+        elif inference.weights not in DTYPES:
+            notes.append(f"{inference.weights} weights: vLLM reads the quantization from "
+                         "the checkpoint's config (serve an AWQ/GPTQ, NVFP4 or MXFP4 "
+                         "checkpoint)")
+        ledger.take("inference.weights")
+        if inference.kv_cache == activations:
+            arguments.append(("--kv-cache-dtype", "auto"))
+        elif inference.kv_cache in KV_DTYPES:
+            arguments.append(("--kv-cache-dtype", KV_DTYPES[inference.kv_cache]))
+        ledger.cannot("inference.kv_cache", "vLLM keeps the cache in the model's format "
+                      "or fp8", inference.kv_cache if inference.kv_cache != activations
+                      and inference.kv_cache not in KV_DTYPES else None)
+        arguments.append(("--max-model-len", str(inference.context_tokens)))
+        if inference.continuous:
+            seqs = inference.engine.max_num_seqs if inference.engine is not None else None
+            if seqs is not None:
+                arguments.append(("--max-num-seqs", str(seqs)))
+        else:
+            arguments.append(("--max-num-seqs", str(inference.batch_size)))
+        ledger.take("inference.batch_size")
+        chunk = inference.prefill_chunk_tokens
+        if chunk is None and inference.continuous and inference.engine is not None:
+            chunk = inference.engine.max_num_batched_tokens
+        if chunk is not None:
+            arguments.append(("--max-num-batched-tokens", str(chunk)))
+        else:  # every prompt of a step prefilled whole
+            arguments.append(("--disable-chunked-prefill", None))
+            arguments.append(("--max-num-batched-tokens", str(max(
+                inference.batch_size * inference.prompt_tokens, inference.context_tokens))))
+        ledger.take("inference.prefill_chunk_tokens")
+        arguments.append(("--gpu-memory-utilization", f"{inference.memory_utilization:g}"))
+        ledger.take("inference.memory_utilization")
+        if inference.kv_block_tokens is not None:
+            arguments.append(("--block-size", str(inference.kv_block_tokens)))
+        else:
+            notes.append("vLLM pages the cache in blocks (16 tokens unless --block-size); "
+                         "the plan counts exactly the tokens held")
+        ledger.take("inference.kv_block_tokens")
+        if inference.prefix_cache_hit_rate > 0:
+            arguments.append(("--enable-prefix-caching", None))
+        if inference.sliding_window is False and spec.model.sliding_window is not None:
+            arguments.append(("--disable-sliding-window", None))
+        ledger.take("inference.sliding_window")
+        if not inference.cuda_graphs:
+            arguments.append(("--enforce-eager", None))
+        ledger.take("inference.cuda_graphs")
+        if inference.two_batch_overlap:
+            arguments.append(("--enable-dbo", None))
+        ledger.take("inference.two_batch_overlap")
+        speculative = inference.speculative
+        if speculative is not None:
+            config = {"method": _speculative_method(spec),
+                      "num_speculative_tokens": speculative.draft_tokens}
+            arguments.append(("--speculative-config", json.dumps(config)))
+            ledger.take("inference.speculative")
+            if speculative.draft_layers != 1:
+                ledger.cannot("inference.speculative.draft_layers", "vLLM's EAGLE and MTP "
+                              "heads are the checkpoint's own", speculative.draft_layers)
+        ledger.cannot("inference.disaggregated", "two vLLM deployments (prefill and "
+                      "decode) joined by a KV connector (--kv-transfer-config): this line "
+                      "serves one pool's layout")
+        hardware = spec.hardware
+        if tensor * pipeline > hardware.gpus_per_node:
+            notes.append("a replica spans nodes: start a Ray cluster over them first")
+        elif data > 1 and hardware.num_nodes > 1:
+            notes.append("data-parallel replicas on several nodes: add --data-parallel-size-"
+                         "local, --data-parallel-address and --data-parallel-start-rank on "
+                         "each node")
+        notes.append(f"$MODEL is the checkpoint of {spec.model.name or 'the model'} (a "
+                     "Hugging Face repository or a path)")
+        if inference.prefix_cache_hit_rate > 0:
+            notes.append(f"the prefix cache's hit rate "
+                         f"({inference.prefix_cache_hit_rate:g}) is the requests', not a "
+                         "setting")
+        command = command_line('vllm serve "$MODEL"', arguments)
+        return Launch(target=self.name, framework_version=VERSION,
+                      files=(LaunchFile("serve.sh", f"#!/bin/sh\n{command}\n",
+                                        "the vllm serve line", in_command=True),),
+                      command=command, unmapped=ledger.unmapped(), notes=tuple(notes))
+
+    def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
+        return read_command(text, source, base)
+
+
+def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettings:
+    """Spec settings from a `vllm serve` line (or its flags): the layout, the formats, the
+    batch, the prefill chunk, the cache's blocks and the memory share; a malformed value is
+    a Problem naming its flag, a flag llmpar does not model a note."""
+    words = Words(server_words(text, source), source)
+    settings: dict[str, Any] = {}
+    tensor = words.integer("--tensor-parallel-size") or 1
+    pipeline = words.integer("--pipeline-parallel-size") or 1
+    data = words.integer("--data-parallel-size") or 1
+    set_degree(settings, base, "tensor", tensor)
+    set_degree(settings, base, "pipeline", pipeline)
+    if not keep_filled_data(base, data, tensor * pipeline):
+        set_degree(settings, base, "data", data)
+    if words.switch("--enable-expert-parallel"):
+        settings["parallel.expert.degree"] = tensor * data
+        backend = words.choice("--all2all-backend", {
+            **{v: k for k, v in DISPATCHERS.items()}, "deepep_low_latency": "deepep"})
+        if backend is not None:
+            settings["parallel.expert.dispatcher"] = backend
+    elif base is not None and "expert" in base.parallel:
+        settings["parallel.expert"] = None
+    dtype = words.choice("--dtype", {v: k for k, v in DTYPES.items()})
+    if dtype is not None:
+        for key in ("weights", "activations", "compute"):
+            settings[f"precision.{key}"] = dtype
+    quantization = words.text("--quantization")
+    if quantization == "fp8":
+        settings["inference.weights"] = "fp8"
+    elif quantization in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
+        settings["inference.weights"] = "int4"
+    elif quantization is not None:
+        words.problems.append(Problem("$.--quantization", "llmpar reads fp8, awq, "
+                                      f"awq_marlin, gptq or gptq_marlin, got {quantization!r}"))
+    kv = words.choice("--kv-cache-dtype", {"auto": None, "fp8": "fp8", "fp8_e4m3": "fp8",
+                                           "fp8_e5m2": "fp8", "bfloat16": "bf16",
+                                           "float16": "fp16"})
+    if "--kv-cache-dtype" in words.found:
+        model_format = dtype or (base.precision.activations if base is not None else "bf16")
+        settings["inference.kv_cache"] = kv or model_format
+    words.integer("--max-model-len")  # the requests' lengths are the workload's
+    seqs = words.integer("--max-num-seqs")
+    continuous = base is not None and base.inference is not None and base.inference.continuous
+    if seqs is not None and not continuous:
+        settings["inference.batch_size"] = seqs
+    tokens = words.integer("--max-num-batched-tokens")
+    if words.switch("--disable-chunked-prefill"):
+        settings["inference.prefill_chunk_tokens"] = None
+    elif tokens is not None:
+        engine = base.inference.engine if base is not None and base.inference else None
+        default = engine.max_num_batched_tokens if engine is not None else None
+        settings["inference.prefill_chunk_tokens"] = (None if continuous and tokens == default
+                                                      else tokens)
+    memory = words.fraction("--gpu-memory-utilization")
+    if memory is not None:
+        settings["inference.memory_utilization"] = memory
+    block = words.integer("--block-size")
+    if block is not None:
+        settings["inference.kv_block_tokens"] = block
+    if words.switch("--enforce-eager"):
+        settings["inference.cuda_graphs"] = False
+    settings["inference.two_batch_overlap"] = words.switch("--enable-dbo") or None
+    if words.switch("--disable-sliding-window"):
+        settings["inference.sliding_window"] = False
+    words.switch("--enable-prefix-caching")
+    speculative = words.text("--speculative-config")
+    if speculative is not None:
+        _read_speculative(speculative, words, settings)
+    words.done()
+    return ReadSettings(settings=settings, notes=words.ignored())
+
+
+def _read_speculative(text: str, words: Words, settings: dict[str, Any]) -> None:
+    try:
+        config = json.loads(text)
+        tokens = config["num_speculative_tokens"]
+    except (json.JSONDecodeError, TypeError, KeyError):
+        words.problems.append(Problem("$.--speculative-config", "expected JSON with "
+                                      f"num_speculative_tokens, got {text!r}"))
+        return
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        words.problems.append(Problem("$.--speculative-config.num_speculative_tokens",
+                                      f"expected an integer >= 1, got {tokens!r}"))
+        return
+    settings["inference.speculative.draft_tokens"] = tokens
