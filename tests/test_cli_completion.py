@@ -52,7 +52,7 @@ def test_every_command_and_option_completes(script):
 def test_choices_and_examples_complete(script):
     assert complete(script, "sea") == ["search"]
     assert complete(script, "search", "--objective", "") == [
-        "step_time", "tokens_per_second_per_gpu", "cost", "memory"]
+        "step_time", "tokens_per_second_per_gpu", "cost", "memory", "gpus"]
     assert complete(script, "evaluate", "gpt3") == ["gpt3-175b-1024-a100"]
     assert "waterfall" in complete(script, "plot", "")
 
