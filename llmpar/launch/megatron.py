@@ -29,6 +29,7 @@ from llmpar.launch.common import (
     torchrun,
     training_only,
 )
+from llmpar.launch.flags import Words
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
 from llmpar.placement import RANK_ORDER
@@ -454,55 +455,7 @@ def split_arguments(text: str, source: str) -> dict[str, list[str]]:
     return found
 
 
-@attrs.define
-class _Reader:
-    """Turns one argument list into spec settings, collecting every problem."""
-
-    found: dict[str, list[str]]
-    source: str
-    problems: list[Problem] = attrs.field(factory=list)
-
-    def switch(self, flag: str) -> bool:
-        if flag not in self.found:
-            return False
-        if self.found[flag]:
-            self.problems.append(Problem(f"$.{flag}", f"is a switch and takes no value, got "
-                                                      f"{' '.join(self.found[flag])!r}"))
-        return True
-
-    def text(self, flag: str) -> str | None:
-        values = self.found.get(flag)
-        if values is None:
-            return None
-        if len(values) != 1:
-            self.problems.append(Problem(f"$.{flag}", f"expected one value, got {values!r}"))
-            return None
-        return values[0]
-
-    def integer(self, flag: str) -> int | None:
-        value = self.text(flag)
-        if value is None:
-            return None
-        try:
-            number = int(value)
-        except ValueError:
-            self.problems.append(Problem(f"$.{flag}", f"expected an integer, got {value!r}"))
-            return None
-        if number < 1:
-            self.problems.append(Problem(f"$.{flag}", f"must be >= 1, got {number}"))
-            return None
-        return number
-
-    def choice(self, flag: str, choices: dict[str, str]) -> str | None:
-        value = self.text(flag)
-        if value is not None and value not in choices:
-            self.problems.append(Problem(f"$.{flag}", f"must be one of "
-                                         f"{', '.join(choices)}, got {value!r}"))
-            return None
-        return None if value is None else choices[value]
-
-
-def _moe_layers(pattern: str, layers: int, reader: _Reader) -> tuple[int, int] | None:
+def _moe_layers(pattern: str, layers: int, reader: Words) -> tuple[int, int] | None:
     """(dense_layers, layer_frequency) of a `--moe-layer-freq`: an integer N (layer i has
     experts when i % N == 0) or a list of 0/1 (Megatron's `moe_freq_type`)."""
     where = "$.--moe-layer-freq"
@@ -538,7 +491,7 @@ def read_arguments(text: str, source: str, base: Spec | None = None) -> ReadSett
     """Spec settings from Megatron-LM arguments; flags llmpar does not model are listed
     in the notes, every malformed value is a Problem naming its flag."""
     found = split_arguments(text, source)
-    reader = _Reader(found, source)
+    reader = Words(found, source)
     settings: dict[str, Any] = {}
     owned = ["parallel.sequence", "parallel.context", "parallel.expert",
              "parallel.data.degree", "parallel.tensor.degree", "parallel.pipeline.degree",
@@ -557,7 +510,7 @@ def read_arguments(text: str, source: str, base: Spec | None = None) -> ReadSett
     return ReadSettings(settings=settings, owned=tuple(owned), notes=tuple(notes))
 
 
-def _read_model(reader: _Reader, settings: dict[str, Any], base: Spec | None) -> None:
+def _read_model(reader: Words, settings: dict[str, Any], base: Spec | None) -> None:
     if "--num-layers" not in reader.found:
         return  # no architecture: the model is the base's
     for flag, key in (("--num-layers", "num_layers"), ("--hidden-size", "hidden_size"),
@@ -623,7 +576,7 @@ def _read_model(reader: _Reader, settings: dict[str, Any], base: Spec | None) ->
         settings["model.moe"] = moe
 
 
-def _read_parallel(reader: _Reader, settings: dict[str, Any]) -> None:
+def _read_parallel(reader: Words, settings: dict[str, Any]) -> None:
     t = reader.integer("--tensor-model-parallel-size") or 1
     p = reader.integer("--pipeline-model-parallel-size") or 1
     if t > 1:
@@ -689,7 +642,7 @@ def _read_parallel(reader: _Reader, settings: dict[str, Any]) -> None:
                                               else "gradients")
 
 
-def _read_training(reader: _Reader, settings: dict[str, Any], base: Spec | None) -> None:
+def _read_training(reader: Words, settings: dict[str, Any], base: Spec | None) -> None:
     for flag, key in (("--seq-length", "sequence_length"),
                       ("--micro-batch-size", "micro_batch_size"),
                       ("--global-batch-size", "global_batch_size")):

@@ -18,8 +18,8 @@ import attrs
 
 from llmpar.errors import Problem
 from llmpar.launch.common import Argument, command_line
+from llmpar.launch.flags import Words
 from llmpar.launch.serving import (
-    Words,
     keep_filled_data,
     server_words,
     serving_only,
