@@ -54,7 +54,7 @@ from llmpar.plan import Plan
 from llmpar.session import Session
 from llmpar.spec import Spec
 from llmpar.strategy import Layout, Strategy, StrategyContext
-from llmpar.testing.fast_form import disagreements
+from llmpar.testing.fast_form import fast_form_failure
 from llmpar.testing.specs import REFERENCE_SPECS
 from llmpar.testing.variants import field_variants
 from llmpar.testing.wellformed import plan_problems, transform_problems
@@ -302,13 +302,9 @@ class StrategyContract:
             if self._plan(spec) is None:
                 continue
             cases += 1
-            try:
-                found = list(disagreements(self.session, spec))
-            except (PluginError, ValueError, TypeError) as error:
-                self._fail("fast-form-agrees", f"{config!r}: evaluating a node of layouts at "
-                           f"once failed: {type(error).__name__}: {error}", table)
-            if found:
-                self._fail("fast-form-agrees", f"{config!r}: " + "; ".join(found[:3]), table)
+            failure = fast_form_failure(self.session, spec, config)
+            if failure is not None:
+                self._fail("fast-form-agrees", failure, table)
         return cases
 
     # --- running them --------------------------------------------------------------

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from llmpar.errors import PluginError
 from llmpar.loading.checks import resolve_layout
 from llmpar.search.prepare import prepare
 from llmpar.search.vectorised import FastPath
@@ -44,6 +45,18 @@ def disagreements(session: Session, spec: Spec) -> Iterator[str]:
         for local in range(0, node.size, step):
             index = prepared.offsets[n] + local
             yield from _compare(path, result, local, index, prepared.choice(index))
+
+
+def fast_form_failure(session: Session, spec: Spec, config: Any) -> str | None:
+    """What the contract suites report for `config`'s spec: the first disagreements of
+    the fast path with one-by-one evaluation, or the error evaluating a node raised;
+    None when they agree."""
+    try:
+        found = list(disagreements(session, spec))
+    except (PluginError, ValueError, TypeError) as error:
+        return (f"{config!r}: evaluating a node of layouts at once failed: "
+                f"{type(error).__name__}: {error}")
+    return f"{config!r}: " + "; ".join(found[:3]) if found else None
 
 
 def _compare(path: FastPath, result: Any, local: int, index: int,
