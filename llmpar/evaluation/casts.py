@@ -49,18 +49,18 @@ def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
     if not casts_fp8(spec) or not spec.model.has_architecture:
         return 0.0, 0.0
     precision = spec.precision
-    fp8 = COPIES * bytes_per_element(precision.linear_format)
-    per_input = bytes_per_element(precision.activations) + fp8
-    per_weight = bytes_per_element(precision.weights) + fp8
+    written_bytes_per_element = COPIES * bytes_per_element(precision.linear_format)
+    input_bytes_per_element = bytes_per_element(precision.activations) + written_bytes_per_element
+    weight_bytes_per_element = bytes_per_element(precision.weights) + written_bytes_per_element
     modules = spec.training.selective_modules
-    micro_batch: Value = 0.0
-    step: Value = 0.0
+    micro_batch_bytes: Value = 0.0
+    step_bytes: Value = 0.0
     for product in products(spec, shape, materialized_scores=False):
         if not product.weights:
             continue
-        forward = product.m * product.k * product.count * per_input
-        backward = product.m * product.n * product.count * per_input
+        forward_bytes = product.m * product.k * product.count * input_bytes_per_element
+        backward_bytes = product.m * product.n * product.count * input_bytes_per_element
         rerun = reruns(product, recompute, recomputed_fraction, modules)
-        micro_batch = micro_batch + forward * (1.0 + rerun) + backward
-        step = step + product.k * product.n * product.count * per_weight
-    return micro_batch, step
+        micro_batch_bytes = micro_batch_bytes + forward_bytes * (1.0 + rerun) + backward_bytes
+        step_bytes = step_bytes + product.k * product.n * product.count * weight_bytes_per_element
+    return micro_batch_bytes, step_bytes
