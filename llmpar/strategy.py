@@ -34,6 +34,12 @@ COMPONENTS = ("weights", "gradients", "optimizer")
 """Per-GPU model-state components a strategy can shard (activations split by tag)."""
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
+COLLECTIVE_KERNELS = ("", "deepep-low-latency")
+"""Kernels a collective may name (`Collective.kernel`): "" the collective library's
+algorithms (`llmpar.communication.collectives`); "deepep-low-latency" DeepEP's decode
+dispatch and combine, which send every routed copy straight to its expert's GPU
+(`llmpar.communication.deepep`)."""
+
 HIDING_WORK = ("compute", "attention", "last-backward", "first-forward", "layers",
                "weight-gradients", "projections")
 """The work a collective's overlapping share can run behind (`Collective.hides_behind`),
@@ -192,6 +198,14 @@ class Collective:
     component: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(COMPONENTS)))
     parameter_groups: GroupSelection = GroupSelection()
+    kernel: str = attrs.field(default="", validator=attrs.validators.in_(COLLECTIVE_KERNELS))
+    """The communication kernel that runs it (`COLLECTIVE_KERNELS`): "" (the default) the
+    collective library's algorithms (NCCL, chosen per size and group), or a kernel with its
+    own measured cost, such as "deepep-low-latency"."""
+    overlaps_micro_batch: bool = False
+    """Under two-batch overlap (`[inference] two_batch_overlap`) one micro-batch's calls
+    run while the other micro-batch computes (an MoE layer's dispatch and combine,
+    DeepSeek-V3 technical report, arXiv:2412.19437, Sec. 3.4)."""
 
 
 @attrs.frozen(kw_only=True)

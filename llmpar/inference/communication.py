@@ -12,7 +12,6 @@ from llmpar.inference.engine import custom_all_reduce_seconds
 from llmpar.inference.operations import Step
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
-from llmpar.strategies.expert import SERVING_LOW_LATENCY
 from llmpar.strategy import Collective, ForwardStep, StrategyContext
 
 
@@ -35,7 +34,7 @@ def cost(serving: Serving, collective: Collective) -> CollectiveCost:
     custom = custom_all_reduce_seconds(serving, collective)
     if custom is not None:  # the engine's own kernel (llmpar.inference.engine)
         per_call = custom
-    low_latency = collective.name == SERVING_LOW_LATENCY and per_call is not None
+    low_latency = collective.kernel == "deepep-low-latency" and per_call is not None
     if low_latency:  # DeepEP's decode kernels (llmpar.communication.deepep)
         hardware = serving.spec.hardware
         assert hardware.inter_node_bandwidth_bytes_per_s is not None

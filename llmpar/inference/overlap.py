@@ -24,8 +24,6 @@ from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
 
 MICRO_BATCHES = 2
-OVERLAPPED_STRATEGY = "expert"
-"""The strategy whose collectives (dispatch and combine) hide behind the other micro-batch."""
 
 
 def micro_batches(serving: Serving, step: Step) -> int:
@@ -44,18 +42,15 @@ def micro_batch_step(step: Step, count: int) -> Step:
                         sequences=step.sequences / count)
 
 
-def is_overlapped(cost: CollectiveCost) -> bool:
-    return cost.strategy == OVERLAPPED_STRATEGY
-
-
-def behind_other_micro_batch(costs: list[CollectiveCost],
+def behind_other_micro_batch(costs: list[CollectiveCost], overlapped: list[bool],
                              work_seconds: float) -> list[CollectiveCost]:
-    """The expert collectives with the exposure the overlap leaves, shared in proportion
-    to their seconds; the others as they were."""
-    total = sum(c.seconds for c in costs if is_overlapped(c))
+    """The costs of the collectives that state `Collective.overlaps_micro_batch` (flagged
+    in `overlapped`, in the same order) with the exposure the overlap leaves, shared in
+    proportion to their seconds; the others as they were."""
+    total = sum(c.seconds for c, hides in zip(costs, overlapped, strict=True) if hides)
     if total <= 0:
         return costs
     share = max(0.0, total - work_seconds) / total
     return [attrs.evolve(c, exposed_seconds=c.seconds * share,
-                         hides_behind="other-micro-batch") if is_overlapped(c) else c
-            for c in costs]
+                         hides_behind="other-micro-batch") if hides else c
+            for c, hides in zip(costs, overlapped, strict=True)]

@@ -26,7 +26,6 @@ from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Step, counted_ops, scaled, step_ops
 from llmpar.inference.overlap import (
     behind_other_micro_batch,
-    is_overlapped,
     micro_batch_step,
     micro_batches,
 )
@@ -92,18 +91,20 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
     count = micro_batches(serving, step)
     unit = micro_batch_step(step, count)
     operations = [op if count == 1 else scaled(op, count) for op in step_ops(serving, unit)]
+    collectives = step_collectives(serving, unit)
     costs = [cost(serving, c if count == 1 else attrs.evolve(
-        c, calls_per_step=c.calls_per_step * count)) for c in step_collectives(serving, unit)]
+        c, calls_per_step=c.calls_per_step * count)) for c in collectives]
     compute = sum((seconds(op, rates) for op in operations if is_compute_bound(op, rates)), 0.0)
     memory = sum((seconds(op, rates) for op in operations if not is_compute_bound(op, rates)),
                  0.0)
     if count == 1:
         exposed = exposed_seconds(costs, operations, rates)
     else:  # two-batch overlap (llmpar.inference.overlap)
-        costs = behind_other_micro_batch(costs, compute + memory)
-        exposed = exposed_seconds([c for c in costs if not is_overlapped(c)], operations,
-                                  rates) + sum(c.exposed_seconds for c in costs
-                                               if is_overlapped(c))
+        overlapped = [c.overlaps_micro_batch for c in collectives]
+        costs = behind_other_micro_batch(costs, overlapped, compute + memory)
+        pairs = list(zip(costs, overlapped, strict=True))
+        exposed = exposed_seconds([c for c, hides in pairs if not hides], operations,
+                                  rates) + sum(c.exposed_seconds for c, hides in pairs if hides)
     parts = {"compute": compute * steps, "memory": memory * steps,
              "communication": exposed * steps}
     overhead = step_overhead_seconds(serving, step.sequences, compute + memory + exposed)

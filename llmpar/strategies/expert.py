@@ -215,6 +215,7 @@ class ExpertParallel(Strategy[ExpertConfig]):
                 buffer_bytes=(step.tokens * model.moe.experts_per_token * model.hidden_size
                               * MEAN_BYTES_PER_ELEMENT),
                 group_size=e, group_stride=stride, calls_per_step=2 * model.num_moe_layers,
+                kernel="deepep-low-latency", overlaps_micro_batch=True,
                 reason="decode: token dispatch (FP8) and combine (bf16) of every MoE layer, "
                        "DeepEP's low-latency kernels"),)
         copies = network_copies(config.dispatcher, model.moe.experts_per_token, e, members)
@@ -223,6 +224,7 @@ class ExpertParallel(Strategy[ExpertConfig]):
             strategy=self.name, name=SERVING_ALL_TO_ALL, operation="all-to-all",
             buffer_bytes=step.tokens * copies * model.hidden_size * act, group_size=e,
             group_stride=stride, calls_per_step=2 * model.num_moe_layers,
+            overlaps_micro_batch=True,
             reason=f"{step.phase}: token dispatch and combine of every MoE layer"
                    + (" (DeepEP)" if config.dispatcher == "deepep" else "")),)
 
