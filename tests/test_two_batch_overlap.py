@@ -77,3 +77,22 @@ def test_one_sequence_cannot_be_split():
         SESSION.evaluate(spec(batch=1))
     assert [p.path for p in error.value.problems] == ["$.inference.two_batch_overlap"]
     assert "batch_size >= 2" in error.value.problems[0].message
+
+
+def test_what_hides_is_what_the_collective_states_not_its_strategy_name():
+    """Any strategy's collective that states `overlaps_micro_batch` hides behind the other
+    micro-batch; one that does not stays as it was, whatever its strategy is called."""
+    from llmpar.inference.overlap import behind_other_micro_batch
+    from llmpar.plan import CollectiveCost
+
+    def cost(strategy: str, seconds: float) -> CollectiveCost:
+        return CollectiveCost(strategy=strategy, operation="all-to-all", name=f"{strategy}.a2a",
+                              buffer_bytes=1, group_size=8, tier="inter-node",
+                              calls_per_step=1.0, seconds=seconds, exposed_seconds=seconds,
+                              hides_behind="compute", reason="")
+
+    costs = [cost("my-experts", 3.0), cost("expert", 1.0)]
+    after = behind_other_micro_batch(costs, [True, False], work_seconds=2.0)
+    assert after[0].exposed_seconds == pytest.approx(1.0)  # 3 s behind 2 s of work
+    assert after[0].hides_behind == "other-micro-batch"
+    assert after[1] == costs[1]
