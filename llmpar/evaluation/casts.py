@@ -17,10 +17,27 @@ linear`, `math_format` fp8) needs its operands in fp8 first:
 - weights: B once per step, not per micro-batch: Transformer Engine keeps the fp8 weights
   across the micro-batches of a step (its modules' `is_first_microbatch` argument, which
   Megatron-Core passes), also in both orientations.
-The amax of each tensor is taken in the same pass (delayed scaling's amax history, and
-block scales computed within each block); a recipe that scans a whole tensor for its amax
-before casting it (current scaling) reads each input once more, which this leaves out.
+
+Attention in an fp8 format (`[precision] attention`; Transformer Engine's `fp8_dpa`,
+cuDNN's fp8 attention forward and backward: transformer_engine/pytorch/attention/
+dot_product_attention/backends.py, FusedAttnFunc, TE 2.20) casts its operands alike, one
+copy each (the kernel reads them as they are): queries, keys and values before the
+forward (`combine_and_quantize`), the output kept in fp8 for the backward (`O_quantizer`,
+`bwd_requires_o_fp8`), and the output's gradient before the backward (`dO_quantizer`);
+a rerun of the attention casts its inputs and output again.
+
+Scales. Per-tensor formats ("fp8", "fp8-tensorwise") under delayed scaling take their
+scale from the amax history of earlier steps and record the new amax in the cast's pass;
+under current scaling (`[precision] fp8_scaling`) each cast first reads its input once
+more to find its amax (Transformer Engine's Float8CurrentScalingQuantizer::quantize_impl
+runs nvte_compute_amax, then nvte_compute_scale_from_amax, then nvte_quantize_v2:
+transformer_engine/pytorch/csrc/quantizer.cpp, TE 2.20; torchao.float8's
+hp_tensor_to_float8_dynamic reduces `torch.max(torch.abs(x))` before the cast,
+torchao/float8/float8_utils.py tensor_to_amax, torchao 0.19). Row-, block- and MX-scaled
+formats compute each row's or block's scale in the cast's own pass (the scaling
+kernels transformer_engine/common/recipe/fp8_block_scaling.cu and mxfp8_scaling.cu).
 Bytes per element written are the format's, its scales included (`bytes_per_element`).
+
 """
 
 from __future__ import annotations
@@ -29,29 +46,65 @@ from typing import Any
 
 from llmpar.arrays import Value
 from llmpar.dtypes import bytes_per_element, math_format
-from llmpar.evaluation.matmuls import RankShape, products, reruns
+from llmpar.evaluation.matmuls import Product, RankShape, products, reruns
 from llmpar.spec import Spec
 
 COPIES = 2
-"""fp8 copies written per cast: as the tensor is, and transposed (or scaled along the
-other dimension)."""
+"""fp8 copies written per cast of a linear layer's operand: as the tensor is, and
+transposed (or scaled along the other dimension)."""
+PER_TENSOR_FORMATS = ("fp8", "fp8-tensorwise")
+"""Formats with one scale per tensor: the ones whose scale current scaling finds in a
+pass of its own."""
+ATTENTION_CAST = Product(name="attention", m=0, n=0, k=0, weights=False)
+"""Stands for the attention kernel when asking how often recomputation reruns it."""
+
+
+def fp8_scaling(spec: Spec) -> str:
+    """`[precision] fp8_scaling`, else the framework profile's."""
+    stated = spec.precision.fp8_scaling
+    return spec.training.profile.fp8_scaling if stated is None else stated
+
+
+def amax_reads(spec: Spec, dtype: str) -> float:
+    """Extra reads of its input a cast to `dtype` makes to find its scale: 1 for a
+    per-tensor format under current scaling, else 0."""
+    return 1.0 if dtype in PER_TENSOR_FORMATS and fp8_scaling(spec) == "current" else 0.0
 
 
 def casts_fp8(spec: Spec) -> bool:
-    """Whether the linear layers' products run in an fp8 format."""
-    return math_format(spec.precision.linear_format) == "fp8"
+    """Whether the linear layers' or attention's products run in an fp8 format."""
+    precision = spec.precision
+    return "fp8" in (math_format(precision.linear_format), math_format(precision.attention_format))
 
 
 def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
                recomputed_fraction: Any) -> tuple[Value, Value]:
     """(bytes one micro-batch's casts move, bytes the step's weight casts move), along
-    the pipeline on one GPU of each stage; (0, 0) unless the linear layers run in fp8."""
+    the pipeline on one GPU of each stage; (0, 0) unless a product runs in fp8."""
     if not casts_fp8(spec) or not spec.model.has_architecture:
         return 0.0, 0.0
+    micro_batch_bytes: Value = 0.0
+    step_bytes: Value = 0.0
     precision = spec.precision
-    written_bytes_per_element = COPIES * bytes_per_element(precision.linear_format)
-    input_bytes_per_element = bytes_per_element(precision.activations) + written_bytes_per_element
-    weight_bytes_per_element = bytes_per_element(precision.weights) + written_bytes_per_element
+    if math_format(precision.linear_format) == "fp8":
+        micro_batch_bytes, step_bytes = _linear_cast_bytes(spec, shape, recompute,
+                                                           recomputed_fraction)
+    if math_format(precision.attention_format) == "fp8":
+        micro_batch_bytes = micro_batch_bytes + attention_cast_bytes(
+            spec, shape, recompute, recomputed_fraction)
+    return micro_batch_bytes, step_bytes
+
+
+def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
+                       recomputed_fraction: Any) -> tuple[Value, Value]:
+    precision = spec.precision
+    dtype = precision.linear_format
+    written_bytes_per_element = COPIES * bytes_per_element(dtype)
+    reads = 1.0 + amax_reads(spec, dtype)
+    input_bytes_per_element = reads * bytes_per_element(precision.activations) + (
+        written_bytes_per_element)
+    weight_bytes_per_element = reads * bytes_per_element(precision.weights) + (
+        written_bytes_per_element)
     modules = spec.training.selective_modules
     micro_batch_bytes: Value = 0.0
     step_bytes: Value = 0.0
@@ -64,3 +117,39 @@ def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
         micro_batch_bytes = micro_batch_bytes + forward_bytes * (1.0 + rerun) + backward_bytes
         step_bytes = step_bytes + product.k * product.n * product.count * weight_bytes_per_element
     return micro_batch_bytes, step_bytes
+
+
+def attention_elements(spec: Spec, shape: RankShape) -> tuple[Value, Value]:
+    """(elements of Q, K and V together, elements of the output O) of one micro-batch's
+    attention layers on one GPU, along the pipeline: tokens / context degree, heads /
+    tensor degree (KV heads copied past t > kv, as `products` splits the projections)."""
+    model, t = spec.model, shape.tensor
+    assert model.num_attention_heads is not None
+    tokens = shape.micro_batch_size * spec.training.sequence_length / shape.context
+    layers = model.mixers_in(0, model.num_layers or 0).get("attention", 0)
+    a = model.num_attention_heads
+    if model.mla is not None:
+        qkv = a * (2 * model.qk_head_dim + model.value_head_dim) / t
+        output = a * model.value_head_dim / t
+    else:
+        assert model.head_dim is not None and model.num_kv_heads is not None
+        kv = max(1.0, model.num_kv_heads / t) * model.head_dim
+        qkv = model.query_width / t + 2 * kv
+        output = model.attention_output_width / t
+    return tokens * qkv * layers, tokens * output * layers
+
+
+def attention_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
+                         recomputed_fraction: Any) -> Value:
+    """Bytes one micro-batch's fp8 attention casts move along the pipeline: Q, K, V and O
+    each forward (and each rerun), dO each backward; each element read in the
+    activations' format (twice under current scaling) and written once in fp8."""
+    precision = spec.precision
+    dtype = precision.attention_format
+    per_element = ((1.0 + amax_reads(spec, dtype)) * bytes_per_element(precision.activations)
+                   + bytes_per_element(dtype))
+    qkv, output = attention_elements(spec, shape)
+    rerun = reruns(ATTENTION_CAST, recompute, recomputed_fraction,
+                   spec.training.selective_modules)
+    return ((qkv + output) * (1.0 + rerun) + output) * per_element
+
