@@ -1,5 +1,5 @@
-"""What fp8 training costs beside its faster products: current scaling's amax reads and
-the casts around fp8 attention."""
+"""What fp8 training costs beside its faster products: the weight copies Transformer Engine
+keeps, current scaling's amax reads, and the casts around fp8 attention."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import llmpar
-from llmpar.evaluation.casts import cast_bytes, fp8_scaling
+from llmpar.evaluation.casts import cast_bytes, fp8_scaling, weight_copy_bytes
+from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.matmuls import RankShape
 
 SESSION = llmpar.Session(load_entry_points=False)
@@ -40,6 +41,58 @@ def _elementwise_bytes(plan: llmpar.Plan) -> float:
 
 def _added(spec: dict[str, Any], base: dict[str, Any]) -> float:
     return _elementwise_bytes(SESSION.evaluate(spec)) - _elementwise_bytes(SESSION.evaluate(base))
+
+
+def _copies(plan: llmpar.Plan) -> int:
+    assert plan.training is not None and plan.training.memory_peak is not None
+    return plan.training.memory_peak.fp8_weight_copies_bytes
+
+
+# -- fp8 weight copies ----------------------------------------------------------------
+
+def test_transformer_engine_keeps_two_fp8_copies_of_each_layer_weight_by_hand():
+    # Megatron-Core passes is_first_microbatch, so each TE linear keeps its fp8 weight
+    # row-wise and column-wise (transformer_engine/pytorch/module/linear.py): 1 byte each,
+    # for every layer's linear weights; the output layer is no TE module.
+    bf16 = SESSION.evaluate(one_gpu())
+    fp8 = SESSION.evaluate(one_gpu(linear="fp8-tensorwise"))
+    expected = LAYERS * LAYER_LINEAR * 2 * 1
+    assert expected == 13_958_643_712
+    assert _copies(fp8) == expected and _copies(bf16) == 0
+    assert fp8.training is not None and bf16.training is not None
+    peak, base = fp8.training.memory_peak, bf16.training.memory_peak
+    assert peak is not None and base is not None
+    # alive at every moment: the peak rises by exactly the copies, the steady state not
+    assert peak.allocated_bytes - base.allocated_bytes == expected
+    assert fp8.total_bytes == bf16.total_bytes
+    assert any(b.name == "fp8 weight copies" and b.bytes == expected for b in peak.alive)
+    recorded = fp8.derivation("memory_peak.fp8_weight_copies_bytes")
+    assert recorded.value == expected and "workspace" in recorded.source
+    assert "_fp8_workspaces" in fp8.explain("training.memory_peak.fp8_weight_copies_bytes")
+
+
+def test_copies_follow_tensor_parallelism_but_not_the_fsdp_shard():
+    def plan(zero: int) -> llmpar.Plan:
+        spec = one_gpu(linear="mxfp8")
+        spec["hardware"] = {"cluster": "dgx-h100", "num_gpus": 4}
+        spec["parallel"] = {"tensor": {"degree": 2}, "sequence": {}, "data": {"zero": zero}}
+        return SESSION.evaluate(spec)
+
+    # mxfp8: 1 + 1/32 bytes per element with its E8M0 scales (OCP MX v1.0)
+    expected = LAYERS * LAYER_LINEAR / 2 * 2 * (1 + 1 / 32)
+    for zero in (1, 3):
+        assert _copies(plan(zero)) == pytest.approx(expected, abs=1)
+    assert plan(3).weights_bytes < plan(1).weights_bytes
+
+
+def test_no_copies_without_a_weight_cache_or_with_fp8_primary_weights():
+    # torchao.float8 casts each weight per use; fp8 primary weights are cast in place.
+    assert _copies(SESSION.evaluate(one_gpu(framework="torchtitan",
+                                            linear="fp8-tensorwise"))) == 0
+    assert _copies(SESSION.evaluate(one_gpu(linear="fp8-tensorwise",
+                                            weights="fp8-tensorwise"))) == 0
+    # fp8 attention alone keeps no weight copies
+    assert _copies(SESSION.evaluate(one_gpu(attention="fp8-tensorwise"))) == 0
 
 
 # -- current scaling's amax pass ------------------------------------------------------
@@ -120,11 +173,12 @@ def test_fp8_attention_and_linear_casts_add_up():
 # -- properties -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("model", ["llama-3-8b", "deepseek-v3", "qwen3-next-80b-a3b"])
-def test_nothing_is_cast_in_bf16(model):
+def test_nothing_is_cast_or_copied_in_bf16(model):
     spec = SESSION.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
                               "precision": {"fp8_scaling": "current"}})
     shape = RankShape(micro_batch_size=2)
     assert cast_bytes(spec, shape, "full", 1.0) == (0.0, 0.0)
+    assert weight_copy_bytes(spec, Composition(()), {"attention": 1e9, "mlp": 1e9}) == 0.0
 
 
 @settings(max_examples=25, deadline=None)

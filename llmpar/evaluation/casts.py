@@ -1,5 +1,5 @@
-"""The casts around fp8 matrix products in training: memory-bound kernels the products'
-own time leaves out.
+"""The casts around fp8 matrix products in training, memory-bound kernels the products'
+own time leaves out, and the fp8 weight copies a stack keeps.
 
 A product C[m x n] = A[m x k] B[k x n] whose weights run in an fp8 format (`[precision]
 linear`, `math_format` fp8) needs its operands in fp8 first:
@@ -38,14 +38,20 @@ formats compute each row's or block's scale in the cast's own pass (the scaling
 kernels transformer_engine/common/recipe/fp8_block_scaling.cu and mxfp8_scaling.cu).
 Bytes per element written are the format's, its scales included (`bytes_per_element`).
 
+Copies. Under a profile with `fp8_weight_cache` (Transformer Engine under Megatron-Core),
+each fp8 linear layer keeps its weight's two fp8 copies from one step to the next
+(`weight_copy_bytes`), unless the weights are stored in fp8 themselves (fp8 primary
+weights, TE's `quantized_model_init`, whose weights are cast in place).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from llmpar.arrays import Value
+from llmpar.arrays import Value, rounded
 from llmpar.dtypes import bytes_per_element, math_format
+from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.matmuls import Product, RankShape, products, reruns
 from llmpar.spec import Spec
 
@@ -55,6 +61,16 @@ transposed (or scaled along the other dimension)."""
 PER_TENSOR_FORMATS = ("fp8", "fp8-tensorwise")
 """Formats with one scale per tensor: the ones whose scale current scaling finds in a
 pass of its own."""
+WEIGHT_COPY_GROUPS = ("attention", "mlp", "experts", "shared_experts")
+"""Parameter groups of the layers' linear weights: the layers' products `products` runs
+in the linear format, which Megatron-Core builds from Transformer Engine modules (its
+output layer is none, `tensor_parallel.ColumnParallelLinear`, and keeps no workspace)."""
+WEIGHT_COPY_SOURCE = (
+    "Transformer Engine's weight workspace: each linear with is_first_microbatch (which "
+    "Megatron-Core passes) keeps its fp8 weight in _fp8_workspaces['weight'], row-wise "
+    "and column-wise (transformer_engine/pytorch/module/linear.py and module/base.py "
+    "quantize_weight, TE 2.20), for the layers' linear weights after tensor, pipeline "
+    "and expert splits (gathered under ZeRO-3 / FSDP)")
 ATTENTION_CAST = Product(name="attention", m=0, n=0, k=0, weights=False)
 """Stands for the attention kernel when asking how often recomputation reruns it."""
 
@@ -153,3 +169,20 @@ def attention_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
                    spec.training.selective_modules)
     return ((qkv + output) * (1.0 + rerun) + output) * per_element
 
+
+def weight_copy_bytes(spec: Spec, composition: Composition,
+                      parameters: Mapping[str, float]) -> Value:
+    """Bytes of the fp8 weight copies one GPU of a stage keeps through the step
+    (`parameters`: the stage's, by group, unsharded): both orientations of its layers'
+    linear weights in the linear format, after the model-parallel splits but not the
+    data-parallel shard (the copy is of the weight as the products read it); 0 unless
+    the linear layers run in fp8 under a profile with `fp8_weight_cache` and the weights
+    are not stored in fp8."""
+    precision = spec.precision
+    dtype = precision.linear_format
+    if (math_format(dtype) != "fp8" or not spec.training.profile.fp8_weight_cache
+            or math_format(precision.weights) == "fp8"):
+        return 0.0
+    linear = {group: parameters[group] for group in WEIGHT_COPY_GROUPS if group in parameters}
+    return rounded(composition.held(linear, COPIES * bytes_per_element(dtype), "weights",
+                                    without="data"))

@@ -17,6 +17,7 @@ import attrs
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
 from llmpar.evaluation.cache import EvaluationCache, layers_of
+from llmpar.evaluation.casts import weight_copy_bytes
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import (
     StageKinds,
@@ -341,7 +342,9 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            layers_of(core.stages),
            tuple(records[i] for i in peak_candidates(core.kinds, records)),
            # the transients follow from the footprint, the stages and the splits
-           core.composition.tag_key(), communicator_key(core.composition))
+           core.composition.tag_key(), communicator_key(core.composition),
+           # the fp8 weight copies follow the model-parallel splits alone
+           tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters))
     return cache.memory_peak(key, compute)
 
 

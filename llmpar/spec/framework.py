@@ -155,6 +155,15 @@ class Framework:
     or "current" (torchao.float8's only scaling, `ScalingType.DYNAMIC`: each cast first
     reduces its input to its amax, torchao/float8/float8_utils.py tensor_to_amax,
     torchao 0.19)."""
+    fp8_weight_cache: bool = False
+    """Each fp8 linear layer keeps its weight's fp8 copies (as it is and transposed) from
+    the first micro-batch of a step to the next step, beside the weight itself:
+    Transformer Engine's weight workspace (`_fp8_workspaces["weight"]`), filled when the
+    caller passes `is_first_microbatch`, as Megatron-Core does
+    (transformer_engine/pytorch/module/linear.py, TE 2.20: `cache_name = None if
+    (is_first_microbatch is None or self.is_fsdp2) else "weight"`). Read by the memory
+    peak; unset, the copies are made per use and freed with it (torchao.float8, a stack
+    calling Transformer Engine without `is_first_microbatch`)."""
     cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
                                             validator=v.non_negative)
     """Device memory the CUDA context of each training process takes (the driver's state
@@ -186,6 +195,7 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
+    fp8_weight_cache=True,
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's
