@@ -14,9 +14,14 @@ linear`, `math_format` fp8) needs its operands in fp8 first:
 - backward: the output gradient dC alike, read by the input- and the weight-gradient
   products;
 - each forward rerun of recomputation casts its inputs again;
-- weights: B once per step, not per micro-batch: Transformer Engine keeps the fp8 weights
-  across the micro-batches of a step (its modules' `is_first_microbatch` argument, which
-  Megatron-Core passes), also in both orientations.
+- weights: B once per step, not per micro-batch, under a profile with `fp8_weight_cache`:
+  Transformer Engine keeps the fp8 weights across the micro-batches of a step (its
+  modules' `is_first_microbatch` argument, which Megatron-Core passes), also in both
+  orientations; without it, every forward (and each rerun) casts B again (Transformer
+  Engine called without `is_first_microbatch` sets `update_ws = is_first_microbatch is
+  None or is_first_microbatch`, transformer_engine/pytorch/module/linear.py, TE 2.20;
+  torchao.float8 casts the weight at every call and once more in the backward, which
+  reads it a second time: that read is left out).
 
 Attention in an fp8 format (`[precision] attention`; Transformer Engine's `fp8_dpa`,
 cuDNN's fp8 attention forward and backward: transformer_engine/pytorch/attention/
@@ -122,6 +127,7 @@ def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
     weight_bytes_per_element = reads * bytes_per_element(precision.weights) + (
         written_bytes_per_element)
     modules = spec.training.selective_modules
+    cached = spec.training.profile.fp8_weight_cache
     micro_batch_bytes: Value = 0.0
     step_bytes: Value = 0.0
     for product in products(spec, shape, materialized_scores=False):
@@ -129,9 +135,13 @@ def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
             continue
         forward_bytes = product.m * product.k * product.count * input_bytes_per_element
         backward_bytes = product.m * product.n * product.count * input_bytes_per_element
+        weight_bytes = product.k * product.n * product.count * weight_bytes_per_element
         rerun = reruns(product, recompute, recomputed_fraction, modules)
+        if cached:
+            step_bytes = step_bytes + weight_bytes
+        else:
+            forward_bytes = forward_bytes + weight_bytes
         micro_batch_bytes = micro_batch_bytes + forward_bytes * (1.0 + rerun) + backward_bytes
-        step_bytes = step_bytes + product.k * product.n * product.count * weight_bytes_per_element
     return micro_batch_bytes, step_bytes
 
 

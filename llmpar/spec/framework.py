@@ -161,9 +161,11 @@ class Framework:
     Transformer Engine's weight workspace (`_fp8_workspaces["weight"]`), filled when the
     caller passes `is_first_microbatch`, as Megatron-Core does
     (transformer_engine/pytorch/module/linear.py, TE 2.20: `cache_name = None if
-    (is_first_microbatch is None or self.is_fsdp2) else "weight"`). Read by the memory
-    peak; unset, the copies are made per use and freed with it (torchao.float8, a stack
-    calling Transformer Engine without `is_first_microbatch`)."""
+    (is_first_microbatch is None or self.is_fsdp2) else "weight"`). Unset, the copies
+    are made per use and freed with it (torchao.float8, a stack calling Transformer
+    Engine without `is_first_microbatch`). Read by the memory peak and by the casts'
+    time: with the cache each weight is cast once per step, without it at every forward
+    (`llmpar.evaluation.casts`)."""
     cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
                                             validator=v.non_negative)
     """Device memory the CUDA context of each training process takes (the driver's state
