@@ -353,3 +353,8 @@ class MemoryPeak:
     """The caching-allocator segment of the cuBLAS workspace (the profile's
     `blas_workspace_bytes` for the GPU's architecture), in `device_bytes`; 0 in plans
     written before it was counted."""
+    fp8_weight_copies_bytes: int = 0
+    """The fp8 copies of the layers' linear weights (as they are and transposed) that the
+    peak stage's GPUs keep through the step beside the weights, in `allocated_bytes`:
+    Transformer Engine's weight workspaces under a profile with `fp8_weight_cache`
+    (megatron-core, nemo), with `[precision] linear` in an fp8 format; 0 otherwise."""

@@ -30,6 +30,14 @@ SPACES = {
     "experts-folded-into-tensor-ranks": small_spec(
         model=MOE_MODEL, parallel={"expert": {"tensor_degree": 1}}),
     "deepep-dispatch": small_spec(model=MOE_MODEL, parallel={"expert": {"dispatcher": "deepep"}}),
+    # fp8 casts (current scaling's amax reads included) and Transformer Engine's fp8
+    # weight copies, which follow the model-parallel splits but not ZeRO-3's
+    "fp8-linear-and-attention": small_spec(
+        model=MOE_MODEL, hardware={"cluster": "dgx-h100", "num_gpus": 8, "gpus_per_node": 4},
+        precision={"linear": "fp8-tensorwise", "attention": "fp8-tensorwise",
+                   "fp8_scaling": "current"},
+        search={"micro_batch_sizes": [1, 2], "recompute": ["none", "selective", "full"],
+                "values": {"data.zero": [1, 3]}}),
     "eager-attention-scores": small_spec(
         training={"sequence_length": 512, "global_batch_size": 24,
                   "activation_model": "hf-eager"}),

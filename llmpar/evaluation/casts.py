@@ -1,5 +1,5 @@
-"""The casts around fp8 matrix products in training: memory-bound kernels the products'
-own time leaves out.
+"""The casts around fp8 matrix products in training, memory-bound kernels the products'
+own time leaves out, and the fp8 weight copies a stack keeps.
 
 A product C[m x n] = A[m x k] B[k x n] whose weights run in an fp8 format (`[precision]
 linear`, `math_format` fp8) needs its operands in fp8 first:
@@ -14,45 +14,120 @@ linear`, `math_format` fp8) needs its operands in fp8 first:
 - backward: the output gradient dC alike, read by the input- and the weight-gradient
   products;
 - each forward rerun of recomputation casts its inputs again;
-- weights: B once per step, not per micro-batch: Transformer Engine keeps the fp8 weights
-  across the micro-batches of a step (its modules' `is_first_microbatch` argument, which
-  Megatron-Core passes), also in both orientations.
-The amax of each tensor is taken in the same pass (delayed scaling's amax history, and
-block scales computed within each block); a recipe that scans a whole tensor for its amax
-before casting it (current scaling) reads each input once more, which this leaves out.
+- weights: B once per step, not per micro-batch, under a profile with `fp8_weight_cache`:
+  Transformer Engine keeps the fp8 weights across the micro-batches of a step (its
+  modules' `is_first_microbatch` argument, which Megatron-Core passes), also in both
+  orientations; without it, every forward (and each rerun) casts B again (Transformer
+  Engine called without `is_first_microbatch` sets `update_ws = is_first_microbatch is
+  None or is_first_microbatch`, transformer_engine/pytorch/module/linear.py, TE 2.20;
+  torchao.float8 casts the weight at every call and once more in the backward, which
+  reads it a second time: that read is left out).
+
+Attention in an fp8 format (`[precision] attention`; Transformer Engine's `fp8_dpa`,
+cuDNN's fp8 attention forward and backward: transformer_engine/pytorch/attention/
+dot_product_attention/backends.py, FusedAttnFunc, TE 2.20) casts its operands alike, one
+copy each (the kernel reads them as they are): queries, keys and values before the
+forward (`combine_and_quantize`), the output kept in fp8 for the backward (`O_quantizer`,
+`bwd_requires_o_fp8`), and the output's gradient before the backward (`dO_quantizer`);
+a rerun of the attention casts its inputs and output again.
+
+Scales. Per-tensor formats ("fp8", "fp8-tensorwise") under delayed scaling take their
+scale from the amax history of earlier steps and record the new amax in the cast's pass;
+under current scaling (`[precision] fp8_scaling`) each cast first reads its input once
+more to find its amax (Transformer Engine's Float8CurrentScalingQuantizer::quantize_impl
+runs nvte_compute_amax, then nvte_compute_scale_from_amax, then nvte_quantize_v2:
+transformer_engine/pytorch/csrc/quantizer.cpp, TE 2.20; torchao.float8's
+hp_tensor_to_float8_dynamic reduces `torch.max(torch.abs(x))` before the cast,
+torchao/float8/float8_utils.py tensor_to_amax, torchao 0.19). Row-, block- and MX-scaled
+formats compute each row's or block's scale in the cast's own pass (the scaling
+kernels transformer_engine/common/recipe/fp8_block_scaling.cu and mxfp8_scaling.cu).
 Bytes per element written are the format's, its scales included (`bytes_per_element`).
+
+Copies. Under a profile with `fp8_weight_cache` (Transformer Engine under Megatron-Core),
+each fp8 linear layer keeps its weight's two fp8 copies from one step to the next
+(`weight_copy_bytes`), unless the weights are stored in fp8 themselves (fp8 primary
+weights, TE's `quantized_model_init`, whose weights are cast in place).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from llmpar.arrays import Value
+from llmpar.arrays import Value, rounded
 from llmpar.dtypes import bytes_per_element, math_format
-from llmpar.evaluation.matmuls import RankShape, products, reruns
+from llmpar.evaluation.compose import Composition
+from llmpar.evaluation.matmuls import Product, RankShape, products, reruns
 from llmpar.spec import Spec
 
 COPIES = 2
-"""fp8 copies written per cast: as the tensor is, and transposed (or scaled along the
-other dimension)."""
+"""fp8 copies written per cast of a linear layer's operand: as the tensor is, and
+transposed (or scaled along the other dimension)."""
+PER_TENSOR_FORMATS = ("fp8", "fp8-tensorwise")
+"""Formats with one scale per tensor: the ones whose scale current scaling finds in a
+pass of its own."""
+WEIGHT_COPY_GROUPS = ("attention", "mlp", "experts", "shared_experts")
+"""Parameter groups of the layers' linear weights: the layers' products `products` runs
+in the linear format, which Megatron-Core builds from Transformer Engine modules (its
+output layer is none, `tensor_parallel.ColumnParallelLinear`, and keeps no workspace)."""
+WEIGHT_COPY_SOURCE = (
+    "Transformer Engine's weight workspace: each linear with is_first_microbatch (which "
+    "Megatron-Core passes) keeps its fp8 weight in _fp8_workspaces['weight'], row-wise "
+    "and column-wise (transformer_engine/pytorch/module/linear.py and module/base.py "
+    "quantize_weight, TE 2.20), for the layers' linear weights after tensor, pipeline "
+    "and expert splits (gathered under ZeRO-3 / FSDP)")
+ATTENTION_CAST = Product(name="attention", m=0, n=0, k=0, weights=False)
+"""Stands for the attention kernel when asking how often recomputation reruns it."""
+
+
+def fp8_scaling(spec: Spec) -> str:
+    """`[precision] fp8_scaling`, else the framework profile's."""
+    stated = spec.precision.fp8_scaling
+    return spec.training.profile.fp8_scaling if stated is None else stated
+
+
+def amax_reads(spec: Spec, dtype: str) -> float:
+    """Extra reads of its input a cast to `dtype` makes to find its scale: 1 for a
+    per-tensor format under current scaling, else 0."""
+    return 1.0 if dtype in PER_TENSOR_FORMATS and fp8_scaling(spec) == "current" else 0.0
 
 
 def casts_fp8(spec: Spec) -> bool:
-    """Whether the linear layers' products run in an fp8 format."""
-    return math_format(spec.precision.linear_format) == "fp8"
+    """Whether the linear layers' or attention's products run in an fp8 format."""
+    precision = spec.precision
+    return "fp8" in (math_format(precision.linear_format), math_format(precision.attention_format))
 
 
 def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
                recomputed_fraction: Any) -> tuple[Value, Value]:
     """(bytes one micro-batch's casts move, bytes the step's weight casts move), along
-    the pipeline on one GPU of each stage; (0, 0) unless the linear layers run in fp8."""
+    the pipeline on one GPU of each stage; (0, 0) unless a product runs in fp8."""
     if not casts_fp8(spec) or not spec.model.has_architecture:
         return 0.0, 0.0
+    micro_batch_bytes: Value = 0.0
+    step_bytes: Value = 0.0
     precision = spec.precision
-    written_bytes_per_element = COPIES * bytes_per_element(precision.linear_format)
-    input_bytes_per_element = bytes_per_element(precision.activations) + written_bytes_per_element
-    weight_bytes_per_element = bytes_per_element(precision.weights) + written_bytes_per_element
+    if math_format(precision.linear_format) == "fp8":
+        micro_batch_bytes, step_bytes = _linear_cast_bytes(spec, shape, recompute,
+                                                           recomputed_fraction)
+    if math_format(precision.attention_format) == "fp8":
+        micro_batch_bytes = micro_batch_bytes + attention_cast_bytes(
+            spec, shape, recompute, recomputed_fraction)
+    return micro_batch_bytes, step_bytes
+
+
+def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
+                       recomputed_fraction: Any) -> tuple[Value, Value]:
+    precision = spec.precision
+    dtype = precision.linear_format
+    written_bytes_per_element = COPIES * bytes_per_element(dtype)
+    reads = 1.0 + amax_reads(spec, dtype)
+    input_bytes_per_element = reads * bytes_per_element(precision.activations) + (
+        written_bytes_per_element)
+    weight_bytes_per_element = reads * bytes_per_element(precision.weights) + (
+        written_bytes_per_element)
     modules = spec.training.selective_modules
+    cached = spec.training.profile.fp8_weight_cache
     micro_batch_bytes: Value = 0.0
     step_bytes: Value = 0.0
     for product in products(spec, shape, materialized_scores=False):
@@ -60,7 +135,64 @@ def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
             continue
         forward_bytes = product.m * product.k * product.count * input_bytes_per_element
         backward_bytes = product.m * product.n * product.count * input_bytes_per_element
+        weight_bytes = product.k * product.n * product.count * weight_bytes_per_element
         rerun = reruns(product, recompute, recomputed_fraction, modules)
+        if cached:
+            step_bytes = step_bytes + weight_bytes
+        else:
+            forward_bytes = forward_bytes + weight_bytes
         micro_batch_bytes = micro_batch_bytes + forward_bytes * (1.0 + rerun) + backward_bytes
-        step_bytes = step_bytes + product.k * product.n * product.count * weight_bytes_per_element
     return micro_batch_bytes, step_bytes
+
+
+def attention_elements(spec: Spec, shape: RankShape) -> tuple[Value, Value]:
+    """(elements of Q, K and V together, elements of the output O) of one micro-batch's
+    attention layers on one GPU, along the pipeline: tokens / context degree, heads /
+    tensor degree (KV heads copied past t > kv, as `products` splits the projections)."""
+    model, t = spec.model, shape.tensor
+    assert model.num_attention_heads is not None
+    tokens = shape.micro_batch_size * spec.training.sequence_length / shape.context
+    layers = model.mixers_in(0, model.num_layers or 0).get("attention", 0)
+    a = model.num_attention_heads
+    if model.mla is not None:
+        qkv = a * (2 * model.qk_head_dim + model.value_head_dim) / t
+        output = a * model.value_head_dim / t
+    else:
+        assert model.head_dim is not None and model.num_kv_heads is not None
+        kv = max(1.0, model.num_kv_heads / t) * model.head_dim
+        qkv = model.query_width / t + 2 * kv
+        output = model.attention_output_width / t
+    return tokens * qkv * layers, tokens * output * layers
+
+
+def attention_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
+                         recomputed_fraction: Any) -> Value:
+    """Bytes one micro-batch's fp8 attention casts move along the pipeline: Q, K, V and O
+    each forward (and each rerun), dO each backward; each element read in the
+    activations' format (twice under current scaling) and written once in fp8."""
+    precision = spec.precision
+    dtype = precision.attention_format
+    per_element = ((1.0 + amax_reads(spec, dtype)) * bytes_per_element(precision.activations)
+                   + bytes_per_element(dtype))
+    qkv, output = attention_elements(spec, shape)
+    rerun = reruns(ATTENTION_CAST, recompute, recomputed_fraction,
+                   spec.training.selective_modules)
+    return ((qkv + output) * (1.0 + rerun) + output) * per_element
+
+
+def weight_copy_bytes(spec: Spec, composition: Composition,
+                      parameters: Mapping[str, float]) -> Value:
+    """Bytes of the fp8 weight copies one GPU of a stage keeps through the step
+    (`parameters`: the stage's, by group, unsharded): both orientations of its layers'
+    linear weights in the linear format, after the model-parallel splits but not the
+    data-parallel shard (the copy is of the weight as the products read it); 0 unless
+    the linear layers run in fp8 under a profile with `fp8_weight_cache` and the weights
+    are not stored in fp8."""
+    precision = spec.precision
+    dtype = precision.linear_format
+    if (math_format(dtype) != "fp8" or not spec.training.profile.fp8_weight_cache
+            or math_format(precision.weights) == "fp8"):
+        return 0.0
+    linear = {group: parameters[group] for group in WEIGHT_COPY_GROUPS if group in parameters}
+    return rounded(composition.held(linear, COPIES * bytes_per_element(dtype), "weights",
+                                    without="data"))

@@ -17,6 +17,7 @@ import attrs
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
 from llmpar.evaluation.cache import EvaluationCache, layers_of
+from llmpar.evaluation.casts import weight_copy_bytes
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import (
     StageKinds,
@@ -186,9 +187,8 @@ def activation_k(spec: Spec, footprint: Footprint, inventory_bytes: float) -> fl
 
 
 def product_format_warnings(spec: Spec) -> list[str]:
-    """What a per-operation format leaves out: an fp8 rate the GPU does not state, and the
-    casts around fp8 attention (those around fp8 linear layers are costed,
-    `llmpar.evaluation.casts`)."""
+    """What a per-operation format leaves out: an fp8 rate the GPU does not state (the
+    casts around fp8 products are costed, `llmpar.evaluation.casts`)."""
     precision, gpu = spec.precision, spec.hardware.gpu
     found = []
     formats = {precision.linear_format, precision.attention_format} - {precision.compute}
@@ -196,10 +196,6 @@ def product_format_warnings(spec: Spec) -> list[str]:
         if math_format(dtype) == "fp8" and gpu.fp8_matmul_efficiency is None:
             found.append(f"{gpu.name!r} states no fp8_matmul_efficiency: {dtype} products "
                          "are timed at its bf16 matmul_efficiency")
-    attention = precision.attention_format
-    if attention != precision.compute and math_format(attention) == "fp8":
-        found.append(f"{attention} attention: the casts of queries, keys and values to fp8 "
-                     "are not costed, so the step time is a lower bound")
     return found
 
 
@@ -346,7 +342,9 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            layers_of(core.stages),
            tuple(records[i] for i in peak_candidates(core.kinds, records)),
            # the transients follow from the footprint, the stages and the splits
-           core.composition.tag_key(), communicator_key(core.composition))
+           core.composition.tag_key(), communicator_key(core.composition),
+           # the fp8 weight copies follow the model-parallel splits alone
+           tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters))
     return cache.memory_peak(key, compute)
 
 

@@ -3,7 +3,8 @@ kind of stage, in closed form, each the stage's steady state (its `total_bytes`,
 model states and buffers where no activations are alive) plus the transient buffers
 alive then (`llmpar.evaluation.transients`).
 
-    start                 states + buffers (+ persistent stack buffers)
+    start                 states + buffers (+ persistent stack buffers: Transformer
+                          Engine's dummy weight gradients and fp8 weight copies)
     warm-up end           states + buffers + activations of the micro-batches in flight
     loss forward          ... + the logits and their fp32 copies (last stage)
     loss backward         ... + the loss's gradients (last stage)
@@ -33,6 +34,7 @@ import numpy as np
 
 from llmpar.arrays import Value, is_array, logical_or, maximum, minimum, rounded, where
 from llmpar.dtypes import bytes_per_element
+from llmpar.evaluation.casts import COPIES, WEIGHT_COPY_SOURCE, weight_copy_bytes
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.memory import MemoryCore, activation_bytes, bytes_per_parameter
@@ -251,21 +253,36 @@ def unsharded_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
                     source)])
 
 
+FP8_COPIES_NAME = "fp8 weight copies"
+
+
+def fp8_copy_blocks(spec: Spec, composition: Composition,
+                    parameters: Mapping[str, float]) -> list[Block]:
+    """The fp8 weight copies a stage keeps through the step, as one persistent block
+    (`llmpar.evaluation.casts.weight_copy_bytes`); none where there are none."""
+    size = weight_copy_bytes(spec, composition, parameters)
+    if isinstance(size, (int, float)) and size == 0:
+        return []
+    return [_block(FP8_COPIES_NAME, size, WEIGHT_COPY_SOURCE)]
+
+
 def kind_moments(composition: Composition, states: Mapping[str, Value],
                  per_micro_batch: Value | None, in_flight: Value, buffers: Value,
                  parts: KindParts, share: float, activation_source: str,
-                 unsharded: tuple[list[Block], list[Block]] = ([], [])) -> list[Moment]:
+                 unsharded: tuple[list[Block], list[Block]] = ([], []),
+                 kept: Sequence[Block] = ()) -> list[Moment]:
     """The moments of a stage holding `states` (bytes on one GPU by component), the
     activations of `in_flight` micro-batches of `per_micro_batch` bytes each, and
     `buffers`; `parts` its kind's transients, `share` the optimizer step's foreach copy
     per byte of optimizer state, `unsharded` the weights and gradients it keeps gathered
     through the step (`unsharded_blocks`): the weights from the first forward, the
-    gradients from the first backward, both to the cool-down's end."""
+    gradients from the first backward, both to the cool-down's end; `kept` what the
+    stack keeps from one step to the next beside the states (`fp8_copy_blocks`)."""
     steady = [_block(name, states[key], STATE_SOURCE, transient=False)
               for name, key in STATE_NAMES]
     fixed_blocks = steady + ([_block("buffers", buffers, BUFFER_SOURCE, transient=False)]
                              if not (isinstance(buffers, (int, float)) and buffers == 0) else [])
-    persistent = _parts(composition, parts.persistent)
+    persistent = _parts(composition, parts.persistent) + list(kept)
     base = fixed_blocks + persistent
     activations: Value = 0
     if per_micro_batch is not None:
@@ -376,7 +393,8 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
         for m in kind_moments(composition, kind.states, kind.activations, kind.in_flight,
                               memory.buffers, _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
-                                               pipelined)):
+                                               pipelined),
+                              fp8_copy_blocks(spec, composition, parameters[position])):
             allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
             reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
     groups = communicators(composition)
@@ -407,7 +425,8 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                               stage.micro_batches_in_flight, memory.buffers,
                               _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
-                                               len(stages) > 1)):
+                                               len(stages) > 1),
+                              fp8_copy_blocks(spec, composition, parameters[position])):
             found.append(MemoryMoment(stage=stage.index, moment=m.name,
                                       allocated_bytes=int(m.allocated)))
     return tuple(found)
@@ -427,7 +446,8 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
         for m in kind_moments(composition, kind.states, kind.activations, kind.in_flight,
                               memory.buffers, _kind_parts(facts, position), share,
                               activation_source, unsharded_blocks(
-                                  spec, composition, parameters[position], len(records) > 1)):
+                                  spec, composition, parameters[position], len(records) > 1),
+                              fp8_copy_blocks(spec, composition, parameters[position])):
             reserved = max(reserved, int(m.reserved))
             size = int(m.allocated)
             if best is None or size > best[0] or (size == best[0] and index < best[1]):
@@ -441,11 +461,30 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
     groups = communicators(composition)
     nccl = int(groups) * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
     context, workspace = device_extras(spec)
+    copies = sum(int(b.size) for b in chosen.blocks if b.name == FP8_COPIES_NAME)
     peak = MemoryPeak(allocated_bytes=allocated, reserved_bytes=reserved,
                       device_bytes=reserved + nccl + workspace + context, nccl_bytes=nccl,
                       moment=chosen.name, stage=record.stage, steady_bytes=record.total_bytes,
-                      alive=alive, cuda_context_bytes=context, workspace_bytes=workspace)
-    return peak, _derivations(peak, int(groups))
+                      alive=alive, cuda_context_bytes=context, workspace_bytes=workspace,
+                      fp8_weight_copies_bytes=copies)
+    return peak, _derivations(peak, int(groups)) + _copy_derivations(spec, peak)
+
+
+def _copy_derivations(spec: Spec, peak: MemoryPeak) -> tuple[Derivation, ...]:
+    """How the fp8 weight copies were counted, where there are any."""
+    if not peak.fp8_weight_copies_bytes:
+        return ()
+    dtype = spec.precision.linear_format
+    return (Derivation(
+        quantity="memory_peak.fp8_weight_copies_bytes", value=peak.fp8_weight_copies_bytes,
+        unit="bytes",
+        rule=(f"sum over the stage's layer linear weights N_g * {COPIES} copies * "
+              f"bytes({dtype}) "
+              "/ (tensor, pipeline and expert splits of g; not the data-parallel shard), "
+              "alive at every moment of the step"),
+        source=WEIGHT_COPY_SOURCE,
+        inputs={"bytes_per_element": bytes_per_element(dtype), "copies": COPIES,
+                "stage": peak.stage, "framework": spec.training.profile.name}),)
 
 
 def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:

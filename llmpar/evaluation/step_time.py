@@ -124,6 +124,8 @@ class TimeCore:
     shape_loss: Value = 0.0
     slowest: Value = 1.0
     elementwise_bytes: Value = 0.0
+    cast_bytes: Value = 0.0
+    """The fp8 casts' share of `elementwise_bytes` (`llmpar.evaluation.casts`)."""
     exposed: Value = 0.0
     bubble_fraction: Value = 0.0
     bubble: Value = 0.0
@@ -460,7 +462,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
         elementwise = elementwise + dequantized_per_pass * m * (
             2 + where(spec.training.recompute == "full", 1, 0))
     per_micro_batch, per_step = casts
-    elementwise = elementwise + (per_micro_batch * m + per_step) / stages
+    cast = (per_micro_batch * m + per_step) / stages
+    elementwise = elementwise + cast
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, attention / n / attention_rate,
                               backward_share(facts, composition), m,
@@ -479,7 +482,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     step = compute + exposed + bubble_seconds + optimizer + exposed_host + overhead
     return TimeCore(time_model="modelled", step=step, costs=costs, host=host, compute=compute,
                     matmul=matmul, shape_loss=shape_loss, slowest=facts.slowest_stage_factor,
-                    elementwise_bytes=elementwise, exposed=exposed, bubble_fraction=bubble,
+                    elementwise_bytes=elementwise, cast_bytes=cast, exposed=exposed,
+                    bubble_fraction=bubble,
                     bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
                     exposed_host=exposed_host, overhead=overhead, windows=windows)
 

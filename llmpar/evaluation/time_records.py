@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
+from llmpar.evaluation.casts import casts_fp8, fp8_scaling
 from llmpar.evaluation.step_time import (
     ASSUMED_SOURCE,
     MODELLED_SOURCE,
@@ -106,6 +107,8 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
         rule += " + exposed offload"
         inputs.update(exposed_offload_seconds=float(time.exposed_host),
                       optimizer_share_on_gpu=float(time.on_gpu))
+    if casts_fp8(spec):
+        inputs.update(fp8_cast_bytes=float(time.cast_bytes), fp8_scaling=fp8_scaling(spec))
     overhead = _overhead_derivation(spec, time)
     if overhead:
         rule += " + host overhead"

@@ -19,6 +19,9 @@ LossKernel = Literal["torch", "vocab-parallel"]
 LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
 OptimizerKernel = Literal["foreach", "fused"]
 OPTIMIZER_KERNELS: tuple[OptimizerKernel, ...] = typing.get_args(OptimizerKernel)
+Fp8Scaling = Literal["delayed", "current"]
+FP8_SCALINGS: tuple[Fp8Scaling, ...] = typing.get_args(Fp8Scaling)
+"""How a per-tensor fp8 cast finds its scale (`[precision] fp8_scaling`)."""
 
 KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
     # Megatron's unfused core attention (scores materialized, softmax fused with scale and
@@ -144,6 +147,25 @@ class Framework:
     overhead_source: str = ""
     """Where the three overheads come from (a kernel-level measurement, a calibration,
     or the derivation that leaves them at 0)."""
+    fp8_scaling: Fp8Scaling = attrs.field(default="delayed", validator=v.one_of(*FP8_SCALINGS))
+    """How the stack's per-tensor fp8 casts ("fp8-tensorwise") find their scale, the
+    default of `[precision] fp8_scaling`: "delayed" (Transformer Engine's default recipe
+    on Hopper, `DelayedScaling`: the scale comes from the amax history of earlier
+    steps, transformer_engine/pytorch/quantization.py get_default_fp8_recipe, TE 2.20)
+    or "current" (torchao.float8's only scaling, `ScalingType.DYNAMIC`: each cast first
+    reduces its input to its amax, torchao/float8/float8_utils.py tensor_to_amax,
+    torchao 0.19)."""
+    fp8_weight_cache: bool = False
+    """Each fp8 linear layer keeps its weight's fp8 copies (as it is and transposed) from
+    the first micro-batch of a step to the next step, beside the weight itself:
+    Transformer Engine's weight workspace (`_fp8_workspaces["weight"]`), filled when the
+    caller passes `is_first_microbatch`, as Megatron-Core does
+    (transformer_engine/pytorch/module/linear.py, TE 2.20: `cache_name = None if
+    (is_first_microbatch is None or self.is_fsdp2) else "weight"`). Unset, the copies
+    are made per use and freed with it (torchao.float8, a stack calling Transformer
+    Engine without `is_first_microbatch`). Read by the memory peak and by the casts'
+    time: with the cache each weight is cast once per step, without it at every forward
+    (`llmpar.evaluation.casts`)."""
     cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
                                             validator=v.non_negative)
     """Device memory the CUDA context of each training process takes (the driver's state
@@ -175,6 +197,7 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
+    fp8_weight_cache=True,
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's

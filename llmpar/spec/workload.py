@@ -9,7 +9,7 @@ import attrs
 
 from llmpar.errors import did_you_mean
 from llmpar.spec import validators as v
-from llmpar.spec.framework import DEFAULT_FRAMEWORK, Framework
+from llmpar.spec.framework import DEFAULT_FRAMEWORK, FP8_SCALINGS, Fp8Scaling, Framework
 from llmpar.spec.quantities import ByteRate, Count, Seconds
 
 Recompute = Literal["none", "selective", "full"]
@@ -71,7 +71,18 @@ class Precision:
     peak of `compute`."""
     attention: str | None = attrs.field(default=None,
                                         validator=attrs.validators.optional(v.dtype))
-    """Format of attention's products (Q.K^T and scores.V). Default: `compute`."""
+    """Format of attention's products (Q.K^T and scores.V). Default: `compute`. In an
+    fp8 format the attention kernel runs in fp8 forward and backward (Transformer
+    Engine's `fp8_dpa` on cuDNN's fp8 attention): queries, keys, values, the output and
+    its gradient are cast to fp8 around it (`llmpar.evaluation.casts`)."""
+    fp8_scaling: Fp8Scaling | None = attrs.field(
+        default=None, validator=attrs.validators.optional(v.one_of(*FP8_SCALINGS)))
+    """How "fp8-tensorwise" casts find their scale: "delayed" (from the amax history of
+    earlier steps, found in the cast's own pass) or "current" (each cast first reads
+    its input once more to find its amax: Transformer Engine's `Float8CurrentScaling`,
+    torchao.float8). Row-, block- and MX-scaled formats find their scales in the cast's
+    pass whatever this says. Default: the framework profile's `fp8_scaling`
+    (megatron-core: "delayed", Transformer Engine's default recipe on Hopper)."""
 
     @property
     def linear_format(self) -> str:
