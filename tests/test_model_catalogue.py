@@ -320,9 +320,10 @@ def test_olmo3_windows_from_layer_types():
 
 
 @pytest.mark.parametrize(("model_type", "fragment"), [
-    ("qwen3_5_moe", "gated DeltaNet linear-attention layers"),
-    ("falcon_h1", "Mamba-2 state-space layers"),
-    ("nemotron_h", "Mamba-2 state-space layers"),
+    ("zamba2", "shared attention blocks"),
+    ("mamba2", "Mamba-2 layers without an MLP"),
+    ("jamba", "Mamba (version 1) state-space layers"),
+    ("nemotron_h", "layers of a single module each"),
     ("qwen2_5_vl", "multimodal towers are out of scope"),
     ("some_new_vlm", "multimodal towers are out of scope"),
 ])
@@ -472,7 +473,8 @@ def recurrent_unseen(model, run) -> tuple[float, float]:
     - Gated DeltaNet (torch_chunk_gated_delta_rule): the UT transform is two
       torch.linalg.solve_triangular calls, which the counter has no formula for: 2 C (d_k +
       d_v) per token and value head, as the matrix products the kernels run in its place.
-    - Mamba-2 (torch_forward of GraniteMoeHybridMambaLayer): C.B^T per head, not per group
+    - Mamba-2 (torch_forward of GraniteMoeHybridMambaLayer and FalconH1Mixer): C.B^T per
+      head, not per group
       (B and C repeated to the heads), and the states passed across chunks as one dense
       (chunks + 1)^2 contraction, both einsums the counter sees; llmpar counts C.B^T per
       group and the scan across chunks as elementwise.
