@@ -338,7 +338,8 @@ def test_the_models_measured_for_their_flops_count_as_transformers_builds_them()
     # validation/data/flops/<name>.json (validation/measure_flops.py) records the
     # parameters of each model it ran (1 and 2 layers, fewer experts)
     folder = Path(__file__).resolve().parents[1] / "validation" / "data" / "flops"
-    names = ("qwen3-next-80b-a3b", "granite-4.0-h-small", "deepseek-v3.2-exp")
+    names = ("qwen3-next-80b-a3b", "granite-4.0-h-small", "deepseek-v3.2-exp", "qwen3.5-27b",
+             "qwen3.5-35b-a3b", "falcon-h1-1.5b")
     for name in names:
         runs = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))["runs"]
         for run in runs:
