@@ -135,6 +135,26 @@ def test_falcon_h1_parallel_layers_by_hand():
     assert count_parameters(with_norm).by_group["mamba"] == 44 * (mamba + 3072)
 
 
+@pytest.mark.parametrize(("change", "path"), [
+    ({"projectors_bias": True}, "$.projectors_bias"),        # out_proj biased, in_proj not
+    ({"mamba_d_head": 96}, "$.mamba_d_head"),                # 24 x 96 is not mamba_d_ssm
+    ({"layers_block_type": ["hybrid", "mamba"] * 22}, "$.layers_block_type"),
+])
+def test_falcon_h1_config_errors_name_the_key(change, path):
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.model_from_hf({**config_of("falcon-h1-7b"), **change})
+    assert [p.path for p in caught.value.problems] == [path]
+
+
+def test_falcon_h1_default_head_width_and_layer_list():
+    # mamba_d_head "auto" is mamba_d_ssm / mamba_n_heads (FalconH1Config.__post_init__); a
+    # layer list of "hybrid" (transformers 5's layer_types) is the same model
+    config = config_of("falcon-h1-7b")
+    model = llmpar.model_from_hf(config)
+    assert llmpar.model_from_hf({**config, "mamba_d_head": "auto"}) == model
+    assert llmpar.model_from_hf({**config, "layer_types": ["hybrid"] * 44}) == model
+
+
 def test_parallel_layers_keep_their_tokens_and_a_state():
     # Falcon-H1-7B, 2 sequences of 1024 + 1 tokens, bf16: every one of the 44 layers keeps
     # its keys and values (2 x 2 heads x 128 per token) and its Mamba-2 state (24 heads of

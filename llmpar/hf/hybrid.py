@@ -192,6 +192,11 @@ def falcon_h1(config: HfConfig) -> dict[str, Any]:
         raise config.error("mamba_d_head", f"mamba_n_heads ({heads}) x mamba_d_head "
                                            f"({head_dim}) must be the inner width {inner} "
                                            "(mamba_d_ssm)")
+    kinds = config.get("layers_block_type") or config.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) != {"hybrid"}):
+        key = "layers_block_type" if config.get("layers_block_type") else "layer_types"
+        raise config.error(key, f"expected \"hybrid\" for every layer (attention and Mamba-2 "
+                                f"in parallel, FalconH1DecoderLayer), got {kinds!r}")
     projection_bias = config.flag("mamba_proj_bias")
     if config.flag("projectors_bias") != projection_bias:
         raise config.error("projectors_bias", "only equal to mamba_proj_bias is supported: "
