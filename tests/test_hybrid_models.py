@@ -1,6 +1,7 @@
-"""Models whose layers mix attention with recurrent token mixers: gated DeltaNet (Qwen3-Next)
-and Mamba-2 (Granite 4). Their layer pattern, parameters by hand, what serving keeps per
-sequence, and what tensor and context parallelism can split."""
+"""Models whose layers mix attention with recurrent token mixers: gated DeltaNet (Qwen3-Next,
+Qwen3.5), Mamba-2 (Granite 4) and both side by side in one layer (Falcon-H1). Their layer
+pattern, parameters by hand, what serving keeps per sequence, and what tensor and context
+parallelism can split."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 import llmpar
 from llmpar.footprint.flops import forward_flops_per_sequence, recurrent_mixer_flops_per_token
 from llmpar.footprint.parameters import count_parameters
-from llmpar.spec.model import MIXERS
+from llmpar.spec.model import MIXERS, mixer_parts
 
 SESSION = llmpar.Session(load_entry_points=False)
 GPU = {"gpu": "h100-sxm"}
@@ -26,14 +27,15 @@ def preset(name: str) -> llmpar.spec.Model:
     return SESSION.load_spec({"model": name, "hardware": GPU}).model
 
 
-@given(pattern=st.text(alphabet="ALM", min_size=1, max_size=6),
+@given(pattern=st.text(alphabet="ALMP", min_size=1, max_size=6),
        first=st.integers(0, 40), count=st.integers(0, 60))
 def test_mixer_counts_in_closed_form_are_the_layers_counted_one_by_one(pattern, first, count):
+    # a parallel hybrid layer ("P") counts under both of its mixers
     model = llmpar.spec.Model(mixer_pattern=pattern)
     counted: dict[str, int] = {}
     for index in range(first, first + count):
-        kind = MIXERS[pattern[index % len(pattern)]]
-        counted[kind] = counted.get(kind, 0) + 1
+        for kind in mixer_parts(MIXERS[pattern[index % len(pattern)]]):
+            counted[kind] = counted.get(kind, 0) + 1
     assert model.mixers_in(first, count) == counted
     assert all(model.mixer_of(i) == MIXERS[pattern[i % len(pattern)]] for i in range(first,
                                                                                     first + 3))
@@ -54,6 +56,52 @@ def test_qwen3_next_by_hand():
     assert groups["attention"] == 12 * attention
 
 
+def test_qwen3_5_by_hand():
+    # Qwen3_5GatedDeltaNet (transformers 5.24), Qwen3.5-27B: h 5120; 16 key heads and 48
+    # value heads of 128. in_proj_qkv h x (2 x 2048 + 6144), in_proj_z h x 6144, in_proj_b
+    # and in_proj_a h x 48 each, out_proj 6144 x h, conv1d 10240 x 4, dt_bias and A_log 48
+    # each, the gated norm 128. Qwen3_5Attention: q_proj h x 2 x 24 x 256 (the output gate),
+    # k/v h x 4 x 256, o_proj 6144 x h, q/k norms 256. A dense SwiGLU MLP of 17408 in every
+    # layer.
+    model = preset("qwen3.5-27b")
+    assert model.mixer_pattern == "LLLA" and model.moe is None
+    h = 5120
+    linear = (h * (2 * 2048 + 6144) + h * 6144 + 2 * h * 48 + 6144 * h + 10240 * 4 + 2 * 48
+              + 128)
+    attention = h * 2 * 6144 + 2 * h * 1024 + 6144 * h + 2 * 256
+    groups = count_parameters(model).by_group
+    assert groups["linear_attention"] == 48 * linear
+    assert groups["attention"] == 16 * attention
+    assert groups["mlp"] == 64 * 3 * h * 17408
+
+
+def test_qwen3_5_moe_has_experts_in_every_layer():
+    # Qwen3_5MoeSparseMoeBlock in every layer: 256 experts of 512 behind a router of h x
+    # 256, a shared expert of 512 behind a sigmoid gate of h x 1 (Qwen3.5-35B-A3B, h 2048).
+    model = preset("qwen3.5-35b-a3b")
+    h = 2048
+    groups = count_parameters(model).by_group
+    assert model.num_moe_layers == 40 and groups["mlp"] == 0
+    assert groups["experts"] == 40 * 256 * 3 * h * 512
+    assert groups["shared_experts"] == 40 * (3 * h * 512 + h)
+    assert groups["router"] == 40 * 256 * h
+
+
+def test_qwen3_5_reads_its_language_model_in_either_config():
+    # the multimodal config (qwen3_5_moe) and its text_config alone (qwen3_5_moe_text, as
+    # a text-only checkpoint writes it) are the same language model
+    config = config_of("qwen3.5-35b-a3b")
+    wrapped = llmpar.model_from_hf(config)
+    alone = llmpar.model_from_hf(config["text_config"])
+    assert count_parameters(wrapped) == count_parameters(alone)
+    assert "without the vision tower" in wrapped.source
+    assert "multi-token-prediction layer" in alone.source
+    text = {k: v for k, v in config["text_config"].items() if k != "moe_intermediate_size"}
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.model_from_hf({**config, "text_config": text})
+    assert [p.path for p in caught.value.problems] == ["$.text_config.moe_intermediate_size"]
+
+
 def test_granite_4_mamba_layers_by_hand():
     # GraniteMoeHybridMambaLayer: h 4096, 128 heads of 64 (inner 8192), one group of state
     # 128: in_proj h x (8192 + 8448 + 128), conv1d 8448 x 4 with bias, dt_bias, A_log, D,
@@ -65,6 +113,91 @@ def test_granite_4_mamba_layers_by_hand():
     assert groups["mamba"] == 36 * mamba
     assert "linear_attention" not in groups and groups["attention"] == 4 * (
         2 * h * 4096 + 2 * h * 1024)
+
+
+def test_falcon_h1_parallel_layers_by_hand():
+    # FalconH1DecoderLayer (transformers 5.24), Falcon-H1-7B: h 3072, in every layer Llama
+    # attention (12 query heads and 2 key/value heads of 128: q and o 3072 x 1536, k and v
+    # 3072 x 256) beside a FalconH1Mixer (24 heads of 128, inner 3072, one group of state 256:
+    # in_proj h x (3072 + 3584 + 24), conv1d 3584 x 4 with bias, dt_bias, A_log, D; no gated
+    # norm, mamba_rms_norm false; out_proj 3072 x h), a SwiGLU MLP of 12288 and two norms.
+    model = preset("falcon-h1-7b")
+    assert model.mixer_pattern == "P" and model.recurrent_mixer == "mamba"
+    assert model.num_attention_layers == 44 and model.mixers_in(0, 44) == {"attention": 44,
+                                                                          "mamba": 44}
+    h, conv = 3072, 3072 + 2 * 256
+    mamba = h * (3072 + conv + 24) + conv * 5 + 3 * 24 + 3072 * h
+    groups = count_parameters(model).by_group
+    assert groups["mamba"] == 44 * mamba
+    assert groups["attention"] == 44 * (2 * h * 1536 + 2 * h * 256)
+    assert groups["mlp"] == 44 * 3 * h * 12288 and groups["norms"] == (2 * 44 + 1) * h
+    with_norm = attrs.evolve(model, mamba=attrs.evolve(model.mamba, gated_norm=True))
+    assert count_parameters(with_norm).by_group["mamba"] == 44 * (mamba + 3072)
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    ({"projectors_bias": True}, "$.projectors_bias"),        # out_proj biased, in_proj not
+    ({"mamba_d_head": 96}, "$.mamba_d_head"),                # 24 x 96 is not mamba_d_ssm
+    ({"layers_block_type": ["hybrid", "mamba"] * 22}, "$.layers_block_type"),
+])
+def test_falcon_h1_config_errors_name_the_key(change, path):
+    with pytest.raises(llmpar.SpecError) as caught:
+        llmpar.model_from_hf({**config_of("falcon-h1-7b"), **change})
+    assert [p.path for p in caught.value.problems] == [path]
+
+
+def test_falcon_h1_default_head_width_and_layer_list():
+    # mamba_d_head "auto" is mamba_d_ssm / mamba_n_heads (FalconH1Config.__post_init__); a
+    # layer list of "hybrid" (transformers 5's layer_types) is the same model
+    config = config_of("falcon-h1-7b")
+    model = llmpar.model_from_hf(config)
+    assert llmpar.model_from_hf({**config, "mamba_d_head": "auto"}) == model
+    assert llmpar.model_from_hf({**config, "layer_types": ["hybrid"] * 44}) == model
+
+
+def test_parallel_layers_keep_their_tokens_and_a_state():
+    # Falcon-H1-7B, 2 sequences of 1024 + 1 tokens, bf16: every one of the 44 layers keeps
+    # its keys and values (2 x 2 heads x 128 per token) and its Mamba-2 state (24 heads of
+    # 128 x 256, and 3 inputs of the 3584 convolved channels).
+    tokens = 2 * 44 * 1025 * 2 * 2 * 128 * 2
+    state = 2 * 44 * (24 * 128 * 256 + 3 * 3584) * 2
+    assert serving_cache("falcon-h1-7b", 1024) == tokens + state
+
+
+def test_parallel_layers_count_both_mixers_flops():
+    # every layer has an s x s attention square and the Mamba-2 scan's products, linear in s
+    model = preset("falcon-h1-7b")
+    only_attention = attrs.evolve(model, mixer_pattern=None, mamba=None)
+    for s in (2048, 4096):
+        both, plain = forward_flops_per_sequence(model, s), forward_flops_per_sequence(
+            only_attention, s)
+        assert both.attention - plain.attention == pytest.approx(
+            44 * s * recurrent_mixer_flops_per_token(model, "mamba", s))
+
+
+def test_fused_parallel_layers_keep_both_mixers_tensors_and_their_input_once():
+    from llmpar.footprint.baseline import baseline_footprint
+
+    def inventory(model):
+        spec = SESSION.load_spec({"model": model, "hardware": GPU,
+                                  "training": {"sequence_length": 4096,
+                                               "activation_model": "fused"}})
+        found = baseline_footprint(spec).activations
+        assert found is not None
+        return {g.kind: g for g in found.groups}
+    [group] = inventory("falcon-h1-7b").values()
+    assert group.kind == "dense attention+mamba" and group.count == 44
+    names = [t.name for t in group.tensors]
+    assert "attention input" in names and "mixer input" not in names
+    assert {"z, x and dt", "B and C", "scan output"} <= set(names)
+    assert "gated norm rstd (fp32)" not in names  # mamba_rms_norm false: no gated norm
+    # the layer keeps what an attention layer keeps plus the Mamba-2 kernel's own tensors
+    path_of = SESSION.presets.path("models", "falcon-h1-7b")
+    table = tomllib.loads(path_of.read_text(encoding="utf-8"))
+    plain = {k: v for k, v in table.items() if k not in ("mixer_pattern", "mamba")}
+    [attention] = inventory(plain).values()
+    mamba = [t for t in group.tensors if t.name in ("z, x and dt", "B and C", "scan output")]
+    assert group.layer_bytes == attention.layer_bytes + sum(t.bytes for t in mamba)
 
 
 def test_every_layer_attending_is_the_model_without_a_pattern():
@@ -183,6 +316,7 @@ def test_flops_count_only_the_attention_layers_squares():
     ({"mixer_pattern": "LLLLA"}, "$.model.mixer_pattern"),        # 5 does not divide 48
     ({"mixer_pattern": "LLLA", "linear_attention": None}, "$.model.linear_attention"),
     ({"mixer_pattern": "A"}, "$.model.linear_attention"),         # a table no layer uses
+    ({"mixer_pattern": "LLLP"}, "$.model.mamba"),                  # P needs [model.mamba]
 ])
 def test_mixer_pattern_errors_name_the_key(change, path):
     path_of = SESSION.presets.path("models", "qwen3-next-80b-a3b")
@@ -224,7 +358,8 @@ def test_the_models_measured_for_their_flops_count_as_transformers_builds_them()
     # validation/data/flops/<name>.json (validation/measure_flops.py) records the
     # parameters of each model it ran (1 and 2 layers, fewer experts)
     folder = Path(__file__).resolve().parents[1] / "validation" / "data" / "flops"
-    names = ("qwen3-next-80b-a3b", "granite-4.0-h-small", "deepseek-v3.2-exp")
+    names = ("qwen3-next-80b-a3b", "granite-4.0-h-small", "deepseek-v3.2-exp", "qwen3.5-27b",
+             "qwen3.5-35b-a3b", "falcon-h1-1.5b")
     for name in names:
         runs = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))["runs"]
         for run in runs:

@@ -20,6 +20,7 @@ from llmpar.footprint.parameters import count_parameters
 from llmpar.hf import model_table_from_hf
 
 WRITER = load_script("write_presets")
+FLOP_TERMS = load_script("flop_terms")
 CITED = WRITER.cited_configs()
 SESSION = llmpar.Session(load_entry_points=False)
 UNITS = {"M": Decimal(10) ** 6, "B": Decimal(10) ** 9, "T": Decimal(10) ** 12}
@@ -320,9 +321,10 @@ def test_olmo3_windows_from_layer_types():
 
 
 @pytest.mark.parametrize(("model_type", "fragment"), [
-    ("qwen3_5_moe", "gated DeltaNet linear-attention layers"),
-    ("falcon_h1", "Mamba-2 state-space layers"),
-    ("nemotron_h", "Mamba-2 state-space layers"),
+    ("zamba2", "shared attention blocks"),
+    ("mamba2", "Mamba-2 layers without an MLP"),
+    ("jamba", "Mamba (version 1) state-space layers"),
+    ("nemotron_h", "layers of a single module each"),
     ("qwen2_5_vl", "multimodal towers are out of scope"),
     ("some_new_vlm", "multimodal towers are out of scope"),
 ])
@@ -429,16 +431,8 @@ def test_flops_equal_flop_counter_on_the_2025_model_types(run):
     from llmpar.footprint.flops import forward_flops_per_sequence
 
     model = llmpar.model_from_hf(run["config_used"])
-    predicted = forward_flops_per_sequence(model, run["seq"]).total * run["batch"]
-    if run["model_class"] == "Llama4ForCausalLM" and model.moe is not None:
-        # transformers runs every routed expert on every token, zero-weighted
-        # (Llama4TextMoe.forward repeats the tokens for each expert, then one bmm per
-        # projection); llmpar counts the top-k experts a token is routed to, as an MoE
-        # kernel runs them: the difference is the other experts' three matrices.
-        moe, tokens = model.moe, run["seq"] * run["batch"]
-        assert model.hidden_size is not None
-        predicted += (model.num_moe_layers * (moe.num_experts - moe.experts_per_token) * tokens
-                      * 2 * 3 * model.hidden_size * moe.expert_ffn_hidden_size)
+    predicted = (forward_flops_per_sequence(model, run["seq"]).total * run["batch"]
+                 + FLOP_TERMS.every_expert_extra(model, run))
     uncounted = run["uncounted_kernel_flops_computed_here"]
     if model.sparse_attention is not None:
         # DeepSeek-V3.2: up to top_k tokens every key is kept, so the counter sees the dense
@@ -453,7 +447,7 @@ def test_flops_equal_flop_counter_on_the_2025_model_types(run):
         return
     if model.mixer_pattern is not None:
         # exact where FlopCounterMode counts the kernels' products (`recurrent_unseen`)
-        unseen, backward = recurrent_unseen(model, run)
+        unseen, backward = FLOP_TERMS.recurrent_unseen(model, run)
         assert predicted - unseen == run["forward_flops"] + uncounted
         # the reference delta rule's autograd adds products of its own at 8 chunks (s
         # 512: 0.03% of the backward), so the backward agrees to 0.1%
@@ -462,47 +456,6 @@ def test_flops_equal_flop_counter_on_the_2025_model_types(run):
     assert predicted == pytest.approx(run["forward_flops"] + uncounted, rel=0.01)
     assert 3 * predicted == pytest.approx(run["forward_backward_flops"] + 3 * uncounted,
                                           rel=0.01)
-
-
-def recurrent_unseen(model, run) -> tuple[float, float]:
-    """What FlopCounterMode does not see of llmpar's forward FLOPs of the recurrent layers
-    (torch 2.13, transformers 5.24's reference kernels), and the backward it counts without
-    its depthwise-convolution artefact.
-
-    - Gated DeltaNet (torch_chunk_gated_delta_rule): the UT transform is two
-      torch.linalg.solve_triangular calls, which the counter has no formula for: 2 C (d_k +
-      d_v) per token and value head, as the matrix products the kernels run in its place.
-    - Mamba-2 (torch_forward of GraniteMoeHybridMambaLayer): C.B^T per head, not per group
-      (B and C repeated to the heads), and the states passed across chunks as one dense
-      (chunks + 1)^2 contraction, both einsums the counter sees; llmpar counts C.B^T per
-      group and the scan across chunks as elementwise.
-    - The convolution's causal_conv1d fallback pads kernel - 1 positions on both sides and
-      cuts them off after: the counter sees s + kernel - 1 outputs per channel.
-    - Backward: the counter's convolution_backward formula ignores groups and counts the
-      depthwise convolution's input gradient as a dense one (conv_width times too much), so
-      it is left out, and the rest of the backward is twice the forward it saw."""
-    s, b = run["seq"], run["batch"]
-    unseen = 0.0
-    for kind, count in model.mixers_in(0, model.num_layers).items():
-        if kind == "linear_attention":
-            la = model.linear_attention
-            unseen += count * s * la.num_value_heads * 2 * la.chunk_size * (
-                la.key_head_dim + la.value_head_dim)
-            conv, taps = la.conv_width, la.conv_kernel_size
-        elif kind == "mamba":
-            m = model.mamba
-            chunks = -(-s // m.chunk_size)
-            unseen -= count * s * 2 * (m.num_heads - m.num_groups) * m.chunk_size * m.state_size
-            unseen -= count * 2 * (chunks + 1) ** 2 * m.num_heads * m.head_dim * m.state_size
-            conv, taps = m.conv_width, m.conv_kernel_size
-        else:
-            continue
-        unseen -= count * 2 * conv * taps * (taps - 1)
-    forward_conv = run["forward_flops_by_op"].get("aten.convolution", 0)
-    backward = (sum(run["backward_flops_by_op"].values())
-                - run["backward_flops_by_op"].get("aten.convolution_backward", 0)
-                + run["backward_uncounted_kernel_flops_computed_here"] + 2 * forward_conv)
-    return unseen * b, backward
 
 
 @pytest.mark.parametrize("name", ["gpt-oss-20b", "llama-4-scout"])

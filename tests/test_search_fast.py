@@ -41,6 +41,19 @@ SPACES = {
     "eager-attention-scores": small_spec(
         training={"sequence_length": 512, "global_batch_size": 24,
                   "activation_model": "hf-eager"}),
+    "parallel-attention-and-mamba": small_spec(  # Falcon-H1's "P" layers
+        model={**SMALL_MODEL, "mixer_pattern": "P",
+               "mamba": {"num_heads": 8, "head_dim": 32, "state_size": 16,
+                         "gated_norm": False}},
+        training={"sequence_length": 512, "global_batch_size": 24,
+                  "activation_model": "fused"}),
+    "gated-deltanet-and-attention": small_spec(  # Qwen3.5's "LLLA"
+        model={**SMALL_MODEL, "mixer_pattern": "LA", "qk_norm": True,
+               "attention_output_gate": True,
+               "linear_attention": {"num_key_heads": 4, "num_value_heads": 8,
+                                    "key_head_dim": 32, "value_head_dim": 32}},
+        training={"sequence_length": 512, "global_batch_size": 24,
+                  "activation_model": "fused"}),
 }
 
 

@@ -55,6 +55,10 @@ CHANGES: dict[str, dict] = {
     "qwen3-next-80b-a3b": {"num_experts": 16, "full_attention_interval": 2},  # L, then A
     "deepseek-v3.2-exp": {"n_routed_experts": 16, "first_k_dense_replace": 1},
     "granite-4.0-h-small": {"num_local_experts": 16, "layer_types": ["mamba", "attention"]},
+    "qwen3.5-27b": {"layer_types": ["linear_attention", "full_attention"]},  # L, then A
+    "qwen3.5-35b-a3b": {"num_experts": 16, "layer_types": ["linear_attention",
+                                                           "full_attention"]},
+    "falcon-h1-1.5b": {},                       # attention and Mamba-2 in every layer
 }
 """The models measured and what each changes from its published config."""
 PER_LAYER = ("layer_types", "no_rope_layers")

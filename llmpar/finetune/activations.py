@@ -27,6 +27,7 @@ from llmpar.finetune.targets import Linear, targeted
 from llmpar.footprint.activations.common import INSIDE_TP, OUTSIDE_TP, TOKENS_ONLY
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
 from llmpar.spec import Spec
+from llmpar.spec.model import mixer_parts
 from llmpar.strategy import Stage
 
 MASK_BYTES = 1.0
@@ -81,7 +82,7 @@ def with_adapters(spec: Spec, inventory: ActivationInventory) -> ActivationInven
     def add(group: LayerGroup) -> LayerGroup:
         if " " in group.kind:  # a hybrid model's kind: attention adapters on attention only
             block, mixer = group.kind.split(" ", 1)
-            own = (attention if mixer == "attention" else ()) + (
+            own = (attention if "attention" in mixer_parts(mixer) else ()) + (
                 moe if block == "moe" else dense)
             return attrs.evolve(group, tensors=group.tensors + own)
         return attrs.evolve(group, tensors=group.tensors + added.get(group.kind, attention))

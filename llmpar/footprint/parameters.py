@@ -159,7 +159,8 @@ def mamba_matmul_weights(model: Model) -> int:
 def mamba_parameters(model: Model) -> int:
     """One Mamba-2 layer: its projections (with biases when projection_bias), the depthwise
     convolution over conv_width channels (with a bias when conv_bias), dt_bias, A_log and D
-    (one per head) and the gated RMSNorm of inner_width (a weight only)."""
+    (one per head) and, with gated_norm, the gated RMSNorm of inner_width (a weight only;
+    FalconH1Mixer builds it only with mamba_rms_norm)."""
     mamba = model.mamba
     assert mamba is not None and model.hidden_size is not None
     biases = 0
@@ -168,7 +169,7 @@ def mamba_parameters(model: Model) -> int:
     conv = mamba.conv_width * mamba.conv_kernel_size + (mamba.conv_width
                                                         if mamba.conv_bias else 0)
     return (mamba_matmul_weights(model) + biases + conv + 3 * mamba.num_heads
-            + mamba.inner_width)
+            + (mamba.inner_width if mamba.gated_norm else 0))
 
 
 MIXER_PARAMETERS = MappingProxyType({"attention": attention_parameters,

@@ -86,6 +86,15 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "qwen3_next": _decoder("Qwen3NextForCausalLM", hybrid.qwen3_next,
                            "num_experts|num_local_experts", "num_experts_per_tok",
                            "moe_intermediate_size", note=hybrid.QWEN3_NEXT_NOTE),
+    "qwen3_5_text": _decoder("Qwen3_5ForCausalLM", hybrid.qwen3_5_text,
+                             note=hybrid.QWEN3_5_NOTE),
+    "qwen3_5_moe_text": Family(hf_class="Qwen3_5MoeForCausalLM",
+                               required=("num_hidden_layers", "hidden_size",
+                                         "num_attention_heads", "vocab_size",
+                                         "num_experts|num_local_experts", "num_experts_per_tok",
+                                         "moe_intermediate_size"),
+                               read=hybrid.qwen3_5_moe_text, note=hybrid.QWEN3_5_NOTE),
+    "falcon_h1": _decoder("FalconH1ForCausalLM", hybrid.falcon_h1),
     "granitemoehybrid": _decoder("GraniteMoeHybridForCausalLM", hybrid.granitemoehybrid),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
     "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
@@ -95,7 +104,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
 text_config as "gemma3_text")."""
 
 MULTIMODAL = MappingProxyType({"gemma3": "gemma3_text", "llama4": "llama4_text",
-                               "mistral3": "mistral", "kimi_k25": "kimi_k2"})
+                               "mistral3": "mistral", "kimi_k25": "kimi_k2",
+                               "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"})
 """model_types whose language model is the `text_config` of the given model_type (unless
 the text_config names one of TEXT_MODELS)."""
 
@@ -105,21 +115,24 @@ Mistral3ForConditionalGeneration holds a Mistral (Mistral Small 3.1) or a Minist
 
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
 
-LINEAR_ATTENTION = ("gated DeltaNet linear-attention layers (a fixed-size recurrent state in "
-                    "place of a KV cache, and a scan instead of softmax attention)")
-STATE_SPACE = ("Mamba-2 state-space layers (a fixed-size recurrent state in place of a KV "
-               "cache, and a selective scan instead of attention)")
+MAMBA_ALONE = ("Mamba-2 layers without an MLP (Mamba2ForCausalLM's blocks hold the mixer "
+               "alone): a layer of llmpar is a token mixer followed by an MLP")
+MAMBA_1 = ("Mamba (version 1) state-space layers (a selective scan of its own, with a state "
+           "per channel; llmpar models Mamba-2's)")
+ZAMBA2 = ("Mamba-2 layers beside shared attention blocks reused at several depths "
+          "(hybrid_layer_ids, LoRA per use): a shared block is not modelled")
+NEMOTRON_H = ("layers of a single module each (hybrid_override_pattern: a Mamba-2 layer, an "
+              "attention layer and an MLP or MoE layer alone, NemotronHBlock): a layer of "
+              "llmpar is a token mixer followed by an MLP")
 VISION = ("a vision tower beside the language model: multimodal towers are out of scope, "
           "and this model_type's language model is not read on its own")
 UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
-    "qwen3_5": LINEAR_ATTENTION,
-    "qwen3_5_moe": LINEAR_ATTENTION,
-    "falcon_h1": STATE_SPACE,
-    "nemotron_h": STATE_SPACE,
-    "mamba2": STATE_SPACE,
-    "mamba": "Mamba state-space layers (a fixed-size recurrent state, a selective scan)",
-    "jamba": STATE_SPACE.replace("Mamba-2", "Mamba"),
-    "zamba2": STATE_SPACE,
+    "nemotron_h": NEMOTRON_H,
+    "mamba2": MAMBA_ALONE,
+    "mamba": MAMBA_1,
+    "falcon_mamba": MAMBA_1,
+    "jamba": MAMBA_1,
+    "zamba2": ZAMBA2,
     "qwen2_5_vl": VISION,
     "qwen3_vl": VISION,
     "qwen3_vl_moe": VISION,

@@ -57,6 +57,7 @@ from llmpar.inference.phases import exposed_seconds
 from llmpar.inference.serving import Serving
 from llmpar.plan_records import ContinuousBatching
 from llmpar.roofline import Operation, Rates, floor_seconds, seconds
+from llmpar.spec.model import mixer_parts
 
 BISECTION_STEPS = 40
 """Halvings of the batch interval in the request-rate fixed point (2^-40 of the limit)."""
@@ -92,14 +93,16 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
     ops = outer_ops(serving, together)
     for kind, count in layer_kinds(serving):
         block = moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
-        if kind.mixer != "attention":
-            layer = [recurrent_projections(serving, together, kind.mixer),
-                     recurrent_scan(serving, decoding, kind.mixer)]
-            if prefill_tokens > 0:
-                layer.append(recurrent_scan(serving, prefilling, kind.mixer))
-        else:
-            layer = [projections(serving, together),
-                     attention(serving, decoding, kind.window)]
+        layer = []
+        for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
+            if mixer != "attention":
+                layer += [recurrent_projections(serving, together, mixer),
+                          recurrent_scan(serving, decoding, mixer)]
+                if prefill_tokens > 0:
+                    layer.append(recurrent_scan(serving, prefilling, mixer))
+                continue
+            layer += [projections(serving, together),
+                      attention(serving, decoding, kind.window)]
             if prefill_tokens > 0:
                 layer.append(attention(serving, prefilling, kind.window))
             if serving.spec.model.sparse_attention is not None:

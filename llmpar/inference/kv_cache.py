@@ -95,9 +95,10 @@ def layer_windows(model: Model, inference: Inference,
     in closed form (`Model.layer_kinds_in`)."""
     counts: dict[int | None, int] = {}
     if model.mixer_pattern is not None:  # no windows beside recurrent layers (checked)
+        # a parallel hybrid layer (attention+mamba) keeps both its tokens and its state
         mixers = model.mixers_in(layers.start, len(layers))
-        found = {None: mixers.get("attention", 0), RECURRENT: len(layers)
-                 - mixers.get("attention", 0)}
+        found = {None: mixers.get("attention", 0),
+                 RECURRENT: sum(n for kind, n in mixers.items() if kind != "attention")}
         return tuple((window, number) for window, number in found.items() if number)
     honoured = inference.sliding_window is not False
     for (_moe, windowed), number in model.layer_kinds_in(layers.start, len(layers)).items():

@@ -47,6 +47,7 @@ from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec import Model
 from llmpar.spec.inference import QUANTIZED_FORMATS
+from llmpar.spec.model import mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
 
@@ -355,13 +356,16 @@ def norms(serving: Serving, step: Step) -> Operation:
 def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
     """The operations of one layer of `kind`."""
     block = moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
-    if kind.mixer != "attention":
-        return [recurrent_projections(serving, step, kind.mixer),
-                recurrent_scan(serving, step, kind.mixer), *block, norms(serving, step)]
-    mixer = [projections(serving, step), attention(serving, step, kind.window)]
-    if serving.spec.model.sparse_attention is not None:
-        mixer.append(indexer(serving, step))
-    return [*mixer, *block, norms(serving, step)]
+    mixers: list[Operation] = []
+    for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
+        if mixer != "attention":
+            mixers += [recurrent_projections(serving, step, mixer),
+                       recurrent_scan(serving, step, mixer)]
+            continue
+        mixers += [projections(serving, step), attention(serving, step, kind.window)]
+        if serving.spec.model.sparse_attention is not None:
+            mixers.append(indexer(serving, step))
+    return [*mixers, *block, norms(serving, step)]
 
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:

@@ -47,6 +47,8 @@ def model_problems(model: Model) -> list[Problem]:
 
 MIXER_TABLES = {"L": "linear_attention", "M": "mamba"}
 """The letters of `mixer_pattern` that need a table, and the table."""
+PARALLEL_MAMBA = "P"
+"""The parallel hybrid layer's letter: attention and Mamba-2, whose table it needs."""
 
 
 def mixer_problems(model: Model) -> list[Problem]:
@@ -60,6 +62,8 @@ def mixer_problems(model: Model) -> list[Problem]:
                                       f"({layers}): the pattern repeats from layer 0"))
     for letter, table in MIXER_TABLES.items():
         given = getattr(model, table) is not None
+        if letter == "M" and PARALLEL_MAMBA in pattern:
+            letter = "M" if "M" in pattern else PARALLEL_MAMBA
         if letter in pattern and not given:
             problems.append(Problem(f"$.model.{table}", f"required: mixer_pattern "
                                     f"({pattern!r}) has {letter!r} layers"))
@@ -69,9 +73,9 @@ def mixer_problems(model: Model) -> list[Problem]:
     if pattern and model.sliding_window is not None:
         problems.append(Problem("$.model.sliding_window", "windowed attention beside "
                                 "recurrent layers (mixer_pattern) is not modelled"))
-    if set(MIXER_TABLES) <= set(pattern):
-        problems.append(Problem(path, "mix attention with one recurrent kind, 'L' or 'M', "
-                                      "not both"))
+    if "L" in pattern and set("MP") & set(pattern):
+        problems.append(Problem(path, "mix attention with one recurrent kind, 'L' or "
+                                      "Mamba-2 ('M', 'P'), not both"))
     if model.sparse_attention is not None and (model.mla is None
                                                or model.mla.q_lora_rank is None):
         problems.append(Problem("$.model.sparse_attention", "the indexer reads MLA's query "

@@ -15,8 +15,16 @@ NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "projection")
-MIXERS = {"A": "attention", "L": "linear_attention", "M": "mamba"}
-"""The letters of `Model.mixer_pattern`: the token mixer each layer has."""
+MIXERS = {"A": "attention", "L": "linear_attention", "M": "mamba", "P": "attention+mamba"}
+"""The letters of `Model.mixer_pattern`: the token mixer each layer has. "P" is attention and
+Mamba-2 side by side on the same input, their outputs summed (Falcon-H1's parallel hybrid
+layer, FalconH1DecoderLayer in transformers 5.24)."""
+
+
+def mixer_parts(mixer: str) -> tuple[str, ...]:
+    """The token mixers of one layer kind (`Model.mixer_of`): ("attention", "mamba") for a
+    parallel hybrid layer, else the one mixer."""
+    return tuple(mixer.split("+"))
 
 ARCHITECTURE_FIELDS = (
     "num_layers",
@@ -160,6 +168,9 @@ class Mamba:
     """Biases on the input and output projections (mamba_proj_bias)."""
     chunk_size: int = attrs.field(default=256, validator=v.positive)
     """Tokens per chunk of the SSD algorithm (mamba_chunk_size); sets its FLOPs."""
+    gated_norm: bool = True
+    """The gated RMSNorm of inner_width before the output projection (Falcon-H1's
+    mamba_rms_norm; without it the scan's output is gated by silu(z) alone)."""
 
     @property
     def inner_width(self) -> int:
@@ -315,8 +326,10 @@ class Model:
         "".join(MIXERS)))
     """The token mixer of each layer, one letter per layer, repeated from layer 0 until
     num_layers: "A" attention, "L" gated DeltaNet (`[model.linear_attention]`), "M" Mamba-2
-    (`[model.mamba]`); its length divides num_layers. Qwen3-Next: "LLLA"; None: every layer
-    attends. A model mixes attention with at most one recurrent kind."""
+    (`[model.mamba]`), "P" attention and Mamba-2 in parallel on the same input, their
+    outputs summed (Falcon-H1); its length divides num_layers. Qwen3-Next: "LLLA",
+    Falcon-H1: "P"; None: every layer attends. A model mixes attention with at most one
+    recurrent kind."""
     linear_attention: LinearAttention | None = None
     """The gated DeltaNet layers' sizes, with "L" layers in mixer_pattern."""
     mamba: Mamba | None = None
@@ -364,7 +377,8 @@ class Model:
 
     def mixers_in(self, first: int, count: int) -> dict[str, int]:
         """How many of `count` layers from `first` have each token mixer ("attention",
-        "linear_attention", "mamba"), in closed form over the repeated pattern."""
+        "linear_attention", "mamba"), in closed form over the repeated pattern; a parallel
+        hybrid layer ("P") counts under both of its mixers."""
         count = max(count, 0)
         pattern = self.mixer_pattern
         if pattern is None:
@@ -375,12 +389,13 @@ class Model:
         for offset, letter in enumerate(pattern):
             index = (offset - first) % period  # its first position in the range
             number = rounds + (index < rest)
-            if number:
-                found[MIXERS[letter]] = found.get(MIXERS[letter], 0) + number
+            for kind in mixer_parts(MIXERS[letter]) if number else ():
+                found[kind] = found.get(kind, 0) + number
         return found
 
     def mixer_of(self, index: int) -> str:
-        """The token mixer of layer `index` (from 0)."""
+        """The token mixer of layer `index` (from 0); "attention+mamba" for a parallel
+        hybrid layer (`mixer_parts` splits it)."""
         if self.mixer_pattern is None:
             return "attention"
         return MIXERS[self.mixer_pattern[index % len(self.mixer_pattern)]]
@@ -410,7 +425,8 @@ class Model:
         pattern = self.mixer_pattern
         if pattern is None:
             return None
-        kinds = [MIXERS[letter] for letter in sorted(set(pattern)) if letter != "A"]
+        kinds = sorted({kind for letter in set(pattern) for kind in mixer_parts(MIXERS[letter])
+                        if kind != "attention"})
         return kinds[0] if kinds else None
 
     @property

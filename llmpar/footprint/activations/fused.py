@@ -50,6 +50,7 @@ from llmpar.footprint.activations.common import (
     sizes_of,
 )
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
+from llmpar.spec.model import mixer_parts
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec
@@ -223,11 +224,15 @@ def _mamba(sizes: Sizes, model: Model) -> list[SavedTensor]:
     (MambaSplitConv1dScanCombinedFn in ssd_combined.py: the input projection's output
     zxbcdt, the scan's output before the gated norm, the norm's fp32 rstd per group; the
     convolution, the norm and the output projection are recomputed in the backward), with
-    the input projection's input. B and C of a single group are on every tensor rank."""
+    the input projection's input. B and C of a single group are on every tensor rank.
+    Without the gated norm (gated_norm false: rmsnorm_weight None) the kernel gates the
+    scan's output by silu(z) and keeps no rstd."""
     mamba = model.mamba
     assert mamba is not None
     d, groups = sizes.d, mamba.num_groups
     bc = 2 * groups * mamba.state_size
+    rstd = [saved("gated norm rstd (fp32)", "per group and token", (*sizes.tokens, ("G", groups)),
+                  FP32_BYTES, INSIDE_TP if groups > 1 else TOKENS_ONLY)] if mamba.gated_norm else []
     return [
         _hidden(sizes, "mixer input", "input of the input projection", _norm_output(model)),
         _wide(sizes, "z, x and dt", "the input projection's output (zxbcdt)", "2*d_in+H",
@@ -236,12 +241,23 @@ def _mamba(sizes: Sizes, model: Model) -> list[SavedTensor]:
               INSIDE_TP if groups > 1 else TOKENS_ONLY),
         _wide(sizes, "scan output", "kept for the gated norm's backward", "d_in",
               mamba.inner_width, d, INSIDE_TP),
-        saved("gated norm rstd (fp32)", "per group and token", (*sizes.tokens, ("G", groups)),
-              FP32_BYTES, INSIDE_TP if groups > 1 else TOKENS_ONLY),
+        *rstd,
     ]
 
 
 MIXER_TENSORS = {"linear_attention": _linear_attention, "mamba": _mamba}
+
+
+def _mixers(sizes: Sizes, model: Model, mixer: str) -> list[SavedTensor]:
+    """The token mixers of one layer kind; side by side (Falcon-H1's "attention+mamba")
+    they read one normed input, kept once (as the attention's), and their outputs' sum
+    keeps nothing."""
+    tensors: list[SavedTensor] = []
+    for part in mixer_parts(mixer):
+        own = _attention(sizes, model) if part == "attention" else MIXER_TENSORS[part](sizes,
+                                                                                   model)
+        tensors += [t for t in own if not (tensors and t.name == "mixer input")]
+    return tensors
 
 
 def _layer(sizes: Sizes, model: Model, moe: bool,
@@ -253,8 +269,7 @@ def _layer(sizes: Sizes, model: Model, moe: bool,
         mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
     mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)",
                    _norm_output(model))] + mlp
-    attention = (_attention(sizes, model) if mixer == "attention"
-                 else MIXER_TENSORS[mixer](sizes, model))
+    attention = _mixers(sizes, model, mixer)
     if model.norm_placement == "sandwich":
         return (_norm(sizes, model, "input norm") + attention
                 + _norm(sizes, model, "post-attention norm")
