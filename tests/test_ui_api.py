@@ -192,6 +192,11 @@ def test_a_run_cost_is_its_gpu_hours_at_the_stated_price(server):
     answer = post(server, "/api/evaluate", {"toml": text})
     run = {row["key"]: row["value"] for row in answer["view"]["run"]}
     assert run["run_cost"] == pytest.approx(run["gpu_hours"] * 2.5)
+    # Without a price the page says which key gives one.
+    unpriced = post(server, "/api/evaluate", {"toml": TRAINING.read_text()})
+    cost = [row for row in unpriced["view"]["run"] if row["key"] == "run_cost"]
+    assert cost == [{"label": "cost (set hardware.gpu_hour_cost)", "value": None,
+                     "key": "run_cost", "text": "-"}]
 
 
 def test_a_serving_plan_shows_kv_cache_and_times(server):

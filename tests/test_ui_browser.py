@@ -162,6 +162,10 @@ def test_the_page_shows_the_plan_of_the_given_spec(browser, server, planner):
     plan = planner.evaluate(TRAINING)
     assert max(float(p.get_attribute("data-value")) for p in points) == (
         plan.training.memory_peak.allocated_bytes)
+    # The peak is ringed at llmpar's stage and moment.
+    ringed = browser.find_element(By.CSS_SELECTOR, "#timeline-svg .peak-point")
+    assert float(ringed.get_attribute("data-value")) == (
+        plan.training.memory_peak.allocated_bytes)
     # The address now carries the spec: opened again, the page shows the same plan.
     assert "#spec=" in browser.current_url
     assert browser.find_element(By.ID, "download-json").is_enabled()
@@ -283,6 +287,7 @@ def test_a_search_lists_llmpars_layouts_and_opens_one(browser, server, planner):
         [r.objective for r in expected.results])
     points = browser.find_elements(By.CSS_SELECTOR, "#pareto-svg .pareto-point")
     assert len(points) == len(expected.pareto)
+    assert browser.find_element(By.ID, "download-search").is_enabled()
     record_view(browser, "search")
     # A row opens as a plan: the plan of that row's spec.
     assert evaluated_after(browser, rows[1].click) == "planned"

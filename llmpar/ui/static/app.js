@@ -11,8 +11,8 @@ const COLORS = {"weights": "#4e79a7", "gradients": "#f28e2b", "optimizer states"
 const STAGE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2",
   "#edc948", "#9c755f"];
 
-const state = {fields: [], presets: {}, plan: null, workload: "training", timer: null,
-  pending: 0};
+const state = {fields: [], presets: {}, plan: null, search: null, workload: "training",
+  timer: null, pending: 0};
 
 function $(id) { return document.getElementById(id); }
 
@@ -299,6 +299,12 @@ function showPeak(peak, capacity) {
       chart.append(svg("circle", {cx: px, cy: py, r: 3.5, fill: color, "data-stage": stage,
         "data-moment": m.label, "data-value": m.value},
       svg("title", {}, `stage ${stage}, ${m.label}: ${m.text}`)));
+      if (stage === peak.stage && m.label === peak.moment) {
+        // The step's peak (llmpar's memory_peak): ringed and labelled.
+        chart.append(svg("circle", {cx: px, cy: py, r: 8, class: "peak-point",
+          "data-value": m.value}), svg("text", {x: px, y: py - 12, "text-anchor": "middle",
+          class: "axis peak-label"}, `peak ${peak.allocated.text}`));
+      }
     }
   });
   names.forEach((name, i) => chart.append(svg("text", {x: x(i), y: height - bottom + 14,
@@ -374,6 +380,7 @@ async function runSearch() {
   const top = parseInt($("top").value, 10) || 10;
   $("search-problems").replaceChildren();
   $("search-results").replaceChildren();
+  $("download-search").disabled = true;
   $("pareto-box").hidden = true;
   $("search-summary").textContent = "";
   $("search-progress").hidden = false;
@@ -390,6 +397,8 @@ async function runSearch() {
       : job.stage;
   }
   $("search-progress").hidden = true;
+  state.search = job.result;
+  $("download-search").disabled = !job.result.ok;
   showSearch(job.result);
   document.body.dataset.search = job.result.ok ? "done" : "problems";
 }
@@ -507,6 +516,8 @@ async function start() {
     download("spec.toml", $("toml").value, "application/toml"));
   $("download-json").addEventListener("click", () =>
     download("plan.json", JSON.stringify(state.plan, null, 2), "application/json"));
+  $("download-search").addEventListener("click", () =>
+    download("search.json", JSON.stringify(state.search, null, 2), "application/json"));
   $("copy-link").addEventListener("click", () => navigator.clipboard.writeText(location.href));
   const fromHash = specFromHash();
   if (fromHash !== null) {
