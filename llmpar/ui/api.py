@@ -108,11 +108,11 @@ def _set(table: dict[str, Any], field: form.FormField, value: Any) -> dict[str, 
     return apply_overrides(table, {key: form.parse_value(field, value)})
 
 
-def edited(text: object, changes: object, nodes: tuple[Node, ...] | None = None,
-           session: Session | None = None) -> tuple[dict[str, Any], str]:
+def edited(text: object, changes: object, nodes: tuple[Node, ...] = ()
+           ) -> tuple[dict[str, Any], str]:
     """The spec's table and its TOML text after the form's changes (`{dotted key: text
-    or None}`, keys of the form `nodes`, else the session's `spec_form`): a text sets
-    its key, None removes it; without changes the text stays as typed (comments kept)."""
+    or None}`, keys of the form `nodes`, `spec_form`): a text sets its key, None removes
+    it; without changes the text stays as typed (comments kept)."""
     if not isinstance(text, str):
         raise SpecError([Problem("$", "expected the spec as TOML text")], PAGE_LABEL)
     table = parse_toml(text, PAGE_LABEL)
@@ -120,8 +120,6 @@ def edited(text: object, changes: object, nodes: tuple[Node, ...] | None = None,
         return table, text
     if not isinstance(changes, Mapping) or not all(isinstance(k, str) for k in changes):
         raise SpecError([Problem("$", "expected changes as {dotted key: value}")], PAGE_LABEL)
-    if nodes is None:
-        nodes = spec_form(session or Session())
     fields = form.fields_by_key(nodes)
     unknown = sorted(set(changes) - set(fields))
     if unknown:
