@@ -484,3 +484,15 @@ def test_a_fields_text_reads_back_to_its_value(value):
     field = form.FormField(key="x.y", type="toml")
     back = form.parse_value(field, form.value_text(value))
     assert back == value and type(back) is type(value)
+
+
+@pytest.mark.parametrize("text, key", [
+    ('model = "llama-3-8b"\n[hardware]\nnum_gpus = 8\n', "hardware.gpu"),
+    ('model = "llama-3-8b"\n[hardware]\ngpu = "h100-sxm"\nnum_gpu = 8\n', "hardware"),
+    ('model = "nope"\n[hardware]\ngpu = "h100-sxm"\n', "model"),
+    ('model = "llama-3-8b"\n[hardware]\ngpu = "h100-sxm"\n[parallel.bogus]\n', "parallel"),
+])
+def test_a_problem_shows_beside_the_deepest_key_of_the_form_on_its_path(server, text, key):
+    """A key the form has not (a misspelt key, an unknown strategy) shows at its table."""
+    answer = post(server, "/api/evaluate", {"toml": text})
+    assert [p["key"] for p in answer["problems"]] == [key]
