@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 import llmpar
 from llmpar.cli.main import build_parser
 from llmpar.session import Session
-from llmpar.ui import api
+from llmpar.ui import api, form
 from llmpar.ui.server import MAX_BODY_BYTES, UiServer, make_server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
@@ -80,16 +82,83 @@ def test_presets_list_every_kind_and_the_starting_spec(server, session):
     assert listing["presets"]["models"] == session.presets.names("models")
     assert "llama-3-70b-tp8-pp4-cp2" in listing["presets"]["examples"]
     assert listing["initial"]["toml"] == TRAINING.read_text()
-    fields = {f["key"]: f for f in listing["fields"]}
+    fields = {f.key: f for f in form.walk(api.spec_form(session))
+              if isinstance(f, form.FormField)}
+    assert [node["key"] for node in listing["form"]] == [
+        node.key for node in api.spec_form(session)]
     assert set(fields) >= {"model", "parallel.tensor.degree"}
     # Each field's help is its spec field's docstring, as in the spec reference.
     from llmpar.plan_explain import field_docs
     from llmpar.spec import Training
 
     tensor = session.strategies["tensor"].config_type
-    assert fields["parallel.tensor.degree"]["help"] == field_docs(tensor)["degree"] != ""
-    assert fields["training.micro_batch_size"]["help"] == (
+    assert fields["parallel.tensor.degree"].description == field_docs(tensor)["degree"] != ""
+    assert fields["training.micro_batch_size"].description == (
         field_docs(Training)["micro_batch_size"])
+
+
+def _schema_keys(schema: dict[str, Any], node: dict[str, Any], key: str,
+                 seen: tuple[str, ...] = ()) -> Iterator[str]:
+    """Every dotted key of the spec schema, tables and their keys, at any depth."""
+    for part in node.get("anyOf", [node]):
+        ref = part.get("$ref", "")
+        name = ref.rsplit("/", 1)[-1]
+        table = schema["$defs"][name] if ref else part
+        if "properties" in table and name not in seen:
+            for child, sub in table["properties"].items():
+                if child not in ("preset", "file", "hf_config"):
+                    yield f"{key}.{child}".lstrip(".")
+                    yield from _schema_keys(schema, sub, f"{key}.{child}".lstrip("."),
+                                            (*seen, name) if ref else seen)
+
+
+def test_the_form_has_every_key_of_the_spec_schema(session):
+    from llmpar.loading.json_schema import spec_json_schema
+
+    schema = spec_json_schema(session.strategies)
+    nodes = api.spec_form(session)
+    keys = {node.key for node in form.walk(nodes)}
+    fields = form.fields_by_key(nodes)
+    # A value of several shapes (`search.num_gpus`: a list, or a {min, max} table) is one
+    # field, typed as a TOML value.
+    typed = tuple(f"{key}." for key, field in fields.items() if field.type == "toml")
+    assert keys == {key for key in _schema_keys(schema, schema, "")
+                    if not key.startswith(typed)} - {"version"}
+    assert fields["search.num_gpus"].type == "toml"
+    # Types, units, menus and defaults as the schema states them.
+    assert fields["parallel.tensor.degree"].type == "integer"
+    assert fields["hardware.gpu.memory_bytes"].type == "quantity"
+    assert fields["hardware.gpu.memory_bytes"].unit == "bytes"
+    assert fields["training.recompute"].choices == ("none", "selective", "full")
+    assert fields["training.recompute"].default == "none"
+    assert fields["parallel.data.fsdp"].choices == ("true", "false")
+    for key, kind in (("model", "models"), ("hardware.gpu", "gpus"),
+                      ("hardware.cluster", "clusters"), ("optimizer", "optimizers"),
+                      ("training.framework", "frameworks"), ("inference.engine", "engines")):
+        assert fields[key].type == "preset"
+        assert fields[key].choices == tuple(session.presets.names(kind)) != ()
+    # A table a preset fills follows its menu and holds the keys that override it.
+    tables = {node.key: node for node in form.walk(nodes) if isinstance(node, form.FormTable)}
+    assert tables["model"].preset == "models" and "model.num_layers" in fields
+    assert "model.file" not in keys and "model.hf_config" not in keys
+
+
+def test_the_server_serves_the_spec_schema_its_form_is_made_of(server):
+    from llmpar.loading.json_schema import spec_json_schema
+
+    status, _headers, data = request(server, "GET", "/api/schema")
+    assert status == 200
+    assert json.loads(data) == json.loads(json.dumps(spec_json_schema(
+        server.session.strategies)))
+
+
+def test_a_plugin_strategys_table_is_in_the_form():
+    from test_search_plugins import ChunkedLossPlugin
+
+    nodes = api.spec_form(Session(load_entry_points=False, plugins=[ChunkedLossPlugin()]))
+    fields = form.fields_by_key(nodes)
+    assert fields["parallel.chunked_loss.chunks"].type == "integer"
+    assert fields["parallel.chunked_loss.chunks"].default == "1"
 
 
 def test_a_training_plan_is_llmpar_evaluate(server):
@@ -123,6 +192,11 @@ def test_a_run_cost_is_its_gpu_hours_at_the_stated_price(server):
     answer = post(server, "/api/evaluate", {"toml": text})
     run = {row["key"]: row["value"] for row in answer["view"]["run"]}
     assert run["run_cost"] == pytest.approx(run["gpu_hours"] * 2.5)
+    # Without a price the page says which key gives one.
+    unpriced = post(server, "/api/evaluate", {"toml": TRAINING.read_text()})
+    cost = [row for row in unpriced["view"]["run"] if row["key"] == "run_cost"]
+    assert cost == [{"label": "cost (set hardware.gpu_hour_cost)", "value": None,
+                     "key": "run_cost", "text": "-"}]
 
 
 def test_a_serving_plan_shows_kv_cache_and_times(server):
@@ -143,8 +217,11 @@ def test_form_changes_rewrite_the_spec_and_its_plan(server):
     plan = llmpar.evaluate(TRAINING, {"parallel.pipeline.degree": 8,
                                       "parallel.context.degree": 1})
     assert answer["ok"], answer.get("problems")
-    assert answer["fields"]["parallel.pipeline.degree"] == 8
-    assert answer["fields"]["parallel.context.degree"] is None
+    assert answer["fields"]["parallel.pipeline.degree"] == "8"
+    assert "parallel.context.degree" not in answer["fields"]
+    # Keys not given show what the loaded spec holds: the preset's and the defaults.
+    assert answer["effective"]["model.num_layers"] == "80"
+    assert answer["effective"]["parallel.context.degree"] == "1"
     assert "degree = 8" in answer["toml"] and answer["plan"]["layout"] == plan.layout
     assert answer["plan"]["total_bytes"] == plan.total_bytes
 
@@ -161,13 +238,51 @@ def test_spec_errors_answer_with_their_key_paths(server):
     paths = {p["path"] for p in answer["problems"]}
     assert "$.parallel.tensor.degree" in paths
     # The text and the fields come back, so the page keeps what was typed.
-    assert answer["fields"]["parallel.tensor.degree"] == 3
+    assert answer["fields"]["parallel.tensor.degree"] == "3"
+    # Each problem names the form key it shows beside.
+    assert {p["key"] for p in answer["problems"]} >= {"parallel.tensor.degree"}
     bad_toml = post(server, "/api/evaluate", {"toml": "model = ["})
     assert not bad_toml["ok"] and bad_toml["problems"][0]["path"] == "$"
     unknown = post(server, "/api/evaluate", {"toml": "model = '7b'\n",
-                                             "changes": {"hardware.gpu.memory_bytes": 1}})
-    assert unknown["problems"] == [{"path": "$.hardware.gpu.memory_bytes",
+                                             "changes": {"hardware.gpu.bogus": 1}})
+    assert unknown["problems"] == [{"path": "$.hardware.gpu.bogus", "key": "hardware.gpu",
                                     "message": "not a field of the form"}]
+
+
+def test_form_texts_are_read_as_a_spec_file_reads_them(server):
+    """Text from a field: a TOML value, a size with its unit, a preset's name for a table
+    that overrides its preset; every number as `llmpar.evaluate` gives it."""
+    changes = {"hardware.gpu.memory_bytes": "80 GB", "training.recompute": "full",
+               "parallel.data.overlap_grad_reduce": "false", "model": "llama-3-8b",
+               "model.num_layers": "16", "search.micro_batch_sizes": "[1, 2]"}
+    answer = post(server, "/api/evaluate", {"toml": TRAINING.read_text(),
+                                            "changes": changes})
+    assert answer["ok"], answer.get("problems")
+    expected = llmpar.evaluate(TRAINING, {"hardware.gpu.memory_bytes": "80 GB",
+                                          "training.recompute": "full",
+                                          "parallel.data.overlap_grad_reduce": False,
+                                          "model": {"preset": "llama-3-8b", "num_layers": 16}})
+    assert answer["plan"] == json.loads(json.dumps(expected.to_dict()))
+    assert answer["plan"]["capacity_bytes"] <= 80 * 10**9 < llmpar.evaluate(
+        TRAINING).capacity_bytes
+    assert answer["fields"]["model"] == "llama-3-8b"
+    assert answer["fields"]["search.micro_batch_sizes"] == "[1, 2]"
+    # Another preset keeps the table's overrides; an empty field removes its key.
+    again = post(server, "/api/evaluate", {"toml": answer["toml"],
+                                           "changes": {"model": "llama-3-70b",
+                                                       "model.num_layers": None}})
+    assert again["fields"]["model"] == "llama-3-70b" and "model.num_layers" not in (
+        again["fields"])
+    assert again["plan"]["total_bytes"] == post(server, "/api/evaluate", {
+        "toml": TRAINING.read_text(), "changes": {
+            k: v for k, v in changes.items() if not k.startswith("model")}})[
+        "plan"]["total_bytes"]
+    # A string key keeps the text as typed, a number typed as text is refused there.
+    named = post(server, "/api/evaluate", {"toml": TRAINING.read_text(),
+                                           "changes": {"hardware.source": "123",
+                                                       "hardware.num_gpus": "many"}})
+    assert [(p["key"], p["path"]) for p in named["problems"]] == [
+        ("hardware.num_gpus", "$.hardware.num_gpus")]
 
 
 @pytest.mark.parametrize("text, path", [
@@ -356,3 +471,28 @@ def test_a_failure_inside_llmpar_is_answered_not_dropped(session, monkeypatch):
     finally:
         running.shutdown()
         running.server_close()
+
+
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(),
+                 st.booleans(), st.lists(st.integers(), max_size=3),
+                 st.dictionaries(st.text(min_size=1, max_size=4), st.integers(), max_size=2)))
+@example(1000001.0)
+@example(15e12)
+def test_a_fields_text_reads_back_to_its_value(value):
+    """What the form shows of a value is what it reads back when sent (a float stays a
+    float, exactly)."""
+    field = form.FormField(key="x.y", type="toml")
+    back = form.parse_value(field, form.value_text(value))
+    assert back == value and type(back) is type(value)
+
+
+@pytest.mark.parametrize("text, key", [
+    ('model = "llama-3-8b"\n[hardware]\nnum_gpus = 8\n', "hardware.gpu"),
+    ('model = "llama-3-8b"\n[hardware]\ngpu = "h100-sxm"\nnum_gpu = 8\n', "hardware"),
+    ('model = "nope"\n[hardware]\ngpu = "h100-sxm"\n', "model"),
+    ('model = "llama-3-8b"\n[hardware]\ngpu = "h100-sxm"\n[parallel.bogus]\n', "parallel"),
+])
+def test_a_problem_shows_beside_the_deepest_key_of_the_form_on_its_path(server, text, key):
+    """A key the form has not (a misspelt key, an unknown strategy) shows at its table."""
+    answer = post(server, "/api/evaluate", {"toml": text})
+    assert [p["key"] for p in answer["problems"]] == [key]

@@ -25,7 +25,7 @@ import pytest
 
 import llmpar
 from llmpar.session import Session
-from llmpar.ui import api
+from llmpar.ui import api, form
 from llmpar.ui.server import UiServer, make_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +162,10 @@ def test_the_page_shows_the_plan_of_the_given_spec(browser, server, planner):
     plan = planner.evaluate(TRAINING)
     assert max(float(p.get_attribute("data-value")) for p in points) == (
         plan.training.memory_peak.allocated_bytes)
+    # The peak is ringed at llmpar's stage and moment.
+    ringed = browser.find_element(By.CSS_SELECTOR, "#timeline-svg .peak-point")
+    assert float(ringed.get_attribute("data-value")) == (
+        plan.training.memory_peak.allocated_bytes)
     # The address now carries the spec: opened again, the page shows the same plan.
     assert "#spec=" in browser.current_url
     assert browser.find_element(By.ID, "download-json").is_enabled()
@@ -192,6 +196,60 @@ def test_problems_show_beside_their_field(browser, server):
     listed = [li.get_attribute("data-path") for li in
               browser.find_elements(By.CSS_SELECTOR, "#problems li")]
     assert "$.parallel.tensor.degree" in listed
+
+
+def open_table(driver: Any, key: str) -> None:
+    """Open a table of the form as a user does: a click on its heading."""
+    table = driver.find_element(By.CSS_SELECTOR, f"details.table[data-key='{key}']")
+    if table.get_attribute("open") is None:
+        table.find_element(By.TAG_NAME, "summary").click()
+
+
+def test_the_form_holds_every_key_and_edits_nested_tables(browser, server, planner):
+    from selenium.webdriver.support.select import Select
+
+    open_page(browser, server)
+    nodes = api.spec_form(planner)
+    keys = [node.key for node in form.walk(nodes)]  # a preset's menu and its table
+    drawn = browser.execute_script(
+        "return [...document.querySelectorAll('#fields [data-key]')]"
+        ".filter((n) => !n.classList.contains('field-problem')).map((n) => n.dataset.key)")
+    assert sorted(drawn) == sorted(keys)
+    # A key the spec does not give shows the loaded spec's value: the preset's.
+    layers = browser.find_element(By.ID, "field-model-num_layers")
+    assert layers.get_attribute("placeholder") == str(
+        planner.load_spec(TRAINING).model.num_layers)
+    # A nested key, an enum from its menu and a size with its unit inside a closed table.
+    assert evaluated_after(browser, lambda: set_field(
+        browser, "parallel.tensor.degree", "4")) == "planned"
+    assert evaluated_after(browser, lambda: Select(browser.find_element(
+        By.ID, "field-training-recompute")).select_by_value("full")) == "planned"
+    open_table(browser, "hardware.gpu")
+    assert evaluated_after(browser, lambda: set_field(
+        browser, "hardware.gpu.memory_bytes", "80 GB")) == "planned"
+    plan = planner.evaluate(TRAINING, {"parallel.tensor.degree": 4,
+                                       "training.recompute": "full",
+                                       "hardware.gpu.memory_bytes": "80 GB"})
+    check_training_numbers(browser, plan)
+    text = browser.find_element(By.ID, "toml").get_attribute("value")
+    assert 'memory_bytes = "80 GB"' in text and 'recompute = "full"' in text
+
+
+def test_a_bad_value_shows_its_key_path_beside_the_field(browser, server):
+    open_page(browser, server)
+    open_table(browser, "model")
+    assert evaluated_after(browser, lambda: set_field(
+        browser, "model.num_layers", "many")) == "problems"
+    beside = browser.find_element(By.CSS_SELECTOR,
+                                  ".field-problem[data-key='model.num_layers']")
+    assert beside.is_displayed() and "expected an integer" in beside.text
+    listed = [li.get_attribute("data-path") for li in
+              browser.find_elements(By.CSS_SELECTOR, "#problems li")]
+    assert listed == ["$.model.num_layers"]
+    # Cleared, the key is the preset's again and the spec plans.
+    assert evaluated_after(browser, lambda: set_field(
+        browser, "model.num_layers", Keys.DELETE)) == "planned"
+    assert beside.text == ""
 
 
 def test_a_serving_spec_from_the_address(browser, server, planner):
@@ -229,6 +287,7 @@ def test_a_search_lists_llmpars_layouts_and_opens_one(browser, server, planner):
         [r.objective for r in expected.results])
     points = browser.find_elements(By.CSS_SELECTOR, "#pareto-svg .pareto-point")
     assert len(points) == len(expected.pareto)
+    assert browser.find_element(By.ID, "download-search").is_enabled()
     record_view(browser, "search")
     # A row opens as a plan: the plan of that row's spec.
     assert evaluated_after(browser, rows[1].click) == "planned"

@@ -16,10 +16,11 @@ EXIT_CANNOT_LISTEN = 1
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "ui", help="plan in a web page on this machine",
-        description="Start a local web page that edits a spec (TOML and a form of the "
-                    "common choices) and shows its plan and searches, computed by llmpar. "
-                    "It listens on 127.0.0.1 and answers this machine only unless --host "
-                    "is given; it reads no file but the presets and SPEC. Ctrl-C stops it.")
+        description="Start a local web page that edits a spec (TOML and a form of "
+                    "every key of the spec schema) and shows its plan and searches, "
+                    "computed by llmpar. It listens on 127.0.0.1 and answers this "
+                    "machine only unless --host is given; it reads no file but the "
+                    "presets and SPEC. Ctrl-C stops it.")
     parser.add_argument("spec", nargs="?",
                         help="a spec file (TOML) or the name of a shipped example to start "
                              "from (llmpar presets examples)")

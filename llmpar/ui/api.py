@@ -13,94 +13,39 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import attrs
-
 from llmpar.errors import Problem, SpecError
-from llmpar.loading.dump import toml_text
+from llmpar.loading.dump import spec_to_dict, toml_text
 from llmpar.loading.presets import PRESET_KINDS, PresetNotFound, is_preset_name
 from llmpar.loading.reader import apply_overrides, parse_toml
 from llmpar.report.fields import format_gb_gib
 from llmpar.session import Session
 from llmpar.spec.search import OBJECTIVES
-from llmpar.spec.workload import RECOMPUTE
+from llmpar.ui import form
+from llmpar.ui.form import Node
 from llmpar.ui.view import plan_view
 from llmpar.units import format_duration
 
 PAGE_LABEL = "<page>"
 """The spec's name in problems: the page's editor."""
-FILE_KEYS = ("file", "hf_config")
-"""Keys whose value is a path the loader would read: the page refuses them."""
 MAX_TOP = 50
 """The most layouts a search from the page lists."""
 DEFAULT_TOP = 10
 
 
-@attrs.frozen(kw_only=True)
-class Field:
-    """A form field of the page: one dotted spec key."""
+def spec_form(session: Session) -> tuple[Node, ...]:
+    """The page's form: every table and key of the session's spec schema (its plugin
+    strategies' tables too), with menus of its presets."""
+    from llmpar.loading.json_schema import spec_json_schema
 
-    key: str
-    label: str
-    kind: str
-    """"int", "float", a preset kind ("models", "gpus", ...) or "choice"."""
-    workload: str = "both"
-    """"training", "inference" or "both": which specs show it."""
-    choices: tuple[str, ...] = ()
+    return form.spec_form(spec_json_schema(session.strategies),
+                          {kind: tuple(session.presets.names(kind)) for kind in PRESET_KINDS})
 
 
-FIELDS = (
-    Field(key="model", label="model", kind="models"),
-    Field(key="hardware.cluster", label="cluster", kind="clusters"),
-    Field(key="hardware.gpu", label="GPU", kind="gpus"),
-    Field(key="hardware.num_gpus", label="GPUs", kind="int"),
-    Field(key="optimizer", label="optimizer", kind="optimizers", workload="training"),
-    Field(key="training.sequence_length", label="sequence length", kind="int",
-          workload="training"),
-    Field(key="training.micro_batch_size", label="micro-batch", kind="int",
-          workload="training"),
-    Field(key="training.global_batch_size", label="global batch", kind="int",
-          workload="training"),
-    Field(key="training.recompute", label="recompute", kind="choice", workload="training",
-          choices=RECOMPUTE),
-    Field(key="training.tokens", label="run tokens", kind="float", workload="training"),
-    Field(key="inference.batch_size", label="batch", kind="int", workload="inference"),
-    Field(key="inference.prompt_tokens", label="prompt tokens", kind="int",
-          workload="inference"),
-    Field(key="inference.generated_tokens", label="generated tokens", kind="int",
-          workload="inference"),
-    Field(key="parallel.tensor.degree", label="TP", kind="int"),
-    Field(key="parallel.pipeline.degree", label="PP", kind="int"),
-    Field(key="parallel.context.degree", label="CP", kind="int", workload="training"),
-    Field(key="parallel.expert.degree", label="EP", kind="int"),
-    Field(key="parallel.data.degree", label="DP", kind="int"),
-    Field(key="parallel.data.zero", label="ZeRO", kind="int", workload="training",
-          choices=("0", "1", "2", "3")),
-)
-"""The common choices, as form fields; the TOML editor holds every other key."""
-
-
-def field_help(session: Session, key: str) -> str:
-    """The docstring of the spec field behind a form field (the spec reference's text)."""
-    from llmpar.plan_explain import field_docs
-    from llmpar.spec import Hardware, Inference, Spec, Training
-
-    *parents, name = key.split(".")
-    tables: dict[str, type] = {"": Spec, "hardware": Hardware, "training": Training,
-                               "inference": Inference}
-    if parents[:1] == ["parallel"] and len(parents) == 2:
-        strategy = session.strategies.get(parents[1])
-        owner = getattr(strategy, "config_type", None)
-    else:
-        owner = tables.get(".".join(parents))
-    return field_docs(owner).get(name, "") if isinstance(owner, type) else ""
-
-
-def presets(session: Session) -> dict[str, Any]:
-    """Preset names by kind, the form's fields (with their spec fields' docstrings) and
-    the search objectives."""
+def presets(session: Session, nodes: tuple[Node, ...] | None = None) -> dict[str, Any]:
+    """Preset names by kind, the form (`spec_form`) and the search objectives."""
+    nodes = spec_form(session) if nodes is None else nodes
     return {"presets": {kind: session.presets.names(kind) for kind in PRESET_KINDS},
-            "fields": [{**attrs.asdict(f), "help": field_help(session, f.key)}
-                       for f in FIELDS], "objectives": list(OBJECTIVES)}
+            "form": form.form_data(nodes), "objectives": list(OBJECTIVES)}
 
 
 def example(session: Session, name: object) -> dict[str, Any]:
@@ -132,7 +77,7 @@ def _file_references(value: Any, path: str = "$") -> Iterator[Problem]:
     elif isinstance(value, Mapping):
         for key, item in value.items():
             where = f"{path}.{key}"
-            if key in FILE_KEYS:
+            if key in form.FILE_KEYS:
                 yield Problem(where, "the page reads no files: inline the table (llmpar "
                                      "presets show NAME prints a preset), or run llmpar on "
                                      "the file")
@@ -151,23 +96,23 @@ def _without(table: dict[str, Any], dotted: str) -> dict[str, Any]:
     return table
 
 
-def field_values(table: Mapping[str, Any]) -> dict[str, Any]:
-    """Each form field's value in the spec's table (None: not given; a preset's name
-    when the table names one, `{preset = "x"}` included)."""
-    found: dict[str, Any] = {}
-    for field in FIELDS:
-        node: Any = table
-        for key in field.key.split("."):
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if isinstance(node, Mapping):
-            node = node.get("preset")
-        found[field.key] = node if isinstance(node, (str, int, float)) else None
-    return found
+def _set(table: dict[str, Any], field: form.FormField, value: Any) -> dict[str, Any]:
+    """`table` with the field's key set to what its value means (None: removed). A
+    preset's name given for a table that overrides its preset replaces that preset only
+    (`[model] preset`), keeping the overrides."""
+    key = field.key
+    if field.type == "preset" and isinstance(form.lookup(table, key), Mapping):
+        key = f"{key}.preset"
+    if value is None or value == "":
+        return _without(table, key)
+    return apply_overrides(table, {key: form.parse_value(field, value)})
 
 
-def edited(text: object, changes: object) -> tuple[dict[str, Any], str]:
-    """The spec's table and its TOML text after the form's changes: a value sets its
-    key, None removes it; without changes the text stays as typed (comments kept)."""
+def edited(text: object, changes: object, nodes: tuple[Node, ...] = ()
+           ) -> tuple[dict[str, Any], str]:
+    """The spec's table and its TOML text after the form's changes (`{dotted key: text
+    or None}`, keys of the form `nodes`, `spec_form`): a text sets its key, None removes
+    it; without changes the text stays as typed (comments kept)."""
     if not isinstance(text, str):
         raise SpecError([Problem("$", "expected the spec as TOML text")], PAGE_LABEL)
     table = parse_toml(text, PAGE_LABEL)
@@ -175,24 +120,37 @@ def edited(text: object, changes: object) -> tuple[dict[str, Any], str]:
         return table, text
     if not isinstance(changes, Mapping) or not all(isinstance(k, str) for k in changes):
         raise SpecError([Problem("$", "expected changes as {dotted key: value}")], PAGE_LABEL)
-    known = {f.key for f in FIELDS}
-    unknown = sorted(set(changes) - known)
+    fields = form.fields_by_key(nodes)
+    unknown = sorted(set(changes) - set(fields))
     if unknown:
         raise SpecError([Problem(f"$.{k}", "not a field of the form") for k in unknown],
                         PAGE_LABEL)
     for key, value in changes.items():
-        table = _without(table, key) if value is None else apply_overrides(table, {key: value})
+        table = _set(table, fields[key], value)
     return table, toml_text(table)
 
 
-def evaluate(session: Session, body: Mapping[str, Any]) -> dict[str, Any]:
-    """{"toml", "changes"?} -> the spec's text and fields, and its plan and view, or
-    the problems that stop it (with the text and fields, so the page keeps them)."""
+def _placed(answer: dict[str, Any], nodes: tuple[Node, ...]) -> dict[str, Any]:
+    """The answer with each problem's form key (`form.problem_key`), where one is."""
+    keys = {node.key: node for node in form.walk(nodes)}
+    for problem in answer.get("problems", []):
+        problem["key"] = form.problem_key(problem["path"], keys)
+    return answer
+
+
+def evaluate(session: Session, body: Mapping[str, Any],
+             nodes: tuple[Node, ...] | None = None) -> dict[str, Any]:
+    """{"toml", "changes"?} -> the spec's text, the form's texts of the keys it gives
+    (`fields`) and of every key of the loaded spec (`effective`: presets and defaults
+    filled in), and its plan and view; or the problems that stop it, each with the form
+    key it belongs to (with the text and fields, so the page keeps them)."""
+    nodes = spec_form(session) if nodes is None else nodes
     try:
-        table, text = edited(body.get("toml"), body.get("changes"))
+        table, text = edited(body.get("toml"), body.get("changes"), nodes)
     except SpecError as error:
-        return _problems(error)
-    answer: dict[str, Any] = {"toml": text, "fields": field_values(table),
+        return _placed(_problems(error), nodes)
+    fields = form.fields_by_key(nodes)
+    answer: dict[str, Any] = {"toml": text, "fields": form.field_texts(table, fields),
                               "workload": "inference" if "inference" in table else "training"}
     try:
         refused = list(_file_references(table))
@@ -202,8 +160,9 @@ def evaluate(session: Session, body: Mapping[str, Any]) -> dict[str, Any]:
         plan = session.evaluate(spec)
         timeline = session.memory_timeline(spec)
     except SpecError as error:
-        return {**_problems(error), **answer}
-    return {**answer, "ok": True, "plan": plan.to_dict(),
+        return _placed({**_problems(error), **answer}, nodes)
+    effective = form.field_texts(spec_to_dict(spec), fields, resolved=True)
+    return {**answer, "ok": True, "effective": effective, "plan": plan.to_dict(),
             "view": plan_view(plan, spec, timeline, session.report_sections(plan))}
 
 

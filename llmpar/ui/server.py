@@ -5,7 +5,8 @@ only clients on this machine, unless `allow_remote` (`llmpar ui --host ADDR`) sa
 otherwise; on a loopback address it also requires the `Host` header to name that
 address (a web page elsewhere cannot reach it through a name it points at 127.0.0.1).
 It serves the page's own files (a fixed list, shipped in the package), the spec it was
-started with, presets by name and the JSON API (`llmpar.ui.api`); nothing else on disk.
+started with, presets by name, the spec's JSON Schema (`llmpar schema`, from which the
+page's form is generated) and the JSON API (`llmpar.ui.api`); nothing else on disk.
 Request bodies are JSON, at most `MAX_BODY_BYTES`; POSTs must say so in their
 `Content-Type` (a form on another site cannot send one without the browser asking).
 """
@@ -118,6 +119,8 @@ class UiServer(ThreadingHTTPServer):
         """Held while llmpar plans: one evaluation or search at a time, so that the
         session's caches and plugin bookkeeping see one caller."""
         self.searches = SearchJobs(session, self.planner)
+        self.form = api.spec_form(session)
+        """The page's form, from the session's spec schema (`llmpar.ui.form`)."""
 
     @property
     def url(self) -> str:
@@ -177,8 +180,12 @@ class Handler(BaseHTTPRequestHandler):
             name, content_type = STATIC[path]
             self._send(_static(name), content_type)
         elif path == "/api/presets":
-            self._send_json({**api.presets(self.server.session),
+            self._send_json({**api.presets(self.server.session, self.server.form),
                              "initial": self.server.initial})
+        elif path == "/api/schema":
+            from llmpar.loading.json_schema import spec_json_schema
+
+            self._send_json(spec_json_schema(self.server.session.strategies))
         elif path.startswith("/api/search/"):
             state = self.server.searches.poll(path.removeprefix("/api/search/"))
             if state is None:
@@ -218,7 +225,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _evaluate(self, body: Mapping[str, Any]) -> dict[str, Any]:
         with self.server.planner:
-            return api.evaluate(self.server.session, body)
+            return api.evaluate(self.server.session, body, self.server.form)
 
     def _body(self) -> dict[str, Any] | None:
         """The request's JSON object, or None after answering why not."""

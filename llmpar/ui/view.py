@@ -113,6 +113,8 @@ def run_view(plan: Plan, spec: Spec) -> list[dict[str, Any]]:
         cost = plan.gpu_hours * price
         rows.append(_number("cost", cost, f"${cost:,.0f} at ${price:,.2f}/GPU-hour",
                             "run_cost"))
+    elif plan.gpu_hours is not None:
+        rows.append(_number("cost (set hardware.gpu_hour_cost)", None, "-", "run_cost"))
     return rows
 
 

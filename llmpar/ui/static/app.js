@@ -11,8 +11,8 @@ const COLORS = {"weights": "#4e79a7", "gradients": "#f28e2b", "optimizer states"
 const STAGE_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2",
   "#edc948", "#9c755f"];
 
-const state = {fields: [], presets: {}, plan: null, workload: "training", timer: null,
-  pending: 0};
+const state = {fields: [], presets: {}, plan: null, search: null, workload: "training",
+  timer: null, pending: 0};
 
 function $(id) { return document.getElementById(id); }
 
@@ -75,55 +75,94 @@ function setHash(text) {
   history.replaceState(null, "", "#spec=" + encodeSpec(text));
 }
 
-// --- the form ---------------------------------------------------------------------------
+// --- the form: drawn from the server's nodes (llmpar.ui.form, from the spec schema) ---
 
 function fieldId(key) { return "field-" + key.replace(/\./g, "-"); }
 
-function buildForm() {
-  const form = $("fields");
-  for (const field of state.fields) {
-    let input;
-    const names = state.presets[field.kind];
-    if (names || field.choices.length) {
-      input = el("select", {id: fieldId(field.key), name: field.key},
-        el("option", {value: ""}, "(not set)"),
-        ...(names || field.choices).map((name) => el("option", {value: name}, name)));
+function lastName(key) { return key.split(".").pop(); }
+
+function fieldHelp(field) {
+  const parts = [`${field.key} (${field.type}${field.unit ? ", " + field.unit : ""})`];
+  if (field.description) parts.push(field.description);
+  if (field.hint) parts.push(field.hint + ".");
+  if (field.default !== null) parts.push(`Default: ${field.default}.`);
+  return parts.join(" ");
+}
+
+function problemSlot(key) {
+  return el("div", {class: "field-problem", "data-path": "$." + key, "data-key": key});
+}
+
+function fieldNode(field) {
+  const id = fieldId(field.key);
+  let input;
+  if (field.choices.length || field.type === "preset") {
+    input = el("select", {id, name: field.key}, el("option", {value: ""}, "(not set)"),
+      ...field.choices.map((name) => el("option", {value: name}, name)));
+  } else {
+    input = el("input", {id, name: field.key, type: "text", spellcheck: "false",
+      inputmode: field.type === "integer" ? "numeric" : null});
+  }
+  const help = fieldHelp(field);
+  input.title = help;
+  // The text as typed: the server reads it as a spec file's value ("80 GB" included).
+  input.addEventListener("change", () =>
+    evaluate({[field.key]: input.value.trim() === "" ? null : input.value}));
+  return el("div", {class: "field" + (field.type === "toml" ? " wide" : ""),
+    "data-key": field.key, "data-type": field.type},
+  el("label", {for: id, title: help}, lastName(field.key),
+    field.unit ? el("span", {class: "unit"}, ` (${field.unit})`) : null),
+  input, problemSlot(field.key));
+}
+
+function tableNode(table) {
+  const body = el("div", {class: "table-fields"});
+  drawNodes(table.children, body);
+  return el("details", {class: "table", "data-key": table.key},
+    el("summary", {title: table.description},
+      el("code", {}, `[${table.key}]`),
+      table.preset ? " keys over the preset" : "",
+      el("span", {class: "table-note"}, ` ${table.description}`)),
+    problemSlot(table.key), body);
+}
+
+function drawNodes(nodes, parent) {
+  for (const node of nodes) {
+    if (node.node === "table") {
+      parent.append(tableNode(node));
     } else {
-      input = el("input", {id: fieldId(field.key), name: field.key, type: "text",
-        inputmode: field.kind === "int" ? "numeric" : "decimal"});
+      state.fields.push(node);
+      parent.append(fieldNode(node));
     }
-    input.title = `${field.key}: ${field.help}`;
-    input.addEventListener("change", () => changeField(field, input));
-    form.append(el("div", {class: "field", "data-workload": field.workload,
-      "data-key": field.key},
-      el("label", {for: fieldId(field.key), title: `${field.key}: ${field.help}`},
-        field.label), input,
-      el("div", {class: "field-problem", "data-path": "$." + field.key})));
   }
 }
 
-function fieldValue(field, input) {
-  const raw = input.value.trim();
-  if (raw === "") return null;
-  if (field.kind === "int" && /^-?\d+$/.test(raw)) return parseInt(raw, 10);
-  if (field.kind === "float" && raw !== "" && !isNaN(Number(raw))) return Number(raw);
-  return raw;  // a preset's name, or text the server reports as the wrong type
+function buildForm(nodes) {
+  state.fields = [];
+  drawNodes(nodes, $("fields"));
 }
 
-function changeField(field, input) {
-  evaluate({[field.key]: fieldValue(field, input)});
-}
-
-function showFields(values, workload) {
+function showFields(values, effective) {
   for (const field of state.fields) {
     const input = $(fieldId(field.key));
-    const value = values[field.key];
-    const text = value === null || value === undefined ? "" : String(value);
+    const text = values[field.key] === undefined ? "" : values[field.key];
     if (input.tagName === "SELECT" && text && ![...input.options].some((o) => o.value === text)) {
       input.append(el("option", {value: text}, text));
     }
     input.value = text;
-    input.closest(".field").hidden = field.workload !== "both" && field.workload !== workload;
+    // What the key is without a value: the preset's or the default (llmpar's loaded spec).
+    const shown = effective && effective[field.key] !== undefined ? effective[field.key]
+      : field.default;
+    if (input.tagName === "SELECT") {
+      input.options[0].textContent = shown === null ? "(not set)" : `(not set: ${shown})`;
+    } else {
+      input.placeholder = shown === null ? "" : shown;
+    }
+  }
+  // A table the spec gives opens (none closes: the user may have opened it).
+  const keys = Object.keys(values);
+  for (const details of document.querySelectorAll("details.table")) {
+    if (keys.some((key) => key.startsWith(details.dataset.key + "."))) details.open = true;
   }
 }
 
@@ -131,17 +170,17 @@ function showProblems(problems) {
   const list = $("problems");
   list.replaceChildren();
   for (const node of document.querySelectorAll(".field-problem")) node.replaceChildren();
-  for (const field of document.querySelectorAll(".field")) field.classList.remove("bad");
+  for (const node of document.querySelectorAll(".bad")) node.classList.remove("bad");
   for (const problem of problems || []) {
     list.append(el("li", {"data-path": problem.path}, el("code", {}, problem.path), " ",
       problem.message));
-    for (const node of document.querySelectorAll(".field-problem")) {
-      const path = node.dataset.path;
-      if (problem.path === path || problem.path.startsWith(path + ".") ||
-          problem.path.startsWith(path + "[")) {
-        node.append(el("div", {}, problem.message));
-        node.closest(".field").classList.add("bad");
-      }
+    const slot = problem.key ? document.querySelector(
+      `.field-problem[data-key="${CSS.escape(problem.key)}"]`) : null;
+    if (!slot) continue;
+    slot.append(el("div", {}, problem.message));
+    slot.parentElement.classList.add("bad");
+    for (let node = slot.parentElement; node; node = node.parentElement) {
+      if (node.tagName === "DETAILS") node.open = true;
     }
   }
 }
@@ -157,7 +196,7 @@ async function evaluate(changes) {
     if (answer.toml !== $("toml").value) $("toml").value = answer.toml;
     setHash(answer.toml);
   }
-  if (answer.fields) showFields(answer.fields, answer.workload);
+  if (answer.fields) showFields(answer.fields, answer.effective);
   showProblems(answer.problems);
   if (!answer.ok) {
     $("status").textContent = `${(answer.problems || []).length} problem(s)`;
@@ -260,6 +299,12 @@ function showPeak(peak, capacity) {
       chart.append(svg("circle", {cx: px, cy: py, r: 3.5, fill: color, "data-stage": stage,
         "data-moment": m.label, "data-value": m.value},
       svg("title", {}, `stage ${stage}, ${m.label}: ${m.text}`)));
+      if (stage === peak.stage && m.label === peak.moment) {
+        // The step's peak (llmpar's memory_peak): ringed and labelled.
+        chart.append(svg("circle", {cx: px, cy: py, r: 8, class: "peak-point",
+          "data-value": m.value}), svg("text", {x: px, y: py - 12, "text-anchor": "middle",
+          class: "axis peak-label"}, `peak ${peak.allocated.text}`));
+      }
     }
   });
   names.forEach((name, i) => chart.append(svg("text", {x: x(i), y: height - bottom + 14,
@@ -335,6 +380,7 @@ async function runSearch() {
   const top = parseInt($("top").value, 10) || 10;
   $("search-problems").replaceChildren();
   $("search-results").replaceChildren();
+  $("download-search").disabled = true;
   $("pareto-box").hidden = true;
   $("search-summary").textContent = "";
   $("search-progress").hidden = false;
@@ -351,6 +397,8 @@ async function runSearch() {
       : job.stage;
   }
   $("search-progress").hidden = true;
+  state.search = job.result;
+  $("download-search").disabled = !job.result.ok;
   showSearch(job.result);
   document.body.dataset.search = job.result.ok ? "done" : "problems";
 }
@@ -446,15 +494,15 @@ async function loadExample(name) {
 
 async function start() {
   const listing = await api("/api/presets");
-  state.fields = listing.fields;
   state.presets = listing.presets;
-  buildForm();
+  buildForm(listing.form);
   for (const name of listing.presets.examples) {
     $("example").append(el("option", {value: name}, name));
   }
   for (const objective of listing.objectives) {
     $("objective").append(el("option", {value: objective}, objective));
   }
+  $("fields").addEventListener("submit", (event) => event.preventDefault());
   $("example").addEventListener("change", (event) => {
     if (event.target.value) loadExample(event.target.value);
   });
@@ -468,6 +516,8 @@ async function start() {
     download("spec.toml", $("toml").value, "application/toml"));
   $("download-json").addEventListener("click", () =>
     download("plan.json", JSON.stringify(state.plan, null, 2), "application/json"));
+  $("download-search").addEventListener("click", () =>
+    download("search.json", JSON.stringify(state.search, null, 2), "application/json"));
   $("copy-link").addEventListener("click", () => navigator.clipboard.writeText(location.href));
   const fromHash = specFromHash();
   if (fromHash !== null) {
