@@ -272,7 +272,8 @@ def attention(serving: Serving, step: Step, window: int | None) -> Operation:
     name = "attention" if window is None else f"attention (window {window:,})"
     if model.sparse_attention is not None:
         name = f"attention (top {window:,} keys)"
-    kernel = attention_kernel(serving, step.phase)  # the engine's, if it states one
+    kernel = (attention_kernel(serving, step.phase)  # the engine's, if it states one
+              if serving.inference.engine is not None else None)
     queries = step.sequences * step.queries
     return Operation(name=name,
                      flops=pairs * _pair_flops(serving, step.absorbed),
