@@ -373,10 +373,16 @@ def spec_reference() -> str:
     from llmpar.session import Session
 
     tables = spec_tables()
-    names = {cls.__name__: heading for heading, key, cls in tables if key}
+    names: dict[str, str] = {}
+    for heading, key, cls in tables:
+        if key:
+            names.setdefault(cls.__name__, heading)  # a class's keys: where first listed
     lines = [GENERATED_NOTE, "", SPEC_INTRO.rstrip()]
-    for heading, _key, cls in tables:
+    for heading, key, cls in tables:
         lines += ["", f"## {heading}", ""]
+        if key and names[cls.__name__] != heading:  # a class used by several tables
+            lines += [f"The keys of `{names[cls.__name__]}`."]
+            continue
         doc = _first_paragraph(cls.__doc__)
         lines += [f"`{cls.__module__}.{cls.__qualname__}`: {doc}", ""]
         lines += _table(FIELD_HEADER, _class_rows(cls, names))

@@ -2,6 +2,7 @@
 insightful visual performance model", CACM 52(4)):
 
     time  = max(FLOPs / (peak x matmul_efficiency), bytes / (HBM bandwidth x memory_efficiency))
+            (+ fixed_seconds where a measured kernel states one)
     floor = max(FLOPs / peak, bytes / HBM bandwidth)
 
 An operation is compute-bound when its first term is the larger. Efficiencies come from the
@@ -37,7 +38,13 @@ class Operation:
     """The format whose peak its FLOPs run at."""
     memory_efficiency: float | None = None
     """Share of HBM bandwidth its bytes move at, where its kernel's own is known (a serving
-    engine's weight kernels, `llmpar.inference.engine`); None: the GPU's."""
+    engine's weight and attention kernels, `llmpar.inference.engine`); None: the GPU's."""
+    matmul_efficiency: float | None = None
+    """Share of the peak its FLOPs run at, where its kernel's own is known (a serving
+    engine's attention kernels); None: the GPU's."""
+    fixed_seconds: float = 0.0
+    """Time of its calls beyond both rooflines (a measured kernel's launch and tail), added
+    to either: time = fixed_seconds + max(compute, memory)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -74,11 +81,13 @@ def rates_of(gpu: Gpu) -> Rates:
 
 
 def compute_seconds(op: Operation, rates: Rates) -> float:
-    return op.flops / (rates.peak(op.dtype) * rates.matmul_efficiency)
+    return op.fixed_seconds + op.flops / (
+        rates.peak(op.dtype) * (op.matmul_efficiency or rates.matmul_efficiency))
 
 
 def memory_seconds(op: Operation, rates: Rates) -> float:
-    return op.bytes / (rates.bandwidth * (op.memory_efficiency or rates.memory_efficiency))
+    return op.fixed_seconds + op.bytes / (
+        rates.bandwidth * (op.memory_efficiency or rates.memory_efficiency))
 
 
 def seconds(op: Operation, rates: Rates) -> float:

@@ -117,10 +117,12 @@ def test_vllm_decode_of_llama_2_70b_on_8_h100_by_hand():
     plan, decode = _decode(LLAMA_70B, {"inference.batch_size": 1, "inference.engine": "vllm"})
     assert plan.serving[0].engine == "vllm 0.6.4 (CUDA graphs)"
     # Same bytes; the projections and MLP read at cuBLAS's measured 0.687 of HBM bandwidth
-    # instead of the preset's 0.8, the rest (cache, norms, embedding) as before.
+    # instead of the preset's 0.8, the cache through FlashAttention-2's paged kernel (0.766
+    # of HBM bandwidth and 16.4 us a call, 80 layers), norms and embedding as before.
     assert decode.bytes == base.bytes and decode.floor_seconds == base.floor_seconds
-    assert decode.memory_seconds > base.memory_seconds * 0.8 / 0.687 * 0.9
-    assert decode.memory_seconds < base.memory_seconds * 0.8 / 0.687
+    weights_and_rest = decode.memory_seconds - 80 * 16.4e-6
+    assert weights_and_rest > base.memory_seconds * 0.8 / 0.687 * 0.9
+    assert weights_and_rest < base.memory_seconds * 0.8 / 0.687
     # 161 all-reduces of 16 KiB through the custom kernel, one-shot (8 x 16 KiB < 2 MiB),
     # and NCCL's all-gather of the logits unchanged.
     gather = [c for c in plain.serving[0].collectives if c.operation == "all-gather"

@@ -8,6 +8,11 @@
   kernel, one-shot (each GPU reads every peer's buffer: 1 step, (n - 1) x B read) or
   two-shot (reduce-scatter then all-gather: 2 steps, 2 (n - 1) / n x B read), at the
   latency and bandwidth fitted on its measurements (`llmpar.spec.inference.CustomAllReduce`);
+- attention kernels: the engine's decode (paged; for multi-head latent attention its
+  latent-space kernel) and prefill attention kernels take a fixed time per call plus
+  their rooflines at the bandwidth and peak shares fitted on their kernel-level
+  measurements (`llmpar.spec.inference.AttentionKernel`), the prefill's share growing
+  with the keys each query attends;
 - host time: with CUDA graphs, the step waits for the engine's scheduling, input
   preparation and sampling, step_overhead_seconds + step_overhead_per_sequence_seconds x
   sequences; without them, the host also launches every kernel, layers x kernels_per_layer
@@ -21,12 +26,13 @@ from __future__ import annotations
 
 from llmpar.communication.collectives import INTRA_NODE, link_of
 from llmpar.inference.serving import Serving
+from llmpar.spec.inference import AttentionKernel
 from llmpar.strategy import Collective
 
 ENGINE_TRUST = ("not yet checked against published serving runs: each phase is a roofline of "
-                "its operations with the engine profile's measured weight kernels, custom "
-                "all-reduce and host time per step (llmpar.inference.engine); its constants "
-                "come from kernel and trace measurements, not from runs")
+                "its operations with the engine profile's measured weight and attention "
+                "kernels, custom all-reduce and host time per step (llmpar.inference.engine); "
+                "its constants come from kernel and trace measurements, not from runs")
 """What a serving plan's times rest on when an engine profile is named."""
 
 
@@ -37,6 +43,28 @@ def weight_efficiency(serving: Serving, weights: str) -> float | None:
     if engine is None:
         return None
     return engine.weight_memory_efficiency.get(weights)
+
+
+def attention_kernel(serving: Serving, phase: str) -> AttentionKernel | None:
+    """The engine's attention kernel for `phase` ("prefill" or "decode"; a latent-attention
+    model decodes through its MLA kernel, never the paged one); None: the roofline at the
+    GPU's efficiencies (no engine, or no kernel measured)."""
+    engine = serving.inference.engine
+    if engine is None:
+        return None
+    if phase != "decode":
+        return engine.prefill_attention
+    if serving.spec.model.mla is not None:
+        return engine.mla_decode_attention
+    return engine.decode_attention
+
+
+def kernel_compute_efficiency(kernel: AttentionKernel, keys: float) -> float | None:
+    """Share of the peak `kernel` reaches at `keys` keys per query:
+    compute_efficiency x k / (k + half_keys) (`AttentionKernel`); None: the GPU's."""
+    if kernel.compute_efficiency is None or keys <= 0:
+        return None
+    return kernel.compute_efficiency * keys / (keys + kernel.half_keys)
 
 
 def custom_all_reduce_seconds(serving: Serving, collective: Collective) -> float | None:
@@ -104,6 +132,10 @@ def engine_warnings(serving: Serving) -> list[str]:
     if engine.weight_memory_efficiency and measured is not None and measured != gpu:
         found.append(f"engine {engine.name!r}: its weight kernels' efficiencies were measured "
                      f"on {measured}, applied here to {gpu}")
+    for kernel in (attention_kernel(serving, "prefill"), attention_kernel(serving, "decode")):
+        if kernel is not None and kernel.gpu is not None and kernel.gpu != gpu:
+            found.append(f"engine {engine.name!r}: its attention kernel {kernel.name!r} was "
+                         f"measured on {kernel.gpu}, applied here to {gpu}")
     if engine.step_overhead_seconds is None:
         found.append(f"engine {engine.name!r} states no step_overhead_seconds: no host time "
                      "per step counted")

@@ -8,7 +8,9 @@ attention, activations read and written once per operation. Per layer:
 - attention: Q.K^T and scores.V over the (query, key) pairs the causal mask and the
   window leave; FlashAttention reads K and V once per tile of FLASH_QUERY_TILE queries
   (Dao 2023, FlashAttention-2, arXiv:2307.08691, Sec. 3.1); decode reads each sequence's
-  cache once for all the query heads sharing it. MLA decode attends in the latent space
+  cache once for all the query heads sharing it. A serving engine's attention kernel
+  (`llmpar.inference.engine.attention_kernel`) sets its shares of bandwidth and peak and a
+  fixed time per call. MLA decode attends in the latent space
   with the up-projections absorbed into the query and output (DeepSeek-V2,
   arXiv:2405.04434, Sec. 2.1.2): 2 x (kv_lora_rank + qk_rope_head_dim + kv_lora_rank)
   FLOPs per head and pair, against 2 x (qk_head_dim + v_head_dim) unabsorbed;
@@ -38,7 +40,7 @@ from llmpar.footprint.flops import (
     recurrent_mixer_flops_per_token,
 )
 from llmpar.footprint.parameters import attention_matmul_weights
-from llmpar.inference.engine import weight_efficiency
+from llmpar.inference.engine import attention_kernel, kernel_compute_efficiency, weight_efficiency
 from llmpar.inference.formats import bytes_per_parameter, format_matmul_dtype
 from llmpar.inference.kv_cache import kv_bytes_per_token, state_elements_per_sequence
 from llmpar.inference.serving import Serving
@@ -271,10 +273,17 @@ def attention(serving: Serving, step: Step, window: int | None) -> Operation:
     name = "attention" if window is None else f"attention (window {window:,})"
     if model.sparse_attention is not None:
         name = f"attention (top {window:,} keys)"
+    kernel = (attention_kernel(serving, step.phase)  # the engine's, if it states one
+              if serving.inference.engine is not None else None)
+    queries = step.sequences * step.queries
     return Operation(name=name,
                      flops=pairs * _pair_flops(serving, step.absorbed),
                      bytes=pairs / tile * per_token + step.tokens * per_token + io,
-                     dtype=serving.spec.precision.activations)
+                     dtype=serving.spec.precision.activations,
+                     memory_efficiency=kernel.memory_efficiency if kernel else None,
+                     matmul_efficiency=(kernel_compute_efficiency(kernel, pairs / queries)
+                                        if kernel and queries > 0 else None),
+                     fixed_seconds=kernel.fixed_seconds if kernel else 0.0)
 
 
 def dense_mlp(serving: Serving, step: Step) -> Operation:
@@ -389,7 +398,9 @@ def outer_ops(serving: Serving, step: Step) -> list[Operation]:
 def scaled(op: Operation, count: int) -> Operation:
     """`count` identical operations as one (the roofline of each scales alike)."""
     return Operation(name=op.name, flops=op.flops * count, bytes=op.bytes * count,
-                     dtype=op.dtype, memory_efficiency=op.memory_efficiency)
+                     dtype=op.dtype, memory_efficiency=op.memory_efficiency,
+                     matmul_efficiency=op.matmul_efficiency,
+                     fixed_seconds=op.fixed_seconds * count)
 
 
 def counted_ops(serving: Serving, step: Step) -> list[tuple[Operation, int]]:

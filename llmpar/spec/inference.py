@@ -65,6 +65,44 @@ class CustomAllReduce:
 
 
 @attrs.frozen(kw_only=True)
+class AttentionKernel:
+    """An engine's attention kernel as measured on its own (the kernel tables of
+    validation/published/kernels/attention_*.toml): a fixed time per call beside its
+    rooflines at the bandwidth and peak shares fitted on those measurements.
+
+    One call (one layer, one step) takes
+
+        fixed_seconds + max(FLOPs / (peak x compute_efficiency x k / (k + half_keys)),
+                            bytes / (HBM bandwidth x memory_efficiency))
+
+    with k the keys each query attends on average. Decode: a fixed time (launch, split-KV
+    combine, the tail of the last wave) and a bandwidth share the cache reads reach once
+    they fill the GPU, so the achieved share bytes / (bandwidth x seconds) saturates with
+    batch x context x KV heads (Flash-Decoding's split over the keys, Dao et al. 2023,
+    crfm.stanford.edu/2023/10/12/flashdecoding.html). Prefill: each tile of queries pays a
+    fixed prologue and epilogue beside its pass over k keys, so the share of the peak
+    grows as k / (k + half_keys) (FlashAttention-2, Dao 2023, arXiv:2307.08691, Sec. 3.1:
+    one tile of queries per thread block, looping over the key tiles)."""
+
+    name: str
+    """The kernel (flash-attention-2-paged, flashmla, ...)."""
+    memory_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
+    """Share of HBM bandwidth its reads of the cache reach when large; None: the GPU's
+    memory_efficiency."""
+    compute_efficiency: float | None = attrs.field(default=None, validator=v.fraction)
+    """Share of the peak its products reach with many keys per query; None: the GPU's
+    matmul_efficiency (and half_keys unused)."""
+    half_keys: float = attrs.field(default=0.0, validator=v.non_negative)
+    """Keys per query at which it reaches half of compute_efficiency (0: no tile cost)."""
+    fixed_seconds: Seconds = attrs.field(default=Seconds(0.0), validator=v.non_negative)
+    """Time of one call beyond its rooflines (launch, combine, tail)."""
+    gpu: str | None = None
+    """The GPU preset it was measured on (the plan warns on another)."""
+    source: str = ""
+    """Where the constants come from (kernel-level measurements and their fit)."""
+
+
+@attrs.frozen(kw_only=True)
 class Engine:
     """A serving engine's profile (`[inference] engine = "vllm"`, a preset under
     specs/engines/): what it adds to each step beyond the roofline of the operations, as
@@ -99,6 +137,15 @@ class Engine:
     """The GPU preset those efficiencies were measured on (the plan warns on another)."""
     custom_all_reduce: CustomAllReduce | None = None
     """The engine's own all-reduce for small messages; None: NCCL for all."""
+    decode_attention: AttentionKernel | None = None
+    """Its paged decode attention kernel (one query token per sequence); None: the roofline
+    at the GPU's efficiencies."""
+    mla_decode_attention: AttentionKernel | None = None
+    """Its decode attention kernel for multi-head latent attention (absorbed, in the latent
+    space); None: the roofline at the GPU's efficiencies."""
+    prefill_attention: AttentionKernel | None = None
+    """Its prefill (variable-length) attention kernel; None: the roofline at the GPU's
+    efficiencies."""
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens one step processes at most under continuous batching (vLLM's
     max_num_batched_tokens, SGLang's chunked_prefill_size): the default prefill chunk."""
