@@ -19,6 +19,7 @@ from llmpar.footprint.flops import (
     module_rerun_weights,
     moe_matmul_weights,
 )
+from llmpar.footprint.op_checkpoint import rerun_weights as op_rerun_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
@@ -42,6 +43,9 @@ def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float,
     scores = s * (model.query_width + model.attention_output_width) * attention_share
     modules = spec.training.recomputed_modules
     reruns = module_rerun_weights(model, modules, moe) if modules else 0
+    policy = spec.training.recompute_policy
+    if policy is not None and spec.training.recompute == "selective":
+        reruns += op_rerun_weights(model, policy)  # the products the policy does not save
     return (projections * (TRAINING_PASSES + rerun) + reruns
             + scores * (TRAINING_PASSES + rerun + attention_rerun))
 

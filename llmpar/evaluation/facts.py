@@ -31,6 +31,7 @@ from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.flops import executed_attention_share
 from llmpar.footprint.inventory import ActivationInventory, freed_by
+from llmpar.footprint.op_checkpoint import rebuilt
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
 
@@ -217,11 +218,20 @@ def finetune_flops_per_sequence(footprint: Footprint) -> float:
 
 def rerun_tags(spec: Spec, inventory: ActivationInventory | None) -> dict[frozenset[str], float]:
     """The bytes by tags of the tensors recompute_modules frees and rebuilds, attention
-    scores aside (recompute = "selective" alone counts no traffic for them)."""
+    scores aside (recompute = "selective" alone counts no traffic for them), or those an
+    op-level `recompute_policy` writes again."""
     modules = spec.training.recomputed_modules
+    found: dict[frozenset[str], float] = {}
+    if (inventory is not None and spec.training.recompute_policy is not None
+            and spec.training.recompute == "selective"):
+        # The op-level policy reruns the whole block but what it returns from its cache
+        # (llmpar.footprint.op_checkpoint.rebuilt).
+        for group in inventory.groups:
+            for tensor in rebuilt(group.tensors):
+                found[tensor.splits] = found.get(tensor.splits, 0.0) + group.count * tensor.bytes
+        return found
     if inventory is None or spec.training.recompute_modules is None or not modules:
         return {}
-    found: dict[frozenset[str], float] = {}
     for group in inventory.groups:
         for tensor in group.tensors:
             if not tensor.attention_score and freed_by(tensor, modules):

@@ -17,6 +17,8 @@ from llmpar.footprint.inventory import (
     drop_recomputed_modules,
     keep_layer_inputs,
 )
+from llmpar.footprint.op_checkpoint import SOURCE as OP_SOURCE
+from llmpar.footprint.op_checkpoint import op_checkpointed
 from llmpar.spec import Spec
 from llmpar.strategy import Stage, Transform
 
@@ -78,9 +80,12 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
 
 def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
     """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5) and
-    `recompute_modules` (Megatron-Core's --recompute-modules)."""
+    `recompute_modules` (Megatron-Core's --recompute-modules) or `recompute_policy`
+    (torchtitan's op-level checkpointing)."""
     mode = spec.training.recompute
     if mode == "selective":
+        if spec.training.recompute_policy is not None:
+            return op_checkpointed(inventory, spec)
         modules = spec.training.recompute_modules
         if modules is None:
             return drop_attention_scores(inventory)
@@ -94,7 +99,16 @@ def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventor
 
 
 def recompute_modules_text(spec: Spec) -> str:
-    """For derivations: the modules selective recomputation drops, when named."""
+    """For derivations: the modules selective recomputation drops, when named, or the
+    op-level policy's and the layer interval's rule."""
+    training = spec.training
+    if training.recompute == "selective" and training.recompute_policy is not None:
+        return (f" (recompute_policy = {training.recompute_policy}: each layer keeps its "
+                "input and the outputs of the ops torchtitan's checkpoint policy saves; "
+                f"{OP_SOURCE})")
+    if training.recompute == "full" and training.recompute_layer_interval is not None:
+        return (f" (recompute_layer_interval = {training.recompute_layer_interval}: every "
+                "N-th layer of a stage keeps only its input, the others everything)")
     modules = spec.training.recompute_modules
     if modules is None or spec.training.recompute != "selective":
         return ""
@@ -103,9 +117,15 @@ def recompute_modules_text(spec: Spec) -> str:
 
 
 def recomputed_layers(spec: Spec, stage: Stage) -> int:
-    """Layers of `stage` that full recomputation reruns."""
+    """Layers of `stage` that full recomputation reruns: all, the first
+    `recompute_layers`, or every `recompute_layer_interval`-th (torchtitan's
+    `selective_ac_option = "N"`: a counter over the stage's blocks wraps those whose count
+    is a multiple of N, torchtitan v0.2.2 activation_checkpoint.py `_apply_layer_sac`)."""
     if spec.training.recompute != "full":
         return 0
+    interval = spec.training.recompute_layer_interval
+    if interval is not None:
+        return stage.num_layers // interval
     limit = spec.training.recompute_layers
     return stage.num_layers if limit is None else min(limit, stage.num_layers)
 
