@@ -56,7 +56,13 @@ def hybrid_kinds(spec: Spec, stage: Stage) -> dict[str, int] | None:
 
 
 def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str, float]:
-    """Parameters by group that one stage holds, before any sharding."""
+    """Parameters by group that one stage holds, before any sharding; with a mirror
+    (`Stage.mirror`, DualPipe), the mirror stage's too."""
+    if stage.mirror is not None:
+        own = stage_parameters(spec, footprint, attrs.evolve(stage, mirror=None))
+        mirror = stage_parameters(spec, footprint, stage.mirror)
+        return {group: own.get(group, 0.0) + mirror.get(group, 0.0)
+                for group in {**own, **mirror}}
     model = spec.model
     by_group = footprint.parameters_by_group
     if not model.num_layers:  # a model given by its size: one stage holds it all
