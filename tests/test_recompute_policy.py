@@ -222,3 +222,37 @@ def test_torchtitan_job_round_trip(tmp_path):
                     "selective_ac_option = \"2\"\n", "job.toml", base)
     assert read.settings["training.recompute"] == "full"
     assert read.settings["training.recompute_layer_interval"] == 2
+
+
+def test_layer_interval_counts_the_kinds_of_the_layers_it_recomputes():
+    # ERNIE-4.5-21B-A3B: its first layer is dense, the others MoE. Every second layer of
+    # the one stage is layer 1, 3, 5...: all MoE, so the recomputed layers free MoE
+    # layers' tensors, where "the first half" would recompute the dense layer 0 too.
+    from llmpar.evaluation.stages import stage_inventory, whole_model_stage
+    table = {"model": "ernie-4.5-21b-a3b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
+             "training": {"sequence_length": 4096, "global_batch_size": 8,
+                          "recompute": "full", "recompute_layer_interval": 2},
+             "parallel": {"data": {"fsdp": True}}}
+    spec = SESSION.load_spec(table)
+    footprint = baseline_footprint(spec)
+    stage = whole_model_stage(spec)
+    inventory = stage_inventory(spec, footprint, stage)
+    layers = spec.model.num_layers
+    checkpoints, dense, moe = inventory.groups[:2], *inventory.groups[2:]
+    assert [g.count for g in checkpoints] == [0, layers // 2]  # dense, MoE checkpoints
+    assert (dense.kind, dense.count, moe.kind, moe.count) == ("dense", 1, "moe",
+                                                              layers - layers // 2 - 1)
+
+
+def test_op_policy_keeps_the_reduce_scatter_outputs_under_sequence_parallelism():
+    # Llama-3-8B, TP8 + SP on 8 GPUs, b = 1, s = 8192, bf16. Per layer and token after the
+    # splits the kept tensors are 2 x (4096/8 layer input + 4096/8 wq + 1024/8 wv + 4096/8
+    # attention + 14336/8 w1 + 4096 w2, a row-parallel partial sum on every rank) + 4 x 32/8
+    # log-sum-exp = 15,120 bytes; the two reduce-scatter outputs add 2 x 4096/8 x 2.
+    plan = SESSION.evaluate(op() | {"parallel": {"tensor": {"degree": 8}, "sequence": {}}})
+    (memory,) = [d for d in plan.derivations if d.quantity == "activations_bytes"]
+    tokens, layers = 8192, 32
+    assert memory.inputs["layers_bytes"] == 15_120 * tokens * layers
+    scattered = 2 * (4096 // 8) * 2 * tokens * layers
+    assert plan.activations_bytes == (memory.inputs["layers_bytes"]
+                                      + memory.inputs["outside_layers_bytes"] + scattered)

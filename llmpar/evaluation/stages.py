@@ -136,6 +136,30 @@ def recomputed_layers(spec: Spec, stage: Stage) -> int:
     return stage.num_layers if limit is None else min(limit, stage.num_layers)
 
 
+def interval_layers(spec: Spec, stage: Stage) -> tuple[int, ...] | None:
+    """The layers (model indices) `recompute_layer_interval` recomputes on `stage`: the
+    N-th, 2N-th... of its layers (torchtitan counts its blocks from 1 and checkpoints
+    those whose count is a multiple of N); None without the interval."""
+    interval = spec.training.recompute_layer_interval
+    if interval is None or spec.training.recompute != "full":
+        return None
+    return tuple(range(stage.first_layer + interval - 1, stage.first_layer + stage.num_layers,
+                       interval))
+
+
+def _kinds_of(spec: Spec, layers: tuple[int, ...]) -> tuple[int, int, dict[str, int] | None]:
+    """(dense, MoE, hybrid kinds) of the given layers."""
+    model = spec.model
+    moe = sum(model.is_moe_layer(index) for index in layers)
+    hybrid: dict[str, int] | None = None
+    if model.recurrent_mixer is not None:
+        hybrid = {}
+        for index in layers:
+            for kind, count in model.hybrid_kinds_in(index, 1).items():
+                hybrid[kind] = hybrid.get(kind, 0) + count
+    return len(layers) - moe, moe, hybrid
+
+
 def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
     """The stage's saved tensors; under partial full recomputation its first layers
     keep only their inputs and the others keep everything; blocks no backward pass runs
@@ -151,6 +175,16 @@ def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> Activati
     assert footprint.activations is not None
     inventory = footprint.activations
     rerun = recomputed_layers(spec, stage)
+    chosen = interval_layers(spec, stage)
+    if chosen is not None and rerun not in (0, stage.num_layers):
+        # every N-th layer: its kinds counted layer by layer, the rest keep everything
+        rest = tuple(sorted(set(range(stage.first_layer, stage.first_layer + stage.num_layers))
+                            - set(chosen)))
+        dense, moe, hybrid = _kinds_of(spec, chosen)
+        checkpoints = recomputed(inventory.for_stage(dense, moe, False, False, hybrid), spec)
+        dense, moe, hybrid = _kinds_of(spec, rest)
+        kept = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head, hybrid)
+        return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
     if rerun in (0, stage.num_layers):
         dense, moe = layer_kinds(spec, stage)
         staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head,

@@ -24,8 +24,9 @@ attention kernel, wo, then the MLP's w1, w3 (gated) and w2. A Llama block so sav
 wv, w1 and w2 and recomputes wk, wo and w3. A projection with a bias runs as aten.addmm,
 which the save list does not hold: recomputed, not counted. Under sequence parallelism
 the reduce-scatter of wo's and w2's outputs is saved too (b x s/t x h each): that tensor
-exists only under sequence parallelism, which the unsplit inventory cannot state, so it
-is not counted (torchtitan pairs tensor parallelism with sequence parallelism always).
+exists only under sequence parallelism, so the sequence strategy adds it
+(`llmpar.strategies.sequence`, its `added_activation_bytes`) with the all-gathers the
+recomputation issues again.
 """
 
 from __future__ import annotations

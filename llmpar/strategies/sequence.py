@@ -99,8 +99,13 @@ class SequenceParallel(Strategy[SequenceConfig]):
         calls = where(on, layer_collective_calls(spec, layout), 0.0)
         backward = where(on, backward_input_gradient_calls(spec, layout), 0.0)
         # an op-level recompute_policy reruns the all-gathers, not the saved reduce-scatters
-        saved = where(on, op_checkpoint_collective_reruns(spec) * layers_per_stage(spec, layout)
+        reruns = op_checkpoint_collective_reruns(spec)
+        saved = where(on, reruns * layers_per_stage(spec, layout)
                       * micro_batches_per_step(spec, layout), 0.0)
+        # ... and keeps those reduce-scatters' outputs, b x s/t x h each, two per layer
+        # (torchtitan's save list holds _c10d_functional.reduce_scatter_tensor)
+        kept = where(on, reruns * layers_per_stage(spec, layout)
+                     * hidden_state_bytes(spec, layout) / t, 0.0)
         common: dict[str, Any] = dict(strategy=self.name,
                                       buffer_bytes=hidden_state_bytes(spec, layout),
                                       group_size=t, group_stride=layout.stride("tensor"))
@@ -127,6 +132,7 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                                   if config.overlap_backward else ""),
                            **common),
             ),
+            added_activation_bytes=kept,
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
 
 
