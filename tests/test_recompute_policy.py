@@ -256,3 +256,15 @@ def test_op_policy_keeps_the_reduce_scatter_outputs_under_sequence_parallelism()
     scattered = 2 * (4096 // 8) * 2 * tokens * layers
     assert plan.activations_bytes == (memory.inputs["layers_bytes"]
                                       + memory.inputs["outside_layers_bytes"] + scattered)
+
+
+def test_mla_block_order_follows_torchtitan_deepseek_v3():
+    # torchtitan deepseek_v3 model.py (v0.2.2) Attention.forward: wq_a, q_norm, wq_b, then
+    # wkv_a, kv_norm, wkv_b, attention, wo; the MLP's w1, w3, w2. Counting the products:
+    # wq_a (1), wq_b (2), wkv_a (3), wkv_b (4), wo (5), w1 (6), w3 (7), w2 (8).
+    model = SESSION.load_spec({"model": "deepseek-v3", "hardware": {"cluster": "dgx-h100"}}).model
+    ops = block_ops(model)
+    assert [o.name for o in ops] == ["wq_a", "wq_b", "wkv_a", "wkv_b", "attention", "wo",
+                                     "w1", "w3", "w2"]
+    saved = [o.name for o, kept in zip(ops, saved_ops(ops, "op")) if kept]
+    assert saved == ["wq_a", "wkv_a", "attention", "wo", "w3"]
