@@ -257,6 +257,19 @@ class Stage:
     micro_batches_in_flight: Any
     """Micro-batches whose activations the stage holds at its peak (a number, or an
     array in the vectorised form)."""
+    mirror: Stage | None = None
+    """A second stage the same GPUs hold, with its own layers and micro-batches in
+    flight: DualPipe's rank i holds stage i and its mirror p-1-i (DeepSeek-V3 report,
+    arXiv:2412.19437, Sec. 3.2.1). Its parameters and activations add to this stage's,
+    its work shares the rank's time. None: the stage is all its GPUs hold."""
+
+    @property
+    def mirror_share(self) -> float:
+        """The mirror's micro-batches in flight over this stage's: what its activations
+        of one micro-batch count for beside this stage's (0 without a mirror)."""
+        if self.mirror is None:
+            return 0.0
+        return float(self.mirror.micro_batches_in_flight) / float(self.micro_batches_in_flight)
 
 
 @attrs.frozen(kw_only=True)

@@ -58,7 +58,8 @@ def training_examples() -> list[str]:
 def as_table(path: str, **training: Any) -> dict[str, Any]:
     with open(path, "rb") as file:
         table = tomllib.load(file)
-    merged = {**table["training"], **training}
+    # the examples' op-level policy (torchtitan's) stands beside recompute_modules: left out
+    merged = {**table["training"], "recompute_policy": None, **training}
     table["training"] = {key: value for key, value in merged.items() if value is not None}
     return table
 

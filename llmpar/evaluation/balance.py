@@ -19,6 +19,7 @@ from llmpar.footprint.flops import (
     module_rerun_weights,
     moe_matmul_weights,
 )
+from llmpar.footprint.op_checkpoint import rerun_weights as op_rerun_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
@@ -42,6 +43,9 @@ def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float,
     scores = s * (model.query_width + model.attention_output_width) * attention_share
     modules = spec.training.recomputed_modules
     reruns = module_rerun_weights(model, modules, moe) if modules else 0
+    policy = spec.training.recompute_policy
+    if policy is not None and spec.training.recompute == "selective":
+        reruns += op_rerun_weights(model, policy)  # the products the policy does not save
     return (projections * (TRAINING_PASSES + rerun) + reruns
             + scores * (TRAINING_PASSES + rerun + attention_rerun))
 
@@ -73,8 +77,17 @@ def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float,
 def slowest_stage_factor(spec: Spec, stages: Sequence[Stage],
                          recomputed_fraction: float, attention_share: float = 1.0) -> float:
     """The slowest stage's work over the average stage's: how much longer the pipeline
-    takes than an even split of the same FLOPs (1 without a pipeline)."""
+    takes than an even split of the same FLOPs (1 without a pipeline). A stage with a
+    mirror (`Stage.mirror`, DualPipe) runs half the micro-batches through each of its two
+    stages (deepseek-ai/DualPipe dualpipe.py: half of the chunks enter from each end):
+    its work is the mean of the two."""
     if len(stages) <= 1 or not spec.model.has_architecture:
         return 1.0
     work = stage_flops(spec, stages, recomputed_fraction, attention_share)
+    mirrors = [stage.mirror for stage in stages]
+    if any(mirror is not None for mirror in mirrors):
+        paired = stage_flops(spec, [stage if mirror is None else mirror
+                                    for stage, mirror in zip(stages, mirrors)],
+                             recomputed_fraction, attention_share)
+        work = [(own + other) / 2 for own, other in zip(work, paired)]
     return max(work) * len(work) / sum(work)

@@ -142,6 +142,9 @@ class EvaluationCache:
         return self._peaks.get(key, compute)
 
 
-def layers_of(stages: Sequence[Stage]) -> tuple[tuple[int, int, bool, bool], ...]:
-    """What a set of stages is, but for the micro-batches in flight: a cache key."""
-    return tuple((s.first_layer, s.num_layers, s.has_embedding, s.has_head) for s in stages)
+def layers_of(stages: Sequence[Stage]) -> tuple[tuple[object, ...], ...]:
+    """What a set of stages is, but for the micro-batches in flight: a cache key (a
+    DualPipe mirror's layers and share included)."""
+    return tuple((s.first_layer, s.num_layers, s.has_embedding, s.has_head)
+                 + (() if s.mirror is None else (layers_of((s.mirror,)), s.mirror_share))
+                 for s in stages)

@@ -15,6 +15,7 @@ import attrs
 
 from llmpar.evaluation.balance import slowest_stage_factor
 from llmpar.evaluation.stages import (
+    interval_layers,
     layer_kinds,
     recomputed_fraction,
     recomputed_layers,
@@ -31,12 +32,13 @@ from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
 from llmpar.footprint.flops import executed_attention_share
 from llmpar.footprint.inventory import ActivationInventory, freed_by
+from llmpar.footprint.op_checkpoint import rebuilt
 from llmpar.spec import Spec
 from llmpar.strategy import Stage
 
 TagBytes = Mapping[frozenset[str], float]
 """Activation bytes of one micro-batch by the split tags their tensors carry."""
-StageKind = tuple[int | bool, ...]
+StageKind = tuple[object, ...]
 """(layers, MoE layers among the recomputed ones, MoE layers among the rest, holds the
 embedding, holds the output layer), and under `[finetune] frozen` layer ranges the dense
 and MoE blocks they freeze: what a stage's memory depends on besides the micro-batches
@@ -81,6 +83,20 @@ def offload_split(spec: Spec, stage: Stage, inventory: ActivationInventory
     return {tags: size - host.get(tags, 0.0) for tags, size in kept.items()}, host, per_layer
 
 
+def with_mirror(spec: Spec, footprint: Footprint, stage: Stage, kept: TagBytes) -> TagBytes:
+    """A stage's activation bytes of one micro-batch by tags, with its mirror's
+    (`Stage.mirror`, DualPipe) at the mirror's share of the micro-batches in flight: the
+    memory multiplies the sum by the stage's own micro-batches in flight."""
+    mirror = stage.mirror
+    if mirror is None:
+        return kept
+    share = stage.mirror_share
+    found = dict(kept)
+    for tags, size in tag_bytes(stage_inventory(spec, footprint, mirror)).items():
+        found[tags] = found.get(tags, 0.0) + share * size
+    return found
+
+
 def stage_kind(spec: Spec, stage: Stage) -> StageKind:
     """The kind of a stage (see `StageKind`), in closed form."""
     model = spec.model
@@ -88,7 +104,13 @@ def stage_kind(spec: Spec, stage: Stage) -> StageKind:
     head = stage.num_layers if limit is None else min(limit, stage.num_layers)
     first_moe = model.moe_layers_in(stage.first_layer, head)
     rest_moe = model.moe_layers_in(stage.first_layer + head, stage.num_layers - head)
-    kind = (stage.num_layers, first_moe, rest_moe, stage.has_embedding, stage.has_head)
+    kind: StageKind = (stage.num_layers, first_moe, rest_moe, stage.has_embedding,
+                       stage.has_head)
+    chosen = interval_layers(spec, stage)
+    if chosen is not None:  # every N-th layer recomputed: how many of them have experts
+        kind = kind + (len(chosen), sum(model.is_moe_layer(index) for index in chosen))
+    if stage.mirror is not None:  # DualPipe: what the mirror adds, and at what share
+        kind = kind + (stage_kind(spec, stage.mirror), stage.mirror_share)
     tuned = spec.tuning
     if tuned is None or not tuned.frozen or model.num_layers is None:
         return kind
@@ -183,7 +205,8 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
         splits = [offload_split(spec, stage, inventory)
                   for stage, inventory in zip(kinds.representatives, staged)
                   if inventory is not None]
-        stage_tags = tuple(kept for kept, _, _ in splits)
+        stage_tags = tuple(with_mirror(spec, footprint, stage, kept)
+                           for stage, (kept, _, _) in zip(kinds.representatives, splits))
         if spec.training.activation_offload_layers is not None:
             offloaded = tuple(host for _, host, _ in splits)
             transit = tuple(moving for _, _, moving in splits)
@@ -217,11 +240,20 @@ def finetune_flops_per_sequence(footprint: Footprint) -> float:
 
 def rerun_tags(spec: Spec, inventory: ActivationInventory | None) -> dict[frozenset[str], float]:
     """The bytes by tags of the tensors recompute_modules frees and rebuilds, attention
-    scores aside (recompute = "selective" alone counts no traffic for them)."""
+    scores aside (recompute = "selective" alone counts no traffic for them), or those an
+    op-level `recompute_policy` writes again."""
     modules = spec.training.recomputed_modules
+    found: dict[frozenset[str], float] = {}
+    if (inventory is not None and spec.training.recompute_policy is not None
+            and spec.training.recompute == "selective"):
+        # The op-level policy reruns the whole block but what it returns from its cache
+        # (llmpar.footprint.op_checkpoint.rebuilt).
+        for group in inventory.groups:
+            for tensor in rebuilt(group.tensors):
+                found[tensor.splits] = found.get(tensor.splits, 0.0) + group.count * tensor.bytes
+        return found
     if inventory is None or spec.training.recompute_modules is None or not modules:
         return {}
-    found: dict[frozenset[str], float] = {}
     for group in inventory.groups:
         for tensor in group.tensors:
             if not tensor.attention_score and freed_by(tensor, modules):

@@ -40,6 +40,7 @@ Bytes: A, B and C once, B in the weights' format when it is a weight.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -47,6 +48,7 @@ import attrs
 from llmpar.arrays import Value, logical_and, maximum, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.inventory import MODULE_PARENTS
+from llmpar.footprint.op_checkpoint import rerun_shares
 from llmpar.roofline import Rates
 from llmpar.spec import Spec
 
@@ -253,10 +255,12 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: An
         return 0.0
     total: Value = 0.0
     modules = spec.training.selective_modules
+    policy = spec.training.recompute_policy
+    shares = None if policy is None else rerun_shares(spec.model, policy)
     for product in products(spec, shape, materialized_scores):
         forward, backward = shape_seconds(product, spec, rates)
         total = total + (forward * (1.0 + reruns(product, recompute, recomputed_fraction,
-                                                  modules))
+                                                  modules, shares))
                          + backward)
     if not materialized_scores:
         total = total + _fused_attention_launches(spec, shape, recompute, recomputed_fraction,
@@ -278,12 +282,17 @@ def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
 
 
 def reruns(product: Product, recompute: Any, recomputed_fraction: Any,
-            modules: tuple[str, ...]) -> Value:
+           modules: tuple[str, ...], op_shares: Mapping[str, float] | None = None) -> Value:
     """Extra forward passes recomputation makes of `product`: full recomputation reruns
     the recomputed share of the layers, selective recomputation the attention products
     (core_attn: Korthikanti et al. 2022, Sec. 5) and the products of the other modules
-    it names (Megatron-Core's --recompute-modules)."""
+    it names (Megatron-Core's --recompute-modules), or under an op-level
+    `recompute_policy` the share of each product it does not save (`op_shares`,
+    `llmpar.footprint.op_checkpoint.rerun_shares`)."""
     full = where(logical_and(recompute == "full", product.layer), recomputed_fraction, 0.0)
+    if op_shares is not None:
+        share = op_shares.get(product.name, 0.0) if product.layer else 0.0
+        return full + where(recompute == "selective", share, 0.0)
     rerun = ("core_attn" in modules if not product.weights
              else bool(product.module) and (product.module in modules
                                             or MODULE_PARENTS.get(product.module) in modules))

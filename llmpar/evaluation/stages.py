@@ -17,6 +17,8 @@ from llmpar.footprint.inventory import (
     drop_recomputed_modules,
     keep_layer_inputs,
 )
+from llmpar.footprint.op_checkpoint import SOURCE as OP_SOURCE
+from llmpar.footprint.op_checkpoint import op_checkpointed
 from llmpar.spec import Spec
 from llmpar.strategy import Stage, Transform
 
@@ -54,7 +56,13 @@ def hybrid_kinds(spec: Spec, stage: Stage) -> dict[str, int] | None:
 
 
 def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str, float]:
-    """Parameters by group that one stage holds, before any sharding."""
+    """Parameters by group that one stage holds, before any sharding; with a mirror
+    (`Stage.mirror`, DualPipe), the mirror stage's too."""
+    if stage.mirror is not None:
+        own = stage_parameters(spec, footprint, attrs.evolve(stage, mirror=None))
+        mirror = stage_parameters(spec, footprint, stage.mirror)
+        return {group: own.get(group, 0.0) + mirror.get(group, 0.0)
+                for group in {**own, **mirror}}
     model = spec.model
     by_group = footprint.parameters_by_group
     if not model.num_layers:  # a model given by its size: one stage holds it all
@@ -78,9 +86,12 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
 
 def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
     """The inventory under `[training] recompute` (Korthikanti et al. 2022, Sec. 5) and
-    `recompute_modules` (Megatron-Core's --recompute-modules)."""
+    `recompute_modules` (Megatron-Core's --recompute-modules) or `recompute_policy`
+    (torchtitan's op-level checkpointing)."""
     mode = spec.training.recompute
     if mode == "selective":
+        if spec.training.recompute_policy is not None:
+            return op_checkpointed(inventory, spec)
         modules = spec.training.recompute_modules
         if modules is None:
             return drop_attention_scores(inventory)
@@ -94,7 +105,16 @@ def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventor
 
 
 def recompute_modules_text(spec: Spec) -> str:
-    """For derivations: the modules selective recomputation drops, when named."""
+    """For derivations: the modules selective recomputation drops, when named, or the
+    op-level policy's and the layer interval's rule."""
+    training = spec.training
+    if training.recompute == "selective" and training.recompute_policy is not None:
+        return (f" (recompute_policy = {training.recompute_policy}: each layer keeps its "
+                "input and the outputs of the ops torchtitan's checkpoint policy saves; "
+                f"{OP_SOURCE})")
+    if training.recompute == "full" and training.recompute_layer_interval is not None:
+        return (f" (recompute_layer_interval = {training.recompute_layer_interval}: every "
+                "N-th layer of a stage keeps only its input, the others everything)")
     modules = spec.training.recompute_modules
     if modules is None or spec.training.recompute != "selective":
         return ""
@@ -103,11 +123,41 @@ def recompute_modules_text(spec: Spec) -> str:
 
 
 def recomputed_layers(spec: Spec, stage: Stage) -> int:
-    """Layers of `stage` that full recomputation reruns."""
+    """Layers of `stage` that full recomputation reruns: all, the first
+    `recompute_layers`, or every `recompute_layer_interval`-th (torchtitan's
+    `selective_ac_option = "N"`: a counter over the stage's blocks wraps those whose count
+    is a multiple of N, torchtitan v0.2.2 activation_checkpoint.py `_apply_layer_sac`)."""
     if spec.training.recompute != "full":
         return 0
+    interval = spec.training.recompute_layer_interval
+    if interval is not None:
+        return stage.num_layers // interval
     limit = spec.training.recompute_layers
     return stage.num_layers if limit is None else min(limit, stage.num_layers)
+
+
+def interval_layers(spec: Spec, stage: Stage) -> tuple[int, ...] | None:
+    """The layers (model indices) `recompute_layer_interval` recomputes on `stage`: the
+    N-th, 2N-th... of its layers (torchtitan counts its blocks from 1 and checkpoints
+    those whose count is a multiple of N); None without the interval."""
+    interval = spec.training.recompute_layer_interval
+    if interval is None or spec.training.recompute != "full":
+        return None
+    return tuple(range(stage.first_layer + interval - 1, stage.first_layer + stage.num_layers,
+                       interval))
+
+
+def _kinds_of(spec: Spec, layers: tuple[int, ...]) -> tuple[int, int, dict[str, int] | None]:
+    """(dense, MoE, hybrid kinds) of the given layers."""
+    model = spec.model
+    moe = sum(model.is_moe_layer(index) for index in layers)
+    hybrid: dict[str, int] | None = None
+    if model.recurrent_mixer is not None:
+        hybrid = {}
+        for index in layers:
+            for kind, count in model.hybrid_kinds_in(index, 1).items():
+                hybrid[kind] = hybrid.get(kind, 0) + count
+    return len(layers) - moe, moe, hybrid
 
 
 def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:
@@ -125,6 +175,16 @@ def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> Activati
     assert footprint.activations is not None
     inventory = footprint.activations
     rerun = recomputed_layers(spec, stage)
+    chosen = interval_layers(spec, stage)
+    if chosen is not None and rerun not in (0, stage.num_layers):
+        # every N-th layer: its kinds counted layer by layer, the rest keep everything
+        rest = tuple(sorted(set(range(stage.first_layer, stage.first_layer + stage.num_layers))
+                            - set(chosen)))
+        dense, moe, hybrid = _kinds_of(spec, chosen)
+        checkpoints = recomputed(inventory.for_stage(dense, moe, False, False, hybrid), spec)
+        dense, moe, hybrid = _kinds_of(spec, rest)
+        kept = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head, hybrid)
+        return attrs.evolve(kept, groups=checkpoints.groups + kept.groups)
     if rerun in (0, stage.num_layers):
         dense, moe = layer_kinds(spec, stage)
         staged = inventory.for_stage(dense, moe, stage.has_embedding, stage.has_head,

@@ -10,6 +10,9 @@ from llmpar.footprint.flops import (
     module_rerun_flops_per_sequence,
     six_nd_flops,
 )
+from llmpar.footprint.op_checkpoint import SOURCE as OP_SOURCE
+from llmpar.footprint.op_checkpoint import rerun_flops_per_sequence as op_rerun_flops_per_sequence
+from llmpar.footprint.op_checkpoint import rerun_products
 from llmpar.plan import Derivation
 from llmpar.spec import Spec
 
@@ -48,6 +51,12 @@ def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
         # (Narayanan et al. 2021, Eq. 3 with recomputation: 96 B s L h^2 (...)).
         return (forward.projections + forward.executed_attention) * full_fraction
     if spec.training.recompute == "selective":
+        policy = spec.training.recompute_policy
+        if policy is not None:
+            # torchtitan's op-level policy reruns the products it does not save, once;
+            # attention is saved (llmpar.footprint.op_checkpoint).
+            return op_rerun_flops_per_sequence(spec.model, spec.training.sequence_length,
+                                               policy)
         modules = spec.training.selective_modules
         # core_attn reruns Q.K^T, softmax, dropout and scores.V; the paper counts it as
         # doubling the attention term, s/(6h) -> s/(3h), which is 2.7% for GPT-3 175B
@@ -118,6 +127,13 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
     if training.recompute_modules is not None and training.recompute == "selective":
         # The modules' reruns, module by module, in place of the generic rule.
         executing = module_rerun_derivation(spec, footprint, hardware, rerun, global_batch)
+    if training.recompute_policy is not None and training.recompute == "selective":
+        executing = attrs.evolve(executing, rule=executing.rule + (
+            f"; recompute_policy = {training.recompute_policy!r}: the recomputed FLOPs are "
+            f"2 x tokens x the weights of the products the policy does not save "
+            f"({', '.join(rerun_products(spec.model, training.recompute_policy))}), once "
+            f"per layer; attention and the saved products are not rerun"),
+            source=executing.source + "; " + OP_SOURCE)
     return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
                      flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
                      hardware_flops_per_step=hardware,

@@ -244,7 +244,8 @@ def _layer_options(spec: Spec, inventory: ActivationInventory, stage: Stage, den
         # training tables. Full: the layer's saved tensors, less the checkpoint (its
         # input, counted in the steady state); selective: its attention scores.
         rerun_tags: dict[frozenset[str], float] = {}
-        if mode == "full" and rerun:
+        op_level = mode == "selective" and training.recompute_policy is not None
+        if (mode == "full" and rerun) or op_level:  # op-level: the block reruns whole
             rerun_tags = dict(total)
             rerun_tags[OUTSIDE_TP] = rerun_tags.get(OUTSIDE_TP, 0.0) - hidden
         elif mode == "selective" and scores:

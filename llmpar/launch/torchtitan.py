@@ -134,6 +134,16 @@ def _recompute(spec: Spec, ledger: Ledger, notes: list[str]) -> dict[str, Any]:
     if training.recompute_layers is not None:
         ledger.cannot("training.recompute_layers", "torchtitan's layer-wise option "
                       "checkpoints every N-th layer, not the first N of each stage")
+    if training.recompute == "full" and training.recompute_layer_interval is not None:
+        ledger.take("training.recompute_layer_interval")
+        return {"mode": "selective",
+                "selective_ac_option": str(training.recompute_layer_interval)}
+    if training.recompute == "selective" and training.recompute_policy is not None:
+        ledger.take("training.recompute_policy")
+        if training.recompute_policy == "op-all-matmuls":
+            notes.append("torchtitan's op policy saves every second matrix product; saving "
+                         "every one (op-all-matmuls) needs a custom policy")
+        return {"mode": "selective", "selective_ac_option": "op"}
     if training.recompute == "selective":
         notes.append("torchtitan's selective (op) checkpointing keeps the matrix products' "
                      "and attention's outputs and recomputes the rest, not only the "
@@ -256,6 +266,18 @@ def _number(table: dict[str, Any], section: str, key: str, problems: list[Proble
     return value
 
 
+def _op_policy_applies(base: Spec | None, settings: dict[str, Any]) -> bool:
+    """Whether the op-level policy can be stated for the imported spec: over a base that
+    keeps its model, whose activation model is "fused" and whose layers are dense
+    attention blocks (`recompute_policy`'s conditions); else plain selective."""
+    if base is None or "model" in settings:
+        return False
+    model = base.model
+    return (base.training.activation_model == "fused" and model.has_architecture
+            and not model.num_moe_layers and model.recurrent_mixer is None
+            and model.sparse_attention is None)
+
+
 def read_job(text: str, source: str, base: Spec | None = None) -> ReadSettings:
     """Spec settings from a torchtitan job TOML; every malformed value is a Problem
     naming its `$.section.key`."""
@@ -268,7 +290,9 @@ def read_job(text: str, source: str, base: Spec | None = None) -> ReadSettings:
     owned = ["parallel.tensor.degree", "parallel.pipeline.degree", "parallel.pipeline.schedule",
              "parallel.pipeline.virtual_stages", "parallel.sequence", "parallel.context",
              "parallel.expert", "parallel.data.degree", "parallel.data.shard_degree",
-             "parallel.data.reshard_after_forward", "training.recompute"]
+             "parallel.data.reshard_after_forward", "training.recompute",
+             "training.recompute_layer_interval", "training.recompute_layers",
+             "training.recompute_policy", "training.recompute_modules"]
     par = "parallelism"
     t = _number(job, par, "tensor_parallel_degree", problems, 1)
     p = _number(job, par, "pipeline_parallel_degree", problems, 1)
@@ -332,6 +356,12 @@ def read_job(text: str, source: str, base: Spec | None = None) -> ReadSettings:
         problems.append(Problem("$.activation_checkpoint.mode", f"expected one of "
                                 f"{', '.join(RECOMPUTE_MODES)}, got {mode!r}"))
     settings["training.recompute"] = mode if mode in RECOMPUTE_MODES else "none"
+    option = str(job.get("activation_checkpoint", {}).get("selective_ac_option", "2"))
+    if mode == "selective" and option.isdigit():
+        # every N-th block fully checkpointed (_apply_layer_sac; 0: every block)
+        settings["training.recompute"] = "full"
+        if int(option) > 1:
+            settings["training.recompute_layer_interval"] = int(option)
     model = job.get("model", {})
     flavor = (model.get("name"), model.get("flavor"))
     preset = next((name for name, found in FLAVORS.items() if found == flavor), None)
@@ -343,6 +373,8 @@ def read_job(text: str, source: str, base: Spec | None = None) -> ReadSettings:
         owned.append("model")
     if problems:
         raise SpecError(problems, source)
+    if mode == "selective" and option == "op" and _op_policy_applies(base, settings):
+        settings["training.recompute_policy"] = "op"
     steps = training.get("steps")
     if isinstance(steps, int) and steps > 0 and "training.global_batch_size" in settings:
         per_step = settings["training.global_batch_size"] * seq

@@ -161,6 +161,10 @@ def training_problems(spec: Spec) -> list[Problem]:
     problems += _product_format_problems(spec)
     if training.recompute_modules is not None:
         problems += recompute_module_problems(spec)
+    if training.recompute_policy is not None:
+        problems += recompute_policy_problems(spec)
+    if training.recompute_layer_interval is not None:
+        problems += _layer_interval_problems(spec)
     goodput = training.goodput
     if goodput is not None and goodput.asynchronous and (
             spec.hardware.host_bandwidth_bytes_per_s is None):
@@ -239,6 +243,45 @@ def recompute_module_problems(spec: Spec) -> list[Problem]:
     return problems
 
 
+def recompute_policy_problems(spec: Spec) -> list[Problem]:
+    """An op-level policy is torchtitan's selective mode, over the fused inventory's
+    dense attention blocks (`llmpar.footprint.op_checkpoint`): anything else is an error,
+    not a silent guess."""
+    training, model, path = spec.training, spec.model, "$.training.recompute_policy"
+    policy = training.recompute_policy
+    if training.recompute != "selective":
+        return [Problem(path, f"{policy!r} is a policy of recompute = 'selective' "
+                              f"(torchtitan's activation_checkpoint.mode = 'selective'), got "
+                              f"recompute = {training.recompute!r}")]
+    if training.recompute_modules is not None:
+        return [Problem(path, "give recompute_modules (Megatron-Core's modules) or "
+                              "recompute_policy (torchtitan's op-level policy), not both")]
+    if not model.has_architecture:
+        return [Problem(path, f"{policy!r} needs the model's architecture (a model given by "
+                              f"its size has no ops to save)")]
+    if training.activation_model != "fused":
+        return [Problem(path, f"{policy!r} needs activation_model 'fused' (torchtitan's "
+                              f"flash attention and fused kernels), got "
+                              f"{training.activation_model!r}")]
+    unmodelled = [(model.num_moe_layers > 0, "MoE layers"),
+                  (model.recurrent_mixer is not None, "recurrent mixer layers"),
+                  (model.sparse_attention is not None, "sparse attention")]
+    return [Problem(path, f"{policy!r} is modelled for dense attention blocks; the model "
+                          f"has {what}, whose ops the policy's save list is not stated for")
+            for present, what in unmodelled if present]
+
+
+def _layer_interval_problems(spec: Spec) -> list[Problem]:
+    training, path = spec.training, "$.training.recompute_layer_interval"
+    if training.recompute != "full":
+        return [Problem(path, f"recomputes every N-th layer fully under recompute = 'full', "
+                              f"got recompute = {training.recompute!r}")]
+    if training.recompute_layers is not None:
+        return [Problem(path, "give recompute_layers (the first N layers of a stage) or "
+                              "recompute_layer_interval (every N-th), not both")]
+    return []
+
+
 def _activation_offload_problems(spec: Spec) -> list[Problem]:
     training, path = spec.training, "$.training.activation_offload_layers"
     if spec.hardware.host_bandwidth_bytes_per_s is None:
@@ -248,6 +291,10 @@ def _activation_offload_problems(spec: Spec) -> list[Problem]:
     if training.recompute == "full" and training.recompute_layers is not None:
         return [Problem(path, "give recompute_layers or activation_offload_layers, not both "
                               "(each picks the first layers of a stage)")]
+    if training.recompute == "full" and training.recompute_layer_interval is not None:
+        return [Problem(path, "give recompute_layer_interval or activation_offload_layers, "
+                              "not both (offloading picks the first layers of a stage, "
+                              "whose recomputed ones keep only their inputs)")]
     return []
 
 

@@ -21,6 +21,11 @@ RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = typing.get_args(RecomputeModule
 core_r0.14): the submodules selective recomputation can rerun."""
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = ("core_attn",)
 """Megatron-Core's default: selective recomputation of the core attention alone."""
+RecomputePolicy = Literal["op", "op-all-matmuls"]
+RECOMPUTE_POLICIES: tuple[RecomputePolicy, ...] = typing.get_args(RecomputePolicy)
+"""Op-level selective checkpointing as torchtitan runs it (`llmpar.footprint.op_checkpoint`):
+"op" saves the outputs of the listed ops but every second matrix product, "op-all-matmuls"
+every matrix product's."""
 
 
 def _recompute_modules(_instance: object, attribute: object,
@@ -168,6 +173,26 @@ class Training:
     mla_up_proj MLA and the fused model's latents, layernorm a norm before attention and
     MLP): one that would recompute nothing is an error. Default: Megatron-Core's,
     core_attn alone."""
+    recompute_policy: RecomputePolicy | None = attrs.field(
+        default=None, validator=attrs.validators.optional(v.one_of(*RECOMPUTE_POLICIES)))
+    """With recompute = "selective": op-level selective checkpointing as torchtitan runs
+    it (`activation_checkpoint.mode = "selective"`, `selective_ac_option = "op"`) instead
+    of Megatron's module recomputation. Each layer keeps its input and the outputs of the
+    ops torchtitan's save list names (matrix products, scaled-dot-product attention's
+    output and log-sum-exp); the rest of the layer (norms, RoPE, the activation, the
+    products not saved) is recomputed in the backward. "op": torchtitan's policy, which
+    saves every other matrix product of a layer (the 1st, 3rd, 5th... in forward order:
+    wq, wv, w1, w2 of a Llama block) and recomputes the others (wk, wo, w3); "op-all-
+    matmuls": every matrix product saved. Needs activation_model "fused" and dense
+    attention layers (MoE, recurrent and sparse-attention layers are not modelled).
+    Default: none (recompute_modules' meaning of selective)."""
+    recompute_layer_interval: int | None = attrs.field(default=None, validator=v.positive)
+    """With recompute = "full": recompute only every N-th layer of each pipeline stage
+    (the N-th, 2N-th... of its layers: floor(layers / N) of them) and keep every
+    activation of the others: torchtitan's layer-level selective checkpointing
+    (`activation_checkpoint.mode = "selective"`, `selective_ac_option = "N"`, which
+    wraps every N-th block of a stage in a full checkpoint). Not with recompute_layers.
+    Default: every layer."""
     recompute_layers: int | None = attrs.field(default=None, validator=v.positive)
     """With recompute = "full": recompute only the first N layers of each pipeline stage
     and keep every activation of the others (Megatron-LM's --recompute-method block
@@ -213,7 +238,10 @@ class Training:
     @property
     def selective_modules(self) -> tuple[str, ...]:
         """The modules recompute = "selective" reruns: `recompute_modules`, or
-        Megatron-Core's default (core_attn alone)."""
+        Megatron-Core's default (core_attn alone); none under an op-level
+        `recompute_policy`, which reruns ops, not modules (attention's output is saved)."""
+        if self.recompute_policy is not None:
+            return ()
         modules = self.recompute_modules
         return DEFAULT_RECOMPUTE_MODULES if modules is None else modules
 
@@ -225,9 +253,15 @@ class Training:
 
     def with_recompute(self, recompute: Recompute, **changes: object) -> Training:
         """This table under another recomputation mode (the search's choice): the modules
-        `recompute_modules` names stay with selective recomputation only."""
-        modules = self.recompute_modules if recompute == "selective" else None
-        kept: dict[str, object] = {"recompute": recompute, "recompute_modules": modules}
+        `recompute_modules` names and the op-level `recompute_policy` stay with selective
+        recomputation only, `recompute_layer_interval` with full recomputation."""
+        selective = recompute == "selective"
+        kept: dict[str, object] = {
+            "recompute": recompute,
+            "recompute_modules": self.recompute_modules if selective else None,
+            "recompute_policy": self.recompute_policy if selective else None,
+            "recompute_layer_interval": (self.recompute_layer_interval if recompute == "full"
+                                         else None)}
         return attrs.evolve(self, **kept, **changes)  # type: ignore[arg-type]
 
     @property

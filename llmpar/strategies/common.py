@@ -30,6 +30,7 @@ __all__ = ["EXPERT_GROUPS", "EXPERT_TENSOR", "TENSOR_SPLIT_GROUPS", "backward_in
            "bytes_per_element", "data_context_stride", "expert_group_stride",
            "expert_tensor_degree", "forward_passes_per_micro_batch", "hidden_state_bytes",
            "layer_collective_calls", "layers_per_stage", "micro_batches_per_step",
+           "op_checkpoint_collective_reruns",
            "recomputed_block_forwards", "sequence_parallel"]
 
 
@@ -84,12 +85,25 @@ def recomputed_block_forwards(spec: Spec, moe: bool) -> Any:
     return where(spec.training.recompute == "selective", int(reruns), 0)
 
 
+def op_checkpoint_collective_reruns(spec: Spec) -> Any:
+    """Per layer and micro-batch, the tensor-parallel collectives an op-level
+    `[training] recompute_policy` issues again: its recomputation reruns the block's
+    forward, whose all-gathers (all-reduces without sequence parallelism) are not in
+    torchtitan's save list, while the reduce-scatters' outputs are saved (torchtitan
+    v0.2.2 `_op_sac_save_list`: _c10d_functional.reduce_scatter_tensor): 2, else 0."""
+    if spec.training.recompute_policy is None:
+        return 0
+    return where(spec.training.recompute == "selective", 2, 0)
+
+
 def layer_collective_calls(spec: Spec, layout: Layout) -> Any:
     """Calls per step of a per-layer collective issued twice per forward pass (attention
     and MLP) and twice per backward pass: 4 per layer and micro-batch, 6 with full
     recomputation (Narayanan et al. 2021, Sec. 3.2), over the layers of one stage; one
-    more per layer whose MLP or MoE block selective recomputation reruns."""
-    per_micro_batch = 2 * (forward_passes_per_micro_batch(spec) + 1)
+    more per layer whose MLP or MoE block selective recomputation reruns, two under an
+    op-level policy (`op_checkpoint_collective_reruns`)."""
+    per_micro_batch = (2 * (forward_passes_per_micro_batch(spec) + 1)
+                       + op_checkpoint_collective_reruns(spec))
     calls = per_micro_batch * layers_per_stage(spec, layout)
     if spec.training.recompute_modules is not None and spec.model.num_layers:
         model = spec.model

@@ -16,7 +16,8 @@ micro-batches per step and v virtual stages per GPU:
   holds two stages, its own (i) and its mirror's (p-1-i): two copies of the parameters,
   PP+1 micro-batches' activations, an idle time of (PP/2-1)(F&B+B-3W) per step, and each
   forward chunk paired with another micro-batch's backward chunk, the communication of
-  each hidden behind the other's compute. Needs an even p and an even m >= 2p.
+  each hidden behind the other's compute. Needs an even p and an even m >= 2p. With
+  uneven mirror stages each rank holds its two stages one by one (`with_mirrors`).
 - "dualpipev" (the "cut-in-half" DualPipe, github.com/deepseek-ai/DualPipe README): the p
   ranks hold 2p stages in a V (rank i the chunks i and 2p-1-i, rank 0 the embedding and
   the output layer), one copy of the parameters, Table 2's bubble and activations with
@@ -200,6 +201,33 @@ def paired_chunk_share(schedule: Any, p: int, m: Any) -> Any:
     return where(schedule == "dualpipe", dual, where(schedule == "dualpipev", dual_v, 0.0))
 
 
+def uneven_mirrors(config: PipelineConfig, counts: tuple[int, ...]) -> bool:
+    """Whether DualPipe's ranks hold two stages of different layers (a split that is not
+    the same read backwards): then each rank's stages are modelled one by one
+    (`with_mirrors`); an even split keeps two copies of a rank's own stage, the same
+    numbers. A search node's stages cannot differ by schedule: the search tries DualPipe
+    over such a split only on its own (`_schedules`)."""
+    return (bool(np.all(np.asarray(config.schedule) == "dualpipe"))
+            and config.degree > 1 and tuple(counts) != tuple(counts[::-1]))
+
+
+def with_mirrors(stages: list[Stage]) -> list[Stage]:
+    """DualPipe's ranks: rank i holds stage i and its mirror p-1-i (deepseek-ai/DualPipe
+    examples/example_dualpipe.py: `nn.Sequential(full_modules[rank], full_modules[pp_size
+    - 1 - rank])`). Its own stage runs phase 0, the mirror phase 1; with h = min(i, p-1-i),
+    `step` runs 2(p/2 - h - 1) + (h + 1) forward chunks of phase 0 and h + 1 of phase 1
+    before their first backward, and each later backward is followed by a forward of the
+    same phase (dualpipe.py `step`, steps 1 to 5): at most p - h micro-batches of the own
+    stage and h + 1 of the mirror's, p + 1 in all (the report's Table 2)."""
+    p = len(stages)
+    found = []
+    for index, stage in enumerate(stages):
+        h = min(index, p - 1 - index)
+        mirror = attrs.evolve(stages[p - 1 - index], micro_batches_in_flight=float(h + 1))
+        found.append(attrs.evolve(stage, micro_batches_in_flight=float(p - h), mirror=mirror))
+    return found
+
+
 def stage_layer_counts(config: PipelineConfig, num_layers: int) -> tuple[int, ...]:
     if config.layers_per_stage is not None:
         return config.layers_per_stage
@@ -277,20 +305,24 @@ class PipelineParallel(Strategy[PipelineConfig]):
         # cannot differ within a search node, so the search tries DualPipeV only on its own
         # (`_schedules`; the rules refuse it beside other schedules in one node).
         v_shape = bool(np.all(np.asarray(config.schedule) == "dualpipev"))
-        for index, count in enumerate(stage_layer_counts(config, spec.model.num_layers or p)):
+        counts = stage_layer_counts(config, spec.model.num_layers or p)
+        for index, count in enumerate(counts):
             last = index == (0 if v_shape else p - 1)
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
                                 has_embedding=index == 0 or (last and tied), has_head=last,
                                 micro_batches_in_flight=in_flight(config, index, m)))
             first += count
+        mirrored = uneven_mirrors(config, counts)
+        if mirrored:
+            stages = with_mirrors(stages)
         bubble = bubble_fraction(config, m)
         warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
                     ] if not is_array(bubble) and bubble > 0.2 else []
-        counts = config.layers_per_stage
-        if (not is_array(config.schedule) and config.schedule == "dualpipe"
-                and counts is not None and counts != counts[::-1]):
-            warnings.append(f"dualpipe with uneven mirror stages ({list(counts)}): rank i "
-                            "holds stages i and p-1-i, costed as two copies of stage i")
+        if anywhere(config.schedule == "dualpipe") and not mirrored and counts != counts[::-1]:
+            warnings.append(f"dualpipe with uneven mirror stages ({list(counts)}) beside "
+                            "other schedules in one search node: rank i holds stages i and "
+                            "p-1-i, costed here as two copies of stage i (evaluated alone, "
+                            "each rank holds its two stages)")
         # forward activations and backward gradients, per chunk a micro-batch leaves: v
         # chunks per rank, DualPipeV's two (the turn of the V on the last rank aside)
         chunks = where(config.schedule == "dualpipev", 2, config.virtual_stages)
@@ -312,8 +344,13 @@ class PipelineParallel(Strategy[PipelineConfig]):
                      + (f"{share:.0%} of " if not is_array(share) else "")
                      + "rank 0's chunks run as forward-backward pairs, each hiding the "
                        "other's communication",)
+        if mirrored:
+            notes += (f"dualpipe with uneven mirror stages ({list(counts)}): rank i holds "
+                      "stages i and p-1-i, their parameters, p - h and h + 1 micro-batches "
+                      "of their activations (h = min(i, p-1-i)) and the mean of their work",)
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
-                         copies=_dual_copies(config.schedule), notes=notes,
+                         copies=() if mirrored else _dual_copies(config.schedule),
+                         notes=notes,
                          collectives=(sends, *self._gathers(config, ctx, calls),
                                       *_mirror_exchange(config, ctx)),
                          warnings=tuple(warnings))
@@ -441,10 +478,28 @@ def _schedules(point: Point) -> tuple[Schedule, ...]:
     if p == 1:
         return (PipelineConfig().schedule,)
     config = point.spec.parallel.get("pipeline")
-    if getattr(config, "schedule", None) == "dualpipev":
+    named = getattr(config, "schedule", None)
+    if named == "dualpipev":
         return ("dualpipev",)
+    if _mirrors_differ(point, config):
+        # DualPipe's ranks then hold two stages of different layers (`with_mirrors`):
+        # other stages than the other schedules', so searched alone where it is named.
+        return ("dualpipe",) if named == "dualpipe" and p % 2 == 0 else tuple(
+            s for s in SCHEDULES if s not in PAIRING_SCHEDULES)
     return tuple(s for s in SCHEDULES
                  if s != "dualpipev" and (s != "dualpipe" or p % 2 == 0))
+
+
+def _mirrors_differ(point: Point, config: Any) -> bool:
+    """Whether the split the search gives this degree (the table's layers_per_stage, else
+    `_layer_splits`' even or balanced one) differs from itself read backwards."""
+    p, layers = point.degree("pipeline"), point.spec.model.num_layers
+    counts = getattr(config, "layers_per_stage", None)
+    if counts is None:
+        if layers is None or layers % p == 0 or p > layers:
+            return False
+        counts = balanced_layers(layers, p)
+    return tuple(counts) != tuple(counts[::-1])
 
 
 def _virtual_stages(point: Point) -> tuple[int, ...]:

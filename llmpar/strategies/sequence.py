@@ -23,6 +23,9 @@ from llmpar.strategies.common import (
     backward_input_gradient_calls,
     hidden_state_bytes,
     layer_collective_calls,
+    layers_per_stage,
+    micro_batches_per_step,
+    op_checkpoint_collective_reruns,
 )
 from llmpar.strategies.tensor import INPUT_GRADIENT, LAYER_OUTPUT
 from llmpar.strategy import (
@@ -95,6 +98,14 @@ class SequenceParallel(Strategy[SequenceConfig]):
         on = config.enabled
         calls = where(on, layer_collective_calls(spec, layout), 0.0)
         backward = where(on, backward_input_gradient_calls(spec, layout), 0.0)
+        # an op-level recompute_policy reruns the all-gathers, not the saved reduce-scatters
+        reruns = op_checkpoint_collective_reruns(spec)
+        saved = where(on, reruns * layers_per_stage(spec, layout)
+                      * micro_batches_per_step(spec, layout), 0.0)
+        # ... and keeps those reduce-scatters' outputs, b x s/t x h each, two per layer
+        # (torchtitan's save list holds _c10d_functional.reduce_scatter_tensor)
+        kept = where(on, reruns * layers_per_stage(spec, layout)
+                     * hidden_state_bytes(spec, layout) / t, 0.0)
         common: dict[str, Any] = dict(strategy=self.name,
                                       buffer_bytes=hidden_state_bytes(spec, layout),
                                       group_size=t, group_stride=layout.stride("tensor"))
@@ -108,7 +119,7 @@ class SequenceParallel(Strategy[SequenceConfig]):
                            reason="gather the sequence before each split block",
                            **common, **_pipelined(config, pieces=t)),
                 Collective(name=REDUCE_SCATTER, operation="reduce-scatter",
-                           calls_per_step=calls - backward,
+                           calls_per_step=calls - backward - saved,
                            reason="scatter each split block's output by sequence", **common,
                            **_pipelined(config, pieces=config.overlap_splits,
                                         compute_share=config.overlap_compute_share)),
@@ -121,6 +132,7 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                                   if config.overlap_backward else ""),
                            **common),
             ),
+            added_activation_bytes=kept,
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
 
 
