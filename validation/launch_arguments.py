@@ -508,8 +508,7 @@ def nemo(source: Path, megatron_source: Path, lightning_source: Path, commit: st
             "sections": {name: dict(sorted(fields.items())) for name, fields in sections.items()}}
 
 
-TRT_LLM_CLASSES = ("TorchLlmArgs", "KvCacheConfig", "CudaGraphConfig", "MoeConfig",
-                   "MTPDecodingConfig", "EagleDecodingConfig", "AttentionDpConfig")
+TRT_LLM_CLASSES = ("TorchLlmArgs", "KvCacheConfig", "MTPDecodingConfig", "Eagle3DecodingConfig")
 """The classes of tensorrt_llm/llmapi/llm_args.py whose fields the YAML of
 `--extra_llm_api_options` sets: the PyTorch backend's LLM arguments (TorchLlmArgs, with
 BaseLlmArgs's) and the nested configs llmpar writes."""

@@ -14,6 +14,7 @@ from llmpar.launch.nemo import BridgeTarget, NemoTarget
 from llmpar.launch.sglang import SglangTarget
 from llmpar.launch.target import LaunchTarget
 from llmpar.launch.torchtitan import TorchtitanTarget
+from llmpar.launch.trtllm import TrtLlmTarget
 from llmpar.launch.vllm import VllmTarget
 
 
@@ -28,3 +29,4 @@ def llmpar_launch_targets(register: Callable[[LaunchTarget], None]) -> None:
     register(HfTrainerTarget())
     register(VllmTarget())
     register(SglangTarget())
+    register(TrtLlmTarget())
