@@ -503,7 +503,9 @@ def nemo(source: Path, megatron_source: Path, lightning_source: Path, commit: st
                    "Trainer, MegatronStrategy, MegatronMixedPrecision and the GPT data modules, "
                    "and the fields of GPTConfig (with MLATransformerConfig's), "
                    "DistributedDataParallelConfig and OptimizerConfig, the objects a "
-                   "nemo.collections.llm recipe configures",
+                   "nemo.collections.llm recipe configures; the Megatron-Core classes from "
+                   "the Megatron-LM commit given (megatron_lm_commit), which may be newer "
+                   "than the megatron-core a NeMo 2 container ships",
             "lightning": lightning_source.name,
             "sections": {name: dict(sorted(fields.items())) for name, fields in sections.items()}}
 

@@ -10,7 +10,7 @@ from llmpar.launch.deepspeed import DeepSpeedTarget
 from llmpar.launch.fsdp2 import Fsdp2Target
 from llmpar.launch.hf_trainer import HfTrainerTarget
 from llmpar.launch.megatron import MegatronTarget
-from llmpar.launch.nemo import BridgeTarget, NemoTarget
+from llmpar.launch.nemo import BRIDGE_TARGET, NemoTarget
 from llmpar.launch.sglang import SglangTarget
 from llmpar.launch.target import LaunchTarget
 from llmpar.launch.torchtitan import TorchtitanTarget
@@ -22,7 +22,7 @@ from llmpar.launch.vllm import VllmTarget
 def llmpar_launch_targets(register: Callable[[LaunchTarget], None]) -> None:
     register(MegatronTarget())
     register(NemoTarget())
-    register(BridgeTarget)
+    register(BRIDGE_TARGET)
     register(TorchtitanTarget())
     register(DeepSpeedTarget())
     register(Fsdp2Target())

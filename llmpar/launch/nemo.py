@@ -79,6 +79,10 @@ class Choice:
 
 @attrs.frozen
 class Dialect:
+    """Where one framework keeps the settings: its rows and choices, and how its override
+    syntax writes true, false and null (OmegaConf's YAML words for Bridge, Python literals
+    for NeMo-Run)."""
+
     name: str
     version: str
     rows: tuple[Row, ...]
@@ -319,6 +323,16 @@ class NemoTarget:
         if model.ffn_activation == "swiglu" and model.has_architecture:
             notes.append("SwiGLU is gated_linear_unit with activation_func silu: the "
                          "Llama-style recipes' own; set it where your recipe's differs")
+        model_path = "model.config." if dialect is NEMO else "model."
+        named = {"--train-iters": "trainer.max_steps" if dialect is NEMO
+                 else "train.train_iters", "--rotary-base": f"{model_path}rotary_base",
+                 "--make-vocab-size-divisible-by": f"{model_path}make_vocab_size_divisible_by"}
+        for flag, path in named.items():  # the notes name the config fields, not the flags
+            notes = [note.replace(flag, path) for note in notes]
+        notes = [f"llmpar's model has no RoPE base: the recipe's {model_path}rotary_base "
+                 "stays; check it is your model's" if note.startswith("llmpar's model has "
+                                                                        "no RoPE base")
+                 else note for note in notes]
         hardware = spec.hardware
         per_node = min(hardware.gpus_per_node, hardware.num_gpus)
         if dialect is NEMO:
@@ -474,8 +488,7 @@ def _key_path(path: str, keys: Mapping[str, str]) -> str:
     return f"$.{keys[flag]}" if flag in keys else path
 
 
-BridgeTarget = attrs.evolve(NemoTarget(), name="megatron-bridge",
-                            aliases=("bridge", "mbridge"),
-                            description="Megatron-Bridge recipe overrides (run_recipe.py "
-                                        "KEY=VALUE)", dialect=BRIDGE)
+BRIDGE_TARGET = NemoTarget(name="megatron-bridge", aliases=("bridge", "mbridge"),
+                           description="Megatron-Bridge recipe overrides (run_recipe.py "
+                                       "KEY=VALUE)", dialect=BRIDGE)
 """The Megatron-Bridge target: the same mapping, Bridge's paths."""
