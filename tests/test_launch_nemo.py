@@ -214,3 +214,40 @@ def test_launch_and_import_through_the_cli(tmp_path: Path) -> None:
                  str(GPT3), "-o", str(out)]) == 0
     session = Session(load_entry_points=False, environ={})
     assert session.evaluate(out).to_dict() == session.evaluate(GPT3).to_dict()
+
+
+def test_the_source_reader_follows_bases_across_modules(tmp_path: Path) -> None:
+    """validation/launch_arguments.py's ast reader: a dataclass's fields with its bases'
+    first, the base found through an aliased import from another package (as Bridge's
+    configs extend Megatron-Core's) and through a package's re-export; a class's
+    __init__ parameters; ClassVar and private names left out."""
+    import textwrap
+
+    from tests.validation_scripts import load_script
+
+    script = load_script("launch_arguments")
+    core = tmp_path / "core" / "megatron" / "core"
+    core.mkdir(parents=True)
+    (core / "__init__.py").write_text("from .config import ParallelConfig\n")
+    (core / "config.py").write_text(textwrap.dedent('''
+        from typing import ClassVar
+        class ParallelConfig:
+            tensor_model_parallel_size: int = 1
+            kind: ClassVar[str] = "x"
+            _private: int = 0
+        '''))
+    bridge = tmp_path / "bridge" / "megatron" / "bridge"
+    bridge.mkdir(parents=True)
+    (bridge / "config.py").write_text(textwrap.dedent('''
+        from megatron.core import ParallelConfig as MCoreParallelConfig
+        class ModelConfig(MCoreParallelConfig):
+            num_layers: int = 2
+        class Strategy:
+            def __init__(self, ddp: str = "megatron", *, fsdp=None):
+                pass
+        '''))
+    code = script._Sources([tmp_path / "bridge", tmp_path / "core"])
+    assert code.fields("megatron.bridge.config", "ModelConfig") == {
+        "tensor_model_parallel_size": "int", "num_layers": "int"}
+    assert code.fields("megatron.bridge.config", "Strategy", init=True) == {
+        "ddp": "str", "fsdp": ""}
