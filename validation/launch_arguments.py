@@ -15,10 +15,13 @@ none of the frameworks.
     python validation/launch_arguments.py nemo NEMO_SOURCE --megatron-source MEGATRON_LM_SOURCE \
         --lightning-source LIGHTNING_SOURCE
     python validation/launch_arguments.py trt-llm TENSORRT_LLM_SOURCE
+    python validation/launch_arguments.py nemo --check OVERRIDES...
 
 `--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
-`pretrain_gpt.args`; for vllm and sglang, the `serve.sh` lines) with the framework's own
-parser instead, and fails on any it rejects.
+`pretrain_gpt.args`; for vllm and sglang, the `serve.sh` lines; for nemo, the
+`overrides.txt` files, applied with NeMo-Run's CLI parser to a recipe-shaped object with
+the committed fields) with the framework's own parser instead, and fails on any it
+rejects.
 
 - megatron: Megatron-LM's own parser. Its `megatron/training/arguments.py` is not in the
   megatron-core wheel, so it is imported from a checkout of NVIDIA/Megatron-LM
@@ -566,6 +569,103 @@ def trt_llm(source: Path, commit: str) -> dict[str, Any]:
                          for name in TRT_LLM_CLASSES}}
 
 
+def check_nemo(files: list[Path]) -> int:
+    """Apply each overrides file (what `llmpar launch --for nemo -o DIR` writes as
+    `overrides.txt`) with NeMo-Run's own CLI parser (`nemo_run.cli.cli_parser.
+    parse_cli_args`, the parser `nemo llm pretrain` uses) to a recipe-shaped
+    `run.Partial(pretrain, model, trainer, data, optim)` whose objects have the fields
+    committed in validation/data/launch/nemo.json (bool, int, float or text as annotated,
+    each Optional): NeMo-Run must accept every path and read every value as its field's
+    type. Needs only the nemo_run package, not NeMo."""
+    import dataclasses
+    from typing import Optional, Union
+
+    import nemo_run as run  # type: ignore[import-not-found]
+    from nemo_run.cli.cli_parser import parse_cli_args  # type: ignore[import-not-found]
+
+    sections = json.loads((OUT / "nemo.json").read_text(encoding="utf-8"))["sections"]
+
+    def scalar(annotation: str) -> Any:
+        for word, found in (("bool", bool), ("float", float), ("int", int)):
+            if re.search(rf"\b{word}\b|{word.capitalize()}", annotation):
+                return found
+        return str
+
+    def kind(annotation: str) -> Any:
+        """The field's type as NeMo-Run parses it: a scalar, a list, or either."""
+        inner = re.search(r"[Ll]ist\[([^\]]+)\]", annotation)
+        if inner is None:
+            return scalar(annotation)
+        rest = annotation.replace(inner.group(0), "")
+        element = list[scalar(inner.group(1))]  # type: ignore[misc]
+        return element if scalar(rest) is str and "str" not in rest else \
+            Union[scalar(rest), element]  # noqa: UP007
+
+    made: dict[str, Any] = {}
+
+    def cls(section: str, nested: dict[str, str]) -> Any:
+        fields = [(name, Optional[made[nested[name]]] if name in nested  # noqa: UP045
+                   else Optional[kind(annotation)], None)  # noqa: UP045
+                  for name, annotation in sections[section].items()]
+        fields += [(name, Optional[made[target]], None) for name, target in nested.items()  # noqa: UP045
+                   if name not in sections[section]]
+        made[section] = dataclasses.make_dataclass(section.replace(".", "_"), fields)
+        return made[section]
+
+    cls("trainer.strategy.ddp", {})
+    cls("trainer.strategy", {"ddp": "trainer.strategy.ddp"})
+    cls("trainer.plugins", {})
+    cls("trainer", {"strategy": "trainer.strategy", "plugins": "trainer.plugins"})
+    cls("model.config", {})
+    cls("optim.config", {})
+    cls("data", {})
+    made["model"] = dataclasses.make_dataclass("model", [("config", made["model.config"])])
+    made["optim"] = dataclasses.make_dataclass("optim", [("config", made["optim.config"])])
+
+    def pretrain(model: Any, trainer: Any, data: Any, optim: Any) -> None:
+        """The recipe's function (nemo.collections.llm.api.pretrain's arguments)."""
+
+    failed = 0
+    for path in files:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+        recipe = run.Partial(
+            pretrain, model=run.Config(made["model"], config=run.Config(made["model.config"])),
+            trainer=run.Config(made["trainer"],
+                               strategy=run.Config(made["trainer.strategy"],
+                                                   ddp=run.Config(made["trainer.strategy.ddp"])),
+                               plugins=run.Config(made["trainer.plugins"])),
+            data=run.Config(made["data"]),
+            optim=run.Config(made["optim"], config=run.Config(made["optim.config"])))
+        try:
+            parsed = parse_cli_args(recipe, lines)
+        except Exception as exc:  # NeMo-Run's CLIException and what it wraps
+            failed += 1
+            print(f"{path}: rejected: {exc}")
+            continue
+        wrong = []
+        for line in lines:
+            key, _, _ = line.partition("=")
+            *parents, name = key.split(".")
+            node = parsed
+            for parent in parents:
+                node = getattr(node, parent)
+            value = getattr(node, name)
+            section = ".".join(parents)
+            expected = kind(sections[section][name]) if name in sections.get(section, {}) \
+                else None
+            if isinstance(expected, type) and value is not None and not (
+                    isinstance(value, expected) and (expected is not int
+                                                     or not isinstance(value, bool))):
+                wrong.append(f"{key} read as {value!r}")
+        if wrong:
+            failed += 1
+            print(f"{path}: values of the wrong type: {', '.join(wrong)}")
+        else:
+            print(f"{path}: accepted ({len(lines)} overrides)")
+    return 1 if failed else 0
+
+
 def check_megatron(source: Path, files: list[Path]) -> int:
     """Parse each argument file with Megatron-LM's parser (argparse's own checks: names,
     types, choices, counts; not `validate_args`, which needs the distributed world)."""
@@ -661,8 +761,9 @@ def main() -> int:
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
     parser.add_argument("--check", nargs="+", type=Path, metavar="ARGS",
-                        help="megatron, vllm, sglang: parse these argument files or serve.sh "
-                             "lines with the framework's parser instead of writing the data")
+                        help="megatron, vllm, sglang, nemo: parse these argument files, "
+                             "serve.sh lines or overrides with the framework's parser "
+                             "instead of writing the data")
     parser.add_argument("--megatron-source", type=Path, metavar="MEGATRON_LM_SOURCE",
                         help="nemo, megatron-bridge: the Megatron-LM checkout whose "
                              "Megatron-Core dataclasses the configs extend")
@@ -670,6 +771,8 @@ def main() -> int:
     parser.add_argument("--lightning-source", type=Path, metavar="LIGHTNING_SOURCE",
                         help="nemo: an unpacked pytorch_lightning wheel (its Trainer)")
     args = parser.parse_args()
+    if args.check and args.framework == "nemo":
+        return check_nemo(args.check)
     if args.check and args.framework in ("vllm", "sglang"):
         return check_server(args.framework, args.source, args.check)
     if args.check:
