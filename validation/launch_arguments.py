@@ -16,12 +16,14 @@ none of the frameworks.
         --lightning-source LIGHTNING_SOURCE
     python validation/launch_arguments.py trt-llm TENSORRT_LLM_SOURCE
     python validation/launch_arguments.py nemo --check OVERRIDES...
+    python validation/launch_arguments.py megatron-bridge --check OVERRIDES...
 
 `--check` parses argument files (what `llmpar launch --for megatron -o DIR` writes as
 `pretrain_gpt.args`; for vllm and sglang, the `serve.sh` lines; for nemo, the
 `overrides.txt` files, applied with NeMo-Run's CLI parser to a recipe-shaped object with
-the committed fields) with the framework's own parser instead, and fails on any it
-rejects.
+the committed fields; for megatron-bridge, applied with Hydra's override parser to a
+struct OmegaConf container of the committed sections, as Bridge applies them) with the
+framework's own parser instead, and fails on any it rejects.
 
 - megatron: Megatron-LM's own parser. Its `megatron/training/arguments.py` is not in the
   megatron-core wheel, so it is imported from a checkout of NVIDIA/Megatron-LM
@@ -666,6 +668,68 @@ def check_nemo(files: list[Path]) -> int:
     return 1 if failed else 0
 
 
+def check_bridge(files: list[Path]) -> int:
+    """Apply each overrides file (`llmpar launch --for megatron-bridge -o DIR` writes
+    `overrides.txt`) the way Megatron-Bridge does (training/utils/omegaconf_utils.py
+    `parse_hydra_overrides`: Hydra's OverridesParser on the ConfigContainer as an OmegaConf
+    struct config, so an unknown key is an error) to a container with the committed
+    sections and fields, then check each value against its field's annotation. Needs
+    hydra-core and omegaconf, not Bridge."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # type: ignore[import-not-found]
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # type: ignore[import-not-found]
+    from omegaconf import OmegaConf  # type: ignore[import-not-found]
+
+    data = json.loads((OUT / "megatron-bridge.json").read_text(encoding="utf-8"))
+    sections = data["sections"]
+
+    def accepts(annotation: str, value: Any) -> bool:
+        if value is None:
+            return "Optional" in annotation or "None" in annotation
+        if isinstance(value, bool):
+            return "bool" in annotation
+        if isinstance(value, int):
+            return bool(re.search(r"\bint\b|Int\b|float", annotation))
+        if isinstance(value, float):
+            return "float" in annotation
+        if isinstance(value, list):
+            return "list" in annotation.lower() or "tuple" in annotation.lower()
+        return "str" in annotation or "Literal" in annotation
+
+    failed = 0
+    for path in files:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+        container = {name: dict.fromkeys(fields) for name, fields in sections.items()}
+        container["mixed_precision"] = "bf16_mixed"
+        config = OmegaConf.create(container)
+        try:
+            OmegaConf.set_struct(config, True)
+            parsed = OverridesParser.create().parse_overrides(overrides=lines)
+            ConfigLoaderImpl._apply_overrides_to_config(overrides=parsed, cfg=config)
+        except Exception as exc:  # Hydra's and OmegaConf's errors
+            failed += 1
+            print(f"{path}: rejected: {exc}")
+            continue
+        wrong = []
+        for line in lines:
+            key = line.partition("=")[0]
+            section, _, name = key.partition(".")
+            value = OmegaConf.select(config, key)
+            if not name:
+                good = value in data["mixed_precision"] or value is None
+            else:
+                good = accepts(sections[section][name], OmegaConf.to_object(value)
+                               if OmegaConf.is_config(value) else value)
+            if not good:
+                wrong.append(f"{key} read as {value!r}")
+        if wrong:
+            failed += 1
+            print(f"{path}: values of the wrong type: {', '.join(wrong)}")
+        else:
+            print(f"{path}: accepted ({len(lines)} overrides)")
+    return 1 if failed else 0
+
+
 def check_megatron(source: Path, files: list[Path]) -> int:
     """Parse each argument file with Megatron-LM's parser (argparse's own checks: names,
     types, choices, counts; not `validate_args`, which needs the distributed world)."""
@@ -761,9 +825,9 @@ def main() -> int:
                         help="a checkout of the framework (megatron, torchtitan)")
     parser.add_argument("--commit", help="the checkout's commit, where it has no .git")
     parser.add_argument("--check", nargs="+", type=Path, metavar="ARGS",
-                        help="megatron, vllm, sglang, nemo: parse these argument files, "
-                             "serve.sh lines or overrides with the framework's parser "
-                             "instead of writing the data")
+                        help="megatron, vllm, sglang, nemo, megatron-bridge: parse these "
+                             "argument files, serve.sh lines or overrides with the "
+                             "framework's parser instead of writing the data")
     parser.add_argument("--megatron-source", type=Path, metavar="MEGATRON_LM_SOURCE",
                         help="nemo, megatron-bridge: the Megatron-LM checkout whose "
                              "Megatron-Core dataclasses the configs extend")
@@ -773,6 +837,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.check and args.framework == "nemo":
         return check_nemo(args.check)
+    if args.check and args.framework == "megatron-bridge":
+        return check_bridge(args.check)
     if args.check and args.framework in ("vllm", "sglang"):
         return check_server(args.framework, args.source, args.check)
     if args.check:
