@@ -348,6 +348,10 @@ class NemoTarget:
                          "config, ...); a recipe's comm_overlap (CommOverlapConfig) also sets "
                          "overlap_p2p_comm, overlap_grad_reduce and overlap_param_gather: give "
                          "comm_overlap.* the same values where your recipe sets them")
+        if "comm_overlap.tp_comm_overlap" in overrides:
+            notes.append("comm_overlap.tp_comm_overlap needs a recipe that sets comm_overlap "
+                         "(CommOverlapConfig; it is None by default, and Bridge's struct "
+                         "config has no keys under None)")
         lines = override_lines(overrides, dialect)
         command = " \\\n    ".join([launcher, *(shlex.quote(line) for line in lines)])
         return Launch(
