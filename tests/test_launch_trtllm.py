@@ -222,3 +222,12 @@ def test_the_source_reader_finds_click_options_and_inherited_fields(tmp_path: Pa
     assert data["serve"]["--config"]["dest"] == "extra_llm_api_options"
     assert list(data["llm_args"]["KvCacheConfig"]) == ["kvcacheconfig_field", "shared",
                                                        "strict"]
+
+
+def test_the_yaml_reads_the_same_with_pyyaml(session: Session) -> None:
+    """trtllm-serve reads the file with yaml.safe_load (serve.py): PyYAML, where it is
+    installed, reads every written file as llmpar does."""
+    yaml = pytest.importorskip("yaml")
+    for path in serving_examples(session):
+        text = session.launch(path, "trt-llm").files[0].text
+        assert yaml.safe_load(text) == load_mapping(text, "yaml"), path
