@@ -182,6 +182,8 @@ class HfTrainerTarget:
 
 
 def _scalar_text(value: Any) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
