@@ -80,6 +80,13 @@ class Precision:
     fp8 format the attention kernel runs in fp8 forward and backward (Transformer
     Engine's `fp8_dpa` on cuDNN's fp8 attention): queries, keys, values, the output and
     its gradient are cast to fp8 around it (`llmpar.evaluation.casts`)."""
+    weight_gather: str | None = attrs.field(default=None,
+                                            validator=attrs.validators.optional(v.dtype))
+    """Format the data strategy's weight all-gathers carry and its gathered weights are
+    held in (ZeRO-3 / FSDP's per-layer gathers, ZeRO-1/2's gather of the updated shards):
+    "fp8-tensorwise" casts each shard to fp8 before it is gathered, as torchao's
+    `enable_fsdp_float8_all_gather` (torchtitan's float8 converter) and Megatron-Core's
+    `--fp8-param-gather` do. Default: the weights' format."""
     fp8_scaling: Fp8Scaling | None = attrs.field(
         default=None, validator=attrs.validators.optional(v.one_of(*FP8_SCALINGS)))
     """How "fp8-tensorwise" casts find their scale: "delayed" (from the amax history of
@@ -93,6 +100,11 @@ class Precision:
     def linear_format(self) -> str:
         """The linear layers' format: `linear`, else `compute`."""
         return self.compute if self.linear is None else self.linear
+
+    @property
+    def weight_gather_format(self) -> str:
+        """The weight all-gathers' format: `weight_gather`, else `weights`."""
+        return self.weights if self.weight_gather is None else self.weight_gather
 
     @property
     def attention_format(self) -> str:
