@@ -75,25 +75,54 @@ def _elementwise_bytes(plan: llmpar.Plan) -> float:
     return float(step.inputs["elementwise_bytes"])
 
 
-def one_gpu(recompute: str = "none", **precision: Any) -> dict[str, Any]:
-    """Llama-3-8B on one H100, micro-batch 2, 4 micro-batches, fused attention."""
+def one_gpu(recompute: str = "none", output: bool = False, **precision: Any) -> dict[str, Any]:
+    """Llama-3-8B on one H100, micro-batch 2, 4 micro-batches, fused attention; `output`:
+    under the default profile with the output layer in the linear layers' format."""
+    training: dict[str, Any] = {
+        "sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 8,
+        "activation_model": "fused", "recompute": recompute}
+    if output:
+        training["framework"] = {"preset": "megatron-core", "fp8_output_layer": True}
     return {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "precision": precision,
-            "training": {"sequence_length": 4096, "micro_batch_size": 2, "global_batch_size": 8,
-                         "activation_model": "fused", "recompute": recompute}}
+            "training": training}
 
 
 def test_fp8_casts_move_each_linear_input_gradient_and_weight_by_hand():
     # Llama-3-8B: h 4096, f 14336, Q 4096 and K, V 1024 wide each, vocabulary 128256, 32
     # layers. Each cast reads bf16 (2 bytes) and writes two fp8 copies (1 byte each).
+    # Megatron-Core (the default profile) keeps its output layer in bf16: no cast there.
     h, f, qkv, vocab, layers = 4096, 14336, 4096 + 2 * 1024, 128256, 32
     tokens, micro_batches, per_element = 2 * 4096, 4, 2 + 2 * 1
-    inputs = layers * (h + h + h + f) + h  # Q/K/V, output, gate/up, down; output layer
-    gradients = layers * (qkv + h + 2 * f + h) + vocab
-    weights = layers * (h * qkv + h * h + h * 2 * f + f * h) + h * vocab
+    inputs = layers * (h + h + h + f)  # Q/K/V, output, gate/up, down
+    gradients = layers * (qkv + h + 2 * f + h)
+    weights = layers * (h * qkv + h * h + h * 2 * f + f * h)
     expected = ((inputs + gradients) * tokens * micro_batches + weights) * per_element
     added = (_elementwise_bytes(SESSION.evaluate(one_gpu(linear="fp8-tensorwise")))
              - _elementwise_bytes(SESSION.evaluate(one_gpu())))
     assert added == pytest.approx(expected, rel=1e-12)
+    # A stack that runs the output layer in fp8 casts its input, its output gradient and
+    # its weight as well.
+    output = (h + vocab) * tokens * micro_batches + h * vocab
+    whole = _elementwise_bytes(SESSION.evaluate(one_gpu(linear="fp8-tensorwise", output=True)))
+    assert whole - _elementwise_bytes(SESSION.evaluate(one_gpu(output=True))) == (
+        pytest.approx(expected + output * per_element, rel=1e-12))
+
+
+def test_an_output_layer_left_in_bf16_runs_at_the_bf16_rate():
+    """Megatron-Core's output layer (not a Transformer Engine module) runs at the bf16
+    rate beside fp8 layers: its 3 x 2 x h x vocab FLOPs per token take
+    1 / bf16 rate - 1 / fp8 rate longer than in a stack that converts it (compute-bound
+    either way, so its shape loss, the launch's fixed time, is the same)."""
+    kept, converted = (SESSION.evaluate(one_gpu(linear="fp8-tensorwise", output=flag))
+                       for flag in (False, True))
+    gpu = SESSION.load_spec(one_gpu()).hardware.gpu
+    bf16_rate = gpu.peak_flops_per_s("bf16") * gpu.matmul_efficiency
+    fp8_rate = gpu.peak_fp8_flops_per_s * gpu.fp8_matmul_efficiency
+    flops = 3 * 2 * 4096 * 128256 * 8 * 4096  # forward and backward, 8 sequences
+    [a] = [d for d in kept.derivations if d.quantity == "step_seconds"]
+    [b] = [d for d in converted.derivations if d.quantity == "step_seconds"]
+    assert a.inputs["matmul_seconds"] - b.inputs["matmul_seconds"] == pytest.approx(
+        flops / bf16_rate - flops / fp8_rate, rel=1e-9)
 
 
 def test_fp8_casts_take_time_and_recomputation_casts_again():

@@ -21,7 +21,9 @@ linear`, `math_format` fp8) needs its operands in fp8 first:
   Engine called without `is_first_microbatch` sets `update_ws = is_first_microbatch is
   None or is_first_microbatch`, transformer_engine/pytorch/module/linear.py, TE 2.20;
   torchao.float8 casts the weight at every call and once more in the backward, which
-  reads it a second time: that read is left out).
+  reads it a second time: that read is left out);
+- the output layer casts as the layers do only where the profile runs it in fp8
+  (`Framework.fp8_output_layer`); Megatron-Core's stays in bf16 and casts nothing.
 
 Attention in an fp8 format (`[precision] attention`; Transformer Engine's `fp8_dpa`,
 cuDNN's fp8 attention forward and backward: transformer_engine/pytorch/attention/
@@ -57,7 +59,13 @@ from typing import Any
 from llmpar.arrays import Value, rounded
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.evaluation.compose import Composition
-from llmpar.evaluation.matmuls import Product, RankShape, products, reruns
+from llmpar.evaluation.matmuls import (
+    Product,
+    RankShape,
+    output_layer_format,
+    products,
+    reruns,
+)
 from llmpar.spec import Spec
 
 COPIES = 2
@@ -130,9 +138,10 @@ def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
     cached = spec.training.profile.fp8_weight_cache
     micro_batch_bytes: Value = 0.0
     step_bytes: Value = 0.0
+    output_cast = math_format(output_layer_format(spec)) == "fp8"
     for product in products(spec, shape, materialized_scores=False):
-        if not product.weights:
-            continue
+        if not product.weights or not (product.layer or output_cast):
+            continue  # attention's casts are its own; an output layer in 16 bits casts none
         forward_bytes = product.m * product.k * product.count * input_bytes_per_element
         backward_bytes = product.m * product.n * product.count * input_bytes_per_element
         weight_bytes = product.k * product.n * product.count * weight_bytes_per_element

@@ -30,7 +30,7 @@ from llmpar.evaluation.transients import KindParts, kind_parts
 from llmpar.finetune.footprint import backward_free_layers_of, frozen_layers_of
 from llmpar.finetune.trainable import frozen_layer_counts
 from llmpar.footprint.baseline import Footprint
-from llmpar.footprint.flops import executed_attention_share
+from llmpar.footprint.flops import BACKWARD_TO_FORWARD, executed_attention_share
 from llmpar.footprint.inventory import ActivationInventory, freed_by
 from llmpar.footprint.op_checkpoint import rebuilt
 from llmpar.spec import Spec
@@ -178,6 +178,10 @@ class TrainingFacts:
     """The whole unsplit inventory's tensors that `[training] recompute_modules` frees
     (the attention scores aside), by tags: what their recomputation writes again in the
     backward; empty without recompute_modules."""
+    output_layer_hardware_flops_per_step: float = 0.0
+    """The output layer's products, forward and backward, all GPUs (3 x its forward FLOPs
+    per sequence x global batch; recomputation never reruns it): the product a profile
+    may leave in the compute format (`Framework.fp8_output_layer`)."""
     peak_parts: tuple[KindParts, ...] = ()
     """Each kind of stage's transient buffers before splits (`llmpar.evaluation.peak`)."""
 
@@ -224,8 +228,17 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
         executed_model_flops_per_step=hardware - rerun * global_batch,
         attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
             spec, footprint, fraction) * global_batch,
+        output_layer_hardware_flops_per_step=output_layer_flops_per_sequence(footprint)
+        * global_batch,
         slowest_stage_factor=slowest_stage_factor(spec, stages, fraction,
                                                    attention_share(spec, footprint)))
+
+
+def output_layer_flops_per_sequence(footprint: Footprint) -> float:
+    """The output layer's forward and backward FLOPs of one sequence (the backward twice
+    the forward: input and weight gradients)."""
+    forward = footprint.forward_flops_per_sequence
+    return 0.0 if forward is None else (1.0 + BACKWARD_TO_FORWARD) * forward.logits
 
 
 def finetune_flops_per_sequence(footprint: Footprint) -> float:

@@ -210,15 +210,30 @@ def pass_seconds(product: Product, spec: Spec, rates: Rates) -> tuple[Value, Val
     """(time, time of its FLOPs alone) of one pass of one of `product`'s instances, its
     share of its launch's fixed time included."""
     flops = 2 * product.m * product.n * product.k
-    precision = spec.precision
-    dtype = precision.linear_format if product.weights else precision.attention_format
-    compute = flops / product_rate(spec, rates, dtype)
+    compute = flops / product_rate(spec, rates, product_format(spec, product))
     act = bytes_per_element(spec.precision.activations)
     weight = bytes_per_element(spec.precision.weights) if product.weights else act
     moved = (product.m * product.k + product.m * product.n) * act + product.k * product.n * weight
     memory = moved / (rates.bandwidth * rates.memory_efficiency)
     fixed = launch_seconds(spec, rates) / product.batch
     return fixed + maximum(compute, memory), compute
+
+
+def output_layer_format(spec: Spec) -> str:
+    """The output layer's format: the linear layers' where the profile runs it with them
+    (`Framework.fp8_output_layer`), else `[precision] compute`."""
+    precision = spec.precision
+    if spec.training.profile.fp8_output_layer:
+        return precision.linear_format
+    return precision.compute
+
+
+def product_format(spec: Spec, product: Product) -> str:
+    """The format `product` runs in: attention's for products of activations alone, the
+    output layer's for it (`output_layer_format`), else the linear layers'."""
+    if not product.weights:
+        return spec.precision.attention_format
+    return spec.precision.linear_format if product.layer else output_layer_format(spec)
 
 
 def product_rate(spec: Spec, rates: Rates, dtype: str) -> float:

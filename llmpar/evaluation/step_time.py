@@ -48,7 +48,12 @@ from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.casts import cast_bytes, casts_fp8
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
-from llmpar.evaluation.matmuls import RankShape, product_rate, shape_loss_seconds
+from llmpar.evaluation.matmuls import (
+    RankShape,
+    output_layer_format,
+    product_rate,
+    shape_loss_seconds,
+)
 from llmpar.evaluation.memory import MemoryCore
 from llmpar.finetune.states import StateCounts, counts_of, dequantized_bytes_per_pass
 from llmpar.footprint.flops import BACKWARD_TO_FORWARD
@@ -442,11 +447,16 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = executed_flops(facts, composition)
     attention = facts.attention_hardware_flops_per_step
-    linear_rate, attention_rate = product_rates(spec, rates_of(gpu))
+    rates = rates_of(gpu)
+    linear_rate, attention_rate = product_rates(spec, rates)
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
     products = (hardware / linear_rate if linear_rate == attention_rate
                 else (hardware - attention) / linear_rate + attention / attention_rate)
+    output_rate = product_rate(spec, rates, output_layer_format(spec))
+    if output_rate != linear_rate:  # a profile that keeps the output layer in 16 bits
+        output = facts.output_layer_hardware_flops_per_step
+        products = products + output / output_rate - output / linear_rate
     matmul = products / n * facts.slowest_stage_factor * busiest + shape_loss
     passes = ELEMENTWISE_PASSES + where(spec.training.recompute == "full", RERUN_PASSES, 0)
     elementwise = passes * composition.split_bytes(facts.full_tags) / stages * m

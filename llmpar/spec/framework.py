@@ -166,6 +166,14 @@ class Framework:
     Engine without `is_first_microbatch`). Read by the memory peak and by the casts'
     time: with the cache each weight is cast once per step, without it at every forward
     (`llmpar.evaluation.casts`)."""
+    fp8_output_layer: bool = True
+    """The output layer's product runs in `[precision] linear`'s format with the layers'
+    (torchao.float8's `convert_to_float8_training` converts every `nn.Linear` its filter
+    keeps, and torchtitan's float8 converter filters none by default: `filter_fqns = []`,
+    torchtitan/components/quantization/float8.py). False: it stays in `[precision]
+    compute`'s, uncast (Megatron-Core builds its output layer from
+    `tensor_parallel.ColumnParallelLinear`, not a Transformer Engine module, so
+    `fp8_autocast` leaves it in bf16: megatron/core/models/gpt/gpt_model.py)."""
     cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
                                             validator=v.non_negative)
     """Device memory the CUDA context of each training process takes (the driver's state
@@ -197,7 +205,7 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
-    fp8_weight_cache=True,
+    fp8_weight_cache=True, fp8_output_layer=False,
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's
