@@ -39,10 +39,11 @@ class Ranked:
                 "plan": self.plan.to_dict()}
 
     def to_toml(self) -> str:
-        """The layout's spec as TOML that `llmpar evaluate` runs."""
+        """The layout's spec as TOML that `llmpar evaluate` runs: its presets by name,
+        with only the keys that differ from them (`Session.emit_spec`)."""
         import llmpar
 
-        return llmpar.dump_spec(self.spec)
+        return llmpar.default_session().emit_spec(self.spec)
 
 
 @attrs.frozen(kw_only=True)
