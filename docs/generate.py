@@ -16,6 +16,9 @@
   uncertainty) and the source its preset gives for it.
 - reference/spec.schema.json: the JSON Schema of a spec file (`llmpar.loading.json_schema`,
   as `llmpar schema --builtin` prints it).
+- reference/plan.schema.json and reference/search.schema.json: the JSON Schema of a
+  plan's and of a search result's JSON (`llmpar.output_schema`, as `llmpar schema --plan`
+  and `--search` print them), also written into the package (llmpar/schemas/).
 - reference/models.md: every model preset (parameters, source), how short names reach a
   preset, and the Hugging Face model types `llmpar import-hf` reads or refuses.
 
@@ -765,6 +768,18 @@ def spec_schema() -> str:
     return schema_text(Session(load_entry_points=False).strategies)
 
 
+def output_schema(name: str) -> Callable[[], str]:
+    """The JSON Schema of a plan's or a search result's JSON (`llmpar schema --plan`,
+    `--search`), from their attrs classes (`llmpar.output_schema`)."""
+
+    def make() -> str:
+        from llmpar.output_schema import schema_text
+
+        return schema_text(name)
+
+    return make
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "reference/spec.md": spec_reference,
     "reference/formulas.md": formulas_reference,
@@ -772,13 +787,22 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/gpus.md": gpu_reference,
     "reference/models.md": model_reference,
     "reference/spec.schema.json": spec_schema,
+    "reference/plan.schema.json": output_schema("plan"),
+    "reference/search.schema.json": output_schema("search"),
 }
 """Generated pages, relative to docs/, and the functions that write them."""
+PACKAGE_FILES: dict[str, Callable[[], str]] = {
+    "llmpar/schemas/plan.schema.json": output_schema("plan"),
+    "llmpar/schemas/search.schema.json": output_schema("search"),
+}
+"""Generated files the wheel ships, relative to the repository (`llmpar.output_schema.
+shipped_schema` reads them)."""
 
 
 def generate() -> dict[Path, str]:
-    """Every generated page's path and text."""
-    return {DOCS / page: make() for page, make in PAGES.items()}
+    """Every generated page's and package file's path and text."""
+    return {**{DOCS / page: make() for page, make in PAGES.items()},
+            **{ROOT / path: make() for path, make in PACKAGE_FILES.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -213,24 +213,64 @@ def _stacked_memory(ax: Axes, s: Sweep) -> None:
             linewidth=1, label=f"total ({s.label})")
 
 
+PARETO_LISTED = 24
+"""Lines listing the front beside a Pareto plot, the fastest last; the rest are counted
+(`llmpar search --format json` lists them all)."""
+
+
+def _distinct(labels: Sequence[str]) -> list[str]:
+    """Labels "degrees; choice, choice, ..." with only the choices that differ between
+    them (what every point shares says nothing about the front)."""
+    split = [(head, [c.strip() for c in rest.split(",") if c.strip()])
+             for head, _, rest in (label.partition(";") for label in labels)]
+    shared = set.intersection(*(set(c) for _, c in split)) if len(split) > 1 else set()
+    return [head + ("; " + ", ".join(c for c in choices if c not in shared)
+                    if set(choices) - shared else "") for head, choices in split]
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def pareto_figure(points: Sequence[ParetoPoint], labels: Sequence[str], title: str) -> Figure:
     """A search's Pareto front: memory per GPU against step time, one point per layout
-    (`points`: the search result's `pareto`, each with total_bytes and step_seconds)."""
+    (`points`: the search result's `pareto`, each with total_bytes and step_seconds).
+    The front's two corners (least memory, fastest) are annotated inside the axes; every
+    point is numbered and listed with its label beside the plot, so labels never pile on
+    the points."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8, 5), layout="constrained")
-    ax = figure.add_subplot()
+    figure = Figure(figsize=(12, 5.5), layout="constrained")
+    ax, side = figure.subplots(1, 2, width_ratios=(3, 2))
     timed = [(p, label) for p, label in zip(points, labels) if p.step_seconds is not None]
     memory = [p.total_bytes / GiB for p, _ in timed]
     # every timed point has step_seconds; repeating the test narrows the type for mypy
     seconds = [p.step_seconds for p, _ in timed if p.step_seconds is not None]
     ax.plot(memory, seconds, marker="o", drawstyle="steps-post")
-    for (_, label), x, y in zip(timed, memory, seconds):
-        ax.annotate(_wrap(label, 30), (x, y), xytext=(4, 4), textcoords="offset points",
-                    fontsize=7)
+    short = _distinct([label for _, label in timed])
+    if timed:
+        corners = [(0, "least memory", (0.97, 0.97))]
+        if len(timed) > 1:
+            corners.append((len(timed) - 1, "fastest", (0.97, 0.62)))
+        for index, name, where in corners:
+            ax.annotate(f"{index + 1}. {name}:\n{_wrap(_short(short[index], 90), 34)}",
+                        (memory[index], seconds[index]), xytext=where,
+                        textcoords="axes fraction", ha="right", va="top", fontsize=8,
+                        arrowprops={"arrowstyle": "->", "color": "0.4"})
     ax.set_xlabel("memory per GPU (GiB = 2^30 bytes)")
     ax.set_ylabel("step time (s)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
+    if seconds and max(seconds) > 10 * min(seconds):
+        ax.set_yscale("log")  # a front spans orders of magnitude in step time
+    side.set_axis_off()
+    rows = [f"{i + 1}. {m:,.1f} GiB, {t:,.3g} s: {_short(label, 64)}"
+            for i, (label, m, t) in enumerate(zip(short, memory, seconds))]
+    hidden = len(rows) - (PARETO_LISTED - 1)  # the first ones and the fastest are shown
+    shown = rows if len(rows) <= PARETO_LISTED else (
+        rows[:PARETO_LISTED - 2] + [f"... {hidden} more (llmpar search --format json)",
+                                    rows[-1]])
+    side.text(0.0, 1.0, "\n".join(["the front, least memory first:", *shown]), va="top",
+              ha="left", fontsize=7, family="monospace", transform=side.transAxes)
     return figure
 
 

@@ -240,6 +240,18 @@ class Session:
                             else problem)
         return SpecError(problems, error.source)
 
+    def emit_spec(self, spec: Spec) -> str:
+        """The spec as TOML to save and change: its presets by name with only the fields
+        that differ from them (`llmpar.loading.emit`), so that a later override of a
+        preset (`hardware.cluster`, `model`) brings that preset's numbers; fully resolved
+        where names cannot reproduce it. `load_spec` reads it back to an equal Spec."""
+        from llmpar.loading.dump import toml_text
+        from llmpar.loading.emit import emitted_table
+
+        table = emitted_table(spec, spec_to_dict(spec, self.axes), self.presets,
+                              self.load_spec)
+        return toml_text(table)
+
     def evaluate(self, source: SpecSource | Spec | None = None,
                  overrides: Mapping[str, Any] | None = None, *,
                  text: str | None = None) -> Plan:

@@ -30,6 +30,8 @@ def _is_type(value: Any, name: str) -> bool:
         return isinstance(value, str)
     if name == "boolean":
         return isinstance(value, bool)
+    if name == "null":
+        return value is None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return name == "number" or (name == "integer" and float(value).is_integer())
@@ -111,3 +113,56 @@ def _array_errors(value: list[Any], schema: dict[str, Any], root: dict[str, Any]
         yield f"{path}: fewer than {schema['minItems']} items"
     if "maxItems" in schema and len(value) > schema["maxItems"]:
         yield f"{path}: more than {schema['maxItems']} items"
+
+
+def is_valid(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = None) -> bool:
+    """Whether `value` meets `schema`: what `errors` finds, without building its
+    messages (a fast first pass; `errors` says what is wrong)."""
+    root = schema if root is None else root
+    if "$ref" in schema and not is_valid(value, _resolve_cached(root, schema["$ref"]), root):
+        return False
+    kind = schema.get("type")
+    if kind is not None and not _is_type(value, kind):
+        return False
+    if "const" in schema and value != schema["const"]:
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        if any(key not in value for key in schema.get("required", ())):
+            return False
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            sub = properties.get(key)
+            if sub is not None:
+                if not is_valid(item, sub, root):
+                    return False
+            elif extra is False or (isinstance(extra, dict) and not is_valid(item, extra, root)):
+                return False
+    elif isinstance(value, list):
+        prefix = schema.get("prefixItems", ())
+        items = schema.get("items")
+        for index, item in enumerate(value):
+            sub = prefix[index] if index < len(prefix) else items
+            if sub is not None and not is_valid(item, sub, root):
+                return False
+    if "anyOf" in schema and not any(is_valid(value, part, root) for part in schema["anyOf"]):
+        return False
+    if "allOf" in schema and not all(is_valid(value, part, root) for part in schema["allOf"]):
+        return False
+    # bounds, patterns, item counts and `not` are left to `errors`
+    return not (schema.keys() & _CHECKED_BY_ERRORS_ONLY) or not list(errors(value, schema, root))
+
+
+_CHECKED_BY_ERRORS_ONLY = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                           "pattern", "minItems", "maxItems", "not"}
+_RESOLVED: dict[tuple[int, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+"""Resolved references by (schema, reference), with the schema kept so its id stays its."""
+
+
+def _resolve_cached(root: dict[str, Any], ref: str) -> dict[str, Any]:
+    key = (id(root), ref)
+    if key not in _RESOLVED or _RESOLVED[key][0] is not root:
+        _RESOLVED[key] = (root, _resolve(root, ref))
+    return _RESOLVED[key][1]

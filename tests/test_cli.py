@@ -270,3 +270,30 @@ def test_every_command_documents_the_same_exit_status(capsys):
         assert command.epilog == EXIT_STATUS, name
     reference = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "cli.md")
     assert reference.read_text(encoding="utf-8").count(EXIT_STATUS) == len(commands)
+
+
+def test_search_gpus_takes_a_list_of_counts(capsys):
+    assert main(["search", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8,16",
+                 "--seq", "4096", "--global-batch", "64", "--top", "1", "--format",
+                 "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [count["num_gpus"] for count in data["gpu_counts"]] == [8, 16]
+    assert main(["evaluate", "--model", "llama-3-8b", "--cluster", "dgx-h100",
+                 "--gpus", "16", "--print-spec"]) == 0
+    assert "num_gpus = 16" in capsys.readouterr().out
+
+
+def test_evaluate_refuses_a_list_of_gpu_counts(capsys):
+    assert main(["evaluate", "--model", "7b", "--gpu", "h100-sxm", "--gpus", "8,16"]) == 2
+    err = capsys.readouterr().err
+    assert "$.hardware.num_gpus" in err and "llmpar search" in err
+    with pytest.raises(SystemExit) as exit_status:
+        main(["evaluate", "--model", "7b", "--gpu", "h100-sxm", "--gpus", "eight"])
+    assert exit_status.value.code == 2
+    assert "comma-separated list" in capsys.readouterr().err
+
+
+def test_a_search_without_a_global_batch_names_the_flag(capsys):
+    assert main(["search", "--model", "7b", "--gpu", "h100-sxm", "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "$.training.global_batch_size" in err and "--global-batch" in err

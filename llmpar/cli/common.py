@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -62,6 +62,18 @@ def overrides(pairs: Sequence[str]) -> dict[str, object]:
     return dict(parse_override(pair) for pair in pairs)
 
 
+def gpu_counts(text: str) -> int | list[int]:
+    """--gpus: one count, or a comma-separated list of counts (`64,128,256`)."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a GPU count or a comma-separated list "
+                                         f"of counts (64,128), got {text!r}") from None
+    if not counts:
+        raise argparse.ArgumentTypeError(f"expected a GPU count, got {text!r}")
+    return counts[0] if len(counts) == 1 and "," not in text else counts
+
+
 @attrs.frozen
 class Flag:
     """A command-line shorthand for one spec key."""
@@ -69,7 +81,7 @@ class Flag:
     name: str
     key: str
     help: str
-    kind: type = int
+    kind: Callable[[str], Any] = int
     choices: tuple[str, ...] | None = None
 
 
@@ -77,7 +89,8 @@ QUESTION_FLAGS = (
     Flag("--model", "model", "a model preset (llmpar presets models)", str),
     Flag("--cluster", "hardware.cluster", "a cluster preset, e.g. dgx-h100", str),
     Flag("--gpu", "hardware.gpu", "a GPU preset, e.g. h100-sxm (without --cluster)", str),
-    Flag("--gpus", "hardware.num_gpus", "how many GPUs"),
+    Flag("--gpus", "hardware.num_gpus", "how many GPUs; for llmpar search a comma-separated "
+         "list searches each count ([search] num_gpus), e.g. 64,128,256", gpu_counts),
     Flag("--seq", "training.sequence_length", "tokens per sequence"),
     Flag("--global-batch", "training.global_batch_size", "sequences per optimizer step"),
     Flag("--micro-batch", "training.micro_batch_size", "sequences per micro-batch"),
@@ -125,6 +138,11 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The keys the question flags set, in dotted form."""
     found: dict[str, Any] = {flag.key: getattr(args, _dest(flag)) for flag in QUESTION_FLAGS
                              if getattr(args, _dest(flag), None) is not None}
+    counts = found.pop("hardware.num_gpus", None)
+    if isinstance(counts, list):
+        found["search.num_gpus"] = counts  # a search over GPU counts (llmpar search)
+    elif counts is not None:
+        found["hardware.num_gpus"] = counts
     if getattr(args, "sp", False):
         found["parallel.sequence"] = {}
     if getattr(args, "fsdp", False):

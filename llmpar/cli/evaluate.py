@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from llmpar.cli.common import add_question_arguments, print_spec, question
 from llmpar.cli.output import add_format_argument, print_json
+from llmpar.errors import Problem, SpecError
 from llmpar.report import print_report
 from llmpar.session import Session
 
@@ -24,15 +26,27 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_format_argument(parser, "; fields: docs/json-schema.md")
     parser.add_argument("--check", action="store_true",
                         help="exit with status 1 when the plan does not fit (0 when it does)")
+    parser.add_argument("--emit", metavar="FILE",
+                        help="also write the spec evaluated (SPEC with the flags and --set "
+                             "applied) to FILE: presets by name, with only the keys that "
+                             "differ from them, so a later --set of a preset brings its "
+                             "numbers")
     parser.set_defaults(run=run)
 
 
 def run(session: Session, args: argparse.Namespace) -> int:
+    if isinstance(getattr(args, "flag_gpus", None), list):
+        raise SpecError([Problem("$.hardware.num_gpus", "llmpar evaluate takes one GPU count; "
+                                 "a list (--gpus 64,128) is for llmpar search, which "
+                                 "searches each count")])
     source, changes = question(session, args)
     if args.print_spec:
         print_spec(session, source, changes)
         return 0
-    plan = session.evaluate(source, changes)
+    spec = session.load_spec(source, changes)
+    plan = session.evaluate(spec)
+    if args.emit:
+        Path(args.emit).write_text(session.emit_spec(spec), encoding="utf-8")
     if args.format == "json":
         print_json(plan.to_dict())  # the plan's schema_version, and llmpar's version
     else:

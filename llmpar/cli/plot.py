@@ -122,7 +122,7 @@ def _layout(plan: Plan) -> str:
 def _choices_label(point: ParetoPoint) -> str:
     """A front point's degrees, then its other choices (recompute, ZeRO stage...)."""
     others = ", ".join(f"{key.split('.')[-1]} {value}" for key, value in point.choices.items()
-                       if not key.endswith(".degree"))
+                       if not key.endswith(".degree") and value is not None)
     return _layout_of(point.layout) + (f"; {others}" if others else "")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmpar.cli.common import add_question_arguments, print_spec, question
 from llmpar.cli.output import add_format_argument, print_text
@@ -13,6 +13,10 @@ from llmpar.loading.reader import SpecSource, apply_overrides, read_source
 from llmpar.session import Session
 from llmpar.spec import Spec
 from llmpar.spec.search import OBJECTIVES
+
+if TYPE_CHECKING:
+    from llmpar.search.result import Ranked
+    from llmpar.search.serving import ServingCandidate
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +34,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--objective", choices=OBJECTIVES,
                         help="rank by (default step_time)")
     add_format_argument(parser, "; the result's to_dict()")
-    parser.add_argument("--emit", metavar="FILE", help="write the best layout as a spec")
+    parser.add_argument("--emit", metavar="FILE",
+                        help="write the best layout as a spec: presets by name, with only "
+                             "the keys that differ from them")
     parser.add_argument("--emit-launch", metavar="NAME",
                         help="also print what framework NAME needs to run the best layout "
                              "(as `llmpar launch --for NAME`; on stderr with --json)")
@@ -80,7 +86,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
         if progress is not None:
             clear()
     if args.emit and result.results:
-        Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
+        Path(args.emit).write_text(_emitted(session, result.best), encoding="utf-8")
     print_text(text_report(result), args.format, result.to_dict())
     if args.format != "json" and args.emit:
         print(f"best layout written to {args.emit}" if result.results
@@ -116,7 +122,7 @@ def _search_serving(session: Session, spec: Spec, args: argparse.Namespace) -> i
 
     result = search_serving(session, spec, objective=args.objective, top=args.top)
     if args.emit and result.results:
-        Path(args.emit).write_text(result.best.to_toml(), encoding="utf-8")
+        Path(args.emit).write_text(_emitted(session, result.best), encoding="utf-8")
     print_text(text_report(result), args.format, result.to_dict())
     if args.emit and args.format != "json":
         print(f"best layout written to {args.emit}" if result.results
@@ -134,9 +140,18 @@ def _search_hardware(session: Session, source: SpecSource, changes: dict[str, An
                              exact=args.exact)
     fits = bool(result.entries) and result.entries[0].best is not None
     if args.emit and fits:
-        Path(args.emit).write_text(result.best.result.best.to_toml(), encoding="utf-8")
+        Path(args.emit).write_text(_emitted(session, result.best.result.best),
+                                   encoding="utf-8")
     print_text(text_report(result), args.format, result.to_dict())
     if args.format != "json" and args.emit:
         print(f"best layout written to {args.emit}" if fits else "no layout fits: nothing "
                                                                  "written")
     return 0 if fits else 1
+
+
+def _emitted(session: Session, best: Ranked | ServingCandidate) -> str:
+    """What --emit writes: the best layout's spec with its presets by name."""
+    from llmpar.search.result import Ranked
+
+    spec = best.spec if isinstance(best, Ranked) else session.load_spec(best.table)
+    return session.emit_spec(spec)

@@ -148,6 +148,62 @@ def _with_cluster(table: dict[str, Any], catalog: PresetCatalog,
     return merge(preset, table)
 
 
+def _structure_hardware(raw: dict[str, Any], catalog: PresetCatalog,
+                        converter: cattrs.Converter, problems: list[Problem],
+                        label: str | None) -> Hardware | None:
+    """`[hardware]` with its cluster and GPU presets, structured; None on a problem."""
+    table = _with_cluster(_section(raw, "hardware", problems), catalog, problems)
+    if not isinstance(raw["hardware"], Mapping) or table is None:
+        return None
+    if "gpu" not in table:
+        problems.append(Problem("$.hardware.gpu", "required: a GPU preset name or table"))
+        return None
+    gpu = resolve_preset(table["gpu"], "gpus", "$.hardware.gpu", catalog, problems, label)
+    if gpu is None:
+        return None
+    hardware, found = structure(converter, {**table, "gpu": gpu}, Hardware, "$.hardware")
+    problems += found
+    return None if found else hardware
+
+
+def without_cluster_fields(raw: dict[str, Any], cluster: Any, catalog: PresetCatalog,
+                           converter: cattrs.Converter, label: str | None = None
+                           ) -> dict[str, Any]:
+    """`raw` before its `[hardware] cluster` is set to `cluster`: the `[hardware]` keys (and
+    `[hardware.gpu]` keys) that hold what the old cluster preset and its GPU give are left
+    out, so that the new cluster's numbers come in and only the spec's own keys stay on top
+    of them. A fully resolved spec (`llmpar.dump_spec`) spells out every preset field; a
+    new cluster name would otherwise keep the old GPU's numbers."""
+    given = raw.get("hardware")
+    old = given.get("cluster") if isinstance(given, Mapping) else None
+    if not isinstance(given, Mapping) or not isinstance(old, str) or old == cluster:
+        return raw
+    problems: list[Problem] = []
+    base_table = {"cluster": old, **({"num_gpus": given["num_gpus"]}
+                                     if "num_gpus" in given else {"num_gpus": 1})}
+    stated = _structure_hardware(raw, catalog, converter, problems, label)
+    base = _structure_hardware({"hardware": base_table}, catalog, converter, problems, label)
+    if stated is None or base is None or problems:
+        return raw  # the load reports what is wrong
+    ours, theirs = converter.unstructure(stated), converter.unstructure(base)
+    hardware = {key: value for key, value in given.items()
+                if key in ("cluster", "num_gpus", "gpu") or ours.get(key) != theirs.get(key)}
+    gpu = given.get("gpu")
+    if isinstance(gpu, Mapping) and ours["gpu"]["name"] == theirs["gpu"]["name"]:
+        kept = {key: value for key, value in gpu.items() if key != "name"
+                and ours["gpu"].get(key) != theirs["gpu"].get(key)}
+        hardware["gpu"] = kept  # the spec's own changes, on the new cluster's GPU
+        if not kept:
+            del hardware["gpu"]
+    elif (isinstance(gpu, Mapping) and not {"preset", "file"} & set(gpu)
+          and ours["gpu"]["name"] in catalog.names("gpus")):
+        # a GPU of its own, on its own preset (not the new cluster's GPU)
+        hardware["gpu"] = {"preset": ours["gpu"]["name"], **gpu}
+    elif gpu == theirs["gpu"]["name"]:
+        del hardware["gpu"]
+    return {**raw, "hardware": hardware}
+
+
 def _with_hf_config(table: dict[str, Any], label: str | None,
                     problems: list[Problem]) -> dict[str, Any] | None:
     """`[model] hf_config = "config.json"` (relative to the spec's folder) fills the model
@@ -348,18 +404,7 @@ def structure_spec(
     if "hardware" not in raw:
         problems.append(Problem("$.hardware", "required: a table with at least gpu"))
     else:
-        table = _with_cluster(_section(raw, "hardware", problems), catalog, problems)
-        if not isinstance(raw["hardware"], Mapping) or table is None:
-            pass
-        elif "gpu" not in table:
-            problems.append(Problem("$.hardware.gpu", "required: a GPU preset name or table"))
-        else:
-            gpu = resolve_preset(table["gpu"], "gpus", "$.hardware.gpu", catalog, problems,
-                                     label)
-            if gpu is not None:
-                hardware, found = structure(converter, {**table, "gpu": gpu}, Hardware,
-                                            "$.hardware")
-                problems += found
+        hardware = _structure_hardware(raw, catalog, converter, problems, label)
 
     optimizer: Any = None  # structure() returns Any
     table = resolve_preset(raw.get("optimizer", DEFAULT_OPTIMIZER), "optimizers",
@@ -422,6 +467,9 @@ def load(
     """Read `source`, set `overrides` (dotted keys), structure; raise SpecError
     naming every problem."""
     raw, label = read_source(source)
+    if overrides and "hardware.cluster" in overrides:
+        raw = without_cluster_fields(raw, overrides["hardware.cluster"], catalog, converter,
+                                     label)
     raw = apply_overrides(raw, overrides or {})
     spec, problems = structure_spec(raw, catalog, strategies, converter, label,
                                     activation_models, workloads)

@@ -101,7 +101,8 @@ def _search_problems(spec: Spec) -> list[Problem]:
     if spec.training.global_batch_size is None:
         problems.append(Problem("$.training.global_batch_size",
                                 "search needs a fixed global batch: without one it grows with "
-                                "the data degree and step times do not compare"))
+                                "the data degree and step times do not compare (set it: "
+                                "--global-batch N on the command line)"))
     moe = spec.model.moe
     # Search lists their divisors (degrees, experts per rank, virtual stages).
     for path, count in (("$.hardware.num_gpus", spec.hardware.num_gpus),

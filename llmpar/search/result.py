@@ -29,6 +29,7 @@ class Ranked:
 
     @property
     def layout(self) -> dict[str, int]:
+        """Degree of every active strategy (the plan's layout)."""
         return self.plan.layout
 
     def to_dict(self) -> dict[str, Any]:
@@ -39,10 +40,11 @@ class Ranked:
                 "plan": self.plan.to_dict()}
 
     def to_toml(self) -> str:
-        """The layout's spec as TOML that `llmpar evaluate` runs."""
+        """The layout's spec as TOML that `llmpar evaluate` runs: its presets by name,
+        with only the keys that differ from them (`Session.emit_spec`)."""
         import llmpar
 
-        return llmpar.dump_spec(self.spec)
+        return llmpar.default_session().emit_spec(self.spec)
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +59,7 @@ class ParetoPoint:
 
     @property
     def layout(self) -> dict[str, int]:
+        """Every strategy's degree above 1 (data's always), from the choices."""
         return degrees_of(self.choices)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +111,7 @@ class GpusPoint:
 
     @property
     def layout(self) -> dict[str, int]:
+        """Every strategy's degree above 1 (data's always), from the choices."""
         return degrees_of(self.choices)
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +126,8 @@ class SearchResult:
     ones as Plans, and the Pareto front of memory per GPU versus step time."""
 
     objective: str
+    """What the layouts are ranked by (`[search] objective`: step_time,
+    tokens_per_second_per_gpu, cost, memory or gpus)."""
     considered: int
     """Layouts enumerated: every combination of the dimensions' values."""
     evaluated: int
@@ -136,10 +142,13 @@ class SearchResult:
     """Layouts evaluated that pass every check and fit: the pool the results and
     the front come from; considered = ranked + the sum of rejected."""
     seconds: float
+    """Wall time of the search."""
     results: tuple[Ranked, ...]
+    """The best layouts, best first (at most `[search] top`)."""
     pareto: tuple[ParetoPoint, ...]
     """Memory ascending; each needs less memory than the next and takes longer."""
     warnings: tuple[str, ...] = ()
+    """What the search could not do or what its ranking leaves out."""
     gpu_counts: tuple[GpuCount, ...] = ()
     """With `[search] num_gpus`: each count tried, fewest first (else empty)."""
     gpus_pareto: tuple[GpusPoint, ...] = ()

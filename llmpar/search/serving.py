@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
-from llmpar.loading.dump import spec_to_dict, toml_text
+from llmpar.loading.dump import spec_to_dict
 from llmpar.plan import Plan
 from llmpar.spec import Spec
 from llmpar.spec.search import Search
@@ -61,7 +61,12 @@ class ServingCandidate:
     replicas x each replica's rate (continuous batching only)."""
 
     def to_toml(self) -> str:
-        return toml_text(self.table)
+        """The layout's spec as TOML: presets by name, with only the keys that differ
+        from them (`Session.emit_spec`)."""
+        import llmpar
+
+        session = llmpar.default_session()
+        return session.emit_spec(session.load_spec(self.table))
 
     def to_dict(self) -> dict[str, Any]:
         return {"layout": dict(self.layout), "score": self.score,
