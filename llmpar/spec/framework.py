@@ -121,7 +121,8 @@ class Framework:
     `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)` on every
     backward but the last (torch/distributed/pipelining/stage.py,
     `_PipelineStageBase.backward_maybe_with_nosync`, PyTorch 2.10). Read by the memory
-    peak only."""
+    peak, which counts those weights and gradients at the moments they are alive, and by
+    the data strategy, whose per-layer gather buffer they replace."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
     applied where the spec does not set it; unset: the strategy's own default."""
