@@ -161,6 +161,98 @@ def test_foreach_optimizer_copies_the_second_moments():
     assert moments["optimizer step"] == moments["start"]
 
 
+def _every_transient_bound(session, spec_table) -> list[tuple[int, int, int]]:
+    """(stage, its highest modelled moment, its steady state + every transient of all
+    its moments together) of every stage: persistent stack buffers once, every other
+    transient of every moment (the loss's, the output layer's, each layer option's, the
+    unsharded weights and gradients, the optimizer step's copies) added up."""
+    from llmpar.evaluation.evaluate import evaluate_core, transforms_of
+    from llmpar.evaluation.peak import foreach_share, kind_moments, unsharded_blocks
+    from llmpar.footprint.baseline import baseline_footprint
+
+    spec, layout = session._checked(spec_table, None)
+    plan = session.evaluate(spec)
+    timeline = session.memory_timeline(spec)
+    footprint = baseline_footprint(spec)
+    core = evaluate_core(spec, footprint, layout,
+                         transforms_of(spec, footprint, layout, session.strategies))
+    found = []
+    for kind, memory in enumerate(core.memory.kinds):
+        parts = core.facts.peak_parts[kind]
+        moments = kind_moments(core.composition, memory.states, memory.activations,
+                               memory.in_flight, core.memory.buffers, parts,
+                               foreach_share(spec), "", unsharded_blocks(
+                                   spec, core.composition, core.parameters[kind],
+                                   len(core.stages) > 1))
+        persistent = {p.name for p in parts.persistent}
+        every = sum(int(b.size) for b in moments[0].blocks if b.name in persistent)
+        for m in moments:
+            if m.name == "layer backward":
+                continue  # every option of it below, not only the one alive
+            every += sum(int(b.size) for b in m.blocks
+                         if b.transient and b.name not in persistent)
+        every += sum(int(sum(_part_sizes(core.composition, option)))
+                     for option in parts.layer_options)
+        for index in core.kinds.members[kind]:
+            record = plan.stages[index]
+            top = max(m.allocated_bytes for m in timeline if m.stage == record.stage)
+            found.append((record.stage, top, record.total_bytes + every))
+    return found
+
+
+def _part_sizes(composition, option) -> list[int]:
+    from llmpar.evaluation.peak import part_bytes
+
+    return [int(part_bytes(composition, part)) for part in option]
+
+
+@settings(max_examples=15, deadline=None)
+@given(parallel_training_specs(), st.sampled_from(SHIPPED))
+def test_every_moment_is_at_most_the_steady_state_plus_every_transient(spec, profile):
+    """The issue's bound, on drawn layouts under every shipped profile: no modelled
+    moment of any stage exceeds that stage's steady state plus all its transients
+    together, and the plan's peak is the highest moment."""
+    session = llmpar.Session(load_entry_points=False)
+    table = _profiled(spec, profile)
+    try:
+        plan = session.evaluate(table)
+    except SpecError:
+        return
+    if plan.training.memory_peak is None:
+        return
+    bounds = _every_transient_bound(session, table)
+    for stage, top, bound in bounds:
+        assert top <= bound, (stage, top, bound)
+    assert max(top for _, top, _ in bounds) == plan.training.memory_peak.allocated_bytes
+
+
+@settings(max_examples=15, deadline=None)
+@given(parallel_training_specs(), st.sampled_from(SHIPPED), st.sampled_from([2, 3]),
+       st.sampled_from(["training.micro_batch_size", "training.sequence_length"]))
+def test_peak_never_falls_as_micro_batch_or_sequence_grows(spec, profile, factor, key):
+    """More tokens per micro-batch (a larger micro-batch, the same micro-batches per
+    step; or a longer sequence) never lowers the allocated, reserved or device peak, on
+    drawn layouts under every shipped profile."""
+    session = llmpar.Session(load_entry_points=False)
+    table = _profiled(spec, profile)
+    training = table["training"]
+    grown = dict(training)
+    if key == "training.micro_batch_size":
+        grown.update(micro_batch_size=training["micro_batch_size"] * factor,
+                     global_batch_size=training["global_batch_size"] * factor)
+    else:
+        grown.update(sequence_length=training["sequence_length"] * factor)
+    try:
+        before = session.evaluate(table).training.memory_peak
+        after = session.evaluate({**table, "training": grown}).training.memory_peak
+    except SpecError:
+        return
+    if before is None or after is None:
+        return
+    for field in ("allocated_bytes", "reserved_bytes", "device_bytes"):
+        assert getattr(after, field) >= getattr(before, field), field
+
+
 @pytest.mark.parametrize("key, values", [("training.micro_batch_size", (1, 2, 4)),
                                          ("training.sequence_length", (2048, 4096, 8192))])
 @pytest.mark.parametrize("profile", SHIPPED)
