@@ -3,7 +3,7 @@ moments per stage, the allocator's rounding and NCCL's buffers."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -142,6 +142,30 @@ def test_megatron_profiles_count_transformer_engine_dummy_weight_gradients():
     titan = llmpar.evaluate("specs/examples/llama-3-8b-tp8-sp-a100.toml",
                             {"training.framework": "torchtitan"})
     assert not any("Transformer Engine" in b.name for b in titan.training.memory_peak.alive)
+
+
+def test_zero_grad_frees_the_gradients_before_a_lone_micro_batch_s_loss():
+    """zero_grad(set_to_none=True) (torch/optim/optimizer.py) frees the gradients after
+    each step; with one micro-batch per step the loss's backward comes before any weight
+    gradient, so none is alive then (hf-trainer, pytorch-fsdp2, torchtitan). With two
+    micro-batches the second one's loss backward holds them all; Megatron-Core's
+    gradient buffers stay (megatron-core)."""
+    spec = "specs/examples/llama-3-8b-fsdp-8-h100.toml"
+
+    def alive(profile: str, accumulation: int) -> tuple[str, dict[str, int], int]:
+        plan = llmpar.evaluate(spec, {"training.framework": profile,
+                                      "training.micro_batch_size": 1,
+                                      "training.global_batch_size": 8 * accumulation})
+        peak = plan.training.memory_peak
+        return peak.moment, {b.name: b.bytes for b in peak.alive}, plan.gradients_bytes
+
+    moment, one, gradients = alive("hf-trainer", 1)
+    assert moment == "loss backward" and gradients > 0
+    assert one["gradients"] == 0
+    _, two, _ = alive("hf-trainer", 2)
+    assert two["gradients"] == gradients
+    _, kept, _ = alive("megatron-core", 1)
+    assert kept["gradients"] == gradients
 
 
 def test_foreach_optimizer_copies_the_second_moments():
@@ -333,53 +357,39 @@ def test_timeline_figure_marks_the_peak(tmp_path, capsys):
     assert any(plan.training.memory_peak.moment in text for text in texts)
 
 
-MEASURED = Path(__file__).resolve().parent.parent / "validation" / "data" / "memory_peak.json"
+ROOT = Path(__file__).resolve().parent.parent
+_LOADER = importlib.util.spec_from_file_location(
+    "report_memory_peak", ROOT / "validation" / "report_memory_peak.py")
+assert _LOADER is not None and _LOADER.loader is not None
+REPORT = importlib.util.module_from_spec(_LOADER)
+_LOADER.loader.exec_module(REPORT)
 
 
-def _measured_runs() -> list[dict]:
-    return json.loads(MEASURED.read_text())["runs"]
+@pytest.mark.parametrize("row", REPORT.rows(), ids=lambda r: (
+    f"{r['run'].get('attention', 'sdpa')}-{r['run'].get('optimizer', 'foreach')}-"
+    f"{r['run'].get('dtype', 'bf16')}-b{r['run']['micro_batch_size']}-"
+    f"s{r['run']['sequence_length']}-{r['run']['recompute']}-m{r['run']['micro_batches']}"))
+def test_allocated_peak_matches_the_measured_step(row):
+    """Measured with validation/measure_peak.py (versions in the data file: live tensor
+    storages after every operator of the second step), the rows of
+    docs/validation-memory.md: each within the issue's worst case (8%), in the phase the
+    measurement peaks in (a backward peak at a backward moment, the optimizer step's at
+    the optimizer step)."""
+    assert abs(row["error"]) < REPORT.WORST_TARGET, row
+    backward = row["phase"].startswith("backward")
+    assert backward == ("backward" in row["moment"] or row["moment"] == "loss forward"), row
 
 
-def _measured_spec(run: dict) -> dict:
-    """The configuration validation/measure_peak.py trains: bf16 weights, gradients and
-    AdamW states (torch.optim.AdamW keeps its states in the parameters' dtype),
-    transformers' loss, foreach optimizer step: the hf-trainer profile."""
-    from llmpar.hf.importer import model_table_from_hf
-
-    config = json.loads(MEASURED.read_text())["config"]
-    return {"model": model_table_from_hf(config), "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
-            "precision": {"weights": "bf16", "gradients": "bf16", "activations": "bf16"},
-            "optimizer": {"name": "adamw-bf16-states", "states": [
-                {"name": "momentum", "dtype": "bf16"}, {"name": "variance", "dtype": "bf16"}]},
-            "training": {"sequence_length": run["sequence_length"],
-                         "micro_batch_size": run["micro_batch_size"],
-                         "global_batch_size": run["micro_batch_size"] * run["micro_batches"],
-                         "recompute": run["recompute"], "framework": "hf-trainer",
-                         "tokens": 1e9}}
+def test_per_profile_targets_hold_on_the_measured_steps():
+    """The issue's targets, per framework profile: the median absolute error of the
+    allocated peak within 3%, the worst within 8%."""
+    for profile, (count, median, worst, holds) in REPORT.summary(REPORT.rows()).items():
+        assert count >= 1 and holds, (profile, median, worst)
 
 
-@pytest.mark.parametrize("run", _measured_runs(), ids=lambda r: (
-    f"b{r['micro_batch_size']}-s{r['sequence_length']}-{r['recompute']}-"
-    f"m{r['micro_batches']}"))
-def test_allocated_peak_matches_the_measured_step(run):
-    """Measured with validation/measure_peak.py (torch 2.13.0 CPU, transformers 5.24.0:
-    live tensor storages after every operator of the second step). With gradient
-    accumulation the gradients are alive through the second micro-batch's loss backward
-    and llmpar's peak is the measured one within 0.5% (measured: under 0.01%; what is
-    left is scalars and the probe's view of kernel outputs). With one micro-batch per step
-    zero_grad(set_to_none=True) has freed the gradients before the loss's backward, which
-    llmpar's steady state keeps (so that the peak is never below `total_bytes`): then the
-    prediction is high by exactly the gradients (+6.9% and +7.5% here), inside the issue's
-    8% worst case."""
-    plan = llmpar.evaluate(_measured_spec(run))
-    peak = plan.training.memory_peak
-    measured = run["peak_allocated_bytes"]
-    assert peak.moment == "loss backward"
-    assert run["peak_phase"] == f"backward {run['micro_batches'] - 1}"
-    error = peak.allocated_bytes / measured - 1
-    if run["micro_batches"] > 1:
-        assert abs(error) < 0.005, error
-    else:
-        assert (peak.allocated_bytes - plan.gradients_bytes) / measured - 1 == pytest.approx(
-            0, abs=0.005)
-        assert 0 < error < 0.08, error
+def test_the_memory_page_is_what_the_script_writes(capsys):
+    REPORT.main()
+    written = capsys.readouterr().out
+    page = (ROOT / "docs" / "validation-memory.md").read_text()
+    strip = [line for line in written.splitlines() if not line.startswith("Generated by")]
+    assert strip == [line for line in page.splitlines() if not line.startswith("Generated by")]

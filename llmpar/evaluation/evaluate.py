@@ -38,6 +38,7 @@ from llmpar.evaluation.offload import host_memory_warning
 from llmpar.evaluation.peak import (
     MemoryMoment,
     PeakCore,
+    gradients_freed,
     memory_peak,
     peak_candidates,
     peak_core,
@@ -346,7 +347,8 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            layers_of(core.stages),
            tuple(records[i] for i in peak_candidates(core.kinds, records)),
            # the transients follow from the footprint, the stages and the splits
-           core.composition.tag_key(), communicator_key(core.composition))
+           core.composition.tag_key(), communicator_key(core.composition),
+           gradients_freed(spec, core.composition))
     return cache.memory_peak(key, compute)
 
 
