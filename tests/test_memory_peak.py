@@ -116,6 +116,25 @@ def test_torch_cross_entropy_backward_holds_three_fp32_copies_of_the_logits():
     assert "loss backward" in plan.explain("peak_allocated_bytes")
 
 
+def test_fp32_logits_are_not_copied_by_the_upcast():
+    """Tensor.float() of fp32 logits returns them (aten/src/ATen/native/
+    TensorConversions.cpp): in fp32 training the loss's forward holds no second copy."""
+    from llmpar.evaluation.transients import _loss_parts
+
+    spec = llmpar.Session()._checked("specs/examples/llama-3-8b-fsdp-8-h100.toml", {
+        "precision.activations": "fp32", "training.framework": "hf-trainer"})[0]
+    forward, _ = _loss_parts(spec)
+    upcast = next(part for part in forward if part.name == "logits.float()")
+    assert sum(upcast.tags.values()) == 0
+    bf16 = llmpar.Session()._checked("specs/examples/llama-3-8b-fsdp-8-h100.toml",
+                                     {"training.framework": "hf-trainer"})[0]
+    forward, _ = _loss_parts(bf16)
+    upcast = next(part for part in forward if part.name == "logits.float()")
+    training = bf16.training
+    assert sum(upcast.tags.values()) == (training.micro_batch_size * training.sequence_length
+                                         * 128256 * 4)
+
+
 def test_fused_cross_entropy_keeps_no_fp32_logits():
     unfused = llmpar.evaluate("specs/examples/llama-3-8b-cp8-a100.toml", {
         "training.framework": "torchtitan", "training.sequence_length": 131072})
