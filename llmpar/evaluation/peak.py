@@ -322,9 +322,16 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                                        reserved=where(freed, 0, b.reserved))
                           if b.name == "gradients" and not b.transient else b
                           for b in active]
+        # The loss's backward has run: autograd has released the tensors it saved
+        # (Node::release_variables, torch/csrc/autograd/function.h), the part of one
+        # micro-batch's activations the activation model counts of the loss.
+        released = rounded(composition.split_bytes(parts.counted)) if parts.counted else 0
+        output_alive = [attrs.evolve(b, size=b.size - minimum(released, one),
+                                     reserved=b.reserved - minimum(released, one))
+                        if b.name == "activations" else b for b in loss_alive]
         found += [moment("loss forward", loss_alive, forward),
                   moment("loss backward", loss_alive, backward),
-                  moment("output layer backward", loss_alive,
+                  moment("output layer backward", output_alive,
                          _parts(composition, parts.output_backward))]
     if parts.has_layers:
         found.append(_layer_moment(composition, parts, active, total(active)))
