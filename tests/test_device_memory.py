@@ -158,3 +158,31 @@ def test_torchtitan_pipeline_keeps_the_stage_unsharded():
     start, step = timeline[(0, "start")], timeline[(0, "optimizer step")]
     assert timeline[(0, "cool-down end")] - start >= parameters * 2 + alive[grads]
     assert step == start
+
+
+def test_torchtitan_pipeline_counts_the_gathered_layers_once():
+    """With pipeline parallelism torchtitan keeps the stage's weights gathered for the
+    whole step (FSDP2 reshard_after_forward=False under pp_enabled, torchtitan 0.2.2): the
+    layers FSDP gathers one after another land in those held weights, so no per-layer
+    gather buffer (the running and the prefetched layer) comes on top. Hand-check:
+    Llama-3-8B (8,030,261,248 parameters, 32 layers) in 8 stages, FSDP over 2. Without
+    pipelining the buffer is FSDP's two gathered layers, 2 x 8,030,261,248 / 32 x 2 bytes
+    = 1,003,782,656; with it the peak of the first stage at its layer backward is exactly
+    its states + activations + its unsharded weights and gradients + the working set,
+    with no buffer of gathered layers besides."""
+    overrides = {"hardware.num_gpus": 16, "parallel.data.zero": 3,
+                 "training.framework": "torchtitan"}
+    plan = llmpar.evaluate("specs/examples/llama-3-8b-pp8-a100.toml", overrides)
+    peak, stage = plan.training.memory_peak, plan.stages[0]
+    alive = {b.name: b.bytes for b in peak.alive}
+    assert "buffers" not in alive and stage.buffers_bytes == 0
+    parameters = 4 * (1_342_177_280 + 5_637_144_576 + 266_240) // 32 + 525_336_576
+    held = parameters * 2 + stage.gradients_bytes * 2  # whole weights and gradients, bf16
+    working = sum(b.bytes for b in peak.alive if b.transient) - held
+    assert peak.moment == "layer backward"
+    assert peak.allocated_bytes == (stage.weights_bytes + stage.gradients_bytes
+                                    + stage.optimizer_bytes + stage.activations_bytes
+                                    + held + working)
+    single = llmpar.evaluate("specs/examples/llama-3-8b-pp8-a100.toml",
+                             {**overrides, "training.framework": "pytorch-fsdp2"})
+    assert single.stages[0].buffers_bytes == 2 * 8_030_261_248 // 32 * 2

@@ -3,7 +3,7 @@ moments per stage, the allocator's rounding and NCCL's buffers."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -116,6 +116,25 @@ def test_torch_cross_entropy_backward_holds_three_fp32_copies_of_the_logits():
     assert "loss backward" in plan.explain("peak_allocated_bytes")
 
 
+def test_fp32_logits_are_not_copied_by_the_upcast():
+    """Tensor.float() of fp32 logits returns them (aten/src/ATen/native/
+    TensorConversions.cpp): in fp32 training the loss's forward holds no second copy."""
+    from llmpar.evaluation.transients import _loss_parts
+
+    spec = llmpar.Session()._checked("specs/examples/llama-3-8b-fsdp-8-h100.toml", {
+        "precision.activations": "fp32", "training.framework": "hf-trainer"})[0]
+    forward, _ = _loss_parts(spec)
+    upcast = next(part for part in forward if part.name == "logits.float()")
+    assert sum(upcast.tags.values()) == 0
+    bf16 = llmpar.Session()._checked("specs/examples/llama-3-8b-fsdp-8-h100.toml",
+                                     {"training.framework": "hf-trainer"})[0]
+    forward, _ = _loss_parts(bf16)
+    upcast = next(part for part in forward if part.name == "logits.float()")
+    training = bf16.training
+    assert sum(upcast.tags.values()) == (training.micro_batch_size * training.sequence_length
+                                         * 128256 * 4)
+
+
 def test_fused_cross_entropy_keeps_no_fp32_logits():
     unfused = llmpar.evaluate("specs/examples/llama-3-8b-cp8-a100.toml", {
         "training.framework": "torchtitan", "training.sequence_length": 131072})
@@ -144,6 +163,30 @@ def test_megatron_profiles_count_transformer_engine_dummy_weight_gradients():
     assert not any("Transformer Engine" in b.name for b in titan.training.memory_peak.alive)
 
 
+def test_zero_grad_frees_the_gradients_before_a_lone_micro_batch_s_loss():
+    """zero_grad(set_to_none=True) (torch/optim/optimizer.py) frees the gradients after
+    each step; with one micro-batch per step the loss's backward comes before any weight
+    gradient, so none is alive then (hf-trainer, pytorch-fsdp2, torchtitan). With two
+    micro-batches the second one's loss backward holds them all; Megatron-Core's
+    gradient buffers stay (megatron-core)."""
+    spec = "specs/examples/llama-3-8b-fsdp-8-h100.toml"
+
+    def alive(profile: str, accumulation: int) -> tuple[str, dict[str, int], int]:
+        plan = llmpar.evaluate(spec, {"training.framework": profile,
+                                      "training.micro_batch_size": 1,
+                                      "training.global_batch_size": 8 * accumulation})
+        peak = plan.training.memory_peak
+        return peak.moment, {b.name: b.bytes for b in peak.alive}, plan.gradients_bytes
+
+    moment, one, gradients = alive("hf-trainer", 1)
+    assert moment == "loss backward" and gradients > 0
+    assert one["gradients"] == 0
+    _, two, _ = alive("hf-trainer", 2)
+    assert two["gradients"] == gradients
+    _, kept, _ = alive("megatron-core", 1)
+    assert kept["gradients"] == gradients
+
+
 def test_foreach_optimizer_copies_the_second_moments():
     """torch.optim's _multi_tensor_adam: torch._foreach_sqrt(exp_avg_sqs) is one fp32
     copy of the second moments of the GPU's parameters, alive in the optimizer step."""
@@ -159,6 +202,98 @@ def test_foreach_optimizer_copies_the_second_moments():
     moments = {m.moment: m.allocated_bytes for m in llmpar.Session().memory_timeline(
         "specs/examples/llama-3-8b-fsdp-8-h100.toml", {"training.framework": "torchtitan"})}
     assert moments["optimizer step"] == moments["start"]
+
+
+def _every_transient_bound(session, spec_table) -> list[tuple[int, int, int]]:
+    """(stage, its highest modelled moment, its steady state + every transient of all
+    its moments together) of every stage: persistent stack buffers once, every other
+    transient of every moment (the loss's, the output layer's, each layer option's, the
+    unsharded weights and gradients, the optimizer step's copies) added up."""
+    from llmpar.evaluation.evaluate import evaluate_core, transforms_of
+    from llmpar.evaluation.peak import foreach_share, kind_moments, unsharded_blocks
+    from llmpar.footprint.baseline import baseline_footprint
+
+    spec, layout = session._checked(spec_table, None)
+    plan = session.evaluate(spec)
+    timeline = session.memory_timeline(spec)
+    footprint = baseline_footprint(spec)
+    core = evaluate_core(spec, footprint, layout,
+                         transforms_of(spec, footprint, layout, session.strategies))
+    found = []
+    for kind, memory in enumerate(core.memory.kinds):
+        parts = core.facts.peak_parts[kind]
+        moments = kind_moments(core.composition, memory.states, memory.activations,
+                               memory.in_flight, core.memory.buffers, parts,
+                               foreach_share(spec), "", unsharded_blocks(
+                                   spec, core.composition, core.parameters[kind],
+                                   len(core.stages) > 1))
+        persistent = {p.name for p in parts.persistent}
+        every = sum(int(b.size) for b in moments[0].blocks if b.name in persistent)
+        for m in moments:
+            if m.name == "layer backward":
+                continue  # every option of it below, not only the one alive
+            every += sum(int(b.size) for b in m.blocks
+                         if b.transient and b.name not in persistent)
+        every += sum(int(sum(_part_sizes(core.composition, option)))
+                     for option in parts.layer_options)
+        for index in core.kinds.members[kind]:
+            record = plan.stages[index]
+            top = max(m.allocated_bytes for m in timeline if m.stage == record.stage)
+            found.append((record.stage, top, record.total_bytes + every))
+    return found
+
+
+def _part_sizes(composition, option) -> list[int]:
+    from llmpar.evaluation.peak import part_bytes
+
+    return [int(part_bytes(composition, part)) for part in option]
+
+
+@settings(max_examples=15, deadline=None)
+@given(parallel_training_specs(), st.sampled_from(SHIPPED))
+def test_every_moment_is_at_most_the_steady_state_plus_every_transient(spec, profile):
+    """The issue's bound, on drawn layouts under every shipped profile: no modelled
+    moment of any stage exceeds that stage's steady state plus all its transients
+    together, and the plan's peak is the highest moment."""
+    session = llmpar.Session(load_entry_points=False)
+    table = _profiled(spec, profile)
+    try:
+        plan = session.evaluate(table)
+    except SpecError:
+        return
+    if plan.training.memory_peak is None:
+        return
+    bounds = _every_transient_bound(session, table)
+    for stage, top, bound in bounds:
+        assert top <= bound, (stage, top, bound)
+    assert max(top for _, top, _ in bounds) == plan.training.memory_peak.allocated_bytes
+
+
+@settings(max_examples=15, deadline=None)
+@given(parallel_training_specs(), st.sampled_from(SHIPPED), st.sampled_from([2, 3]),
+       st.sampled_from(["training.micro_batch_size", "training.sequence_length"]))
+def test_peak_never_falls_as_micro_batch_or_sequence_grows(spec, profile, factor, key):
+    """More tokens per micro-batch (a larger micro-batch, the same micro-batches per
+    step; or a longer sequence) never lowers the allocated, reserved or device peak, on
+    drawn layouts under every shipped profile."""
+    session = llmpar.Session(load_entry_points=False)
+    table = _profiled(spec, profile)
+    training = table["training"]
+    grown = dict(training)
+    if key == "training.micro_batch_size":
+        grown.update(micro_batch_size=training["micro_batch_size"] * factor,
+                     global_batch_size=training["global_batch_size"] * factor)
+    else:
+        grown.update(sequence_length=training["sequence_length"] * factor)
+    try:
+        before = session.evaluate(table).training.memory_peak
+        after = session.evaluate({**table, "training": grown}).training.memory_peak
+    except SpecError:
+        return
+    if before is None or after is None:
+        return
+    for field in ("allocated_bytes", "reserved_bytes", "device_bytes"):
+        assert getattr(after, field) >= getattr(before, field), field
 
 
 @pytest.mark.parametrize("key, values", [("training.micro_batch_size", (1, 2, 4)),
@@ -241,53 +376,39 @@ def test_timeline_figure_marks_the_peak(tmp_path, capsys):
     assert any(plan.training.memory_peak.moment in text for text in texts)
 
 
-MEASURED = Path(__file__).resolve().parent.parent / "validation" / "data" / "memory_peak.json"
+ROOT = Path(__file__).resolve().parent.parent
+_LOADER = importlib.util.spec_from_file_location(
+    "report_memory_peak", ROOT / "validation" / "report_memory_peak.py")
+assert _LOADER is not None and _LOADER.loader is not None
+REPORT = importlib.util.module_from_spec(_LOADER)
+_LOADER.loader.exec_module(REPORT)
 
 
-def _measured_runs() -> list[dict]:
-    return json.loads(MEASURED.read_text())["runs"]
+@pytest.mark.parametrize("row", REPORT.rows(), ids=lambda r: (
+    f"{r['run'].get('attention', 'sdpa')}-{r['run'].get('optimizer', 'foreach')}-"
+    f"{r['run'].get('dtype', 'bf16')}-b{r['run']['micro_batch_size']}-"
+    f"s{r['run']['sequence_length']}-{r['run']['recompute']}-m{r['run']['micro_batches']}"))
+def test_allocated_peak_matches_the_measured_step(row):
+    """Measured with validation/measure_peak.py (versions in the data file: live tensor
+    storages after every operator of the second step), the rows of
+    docs/validation-memory.md: each within the issue's worst case (8%), in the phase the
+    measurement peaks in (a backward peak at a backward moment, the optimizer step's at
+    the optimizer step)."""
+    assert abs(row["error"]) < REPORT.WORST_TARGET, row
+    backward = row["phase"].startswith("backward")
+    assert backward == ("backward" in row["moment"] or row["moment"] == "loss forward"), row
 
 
-def _measured_spec(run: dict) -> dict:
-    """The configuration validation/measure_peak.py trains: bf16 weights, gradients and
-    AdamW states (torch.optim.AdamW keeps its states in the parameters' dtype),
-    transformers' loss, foreach optimizer step: the hf-trainer profile."""
-    from llmpar.hf.importer import model_table_from_hf
-
-    config = json.loads(MEASURED.read_text())["config"]
-    return {"model": model_table_from_hf(config), "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
-            "precision": {"weights": "bf16", "gradients": "bf16", "activations": "bf16"},
-            "optimizer": {"name": "adamw-bf16-states", "states": [
-                {"name": "momentum", "dtype": "bf16"}, {"name": "variance", "dtype": "bf16"}]},
-            "training": {"sequence_length": run["sequence_length"],
-                         "micro_batch_size": run["micro_batch_size"],
-                         "global_batch_size": run["micro_batch_size"] * run["micro_batches"],
-                         "recompute": run["recompute"], "framework": "hf-trainer",
-                         "tokens": 1e9}}
+def test_per_profile_targets_hold_on_the_measured_steps():
+    """The issue's targets, per framework profile: the median absolute error of the
+    allocated peak within 3%, the worst within 8%."""
+    for profile, (count, median, worst, holds) in REPORT.summary(REPORT.rows()).items():
+        assert count >= 1 and holds, (profile, median, worst)
 
 
-@pytest.mark.parametrize("run", _measured_runs(), ids=lambda r: (
-    f"b{r['micro_batch_size']}-s{r['sequence_length']}-{r['recompute']}-"
-    f"m{r['micro_batches']}"))
-def test_allocated_peak_matches_the_measured_step(run):
-    """Measured with validation/measure_peak.py (torch 2.13.0 CPU, transformers 5.24.0:
-    live tensor storages after every operator of the second step). With gradient
-    accumulation the gradients are alive through the second micro-batch's loss backward
-    and llmpar's peak is the measured one within 0.5% (measured: under 0.01%; what is
-    left is scalars and the probe's view of kernel outputs). With one micro-batch per step
-    zero_grad(set_to_none=True) has freed the gradients before the loss's backward, which
-    llmpar's steady state keeps (so that the peak is never below `total_bytes`): then the
-    prediction is high by exactly the gradients (+6.9% and +7.5% here), inside the issue's
-    8% worst case."""
-    plan = llmpar.evaluate(_measured_spec(run))
-    peak = plan.training.memory_peak
-    measured = run["peak_allocated_bytes"]
-    assert peak.moment == "loss backward"
-    assert run["peak_phase"] == f"backward {run['micro_batches'] - 1}"
-    error = peak.allocated_bytes / measured - 1
-    if run["micro_batches"] > 1:
-        assert abs(error) < 0.005, error
-    else:
-        assert (peak.allocated_bytes - plan.gradients_bytes) / measured - 1 == pytest.approx(
-            0, abs=0.005)
-        assert 0 < error < 0.08, error
+def test_the_memory_page_is_what_the_script_writes(capsys):
+    REPORT.main()
+    written = capsys.readouterr().out
+    page = (ROOT / "docs" / "validation-memory.md").read_text()
+    strip = [line for line in written.splitlines() if not line.startswith("Generated by")]
+    assert strip == [line for line in page.splitlines() if not line.startswith("Generated by")]

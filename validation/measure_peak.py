@@ -4,11 +4,14 @@
 
 Stand-alone script: the llmpar library never imports it, and the library's tests do not
 need torch. A small Llama-like transformers model is built from a config with random
-weights (nothing is downloaded), in bf16, and trained for two steps with
-torch.optim.AdamW(foreach=True) (its states in the weights' dtype), as the hf-trainer
-profile runs it on a GPU: forward with labels (transformers' ForCausalLMLoss upcasts the
-logits to fp32), backward, optimizer step, zero_grad(set_to_none=True). The second step
-is measured: by then the optimizer's states exist, as in every step of a run.
+weights (nothing is downloaded), in bf16 (or fp32), and trained for two steps with
+torch.optim.AdamW (foreach=True, or fused=True; its states in the weights' dtype), as the
+hf-trainer profile runs it on a GPU: forward with labels (transformers' ForCausalLMLoss
+upcasts the logits to fp32, a no-op on fp32 logits), backward, optimizer step,
+zero_grad(set_to_none=True). The second step is measured: by then the optimizer's states
+exist, as in every step of a run. The runs vary the micro-batch, the sequence, full
+activation checkpointing, gradient accumulation, the attention implementation (SDPA or
+eager), the optimizer kernel and the dtype (`RUNS`).
 
 CPU torch has no caching allocator to ask (`torch.cuda.max_memory_allocated()` needs a
 GPU), so the probe counts live tensor storages: a TorchDispatchMode sees every tensor an
@@ -42,7 +45,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "data" / "memory_peak.json"
 SEED = 0
-DTYPE = torch.bfloat16
 CONFIG = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 512,
     "intermediate_size": 1376, "num_hidden_layers": 2, "num_attention_heads": 8,
@@ -52,12 +54,44 @@ CONFIG = {
     "attention_dropout": 0.0,
 }
 """A Llama block at small widths: GQA, SwiGLU, RMSNorm, RoPE, an untied output layer."""
-RUNS = tuple({"micro_batch_size": b, "sequence_length": s, "recompute": recompute,
+BASE = {"attention": "sdpa", "optimizer": "foreach", "dtype": "bf16"}
+"""What a run uses unless it says otherwise."""
+RUNS = tuple({**BASE, "micro_batch_size": b, "sequence_length": s, "recompute": recompute,
               "micro_batches": micro_batches}
              for micro_batches in (1, 2) for recompute in ("none", "full")
-             for b, s in ((4, 512), (2, 1024)))
+             for b, s in ((4, 512), (2, 1024))) + tuple({**BASE, **run} for run in (
+    # the sequence and the micro-batch (a few tokens: the optimizer step's foreach copy
+    # of the second moments is the peak)
+    {"micro_batch_size": 1, "sequence_length": 128, "recompute": "none", "micro_batches": 1},
+    {"micro_batch_size": 1, "sequence_length": 128, "recompute": "none", "micro_batches": 2},
+    {"micro_batch_size": 1, "sequence_length": 2048, "recompute": "none", "micro_batches": 2},
+    {"micro_batch_size": 1, "sequence_length": 2048, "recompute": "full", "micro_batches": 2},
+    {"micro_batch_size": 8, "sequence_length": 256, "recompute": "none", "micro_batches": 2},
+    # eager attention: the scores, their softmax and the dropout mask are saved
+    {"attention": "eager", "micro_batch_size": 4, "sequence_length": 512, "recompute": "none",
+     "micro_batches": 2},
+    {"attention": "eager", "micro_batch_size": 2, "sequence_length": 1024,
+     "recompute": "none", "micro_batches": 2},
+    {"attention": "eager", "micro_batch_size": 2, "sequence_length": 1024,
+     "recompute": "full", "micro_batches": 2},
+    {"attention": "eager", "micro_batch_size": 1, "sequence_length": 2048,
+     "recompute": "none", "micro_batches": 1},
+    # torch.optim.AdamW(fused=True): the step works in place
+    {"optimizer": "fused", "micro_batch_size": 1, "sequence_length": 128,
+     "recompute": "none", "micro_batches": 2},
+    {"optimizer": "fused", "micro_batch_size": 4, "sequence_length": 512,
+     "recompute": "none", "micro_batches": 2},
+    # fp32 weights, activations and states: logits.float() returns the logits themselves
+    {"dtype": "fp32", "micro_batch_size": 4, "sequence_length": 512, "recompute": "none",
+     "micro_batches": 2},
+    {"dtype": "fp32", "micro_batch_size": 2, "sequence_length": 1024, "recompute": "full",
+     "micro_batches": 2},
+    {"dtype": "fp32", "micro_batch_size": 1, "sequence_length": 128, "recompute": "none",
+     "micro_batches": 2},
+))
 """Gradient accumulation over 2 micro-batches: from the second on, the gradients are
 alive through the loss's backward (with one, zero_grad(set_to_none=True) has freed them)."""
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 class LiveStorages(TorchDispatchMode):
@@ -112,14 +146,15 @@ def measure(run: dict) -> dict:
     torch.manual_seed(SEED)
     config = LlamaConfig(**{k: v for k, v in CONFIG.items()
                             if k not in ("model_type", "architectures")})
-    config._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(config).to(DTYPE)
+    config._attn_implementation = run["attention"]
+    model = LlamaForCausalLM(config).to(DTYPES[run["dtype"]])
     model.train()
     if run["recompute"] == "full":
         # every decoder layer keeps only its input (non-reentrant torch.utils.checkpoint)
         model.activation_checkpointing_enable(
             activation_checkpointing_kwargs={"use_reentrant": False})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    kernel = {run["optimizer"]: True}  # foreach=True or fused=True
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **kernel)
     b, s = run["micro_batch_size"], run["sequence_length"]
     ids = torch.randint(0, config.vocab_size, (b, s))
 
@@ -155,15 +190,18 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows = [measure(run) for run in RUNS]
     for row in rows:
-        print(f"b={row['micro_batch_size']} s={row['sequence_length']} "
+        print(f"{row['attention']} {row['optimizer']} {row['dtype']} "
+              f"b={row['micro_batch_size']} s={row['sequence_length']} "
               f"micro-batches={row['micro_batches']} recompute={row['recompute']}: peak "
               f"{row['peak_allocated_bytes'] / 2**20:,.1f} MiB in {row['peak_phase']}")
     OUT.write_text(json.dumps({
         "what": "allocated memory peak of one training step (the second), live tensor "
                 "storages counted after every operator (validation/measure_peak.py)",
-        "config": CONFIG, "dtype": "bf16", "optimizer": "torch.optim.AdamW(foreach=True), "
-        "states in bf16", "attention": "sdpa", "loss": "transformers ForCausalLMLoss "
-        "(logits.float())", "versions": {"torch": torch.__version__,
+        "config": CONFIG, "dtype": "each run's: weights, activations and AdamW states",
+        "optimizer": "torch.optim.AdamW(foreach=True or fused=True: each run's optimizer), "
+        "states in the weights' dtype", "attention": "each run's attn_implementation",
+        "loss": "transformers ForCausalLMLoss (logits.float())",
+        "versions": {"torch": torch.__version__,
                                          "transformers": transformers.__version__,
                                          "python": platform.python_version()},
         "measured": datetime.date.today().isoformat(), "runs": rows}, indent=2) + "\n")

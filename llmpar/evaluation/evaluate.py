@@ -39,6 +39,7 @@ from llmpar.evaluation.offload import host_memory_warning
 from llmpar.evaluation.peak import (
     MemoryMoment,
     PeakCore,
+    gradients_freed,
     memory_peak,
     peak_candidates,
     peak_core,
@@ -344,7 +345,8 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            # the transients follow from the footprint, the stages and the splits
            core.composition.tag_key(), communicator_key(core.composition),
            # the fp8 weight copies follow the model-parallel splits alone
-           tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters))
+           tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters),
+           gradients_freed(spec, core.composition))
     return cache.memory_peak(key, compute)
 
 

@@ -266,18 +266,30 @@ def fp8_copy_blocks(spec: Spec, composition: Composition,
     return [_block(FP8_COPIES_NAME, size, WEIGHT_COPY_SOURCE)]
 
 
+def gradients_freed(spec: Spec, composition: Composition) -> Value:
+    """Whether no gradient is alive at the loss's moments: the profile frees them after
+    each step (`Framework.zero_grad_frees_gradients`) and the step runs one micro-batch,
+    whose backward allocates them after the loss's (a boolean array over a search
+    node)."""
+    if not spec.training.profile.zero_grad_frees_gradients:
+        return False
+    return composition.micro_batches_per_step() == 1
+
+
 def kind_moments(composition: Composition, states: Mapping[str, Value],
                  per_micro_batch: Value | None, in_flight: Value, buffers: Value,
                  parts: KindParts, share: float, activation_source: str,
                  unsharded: tuple[list[Block], list[Block]] = ([], []),
-                 kept: Sequence[Block] = ()) -> list[Moment]:
+                 kept: Sequence[Block] = (), freed: Value = False) -> list[Moment]:
     """The moments of a stage holding `states` (bytes on one GPU by component), the
     activations of `in_flight` micro-batches of `per_micro_batch` bytes each, and
     `buffers`; `parts` its kind's transients, `share` the optimizer step's foreach copy
     per byte of optimizer state, `unsharded` the weights and gradients it keeps gathered
     through the step (`unsharded_blocks`): the weights from the first forward, the
     gradients from the first backward, both to the cool-down's end; `kept` what the
-    stack keeps from one step to the next beside the states (`fp8_copy_blocks`)."""
+    stack keeps from one step to the next beside the states (`fp8_copy_blocks`); `freed`
+    (`gradients_freed`): the loss's moments hold no gradients (the layer backward keeps
+    them all, an upper bound of the layers' gradients made by then)."""
     steady = [_block(name, states[key], STATE_SOURCE, transient=False)
               for name, key in STATE_NAMES]
     fixed_blocks = steady + ([_block("buffers", buffers, BUFFER_SOURCE, transient=False)]
@@ -319,9 +331,23 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
         forward, backward = ([_block(p.name, size, p.source) for p, size in zip(
             listed, loss_bytes(composition, listed, parts.counted))]
             for listed in (parts.loss_forward, parts.loss_backward))
-        found += [moment("loss forward", active, forward),
-                  moment("loss backward", active, backward),
-                  moment("output layer backward", active,
+        loss_alive = active
+        if not (isinstance(freed, bool) and not freed):
+            # zero_grad(set_to_none=True): none made yet (torch/optim/optimizer.py)
+            loss_alive = [attrs.evolve(b, size=where(freed, 0, b.size),
+                                       reserved=where(freed, 0, b.reserved))
+                          if b.name == "gradients" and not b.transient else b
+                          for b in active]
+        # The loss's backward has run: autograd has released the tensors it saved
+        # (Node::release_variables, torch/csrc/autograd/function.h), the part of one
+        # micro-batch's activations the activation model counts of the loss.
+        released = rounded(composition.split_bytes(parts.counted)) if parts.counted else 0
+        output_alive = [attrs.evolve(b, size=b.size - minimum(released, one),
+                                     reserved=b.reserved - minimum(released, one))
+                        if b.name == "activations" else b for b in loss_alive]
+        found += [moment("loss forward", loss_alive, forward),
+                  moment("loss backward", loss_alive, backward),
+                  moment("output layer backward", output_alive,
                          _parts(composition, parts.output_backward))]
     if parts.has_layers:
         found.append(_layer_moment(composition, parts, active, total(active)))
@@ -387,6 +413,7 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
     micro-batches in flight); arrays over a search node where the inputs are.
     `parameters`: each kind's parameters by group; `pipelined`: more than one stage."""
     share = foreach_share(spec)
+    freed = gradients_freed(spec, composition)
     allocated: Value = None
     reserved: Value = None
     for position, kind in enumerate(memory.kinds):
@@ -394,7 +421,7 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                               memory.buffers, _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
                                                pipelined),
-                              fp8_copy_blocks(spec, composition, parameters[position])):
+                              fp8_copy_blocks(spec, composition, parameters[position]), freed):
             allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
             reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
     groups = communicators(composition)
@@ -426,7 +453,8 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                               _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
                                                len(stages) > 1),
-                              fp8_copy_blocks(spec, composition, parameters[position])):
+                              fp8_copy_blocks(spec, composition, parameters[position]),
+                              gradients_freed(spec, composition)):
             found.append(MemoryMoment(stage=stage.index, moment=m.name,
                                       allocated_bytes=int(m.allocated)))
     return tuple(found)
@@ -439,6 +467,7 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
     """The step's memory peak over every stage (one layout), the moment it is reached and
     what is alive then; its numbers are `peak_core`'s."""
     share = foreach_share(spec)
+    freed = gradients_freed(spec, composition)
     best = None
     reserved = 0
     for position, index in enumerate(peak_candidates(kinds, records)):
@@ -447,7 +476,8 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                               memory.buffers, _kind_parts(facts, position), share,
                               activation_source, unsharded_blocks(
                                   spec, composition, parameters[position], len(records) > 1),
-                              fp8_copy_blocks(spec, composition, parameters[position])):
+                              fp8_copy_blocks(spec, composition, parameters[position]),
+                              freed):
             reserved = max(reserved, int(m.reserved))
             size = int(m.allocated)
             if best is None or size > best[0] or (size == best[0] and index < best[1]):

@@ -136,6 +136,9 @@ def _loss_parts(spec: Spec) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
     assert model.vocab_size is not None
     d = bytes_per_element(spec.precision.activations)
     elements = training.micro_batch_size * training.sequence_length * model.vocab_size
+    # Tensor.float() of fp32 logits returns them, allocating nothing (aten/src/ATen/native/
+    # TensorConversions.cpp: `to` returns self when the dtype does not change)
+    upcast = 0.0 if d == FP32_BYTES else FP32_BYTES
     Parts = tuple[tuple[str, float, str], ...]
     forward: Parts
     backward: Parts
@@ -144,12 +147,12 @@ def _loss_parts(spec: Spec) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
         backward = (("softmax turned gradient (kept)", d, FUSED_SOURCE),)
     elif profile.loss_kernel == "vocab-parallel":
         forward = (("logits", d, VOCAB_PARALLEL_SOURCE),
-                   ("logits.float()", FP32_BYTES, VOCAB_PARALLEL_SOURCE),
+                   ("logits.float()", upcast, VOCAB_PARALLEL_SOURCE),
                    ("softmax (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE))
         backward = (("softmax turned gradient (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE),
                     ("gradient of the logits", d, VOCAB_PARALLEL_SOURCE))
     else:
-        forward = (("logits", d, LOSS_SOURCE), ("logits.float()", FP32_BYTES, LOSS_SOURCE),
+        forward = (("logits", d, LOSS_SOURCE), ("logits.float()", upcast, LOSS_SOURCE),
                    ("log-probabilities (fp32, kept)", FP32_BYTES, LOSS_SOURCE))
         backward = (("log-probabilities (fp32, kept)", FP32_BYTES, LOSS_SOURCE),
                     ("gradient of the log-probabilities (fp32)", FP32_BYTES, LOSS_SOURCE),

@@ -124,7 +124,19 @@ class Framework:
     `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)` on every
     backward but the last (torch/distributed/pipelining/stage.py,
     `_PipelineStageBase.backward_maybe_with_nosync`, PyTorch 2.10). Read by the memory
-    peak only."""
+    peak, which counts those weights and gradients at the moments they are alive, and by
+    the data strategy, whose per-layer gather buffer they replace."""
+    zero_grad_frees_gradients: bool = False
+    """The training loop frees the gradients after each optimizer step
+    (`zero_grad(set_to_none=True)`, PyTorch's default since 2.0: torch/optim/optimizer.py
+    `Optimizer.zero_grad`, torch/nn/modules/module.py `Module.zero_grad`) and the next
+    step's first backward allocates them as it goes (AccumulateGrad takes the first
+    gradient as `.grad`: torch/csrc/autograd/functions/accumulate_grad.h). With one
+    micro-batch per step no gradient is alive at the loss's moments, which come before
+    any weight gradient; with more, the later micro-batches' backwards hold them all.
+    False: gradients live in a persistent buffer that is zeroed in place (Megatron-Core's
+    `DistributedDataParallel` grad buffers, `zero_grad_buffer`). Read by the memory peak
+    only."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
     applied where the spec does not set it; unset: the strategy's own default."""

@@ -502,9 +502,11 @@ class DataParallel(Strategy[DataConfig]):
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
             shards=_shards(stage, dense, expert, persistent_groups(config, ctx)),
             collectives=_collectives(config, ctx, stage, copies),
-            buffer_bytes=where(stage == 3, _fsdp_buffer_bytes(ctx, config)
-                               + _held_unsharded_bytes(config, ctx, dense, expert)
-                               + _secondary_partition_bytes(config, ctx), 0.0),
+            buffer_bytes=where(stage == 3, where(
+                stack_keeps_stage_unsharded(ctx), 0.0,
+                _fsdp_buffer_bytes(ctx, config) + _held_unsharded_bytes(
+                    config, ctx, dense, expert)) + _secondary_partition_bytes(config, ctx),
+                0.0),
             notes=notes,
         )
 
@@ -789,6 +791,19 @@ def _secondary_partition_bytes(config: DataConfig, ctx: StrategyContext) -> floa
     held = (parameters_per_gpu(ctx, False, stored) / math.gcd(h, dense)
             + parameters_per_gpu(ctx, True, stored) / math.gcd(h, expert))
     return held * bytes_per_element(ctx.spec.precision.weights)
+
+
+def stack_keeps_stage_unsharded(ctx: StrategyContext) -> Any:
+    """Whether the framework keeps each pipeline stage's weights gathered for the whole
+    step and its gradients unsharded until the last micro-batch
+    (`Framework.pipeline_keeps_unsharded`, torchtitan, under pipeline parallelism). Then
+    FSDP's per-layer gathers fill those held weights, so neither the gathered layers in
+    flight (`_fsdp_buffer_bytes`) nor the FSDP settings' held weights and gradients
+    (`_held_unsharded_bytes`) are buffers of their own: the memory peak counts the
+    stage's unsharded weights and gradients at the moments they are alive
+    (llmpar.evaluation.peak.unsharded_blocks)."""
+    return logical_and(ctx.spec.training.profile.pipeline_keeps_unsharded,
+                       ctx.layout.degree("pipeline") > 1)
 
 
 def _fsdp_buffer_bytes(ctx: StrategyContext, config: DataConfig) -> float:

@@ -406,9 +406,12 @@ def _in_flight(plan: Plan) -> float:
 
 def _memory_pairs(before: Plan, after: Plan) -> list[tuple[str, int, int]]:
     """(what, bytes before, bytes after) that must not grow with a degree: the model
-    states and buffers always; the total too, unless a GPU now holds more micro-batches
-    in flight (1F1B's first stage holds one per stage, so its embedding activations
-    grow with the pipeline degree: Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1)."""
+    states and buffers always; the total and the allocated peak of the step
+    (`training.memory_peak.allocated_bytes`) too, unless a GPU now holds more
+    micro-batches in flight (1F1B's first stage holds one per stage, so its embedding
+    activations grow with the pipeline degree: Narayanan et al. 2021, arXiv:2104.04473,
+    Sec. 2.2.1). Not the device peak: NCCL's buffers grow with the process groups a
+    degree adds."""
     def states(plan: Plan) -> int:
         return max((s.total_bytes - (s.activations_bytes or 0) for s in plan.stages),
                    default=plan.total_bytes - (plan.activations_bytes or 0))
@@ -416,6 +419,11 @@ def _memory_pairs(before: Plan, after: Plan) -> list[tuple[str, int, int]]:
     pairs = [("model states and buffers (busiest stage)", states(before), states(after))]
     if _in_flight(after) <= _in_flight(before):
         pairs.append(("total_bytes", before.total_bytes, after.total_bytes))
+        peaks = (before.training.memory_peak if before.training else None,
+                 after.training.memory_peak if after.training else None)
+        if peaks[0] is not None and peaks[1] is not None:
+            pairs.append(("allocated peak", peaks[0].allocated_bytes,
+                          peaks[1].allocated_bytes))
     return pairs
 
 
