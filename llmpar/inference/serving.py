@@ -41,7 +41,7 @@ class Serving:
         return self.spec.inference
 
     def degree(self, strategy: str) -> int:
-        return self.layout.degree(strategy)
+        return self.layout.degrees.get(strategy, 1)
 
     def with_batch(self, batch: int) -> Serving:
         """The same serving setup with `batch_size` sequences per replica."""
