@@ -223,7 +223,7 @@ def test_the_source_reader_follows_bases_across_modules(tmp_path: Path) -> None:
     __init__ parameters; ClassVar and private names left out."""
     import textwrap
 
-    from tests.validation_scripts import load_script
+    from validation_scripts import load_script
 
     script = load_script("launch_arguments")
     core = tmp_path / "core" / "megatron" / "core"

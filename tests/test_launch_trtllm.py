@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from validation_scripts import load_script
 
 from llmpar.cli.main import main
 from llmpar.errors import SpecError
@@ -18,7 +19,6 @@ from llmpar.launch.hf_trainer import load_mapping
 from llmpar.launch.importing import spec_table
 from llmpar.launch.serving import server_words
 from llmpar.session import Session
-from tests.validation_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "specs" / "examples").glob("*.toml"))
