@@ -48,3 +48,14 @@ def test_a_documented_meaning_and_a_bad_path(result):
         explain_search(result, "results[99].objective")
     with pytest.raises(KeyError):
         explain_search(result, "no_such_key")
+
+
+def test_the_cli_explains_a_field_of_the_search_result(capsys):
+    from llmpar.cli.main import main
+
+    spec = str(llmpar.default_session().presets.path("examples", "gpt3-175b-1024-a100"))
+    assert main(["search", spec, "--explain", "results[0].plan.training.mfu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mfu = ") and "Chowdhery et al. 2022" in out
+    assert main(["search", spec, "--explain", "results[0].objectiv"]) == 2
+    assert "did you mean 'results[0].objective'" in capsys.readouterr().err

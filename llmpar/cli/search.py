@@ -49,6 +49,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="compare machines: cluster or GPU presets, comma-separated, "
                              "e.g. dgx-h100,dgx-h200,dgx-b200 ([search] hardware; prices "
                              "in [search] gpu_hour_costs)")
+    parser.add_argument("--explain", metavar="FIELD",
+                        help="instead of the report, explain one field of the result's JSON "
+                             "by its path: results[0].objective, results[0].plan.training.mfu "
+                             "(that plan's derivation), pareto[1].step_seconds, ...")
     parser.add_argument("--dimensions", action="store_true",
                         help="list the keys [search] values takes and the values each takes "
                              "in this spec's space, instead of searching")
@@ -87,6 +91,8 @@ def run(session: Session, args: argparse.Namespace) -> int:
             clear()
     if args.emit and result.results:
         Path(args.emit).write_text(_emitted(session, result.best), encoding="utf-8")
+    if args.explain:
+        return _explained(result, args)
     print_text(text_report(result), args.format, result.to_dict())
     if args.format != "json" and args.emit:
         print(f"best layout written to {args.emit}" if result.results
@@ -123,6 +129,8 @@ def _search_serving(session: Session, spec: Spec, args: argparse.Namespace) -> i
     result = search_serving(session, spec, objective=args.objective, top=args.top)
     if args.emit and result.results:
         Path(args.emit).write_text(_emitted(session, result.best), encoding="utf-8")
+    if args.explain:
+        return _explained(result, args)
     print_text(text_report(result), args.format, result.to_dict())
     if args.emit and args.format != "json":
         print(f"best layout written to {args.emit}" if result.results
@@ -142,6 +150,8 @@ def _search_hardware(session: Session, source: SpecSource, changes: dict[str, An
     if args.emit and fits:
         Path(args.emit).write_text(_emitted(session, result.best.result.best),
                                    encoding="utf-8")
+    if args.explain:
+        return _explained(result, args)
     print_text(text_report(result), args.format, result.to_dict())
     if args.format != "json" and args.emit:
         print(f"best layout written to {args.emit}" if fits else "no layout fits: nothing "
@@ -155,3 +165,24 @@ def _emitted(session: Session, best: Ranked | ServingCandidate) -> str:
 
     spec = best.spec if isinstance(best, Ranked) else session.load_spec(best.table)
     return session.emit_spec(spec)
+
+
+def _explained(result: Any, args: argparse.Namespace) -> int:
+    """`--explain FIELD`: one field of the result's JSON explained
+    (`llmpar.search.explain.explain_search`); 2 with the fields it has when it has no
+    such field."""
+    from llmpar.errors import did_you_mean
+    from llmpar.plan_explain import format_path, leaf_paths
+    from llmpar.search.explain import explain_search
+
+    data = result.to_dict()
+    try:
+        text = explain_search(result, args.explain, data=data)
+    except KeyError:
+        fields = [format_path(p) for p in leaf_paths(data)]
+        print(f"llmpar: the search result has no field {args.explain!r}"
+              f"{did_you_mean(args.explain, fields)}; a field is a path in its JSON, e.g. "
+              "results[0].objective", file=sys.stderr)
+        return 2
+    print_text(text, args.format, {"field": args.explain, "explanation": text})
+    return 0
