@@ -115,7 +115,7 @@ def _schema_keys(schema: dict[str, Any], node: dict[str, Any], key: str,
 def test_the_form_has_every_key_of_the_spec_schema(session):
     from llmpar.loading.json_schema import spec_json_schema
 
-    schema = spec_json_schema(session.strategies)
+    schema = spec_json_schema(session.strategies, session.workloads)
     nodes = api.spec_form(session)
     keys = {node.key for node in form.walk(nodes)}
     fields = form.fields_by_key(nodes)
@@ -149,7 +149,7 @@ def test_the_server_serves_the_spec_schema_its_form_is_made_of(server):
     status, _headers, data = request(server, "GET", "/api/schema")
     assert status == 200
     assert json.loads(data) == json.loads(json.dumps(spec_json_schema(
-        server.session.strategies)))
+        server.session.strategies, server.session.workloads)))
 
 
 def test_a_plugin_strategys_table_is_in_the_form():

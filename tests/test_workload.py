@@ -224,3 +224,18 @@ def test_the_page_s_example_keeps_the_contract():
     assert taught.weights_bytes == pytest.approx(2 * alone.weights_bytes, abs=8)
     counts = check_workload_contract("teacher", session=session, specs=REFERENCE_SPECS[:2])
     assert all(counts.values())
+
+
+def test_a_workloads_table_is_in_the_schema_of_its_session(session):
+    """`llmpar schema` (and the page's form) describe each installed workload's table, as
+    they do a plugin strategy's; without workloads `[workload]` stays any table."""
+    from llmpar.loading.json_schema import spec_json_schema
+
+    schema = spec_json_schema(session.strategies, session.workloads)
+    workload = schema["properties"]["workload"]
+    assert workload["additionalProperties"] is False
+    assert workload["properties"]["teacher"]["$ref"] == "#/$defs/TeacherConfig"
+    assert set(schema["$defs"]["TeacherConfig"]["properties"]) == {
+        field.name for field in attrs.fields(TeacherConfig)}
+    plain = spec_json_schema(session.strategies)["properties"]["workload"]
+    assert "properties" not in plain and plain["additionalProperties"] == {}

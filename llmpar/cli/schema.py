@@ -42,5 +42,5 @@ def run(session: Session, args: argparse.Namespace) -> int:
 
     if args.builtin:
         session = Session(load_entry_points=False)
-    print(schema_text(session.strategies), end="")
+    print(schema_text(session.strategies, session.workloads), end="")
     return 0

@@ -46,6 +46,7 @@ from llmpar.spec.search import RANGE_KEYS, GpuCounts
 
 if TYPE_CHECKING:
     from llmpar.strategy import Strategy
+    from llmpar.workload import Workload
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:llmpar:spec:{version}"
@@ -262,8 +263,11 @@ def _json_default(default: Any) -> Any:
     return default
 
 
-def spec_json_schema(strategies: Mapping[str, Strategy[Any]]) -> dict[str, Any]:
-    """The JSON Schema of a spec file whose `[parallel.<name>]` tables are `strategies`'."""
+def spec_json_schema(strategies: Mapping[str, Strategy[Any]],
+                     workloads: Mapping[str, Workload[Any]] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a spec file whose `[parallel.<name>]` tables are `strategies`'
+    and, where any are given, whose `[workload.<name>]` tables are `workloads'` (else
+    `[workload]` is any table: what a workload plugin checks itself)."""
     builder = _Builder()
     docs = field_sources(Spec)
     fields = attrs.fields_dict(attrs.resolve_types(Spec))
@@ -274,6 +278,8 @@ def spec_json_schema(strategies: Mapping[str, Strategy[Any]]) -> dict[str, Any]:
                                    "description": docs["version"].doc}
         elif section == "parallel":
             properties[section] = _parallel(builder, strategies)
+        elif section == "workload" and workloads:
+            properties[section] = _workloads(builder, workloads, docs[section].doc)
         else:
             properties[section] = builder.field(fields[section], docs[section].doc)
     properties["optimizer"]["default"] = DEFAULT_OPTIMIZER
@@ -314,7 +320,21 @@ def _parallel(builder: _Builder, strategies: Mapping[str, Strategy[Any]]) -> dic
             "additionalProperties": False}
 
 
-def schema_text(strategies: Mapping[str, Strategy[Any]]) -> str:
+def _workloads(builder: _Builder, workloads: Mapping[str, Workload[Any]],
+               doc: str) -> dict[str, Any]:
+    """`[workload]`: one table per installed workload, its config's schema."""
+    properties: dict[str, Any] = {}
+    for name, workload in workloads.items():
+        module = sys.modules[type(workload).__module__]
+        summary = " ".join(inspect.cleandoc(module.__doc__ or "").split("\n\n")[0].split())
+        properties[name] = {**builder.table_ref(workload.config_type), "description": summary}
+    return {"type": "object", "description": doc, "properties": properties,
+            "additionalProperties": False, "default": {}}
+
+
+def schema_text(strategies: Mapping[str, Strategy[Any]],
+                workloads: Mapping[str, Workload[Any]] | None = None) -> str:
     """`spec_json_schema` as indented JSON, as `llmpar schema` prints it and
     docs/reference/spec.schema.json holds it."""
-    return json.dumps(spec_json_schema(strategies), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(spec_json_schema(strategies, workloads), indent=2,
+                      ensure_ascii=False) + "\n"

@@ -37,7 +37,7 @@ def spec_form(session: Session) -> tuple[Node, ...]:
     strategies' tables too), with menus of its presets."""
     from llmpar.loading.json_schema import spec_json_schema
 
-    return form.spec_form(spec_json_schema(session.strategies),
+    return form.spec_form(spec_json_schema(session.strategies, session.workloads),
                           {kind: tuple(session.presets.names(kind)) for kind in PRESET_KINDS})
 
 

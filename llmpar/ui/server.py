@@ -185,7 +185,8 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/api/schema":
             from llmpar.loading.json_schema import spec_json_schema
 
-            self._send_json(spec_json_schema(self.server.session.strategies))
+            session = self.server.session
+            self._send_json(spec_json_schema(session.strategies, session.workloads))
         elif path.startswith("/api/search/"):
             state = self.server.searches.poll(path.removeprefix("/api/search/"))
             if state is None:
