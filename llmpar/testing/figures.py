@@ -10,13 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-Box = tuple[float, float, float, float]
-"""(x0, y0, x1, y1) in fractions of the figure."""
-
 
 def figure_geometry(figure: Any) -> dict[str, Any]:
     """The axes boxes and the visible, non-empty texts (content and box) of a matplotlib
-    figure, boxes rounded to 1/1000 of the figure, texts in drawing order."""
+    figure, each box [x0, y0, x1, y1] in fractions of the figure rounded to 1/1000, texts
+    in drawing order."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
