@@ -10,6 +10,7 @@ from typing import Any
 from llmpar.errors import Problem, SpecError
 from llmpar.launch.settings import Ledger
 from llmpar.spec import Spec
+from llmpar.spec.inference import Inference
 
 WORKLOAD = ("inference.prompt_tokens", "inference.generated_tokens",
             "inference.concurrency", "inference.request_rate_per_s",
@@ -76,3 +77,32 @@ def keep_filled_data(base: Spec | None, replicas: int, other_degrees: int) -> bo
     if base.inference is not None and base.inference.disaggregated is not None:
         return True
     return replicas * other_degrees == base.hardware.num_gpus
+
+
+def is_continuous(base: Spec | None) -> bool:
+    """Whether the base serves continuously (its batch is the engine's, not a setting)."""
+    return base is not None and base.inference is not None and base.inference.continuous
+
+
+def kv_cache_format(base: Spec | None, dtype: str | None, kv: str | None) -> str:
+    """The KV cache's format from an engine's cache dtype option: `kv`, or for "auto"
+    (None) the model's: the engine's `dtype`, else the base's activations (bf16)."""
+    return kv or dtype or (base.precision.activations if base is not None else "bf16")
+
+
+def engine_chunk_tokens(inference: Inference) -> int | None:
+    """The prefill chunk an engine's command line states: `prefill_chunk_tokens`, or under
+    continuous batching the engine profile's `max_num_batched_tokens`; None: whole prompts."""
+    chunk = inference.prefill_chunk_tokens
+    if chunk is None and inference.continuous and inference.engine is not None:
+        chunk = inference.engine.max_num_batched_tokens
+    return chunk
+
+
+def prefill_chunk_setting(base: Spec | None, tokens: int) -> int | None:
+    """`inference.prefill_chunk_tokens` for an engine's chunk of `tokens`: None (the engine
+    profile's own, which a continuous plan takes) where a continuous base's engine states
+    that size, else `tokens`."""
+    engine = base.inference.engine if base is not None and base.inference else None
+    default = engine.max_num_batched_tokens if engine is not None else None
+    return None if is_continuous(base) and tokens == default else tokens

@@ -21,7 +21,11 @@ from llmpar.errors import Problem
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.flags import Words
 from llmpar.launch.serving import (
+    engine_chunk_tokens,
+    is_continuous,
     keep_filled_data,
+    kv_cache_format,
+    prefill_chunk_setting,
     server_words,
     serving_only,
     set_degree,
@@ -113,9 +117,7 @@ class SglangTarget:
         if seqs is not None:
             arguments.append(("--max-running-requests", str(seqs)))
         ledger.take("inference.batch_size")
-        chunk = inference.prefill_chunk_tokens
-        if chunk is None and inference.continuous and inference.engine is not None:
-            chunk = inference.engine.max_num_batched_tokens
+        chunk = engine_chunk_tokens(inference)
         arguments.append(("--chunked-prefill-size", str(chunk if chunk is not None else -1)))
         ledger.take("inference.prefill_chunk_tokens")
         arguments.append(("--mem-fraction-static", f"{inference.memory_utilization:g}"))
@@ -216,12 +218,10 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
     kv = words.choice("--kv-cache-dtype", {"auto": None, "bf16": "bf16", "bfloat16": "bf16",
                                            "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"})
     if "--kv-cache-dtype" in words.found:
-        model_format = dtype or (base.precision.activations if base is not None else "bf16")
-        settings["inference.kv_cache"] = kv or model_format
+        settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
     words.integer("--context-length")  # the requests' lengths are the workload's
-    continuous = base is not None and base.inference is not None and base.inference.continuous
     seqs = words.integer("--max-running-requests")
-    if seqs is not None and not continuous:
+    if seqs is not None and not is_continuous(base):
         per_replica, left = divmod(seqs, attention_dp or 1)
         if left:
             words.problems.append(Problem("$.--max-running-requests", f"must be a multiple "
@@ -229,14 +229,11 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
         settings["inference.batch_size"] = per_replica
     chunk = words.integer("--chunked-prefill-size", least=-1)
     if chunk is not None:
-        default = (base.inference.engine.max_num_batched_tokens
-                   if base is not None and base.inference is not None
-                   and base.inference.engine is not None else None)
         if chunk == 0:
             words.problems.append(Problem("$.--chunked-prefill-size", "must be -1 (no "
                                           "chunking) or >= 1, got 0"))
         settings["inference.prefill_chunk_tokens"] = (
-            None if chunk == -1 or (continuous and chunk == default) else chunk)
+            None if chunk == -1 else prefill_chunk_setting(base, chunk))
     memory = words.fraction("--mem-fraction-static")
     if memory is not None:
         settings["inference.memory_utilization"] = memory

@@ -24,7 +24,11 @@ from llmpar.errors import Problem, SpecError
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.hf_trainer import _yaml_scalar, load_mapping, yaml_text
 from llmpar.launch.serving import (
+    engine_chunk_tokens,
+    is_continuous,
     keep_filled_data,
+    kv_cache_format,
+    prefill_chunk_setting,
     server_words,
     serving_only,
     set_degree,
@@ -134,9 +138,7 @@ class TrtLlmTarget:
         if seqs is not None:
             args["max_batch_size"] = seqs
         ledger.take("inference.batch_size")
-        chunk = inference.prefill_chunk_tokens
-        if chunk is None and inference.continuous and inference.engine is not None:
-            chunk = inference.engine.max_num_batched_tokens
+        chunk = engine_chunk_tokens(inference)
         args["enable_chunked_prefill"] = chunk is not None
         args["max_num_tokens"] = chunk if chunk is not None else max(
             inference.batch_size * inference.prompt_tokens, inference.context_tokens)
@@ -346,22 +348,17 @@ def read_options(text: str, source: str, base: Spec | None = None) -> ReadSettin
     kv = options.choice("kv_cache_config.dtype", {"auto": None, "fp8": "fp8",
                                                   "bfloat16": "bf16", "float16": "fp16"})
     if "kv_cache_config.dtype" in values:
-        model_format = dtype or (base.precision.activations if base is not None else "bf16")
-        settings["inference.kv_cache"] = kv or model_format
+        settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
     options.integer("max_seq_len")  # the requests' lengths are the workload's
-    continuous = base is not None and base.inference is not None and base.inference.continuous
-    engine_profile = base.inference.engine if base is not None and base.inference else None
     seqs = options.integer("max_batch_size")
-    if seqs is not None and not continuous:
+    if seqs is not None and not is_continuous(base):
         settings["inference.batch_size"] = seqs
     tokens = options.integer("max_num_tokens")
     chunked = options.flag("enable_chunked_prefill")
     if chunked is False or (chunked is None and "max_num_tokens" in values):
         settings["inference.prefill_chunk_tokens"] = None  # whole prompts, as the default
     elif chunked and tokens is not None:
-        default = engine_profile.max_num_batched_tokens if engine_profile is not None else None
-        settings["inference.prefill_chunk_tokens"] = (None if continuous and tokens == default
-                                                      else tokens)
+        settings["inference.prefill_chunk_tokens"] = prefill_chunk_setting(base, tokens)
     memory = options.fraction("kv_cache_config.free_gpu_memory_fraction")
     if memory is not None:
         settings["inference.memory_utilization"] = memory

@@ -20,7 +20,11 @@ from llmpar.errors import Problem
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.flags import Words
 from llmpar.launch.serving import (
+    engine_chunk_tokens,
+    is_continuous,
     keep_filled_data,
+    kv_cache_format,
+    prefill_chunk_setting,
     server_words,
     serving_only,
     set_degree,
@@ -112,9 +116,7 @@ class VllmTarget:
         else:
             arguments.append(("--max-num-seqs", str(inference.batch_size)))
         ledger.take("inference.batch_size")
-        chunk = inference.prefill_chunk_tokens
-        if chunk is None and inference.continuous and inference.engine is not None:
-            chunk = inference.engine.max_num_batched_tokens
+        chunk = engine_chunk_tokens(inference)
         if chunk is not None:
             arguments.append(("--max-num-batched-tokens", str(chunk)))
         else:  # every prompt of a step prefilled whole
@@ -213,21 +215,16 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
                                            "fp8_e5m2": "fp8", "bfloat16": "bf16",
                                            "float16": "fp16"})
     if "--kv-cache-dtype" in words.found:
-        model_format = dtype or (base.precision.activations if base is not None else "bf16")
-        settings["inference.kv_cache"] = kv or model_format
+        settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
     words.integer("--max-model-len")  # the requests' lengths are the workload's
     seqs = words.integer("--max-num-seqs")
-    continuous = base is not None and base.inference is not None and base.inference.continuous
-    if seqs is not None and not continuous:
+    if seqs is not None and not is_continuous(base):
         settings["inference.batch_size"] = seqs
     tokens = words.integer("--max-num-batched-tokens")
     if words.switch("--disable-chunked-prefill"):
         settings["inference.prefill_chunk_tokens"] = None
     elif tokens is not None:
-        engine = base.inference.engine if base is not None and base.inference else None
-        default = engine.max_num_batched_tokens if engine is not None else None
-        settings["inference.prefill_chunk_tokens"] = (None if continuous and tokens == default
-                                                      else tokens)
+        settings["inference.prefill_chunk_tokens"] = prefill_chunk_setting(base, tokens)
     memory = words.fraction("--gpu-memory-utilization")
     if memory is not None:
         settings["inference.memory_utilization"] = memory
