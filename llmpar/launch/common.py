@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Sequence
+from typing import Any
 
 from llmpar.errors import Problem, SpecError
 from llmpar.footprint.parameters import count_parameters
@@ -87,3 +88,14 @@ def command_line(launcher: str, arguments: Sequence[Argument]) -> str:
     """The launcher with the arguments, one per continued line."""
     lines = [launcher] + [_words(flag, value) for flag, value in arguments]
     return " \\\n    ".join(lines)
+
+
+def number_or_text(text: str) -> Any:
+    """A configuration value as text: an integer, else a float, where it reads as one;
+    else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -24,6 +24,7 @@ import attrs
 from llmpar.errors import Problem, SpecError
 from llmpar.launch.common import (
     accumulation_steps,
+    number_or_text,
     run_tokens,
     steps_of,
     training_only,
@@ -218,12 +219,7 @@ def _yaml_scalar(text: str) -> Any:
         return json.loads(text)
     if text.startswith("'") and text.endswith("'"):
         return text[1:-1]
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    return number_or_text(text)
 
 
 def load_mapping(text: str, source: str) -> dict[str, Any]:

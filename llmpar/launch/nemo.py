@@ -34,7 +34,13 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
-from llmpar.launch.common import Argument, argument_lines, torchrun, training_only
+from llmpar.launch.common import (
+    Argument,
+    argument_lines,
+    number_or_text,
+    torchrun,
+    training_only,
+)
 from llmpar.launch.megatron import (
     _model_arguments,
     _parallel_arguments,
@@ -219,17 +225,6 @@ def _literal(value: Any, dialect: Dialect) -> str:
     return str(value)
 
 
-def _typed(text: str) -> Any:
-    """A Megatron argument's value as the config field holds it: a number where it is
-    one, else the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _pattern(text: str) -> list[int]:
     """A --moe-layer-freq list llmpar writes (`([0]*k+[1]*n)` or `[0,1,...]`) written
     out, as the config field holds it."""
@@ -259,9 +254,9 @@ def overrides_of(arguments: list[Argument], dialect: Dialect, layers: int,
         used.add(row.flag)
         raw = found.get(row.flag)
         if row.kind == "value":
-            value = _typed(raw) if isinstance(raw, str) else row.absent
+            value = number_or_text(raw) if isinstance(raw, str) else row.absent
         elif row.kind == "list":
-            value = [_typed(v) for v in raw] if isinstance(raw, tuple) else row.absent
+            value = [number_or_text(v) for v in raw] if isinstance(raw, tuple) else row.absent
         elif row.kind == "pattern":
             value = _pattern(raw) if isinstance(raw, str) else row.absent
         elif row.kind in ("switch", "present"):
