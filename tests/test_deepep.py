@@ -83,3 +83,30 @@ def test_nccl_and_one_node_keep_the_all_to_all():
     [nccl] = _decode_collectives("all-to-all", 64)
     [inside] = _decode_collectives("deepep", 8)
     assert nccl["name"] == inside["name"] == "expert.serving-all-to-all"
+
+
+def _prefill_all_to_all(dispatcher: str, weights: str) -> dict:
+    spec = {"model": "deepseek-v3", "hardware": {"cluster": "dgx-h100", "num_gpus": 32},
+            "inference": {"batch_size": 4, "prompt_tokens": 4096, "generated_tokens": 2,
+                          "weights": weights},
+            "parallel": {"data": {"degree": 32},
+                         "expert": {"degree": 32, "dispatcher": dispatcher}}}
+    collectives = llmpar.evaluate(spec).to_dict()["serving"][0]["collectives"]
+    [prefill] = [c for c in collectives if c["reason"].startswith("prefill")]
+    return prefill
+
+
+def test_deepep_prefill_dispatches_fp8_where_the_experts_compute_in_fp8():
+    # 16,384 prompt tokens over 4 nodes of 8 expert ranks: each token crosses to
+    # 3 (1 - (3/4)^8) remote nodes, and the buffer's network share is 24 / 32 of it.
+    copies = 3 * (1 - 0.75**8) * 32 / 24
+    elements = 16384 * copies * 7168
+    fp8 = _prefill_all_to_all("deepep", "fp8")
+    # FP8 out with one fp32 scale per 128 channels, bf16 back: the mean of the two.
+    assert fp8["buffer_bytes"] == pytest.approx(elements * (1 + 4 / 128 + 2) / 2, abs=2)
+    assert fp8["buffer_bytes"] == pytest.approx(elements * MEAN_BYTES_PER_ELEMENT, abs=2)
+    # bf16 experts, or NCCL's all-to-all (k copies), move bf16 both ways.
+    assert _prefill_all_to_all("deepep", "bf16")["buffer_bytes"] == pytest.approx(
+        elements * 2, abs=2)
+    assert _prefill_all_to_all("all-to-all", "fp8")["buffer_bytes"] == pytest.approx(
+        16384 * 8 * 7168 * 2, abs=2)

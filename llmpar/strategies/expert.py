@@ -22,7 +22,7 @@ import attrs
 
 from llmpar.arrays import anywhere, logical_not, where
 from llmpar.communication.collectives import members_per_node
-from llmpar.communication.deepep import MEAN_BYTES_PER_ELEMENT
+from llmpar.communication.deepep import DISPATCH_BYTES_PER_ELEMENT, MEAN_BYTES_PER_ELEMENT
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import ForwardFlops, mlp_matmul_weights
 from llmpar.hookspecs import hookimpl
@@ -79,6 +79,24 @@ def network_copies(dispatcher: str, k: int, e: int, members: int) -> float:
         return float(k)
     remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)
     return remote_nodes * e / (e - members)
+
+
+def serving_element_bytes(dispatcher: str, spec: Spec) -> float:
+    """Bytes per hidden element of a serving step's dispatch and combine, on average over
+    the two (the collective's buffer counts both at this size). DeepEP's normal kernels
+    dispatch FP8 with one fp32 scale per 128 channels and combine in bf16 where the
+    experts' products run in fp8 (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3: the
+    activations are quantized to FP8 before the MoE up-projections, then dispatched; SGLang
+    0.4.6.post3 on, python/sglang/srt/layers/moe/ep_moe/token_dispatcher.py,
+    _DeepEPDispatcherImplNormal.dispatch_a: per_token_group_quant_fp8(hidden_states, 128)
+    before the dispatch under DeepGEMM, its fp8 block-quantized path): the mean of
+    1 + 4/128 and the activations' bytes. Otherwise both at the activations' bytes."""
+    act = bytes_per_element(spec.precision.activations)
+    inference = spec.inference
+    experts = None if inference is None else inference.expert_weights or inference.weights
+    if dispatcher == "deepep" and experts == "fp8":
+        return (DISPATCH_BYTES_PER_ELEMENT + act) / 2
+    return act
 
 
 def at_least_one(_instance: Any, attribute: Any, value: float) -> None:
@@ -219,7 +237,7 @@ class ExpertParallel(Strategy[ExpertConfig]):
                 reason="decode: token dispatch (FP8) and combine (bf16) of every MoE layer, "
                        "DeepEP's low-latency kernels"),)
         copies = network_copies(config.dispatcher, model.moe.experts_per_token, e, members)
-        act = bytes_per_element(ctx.spec.precision.activations)
+        act = serving_element_bytes(config.dispatcher, ctx.spec)
         return (Collective(
             strategy=self.name, name=SERVING_ALL_TO_ALL, operation="all-to-all",
             buffer_bytes=step.tokens * copies * model.hidden_size * act, group_size=e,
