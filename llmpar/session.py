@@ -30,7 +30,7 @@ from llmpar.extensions import (
 from llmpar.footprint.activations import ActivationModel
 from llmpar.inference.evaluate import build_inference_plan
 from llmpar.launch.registry import LaunchTargets, gather_launch_targets
-from llmpar.launch.target import Launch
+from llmpar.launch.target import Launch, PlannedLaunchTarget
 from llmpar.loading.checks import checked_layout, nested_axes
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
@@ -303,6 +303,8 @@ class Session:
             engine = spec.inference.engine
             target = engine.name if engine is not None else "vllm"
         chosen = self.launch_targets.find(target or spec.training.profile.name)
+        if isinstance(chosen, PlannedLaunchTarget):
+            return chosen.launch_planned(spec, layout, self.evaluate(spec))
         return chosen.launch(spec, layout)
 
     def report_sections(self, plan: Plan) -> tuple[Table, ...]:

@@ -16,9 +16,10 @@ from validation_scripts import load_script
 from llmpar.cli.main import main
 from llmpar.errors import SpecError
 from llmpar.launch.hf_trainer import load_mapping
-from llmpar.launch.importing import spec_table
+from llmpar.launch.importing import imported_spec, spec_table
 from llmpar.launch.serving import server_words
 from llmpar.session import Session
+from llmpar.strategy import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "specs" / "examples").glob("*.toml"))
@@ -121,10 +122,118 @@ def test_spec_launch_import_gives_the_same_plan(session: Session, file: str) -> 
         if file == "serve.sh" and "enable_attention_dp" in files["extra-llm-api-config.yml"]:
             continue
         read = reader.read(files[file], file, base)  # type: ignore[attr-defined]
-        back = session.load_spec(spec_table(read, base))
+        _, back = imported_spec(read, spec_table(read, base), session.load_spec,
+                                session.evaluate)
         assert session.evaluate(back).to_dict() == session.evaluate(base).to_dict(), path
         checked.append(path.name)
     assert len(checked) >= (8 if file != "serve.sh" else 6)
+
+
+def test_free_gpu_memory_fraction_gives_the_cache_the_plan_leaves(session: Session) -> None:
+    """TensorRT-LLM's cache is fraction x (memory - the profiled peak of weights,
+    activations and non-PyTorch allocations) (_torch/pyexecutor/_util.py
+    `_cal_max_memory`). The fraction written makes it what the plan's memory_utilization
+    leaves the cache: with the plan's own numbers, cache + weights + workspace + CUDA
+    context + NCCL buffers = memory_utilization x capacity."""
+    for path in serving_examples(session):
+        spec = session.load_spec(path)
+        plan = session.evaluate(spec)
+        fraction = load_mapping(session.launch(spec, "trt-llm").files[0].text, "yaml")[
+            "kv_cache_config"]["free_gpu_memory_fraction"]
+        pool = plan.serving[0]
+        assert spec.inference is not None and pool.runtime_overhead_bytes is not None
+        headroom = (1 - spec.inference.memory_utilization) * plan.capacity_bytes
+        runtime = pool.runtime_overhead_bytes - headroom  # context + NCCL buffers
+        besides = plan.weights_bytes + (pool.workspace_bytes or 0) + runtime
+        cache = fraction * (plan.capacity_bytes - besides)
+        assert cache + besides == pytest.approx(
+            spec.inference.memory_utilization * plan.capacity_bytes, abs=1.0), path
+        assert 0 < fraction <= spec.inference.memory_utilization, path
+        assert cache >= (pool.kv_cache_bytes or 0) or not plan.fits, path
+
+
+def test_an_imported_fraction_sets_the_memory_utilization_of_that_cache(
+        session: Session) -> None:
+    """The other way: a fraction read over the base gives the memory_utilization whose
+    cache is fraction x the memory the spec's weights and activations leave; a fraction
+    the plan itself wrote gives its memory_utilization back."""
+    base = session.load_spec(LLAMA)
+    reader = session.launch_targets.find("trt-llm")
+    written = session.launch(base, "trt-llm").files[0].text
+    for fraction in (0.5, 0.8, 1.0):
+        text = "\n".join(f"  free_gpu_memory_fraction: {fraction}"
+                         if "free_gpu_memory_fraction" in line else line
+                         for line in written.splitlines())
+        read = reader.read(text, "o.yml", base)  # type: ignore[attr-defined]
+        assert "inference.memory_utilization" not in read.settings
+        _, spec = imported_spec(read, spec_table(read, base), session.load_spec,
+                                session.evaluate)
+        plan = session.evaluate(spec)
+        assert spec.inference is not None
+        utilization = spec.inference.memory_utilization
+        pool = plan.serving[0]
+        assert pool.runtime_overhead_bytes is not None
+        runtime = pool.runtime_overhead_bytes - (1 - utilization) * plan.capacity_bytes
+        after = plan.capacity_bytes - plan.weights_bytes - (pool.workspace_bytes or 0) - runtime
+        assert utilization * plan.capacity_bytes - (plan.capacity_bytes - after) == \
+            pytest.approx(fraction * after, abs=1.0)
+
+
+def test_without_the_plan_the_fraction_is_the_memory_utilization(session: Session) -> None:
+    """A target called directly (no plan at hand) writes memory_utilization itself and
+    says the cache is then larger than the plan's."""
+    from llmpar.launch.trtllm import TrtLlmTarget, cache_fraction, memory_utilization_of
+
+    spec = session.load_spec(LLAMA)
+    pool = session.evaluate(spec).serving[0]
+    launch = TrtLlmTarget().launch(spec, Layout(degrees=pool.layout, num_gpus=pool.num_gpus))
+    table = load_mapping(launch.files[0].text, "yaml")
+    assert spec.inference is not None
+    assert table["kv_cache_config"]["free_gpu_memory_fraction"] == \
+        spec.inference.memory_utilization
+    assert any("larger than the plan's" in note for note in launch.notes)
+    for utilization in (0.5, 0.85, 0.9, 0.95, 1.0):
+        fraction = cache_fraction(utilization, 85.5e9, 61.2e9)
+        assert memory_utilization_of(fraction, 85.5e9, 61.2e9) == utilization
+
+
+@pytest.mark.parametrize(("dtype", "read"), [("fp8_ds_mla", "fp8"), ("float32", "fp32"),
+                                             ("bfloat16", "bf16")])
+def test_every_cache_dtype_trtllm_takes_that_llmpar_models_is_read(
+        session: Session, dtype: str, read: str) -> None:
+    """KvCacheConfig.dtype takes "auto", "fp8", "fp8_ds_mla", "nvfp4" or a torch dtype's
+    name (llm_args.py `validate_dtype`): each llmpar has a format for reads as it."""
+    text = f"kv_cache_config:\n  dtype: {dtype}\n"
+    found = session.launch_targets.find("trt-llm").read(  # type: ignore[attr-defined]
+        text, "o.yml", session.load_spec(LLAMA))
+    assert found.settings["inference.kv_cache"] == read
+
+
+def test_a_plan_that_leaves_the_cache_nothing_lists_the_fraction(session: Session) -> None:
+    """Llama 2 70B on one H100: its weights exceed the GPU, so no fraction gives a cache;
+    memory_utilization is listed as not mapped, not turned into a fraction <= 0."""
+    spec = session.load_spec(LLAMA, {"parallel.tensor.degree": 1, "hardware.num_gpus": 1})
+    launch = session.launch(spec, "trt-llm")
+    listed = {u.path: u.reason for u in launch.unmapped}
+    assert "leave no memory" in listed["$.inference.memory_utilization"]
+    table = load_mapping(launch.files[0].text, "yaml")
+    assert 0 < table["kv_cache_config"]["free_gpu_memory_fraction"] <= 1
+
+
+def test_the_data_lists_every_field_of_the_classes_read() -> None:
+    """The committed data comes whole from the sources (no class read in part): the
+    inherited BaseLlmArgs fields and TorchLlmArgs' last ones, KvCacheConfig's byte cap
+    and DecodingBaseConfig's fields in both decoding configs."""
+    assert "partial" not in DATA
+    fields = DATA["llm_args"]
+    assert {"model", "kv_cache_config", "layer_wise_benchmarks_config",
+            "use_cute_dsl_bf16_gemm"} <= set(fields["TorchLlmArgs"])
+    assert {"free_gpu_memory_fraction", "max_gpu_total_bytes", "tokens_per_block",
+            "block_reuse_config"} <= set(fields["KvCacheConfig"])
+    for kind in ("MTPDecodingConfig", "Eagle3DecodingConfig"):
+        assert {"max_draft_len", "speculative_model", "max_total_draft_tokens"} <= set(
+            fields[kind]), kind
+        assert fields[kind]["max_draft_len"] == "Optional[NonNegativeInt]"
 
 
 def test_a_changed_key_changes_the_spec(session: Session) -> None:
@@ -183,6 +292,20 @@ def test_launch_and_import_through_the_cli(tmp_path: Path) -> None:
                  "--base", str(DEEPSEEK), "-o", str(out)]) == 0
     session = Session(load_entry_points=False, environ={})
     assert session.evaluate(out).to_dict() == session.evaluate(DEEPSEEK).to_dict()
+
+
+def test_a_serving_search_emits_the_launch_of_its_best_layout(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`llmpar search SERVING_SPEC --emit-launch trt-llm`: the best layout's trtllm-serve
+    line and YAML after the report, options of the source, its fraction from that
+    layout's plan."""
+    assert main(["search", str(LLAMA), "--top", "1", "--emit-launch", "trt-llm"]) == 0
+    out = capsys.readouterr().out
+    launch = out.split("# launch of the best layout for trt-llm\n", 1)[1]
+    command, rest = launch.split("# --- extra-llm-api-config.yml", 1)
+    yaml_part = rest.split("\n", 1)[1].split("\n# ", 1)[0]
+    check_launch({"extra-llm-api-config.yml": yaml_part}, command)
+    assert "free_gpu_memory_fraction" in yaml_part
 
 
 def test_the_source_reader_finds_click_options_and_inherited_fields(tmp_path: Path) -> None:

@@ -557,9 +557,11 @@ def trt_llm(source: Path, commit: str) -> dict[str, Any]:
     needs CUDA to install)."""
     code = _Sources([source])
     module = "tensorrt_llm.llmapi.llm_args"
-    version = (source / "tensorrt_llm" / "version.py").read_text(encoding="utf-8")
+    version_file = source / "tensorrt_llm" / "version.py"
+    version = version_file.read_text(encoding="utf-8") if version_file.exists() else ""
     number = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", version)
-    return {"framework": "TensorRT-LLM", "version": number.group(1) if number else "",
+    return {"framework": "TensorRT-LLM",
+            "version": number.group(1) if number else "unknown (no tensorrt_llm/version.py)",
             "commit": commit,
             "how": "read with ast: the click options of `serve` in "
                    "tensorrt_llm/commands/serve.py, and the annotated fields (bases' "

@@ -10,7 +10,7 @@ from typing import Any
 
 from llmpar.cli.common import spec_source
 from llmpar.errors import Problem, SpecError
-from llmpar.launch.importing import read_file, spec_table
+from llmpar.launch.importing import imported_spec, read_file, spec_table
 from llmpar.loading.dump import dump_spec, toml_text
 from llmpar.session import Session
 
@@ -65,7 +65,8 @@ def run(session: Session, args: argparse.Namespace) -> int:
     table = spec_table(read, base, bare)
     if base is None and args.num_gpus is None:
         table.setdefault("hardware", {})["num_gpus"] = _layout_gpus(table)
-    spec = session.load_spec(table)  # what does not load is reported, not written
+    # what does not load is reported, not written
+    table, spec = imported_spec(read, table, session.load_spec, session.evaluate)
     out = dump_spec(spec, session.axes) if base is not None else toml_text(table)
     for note in read.notes:
         print(f"note: {note}", file=sys.stderr)

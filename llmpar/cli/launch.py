@@ -14,15 +14,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = commands.add_parser(
         "launch", help="the framework arguments and launcher line that run a spec's plan",
         description="Write what a framework needs to run the spec's layout: Megatron-LM "
-                    "pretrain_gpt.py arguments, a torchtitan job TOML, a DeepSpeed config "
-                    "JSON, each with its launcher line; for a serving spec, the vllm serve "
-                    "or sglang.launch_server command line. Every setting of the spec the "
+                    "pretrain_gpt.py arguments, NeMo 2 or Megatron-Bridge recipe "
+                    "overrides, a torchtitan job TOML, a DeepSpeed config JSON, a PyTorch "
+                    "FSDP2 + DeviceMesh script, Hugging Face TrainingArguments with an "
+                    "accelerate config, each with its launcher line; for a serving spec, "
+                    "the vllm serve, sglang.launch_server or trtllm-serve command line "
+                    "(with TensorRT-LLM's LLM-API YAML). Every setting of the spec the "
                     "framework cannot express is listed, never dropped. Targets come from "
                     "plugins (llmpar_launch_targets); `llmpar plugins` lists them.")
     add_spec_arguments(parser)
     parser.add_argument("--for", dest="target", metavar="NAME",
                         help="the framework (a launch target's name or alias, e.g. "
-                             "megatron, torchtitan, deepspeed, vllm, sglang); default: the "
+                             "megatron, nemo, megatron-bridge, torchtitan, deepspeed, fsdp2, "
+                             "hf-trainer, vllm, sglang, trt-llm); default: the "
                              "spec's [training] framework, else megatron-core; a serving "
                              "spec's [inference] engine, else vllm")
     parser.add_argument("-o", "--output", metavar="DIR",

@@ -98,9 +98,7 @@ def run(session: Session, args: argparse.Namespace) -> int:
         print(f"best layout written to {args.emit}" if result.results
               else "no layout fits: nothing written")
     if args.emit_launch and result.results:
-        launch = session.launch(result.best.spec, args.emit_launch)
-        print(f"# launch of the best layout for {launch.target}\n{launch.text()}", end="",
-              file=sys.stderr if args.format == "json" else sys.stdout)
+        _print_launch(session, result.best.spec, args)
     return 0 if result.results else 1
 
 
@@ -135,7 +133,17 @@ def _search_serving(session: Session, spec: Spec, args: argparse.Namespace) -> i
     if args.emit and args.format != "json":
         print(f"best layout written to {args.emit}" if result.results
               else "no layout fits: nothing written")
+    if args.emit_launch and result.results:
+        _print_launch(session, session.load_spec(result.best.table), args)
     return 0 if result.results else 1
+
+
+def _print_launch(session: Session, spec: Spec, args: argparse.Namespace) -> None:
+    """`--emit-launch NAME`: the launch of the best layout, after the report (on stderr
+    under --json)."""
+    launch = session.launch(spec, args.emit_launch)
+    print(f"# launch of the best layout for {launch.target}\n{launch.text()}", end="",
+          file=sys.stderr if args.format == "json" else sys.stdout)
 
 
 def _search_hardware(session: Session, source: SpecSource, changes: dict[str, Any],

@@ -5,9 +5,11 @@ from llmpar.launch.target import (
     Launch,
     LaunchFile,
     LaunchTarget,
+    PlannedLaunchTarget,
     ReadingTarget,
     ReadSettings,
     Unmapped,
 )
 
-__all__ = ["Launch", "LaunchFile", "LaunchTarget", "ReadSettings", "ReadingTarget", "Unmapped"]
+__all__ = ["Launch", "LaunchFile", "LaunchTarget", "PlannedLaunchTarget", "ReadSettings",
+           "ReadingTarget", "Unmapped"]

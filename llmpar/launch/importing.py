@@ -3,12 +3,13 @@ target finds, set over a base spec (or a bare one built from the cluster and GPU
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from llmpar.errors import Problem, SpecError
 from llmpar.launch.target import ReadingTarget, ReadSettings
 from llmpar.loading.dump import spec_to_dict
+from llmpar.plan import Plan
 from llmpar.spec import Spec
 
 
@@ -60,3 +61,16 @@ def read_file(target: object, name: str, text: str, source: str,
         raise SpecError([Problem("$.--from", f"launch target {name!r} writes its format "
                                              "but cannot read it back")], source)
     return target.read(text, source, base)
+
+
+def imported_spec(read: ReadSettings, table: dict[str, Any],
+                  load: Callable[[dict[str, Any]], Spec],
+                  evaluate: Callable[[Spec], Plan]) -> tuple[dict[str, Any], Spec]:
+    """The spec of `table` (`spec_table`'s), with the settings that need its plan
+    (`ReadSettings.planned`) set over it: the table and the spec, loaded with `load`."""
+    spec = load(table)
+    if read.planned is None:
+        return table, spec
+    for key, value in read.planned(spec, evaluate(spec)).items():
+        _set(table, key, value)
+    return table, load(table)

@@ -11,13 +11,16 @@ same way (`llmpar.launch.builtin`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
+
+if TYPE_CHECKING:
+    from llmpar.plan import Plan
 
 
 @attrs.frozen
@@ -90,6 +93,11 @@ class ReadSettings:
     settings: Mapping[str, Any]
     owned: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    planned: Callable[[Spec, Plan], Mapping[str, Any]] | None = None
+    """Settings that depend on the plan of the spec the others make (TensorRT-LLM's
+    free_gpu_memory_fraction is a share of the memory its weights and activations leave):
+    called with that spec and its plan, the settings it returns are set over them
+    (`llmpar.launch.importing.imported_spec`). None when there are none."""
 
 
 @runtime_checkable
@@ -110,6 +118,17 @@ class LaunchTarget(Protocol):
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
         """The files and launcher line that run `spec` under `layout`, a pure function."""
+        ...
+
+
+@runtime_checkable
+class PlannedLaunchTarget(LaunchTarget, Protocol):
+    """A target whose files need the plan's numbers, not only the spec (TensorRT-LLM
+    sizes its KV cache as a share of the memory the weights and activations leave): the
+    session evaluates the spec and passes its plan."""
+
+    def launch_planned(self, spec: Spec, layout: Layout, plan: Plan) -> Launch:
+        """`launch`, with the plan of `spec` under `layout` at hand."""
         ...
 
 

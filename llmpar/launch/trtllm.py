@@ -16,11 +16,13 @@ a dense model are separate servers.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import attrs
 
 from llmpar.errors import Problem, SpecError
+from llmpar.inference.overhead import runtime_overhead
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.hf_trainer import _yaml_scalar, load_mapping, yaml_text
 from llmpar.launch.serving import (
@@ -36,6 +38,7 @@ from llmpar.launch.serving import (
 )
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
+from llmpar.plan import Plan
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -108,6 +111,55 @@ def _layout(spec: Spec, layout: Layout, ledger: Ledger,
     return args, attention_dp
 
 
+def memory_after_load_bytes(spec: Spec, layout: Layout, plan: Plan) -> float:
+    """What TensorRT-LLM's `free_gpu_memory_fraction` is a fraction of, on one GPU of the
+    plan's peak stage: the memory the weights, the activations and the runtime leave.
+
+    The PyTorch backend sizes the cache once the model is loaded
+    (tensorrt_llm/_torch/pyexecutor/_util.py `KvCacheCreator.configure_kv_cache_capacity`
+    and `_cal_max_memory`, TensorRT-LLM commit 00043967): it runs dummy requests of
+    `max_num_tokens` tokens, takes the peak of PyTorch's allocations (weights,
+    activations, the temporary cache) plus what is allocated outside PyTorch (CUDA
+    context, NCCL buffers, CUDA graphs), and gives the cache
+    `free_gpu_memory_fraction x (device memory - peak + temporary cache)`. In the plan's
+    terms that base is the capacity less the weights, the workspace (the activations of
+    its largest step) and the runtime allowance without its headroom (the CUDA context
+    and NCCL buffers, `llmpar.inference.overhead`)."""
+    allowance = runtime_overhead(spec, layout)
+    return (plan.capacity_bytes - plan.weights_bytes - (plan.activations_bytes or 0)
+            - allowance.context_bytes - allowance.communication_bytes)
+
+
+def cache_fraction(memory_utilization: float, capacity_bytes: float,
+                   after_load_bytes: float) -> float:
+    """The free_gpu_memory_fraction that gives the cache the plan's memory_utilization
+    leaves. The plan lets the engine use `memory_utilization x capacity` (its headroom is
+    the rest, `llmpar.inference.overhead`), so its cache may take
+    `memory_utilization x capacity - (capacity - after_load)` bytes, and TensorRT-LLM
+    takes `fraction x after_load` (`memory_after_load_bytes`):
+    fraction = 1 - (1 - memory_utilization) x capacity / after_load."""
+    return 1 - (1 - memory_utilization) * capacity_bytes / after_load_bytes
+
+
+def memory_utilization_of(fraction: float, capacity_bytes: float,
+                          after_load_bytes: float) -> float:
+    """`cache_fraction` the other way: the memory_utilization whose cache TensorRT-LLM's
+    `fraction` gives, 1 - (1 - fraction) x after_load / capacity (rounded to 12 decimals:
+    the fraction is written to 17 digits, so this only drops the float error)."""
+    return round(1 - (1 - fraction) * after_load_bytes / capacity_bytes, 12)
+
+
+def _planned_utilization(fraction: float, spec: Spec, plan: Plan) -> dict[str, Any]:
+    """The imported spec's memory_utilization from a free_gpu_memory_fraction, with the
+    weights and workspace of that spec's plan (`ReadSettings.planned`)."""
+    layout = Layout(degrees=dict(plan.serving[0].layout), num_gpus=plan.num_gpus)
+    after = memory_after_load_bytes(spec, layout, plan)
+    if after <= 0:
+        return {}
+    return {"inference.memory_utilization": memory_utilization_of(
+        fraction, plan.capacity_bytes, after)}
+
+
 @attrs.frozen
 class TrtLlmTarget:
     """The `trtllm-serve` line and its LLM-API options YAML."""
@@ -117,6 +169,14 @@ class TrtLlmTarget:
     description: str = "the trtllm-serve command line and its --extra_llm_api_options YAML"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
+        """Without the plan: free_gpu_memory_fraction is the spec's memory_utilization,
+        which gives TensorRT-LLM a larger cache than the plan's (`launch_planned`)."""
+        return self._launch(spec, layout, None)
+
+    def launch_planned(self, spec: Spec, layout: Layout, plan: Plan) -> Launch:
+        return self._launch(spec, layout, plan)
+
+    def _launch(self, spec: Spec, layout: Layout, plan: Plan | None) -> Launch:
         inference = serving_only(spec, self.name)
         ledger = Ledger(spec, "TensorRT-LLM")
         take_workload(ledger)
@@ -143,13 +203,9 @@ class TrtLlmTarget:
         args["max_num_tokens"] = chunk if chunk is not None else max(
             inference.batch_size * inference.prompt_tokens, inference.context_tokens)
         ledger.take("inference.prefill_chunk_tokens")
-        cache: dict[str, Any] = {"free_gpu_memory_fraction": inference.memory_utilization,
+        fraction = self._fraction(spec, layout, plan, ledger, notes)
+        cache: dict[str, Any] = {"free_gpu_memory_fraction": fraction,
                                  "enable_block_reuse": inference.prefix_cache_hit_rate > 0}
-        ledger.take("inference.memory_utilization")
-        notes.append("free_gpu_memory_fraction is the share of the memory left free after "
-                     "the weights and activations that the cache takes (KvCacheConfig), not "
-                     "the share of the whole GPU the plan's memory_utilization is: the cache "
-                     "TensorRT-LLM allocates is larger than the plan's unless you lower it")
         if inference.kv_cache == activations:
             cache["dtype"] = "auto"
         elif inference.kv_cache in KV_DTYPES:
@@ -205,8 +261,7 @@ class TrtLlmTarget:
                      "--max_seq_len"):
             if FLAGS[flag] in args:
                 arguments.append((flag, str(args[FLAGS[flag]])))
-        arguments.append(("--free_gpu_memory_fraction",
-                          f"{cache['free_gpu_memory_fraction']:g}"))
+        arguments.append(("--free_gpu_memory_fraction", repr(fraction)))
         if args["enable_chunked_prefill"]:
             arguments.append(("--enable_chunked_prefill", None))
         arguments.append(("--extra_llm_api_options", YAML))
@@ -218,6 +273,34 @@ class TrtLlmTarget:
                    LaunchFile("serve.sh", f"#!/bin/sh\n{command}\n", "the trtllm-serve line",
                               in_command=True)),
             command=command, unmapped=ledger.unmapped(), notes=tuple(notes))
+
+    @staticmethod
+    def _fraction(spec: Spec, layout: Layout, plan: Plan | None, ledger: Ledger,
+                  notes: list[str]) -> float:
+        """KvCacheConfig.free_gpu_memory_fraction for the plan's memory_utilization
+        (`cache_fraction`), the spec's memory_utilization itself without a plan."""
+        utilization = spec.inference.memory_utilization  # type: ignore[union-attr]
+        ledger.take("inference.memory_utilization")
+        if plan is None:
+            notes.append("free_gpu_memory_fraction is the share of the memory the weights "
+                         "and activations leave that the cache takes, not the share of the "
+                         "whole GPU memory_utilization is: launched without the plan, the "
+                         "cache TensorRT-LLM allocates is larger than the plan's")
+            return utilization
+        after = memory_after_load_bytes(spec, layout, plan)
+        fraction = cache_fraction(utilization, plan.capacity_bytes, after) if after > 0 else 0.0
+        if fraction <= 0:
+            ledger.cannot("inference.memory_utilization", "the weights, workspace and "
+                          "runtime allowance leave no memory for TensorRT-LLM's cache at "
+                          "this memory_utilization", utilization)
+            return utilization
+        notes.append(f"free_gpu_memory_fraction {fraction:.4f} of the {after / 1e9:.2f} GB "
+                     "the weights, activations and runtime leave on a GPU gives the cache "
+                     f"{fraction * after / 1e9:.2f} GB, what memory_utilization "
+                     f"{utilization:g} of {plan.capacity_bytes / 1e9:.2f} GB leaves it (the "
+                     f"spec's batch holds {(plan.serving[0].kv_cache_bytes or 0) / 1e9:.2f} "
+                     "GB); TensorRT-LLM measures the weights and activations it subtracts")
+        return fraction
 
     def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
         return read_options(text, source, base)
@@ -345,8 +428,12 @@ def read_options(text: str, source: str, base: Spec | None = None) -> ReadSettin
     if dtype is not None:
         for key in ("weights", "activations", "compute"):
             settings[f"precision.{key}"] = dtype
+    # KvCacheConfig.dtype (llm_args.py validate_dtype): "auto", "fp8", "fp8_ds_mla" (the
+    # FP8 cache packed for sparse MLA), "nvfp4" (not an llmpar cache format) or a torch
+    # dtype's name.
     kv = options.choice("kv_cache_config.dtype", {"auto": None, "fp8": "fp8",
-                                                  "bfloat16": "bf16", "float16": "fp16"})
+                                                  "fp8_ds_mla": "fp8", "bfloat16": "bf16",
+                                                  "float16": "fp16", "float32": "fp32"})
     if "kv_cache_config.dtype" in values:
         settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
     options.integer("max_seq_len")  # the requests' lengths are the workload's
@@ -360,8 +447,6 @@ def read_options(text: str, source: str, base: Spec | None = None) -> ReadSettin
     elif chunked and tokens is not None:
         settings["inference.prefill_chunk_tokens"] = prefill_chunk_setting(base, tokens)
     memory = options.fraction("kv_cache_config.free_gpu_memory_fraction")
-    if memory is not None:
-        settings["inference.memory_utilization"] = memory
     block = options.integer("kv_cache_config.tokens_per_block")
     if block is not None:
         settings["inference.kv_block_tokens"] = block
@@ -390,4 +475,7 @@ def read_options(text: str, source: str, base: Spec | None = None) -> ReadSettin
     if "--extra_llm_api_options" in left or "--config" in left:
         notes.append("the line names an --extra_llm_api_options YAML, whose keys override "
                      "its options: import that file (--from trt-llm) for them")
-    return ReadSettings(settings=settings, notes=tuple(notes))
+    # The fraction is of the memory the imported spec's weights and activations leave:
+    # its memory_utilization comes from that spec's plan (`memory_utilization_of`).
+    planned = partial(_planned_utilization, memory) if memory is not None else None
+    return ReadSettings(settings=settings, notes=tuple(notes), planned=planned)
