@@ -1,5 +1,5 @@
 """PyTorch FSDP2: a DeviceMesh and `fully_shard` snippet for your training script, and the
-torchrun line.
+torchrun line; and the snippet read back (`llmpar.launch.fsdp2_read`).
 
 The calls and keyword names follow torch's FSDP2 API (`torch.distributed.fsdp.fully_shard`,
 `MixedPrecisionPolicy`, `FSDPModule.set_requires_gradient_sync`,
@@ -14,8 +14,9 @@ from __future__ import annotations
 import attrs
 
 from llmpar.launch.common import accumulation_steps, global_batch, steps_of, torchrun, training_only
+from llmpar.launch.fsdp2_read import ACCUMULATION, MICRO_BATCH, SEQUENCE, read_snippet
 from llmpar.launch.settings import Ledger
-from llmpar.launch.target import Launch, LaunchFile
+from llmpar.launch.target import Launch, LaunchFile, ReadSettings
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -30,6 +31,9 @@ class Fsdp2Target:
     name: str = "pytorch-fsdp2"
     aliases: tuple[str, ...] = ("fsdp2", "fsdp")
     description: str = "a PyTorch FSDP2 + DeviceMesh snippet and the torchrun line"
+
+    def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
+        return read_snippet(text, source, base)
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
         training_only(spec, self.name)
@@ -53,6 +57,15 @@ class Fsdp2Target:
         if "sequence" in spec.parallel and layout.degree("tensor") == 1:
             ledger.take("parallel.sequence")
         compute = TORCH_DTYPES.get(spec.precision.compute, "torch.bfloat16")
+        if spec.precision.compute not in TORCH_DTYPES:
+            ledger.cannot("precision.compute", "MixedPrecisionPolicy computes in bf16, fp16 "
+                          "or fp32 (fp8 products are torchao's: `--for torchtitan`); "
+                          "written as bf16", spec.precision.compute)
+        for key in ("linear", "attention", "weight_gather"):
+            if getattr(spec.precision, f"{key}_format") not in TORCH_DTYPES:
+                ledger.cannot(f"precision.{key}", "this snippet computes and gathers in "
+                              "MixedPrecisionPolicy's param_dtype (fp8 is torchao's: "
+                              "`--for torchtitan`)", getattr(spec.precision, f"{key}_format"))
         lines = ["import torch",
                  "from torch.distributed.device_mesh import init_device_mesh",
                  "from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard", ""]
@@ -93,9 +106,9 @@ class Fsdp2Target:
                       f"{spec.training.sequence_length} tokens per step: {m} micro-batches "
                       f"of {micro} on each of {d} data ranks"]
         last_only = data is not None and stage == 3 and data.gradient_sync == "last-micro-batch"
-        lines += [f"for i, batch in enumerate(micro_batches):  # {m} per step"]
+        lines += [f"for i, batch in enumerate(micro_batches):  # {ACCUMULATION} per step"]
         if last_only:
-            lines.append(f"    model.set_requires_gradient_sync(i == {m - 1})")
+            lines.append(f"    model.set_requires_gradient_sync(i == {ACCUMULATION} - 1)")
         lines += ["    loss = model(batch).loss", "    loss.backward()",
                   "optimizer.step()", "optimizer.zero_grad()"]
         training = spec.training
@@ -111,6 +124,11 @@ class Fsdp2Target:
             ledger.cannot("training.recompute", "this snippet checkpoints whole blocks "
                           "(full) only", training.recompute)
         ledger.cannot("training.recompute_layers", "not mapped")
+        # The batch as constants the script uses and `llmpar import` reads back, after
+        # the imports.
+        lines[lines.index(""):lines.index("") + 1] = [
+            "", f"{MICRO_BATCH} = {micro}", f"{SEQUENCE} = {spec.training.sequence_length}",
+            f"{ACCUMULATION} = {m}", ""]
         if training.activation_offload_layers is not None:
             ledger.cannot("training.activation_offload_layers", "wrap the first blocks' "
                           "forward in torch.autograd.graph.save_on_cpu (not written)")
