@@ -25,8 +25,7 @@ ROWS = [(path.stem, row) for path in sorted(report.PUBLISHED.glob("*.toml"))
 def test_predicted_throughput(table, row):
     plan = llmpar.evaluate(row.spec)
     assert plan.time_model == "modelled"
-    error = report.predicted_tflops_per_gpu(plan, row.flops_counted) / (
-        row.reported_tflops_per_gpu) - 1
+    error = report.predicted_tflops_per_gpu(plan, row.flops_counted) / row.reported(plan) - 1
     if row.expected_error is None:
         assert abs(error) <= TOLERANCE, f"{error:+.1%}"
     else:
@@ -38,12 +37,15 @@ def test_predicted_throughput(table, row):
 
 def test_documented_discrepancies_are_discrepancies():
     """A documented range must lie at least partly outside the tolerance, and few rows
-    may carry one: the rest is what the model is held to."""
+    of the general families (those plans quote) may carry one: the rest is what the model
+    is held to. Rows that check one mechanism are counted apart: their gaps are what the
+    mechanism's family reports."""
     marked = [row for _, row in ROWS if row.expected_error is not None]
     for row in marked:
         low, high = row.expected_error
         assert row.expected_reason and (low < -TOLERANCE or high > TOLERANCE), row.label
-    assert len(marked) <= len(ROWS) // 3
+    general = [row for _, row in ROWS if not row.mechanism]
+    assert len([row for row in general if row.expected_error is not None]) <= len(general) // 3
 
 
 def test_the_shipped_validation_families_match_the_rows():
