@@ -48,6 +48,28 @@ def test_documented_discrepancies_are_discrepancies():
     assert len([row for row in general if row.expected_error is not None]) <= len(general) // 3
 
 
+def test_mechanism_rows_form_their_own_families_and_plans_quote_the_general_one():
+    """A row naming a mechanism lands in a family of its GPU, kind and mechanism, which
+    the shipped file lists with the mechanism; a plan's trust line quotes the general
+    family of its GPU and kind, not a mechanism's."""
+    from llmpar.trust import load_families, step_time_trust
+
+    families = load_families()
+    mechanisms = {f.mechanism for f in families if f.mechanism}
+    assert {"zero-3", "zero++", "hybrid-sharding", "dualpipe"} <= mechanisms
+    counted = sum(f.runs for f in families)
+    assert counted == len(ROWS)
+    h100_moe = [f for f in families if (f.gpu, f.kind) == ("h100-sxm", "moe")]
+    general = next(f for f in h100_moe if not f.mechanism)
+    spec = llmpar.load_spec(next(r for _, r in ROWS if r.mechanism == "hybrid-sharding").spec)
+    line = step_time_trust(spec, "modelled", families)
+    assert line.startswith(f"within {general.worst_abs_error:.0%} (median "
+                           f"{general.median_abs_error:.0%}) of {general.runs} published moe")
+    # V100 has mechanism rows only: its plans still say no general run checks them
+    v100 = llmpar.load_spec(next(r for _, r in ROWS if r.mechanism == "zero-3").spec)
+    assert step_time_trust(v100, "modelled", families).startswith("no published run on v100")
+
+
 def test_the_shipped_validation_families_match_the_rows():
     """specs/validation/step_time.toml, which every plan's step_time_trust quotes, is what
     the rows give today (regenerate it with the script's --families when this fails)."""
