@@ -1,6 +1,7 @@
 """How far to trust a plan's step time: the published runs of its validation family.
 
-A family is a GPU and a kind of model (dense, or with experts). Its runs are the rows of
+A family is a GPU and a kind of model (dense, or with experts), and for rows that check one
+mechanism (hybrid sharding, ZeRO++, ...) that mechanism too. Its runs are the rows of
 validation/published/, each a published, measured training run; their errors, computed
 by `validation/published_throughput.py --families`, ship in the wheel as
 specs/validation/step_time.toml (tests/test_published_throughput.py fails when that file
@@ -32,6 +33,10 @@ class Family:
     runs: int
     median_abs_error: float
     worst_abs_error: float
+    mechanism: str = ""
+    """The mechanism its runs check ("zero++", "hybrid-sharding", ...; validation/
+    published/ rows that name one), or "" for the GPU and model kind's general family,
+    the one plans quote."""
 
 
 def model_kind(model: Model) -> str:
@@ -59,7 +64,7 @@ def step_time_trust(spec: Spec, time_model: str, families: tuple[Family, ...]) -
                 "checks it")
     gpu = spec.hardware.gpu
     kind = model_kind(spec.model)
-    known = [f for f in families if f.gpu == gpu.name]
+    known = [f for f in families if f.gpu == gpu.name and not f.mechanism]
     same = [f for f in known if f.kind == kind]
     if same:
         f = same[0]

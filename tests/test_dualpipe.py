@@ -94,26 +94,27 @@ def test_two_stages_run_without_a_bubble_under_dualpipe():
 def test_dualpipe_holds_two_copies_of_the_parameters_and_p_plus_1_micro_batches():
     p = 8
     one, dual = plan_of("1f1b", p=p), plan_of("dualpipe", p=p)
-    middle = p // 2  # no embedding or output layer
+    middle = p // 2  # stages 4 and 3: no embedding or output layer
     for field in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
         assert getattr(dual.stages[middle], field) == pytest.approx(
             2 * getattr(one.stages[middle], field), rel=1e-9)
-    # Table 2: PP + 1 micro-batches of activations on every rank, against 1F1B's PP on
-    # its first stage.
-    assert [s.micro_batches_in_flight for s in dual.stages] == [p + 1.0] * p
+    # Table 2: PP + 1 micro-batches of activations on every rank: p - h of its own stage
+    # (the stage rows) and h + 1 of its mirror's, h = min(i, p-1-i); 1F1B's first stage PP.
+    assert [s.micro_batches_in_flight for s in dual.stages] == [
+        p - min(i, p - 1 - i) for i in range(p)]
     assert one.stages[0].micro_batches_in_flight == p
     assert dual.stages[middle].activations_bytes == pytest.approx(
         (p + 1) / (p - middle) * one.stages[middle].activations_bytes, rel=1e-9)
 
 
 def test_dualpipe_end_ranks_hold_the_embedding_and_the_output_layer():
-    """Rank 0 holds stage 0 (the embedding) and stage p-1 (the output layer): its two
-    copies of stage 0's weights weigh what those two stages' weights do (GPT-3's output
-    layer and embedding are both vocabulary x hidden)."""
+    """Rank 0 holds stage 0 (the embedding) and stage p-1 (the output layer), and so does
+    rank p-1 (deepseek-ai/DualPipe examples/example_dualpipe.py builds full_modules[rank]
+    and full_modules[pp_size - 1 - rank] on each rank)."""
     one, dual = plan_of("1f1b"), plan_of("dualpipe")
-    assert dual.stages[0].weights_bytes == pytest.approx(2 * one.stages[0].weights_bytes)
-    assert dual.stages[0].weights_bytes == pytest.approx(
-        one.stages[0].weights_bytes + one.stages[-1].weights_bytes, rel=1e-3)
+    ends = one.stages[0].weights_bytes + one.stages[-1].weights_bytes
+    assert dual.stages[0].weights_bytes == pytest.approx(ends, rel=1e-12)
+    assert dual.stages[-1].weights_bytes == pytest.approx(ends, rel=1e-12)
 
 
 def test_dualpipev_holds_one_copy_and_puts_both_ends_on_rank_0():
@@ -237,7 +238,7 @@ def test_dualpipe_with_uneven_mirror_stages_says_how_it_is_costed():
     # each rank's two stages are costed one by one (tests/test_dualpipe_mirrors.py): a
     # note, no longer a warning
     notes = [note["text"] for note in plan.to_dict()["training"]["notes"]]
-    assert any("uneven mirror stages" in note for note in notes)
+    assert any("[20, 24, 24, 28] layers" in note and "mirror" in note for note in notes)
     assert not any("mirror" in w for w in plan.warnings)
     assert not any("mirror" in w for w in plan_of("dualpipe", p=4, m=16, num_gpus=32).warnings)
 
@@ -258,13 +259,16 @@ def _searched(schedule: str | None = None) -> list[Any]:
 
 
 def test_search_tries_dualpipe_and_dualpipev_apart():
+    # each rank's stages differ from the other schedules' under both (DualPipe's rank i
+    # holds stages i and p-1-i): each is searched alone, where the table names it
     schedules = {r.choices["pipeline.schedule"] for r in _searched()}
-    assert "dualpipe" in schedules and "dualpipev" not in schedules
-    alone = _searched("dualpipev")
-    assert alone and {r.choices["pipeline.schedule"] for r in alone} == {"dualpipev"}
+    assert not schedules & {"dualpipe", "dualpipev"} and "1f1b" in schedules
+    for schedule in ("dualpipe", "dualpipev"):
+        alone = _searched(schedule)
+        assert alone and {r.choices["pipeline.schedule"] for r in alone} == {schedule}
 
 
-@pytest.mark.parametrize("schedule", [None, "dualpipev"])
+@pytest.mark.parametrize("schedule", [None, "dualpipe", "dualpipev"])
 def test_the_fast_search_ranks_the_dual_schedules_as_evaluation_does(schedule):
     table = {} if schedule is None else {"pipeline": {"schedule": schedule}}
     spec = {"model": "mixtral-8x7b", "hardware": {"cluster": "dgx-h100", "num_gpus": 32},

@@ -1,6 +1,6 @@
-"""DualPipe with uneven mirror stages: rank i holds stage i and stage p-1-i (DeepSeek-V3
-report, arXiv:2412.19437, Sec. 3.2.1; deepseek-ai/DualPipe), each with its own layers,
-parameters and micro-batches in flight."""
+"""DualPipe's mirror stages: rank i holds stage i and stage p-1-i (DeepSeek-V3 report,
+arXiv:2412.19437, Sec. 3.2.1; deepseek-ai/DualPipe examples/example_dualpipe.py), each with
+its own layers, parameters and micro-batches in flight, under uneven and even splits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import llmpar
-from llmpar.strategies.pipeline import PipelineConfig, uneven_mirrors
+from llmpar.strategies.pipeline import PipelineConfig, distinct_mirrors
 
 SESSION = llmpar.Session(load_entry_points=False)
 
@@ -68,23 +68,48 @@ def test_mirrors_even_out_the_work_of_uneven_stages():
     assert shifted == pytest.approx(uneven, rel=1e-9)  # 6 + 10 = 7 + 9
 
 
-def test_an_even_split_keeps_two_copies_of_each_stage():
-    assert not uneven_mirrors(PipelineConfig(degree=4, schedule="dualpipe"), (8, 8, 8, 8))
-    assert not uneven_mirrors(PipelineConfig(degree=4, schedule="dualpipe"), (7, 9, 9, 7))
-    assert uneven_mirrors(PipelineConfig(degree=4, schedule="dualpipe"), (7, 8, 8, 9))
-    assert not uneven_mirrors(PipelineConfig(degree=4, schedule="1f1b"), (7, 8, 8, 9))
+def test_every_dualpipe_split_holds_each_ranks_two_stages():
+    assert distinct_mirrors(PipelineConfig(degree=4, schedule="dualpipe"))
+    assert not distinct_mirrors(PipelineConfig(degree=1, schedule="dualpipe"))
+    assert not distinct_mirrors(PipelineConfig(degree=4, schedule="1f1b"))
     plan = SESSION.evaluate(llama([8, 8, 8, 8]))
-    assert [s["micro_batches_in_flight"] for s in plan.to_dict()["stages"]] == [5.0] * 4
-    assert not any("uneven" in w for w in plan.warnings)
+    # p - h of the own stage (h = min(i, p-1-i)), p + 1 with the mirror's h + 1
+    assert [s["micro_batches_in_flight"] for s in plan.to_dict()["stages"]] == [4.0, 3.0,
+                                                                               3.0, 4.0]
+    assert not any("dualpipe" in w for w in plan.warnings)
 
 
-def test_the_uneven_split_is_stated_not_warned():
+def test_an_even_split_puts_the_output_layer_on_both_end_ranks_for_half_the_work():
+    """Rank 0 holds stage 0 (embedding) and stage 3 (output layer), rank 3 the same two:
+    each runs the output layer for half the micro-batches, where two copies of stage 3 on
+    rank 3 would run it for all of them. Hand-check: the even split's compute is 1F1B's
+    over the same split less the last stage's extra work, the mean of the end stages'
+    (each stage's 1F1B time is its work per micro-batch times m)."""
+    even = [8, 8, 8, 8]
+    dual = SESSION.evaluate(llama(even))
+    one = SESSION.evaluate(llama(even, "1f1b"))
+    # both end ranks hold an embedding's and an output layer's weights (untied, the same
+    # size); a middle rank two stages of layers alone
+    single = one.to_dict()["stages"]
+    ranks = dual.to_dict()["stages"]
+    for i in (0, 3):
+        assert ranks[i]["weights_bytes"] == single[0]["weights_bytes"] + single[3]["weights_bytes"]
+    assert ranks[1]["weights_bytes"] == 2 * single[1]["weights_bytes"]
+    # the output layer's work spread over both ends: less compute than 1F1B's, paced by
+    # the last stage, and less than two copies of the last stage would cost
+    assert dual.training.compute_seconds < one.training.compute_seconds
+    assert dual.training.compute_seconds == pytest.approx(
+        SESSION.evaluate(llama([7, 8, 8, 9])).training.compute_seconds, rel=1e-9)
+
+
+def test_the_split_is_stated_not_warned():
     plan = SESSION.evaluate(llama(UNEVEN))
     assert not any("uneven" in w for w in plan.warnings)
     assert any("mirror" in note["text"] for note in plan.to_dict()["training"]["notes"])
 
 
-def test_the_search_fast_form_agrees_on_uneven_mirrors():
+@pytest.mark.parametrize("counts", [UNEVEN, [8, 8, 8, 8]])
+def test_the_search_fast_form_agrees_on_mirrors(counts):
     from llmpar.testing.fast_form import disagreements
-    spec = SESSION.load_spec(llama(UNEVEN))
+    spec = SESSION.load_spec(llama(counts))
     assert list(disagreements(SESSION, spec)) == []

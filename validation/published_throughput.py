@@ -7,9 +7,15 @@ and the per-family errors every plan quotes (`llmpar.trust`).
 Reads the published rows in validation/published/*.toml (each with its citation),
 evaluates each row's spec with llmpar, and prints predicted against reported
 teraFLOP/s per GPU with the error per row, counting FLOPs as the source does
-(`flops_counted`). The same rows are a test (tests/test_published_throughput.py): within
-10%, or, for a row whose data file documents a discrepancy (`expected_error`,
-`expected_reason`), within that range.
+(`flops_counted`). A source that reports tokens per second instead gives
+`reported_tokens_per_second` (whole job): its teraFLOP/s per GPU are those tokens at
+llmpar's FLOPs per token, so the row's error is the step time's. The same rows are a test
+(tests/test_published_throughput.py): within 10%, or, for a row whose data file documents
+a discrepancy (`expected_error`, `expected_reason`), within that range.
+
+A row that checks one mechanism names it (`mechanism`, for the whole file or one row:
+"zero-3", "zero++", "hybrid-sharding", "dualpipe", ...): its family is the GPU, the model
+kind and that mechanism, kept apart from the GPU's general family that plans quote.
 """
 
 from __future__ import annotations
@@ -34,13 +40,29 @@ class Row:
     """One published run: its spec, what it reported, and any documented discrepancy."""
 
     label: str
-    reported_tflops_per_gpu: float
+    reported_tflops_per_gpu: float | None
+    """As the source prints it; None where it reports tokens per second instead."""
     spec: dict
     flops_counted: str
     """"hardware" (recomputation included) or "model", as the source counts."""
     expected_error: tuple[float, float] | None = None
     """A documented discrepancy: the range predicted / reported - 1 is held to."""
     expected_reason: str = ""
+    reported_tokens_per_second: float | None = None
+    """The whole job's tokens per second, where the source reports those."""
+    mechanism: str = ""
+    """The mechanism the row checks ("" for none): its own validation family."""
+
+    def reported(self, plan: llmpar.Plan) -> float:
+        """Reported teraFLOP/s per GPU: as printed, or the reported tokens per second at
+        the plan's FLOPs per token (counted as `flops_counted` says)."""
+        if self.reported_tflops_per_gpu is not None:
+            return self.reported_tflops_per_gpu
+        assert self.reported_tokens_per_second is not None, self.label
+        flops = (plan.hardware_flops_per_step if self.flops_counted == "hardware"
+                 else plan.flops_per_step)
+        per_token = flops / plan.training.tokens_per_step
+        return per_token * self.reported_tokens_per_second / plan.num_gpus / 1e12
 
 
 def rows(path: Path) -> list[Row]:
@@ -50,10 +72,13 @@ def rows(path: Path) -> list[Row]:
     found = []
     for row in data["rows"]:
         expected = row.get("expected_error")
-        found.append(Row(label=row["label"], reported_tflops_per_gpu=row["reported_tflops_per_gpu"],
+        found.append(Row(label=row["label"],
+                         reported_tflops_per_gpu=row.get("reported_tflops_per_gpu"),
+                         reported_tokens_per_second=row.get("reported_tokens_per_second"),
                          spec=merge(data["base"], row["spec"]), flops_counted=counted,
                          expected_error=None if expected is None else tuple(expected),
-                         expected_reason=row.get("expected_reason", "")))
+                         expected_reason=row.get("expected_reason", ""),
+                         mechanism=row.get("mechanism", data.get("mechanism", ""))))
     return found
 
 
@@ -64,9 +89,11 @@ def predicted_tflops_per_gpu(plan: llmpar.Plan, flops_counted: str = "hardware")
     return flops / plan.num_gpus / plan.step_seconds / 1e12
 
 
-def family_of(spec: llmpar.Spec) -> str:
-    """The validation family of a run: its GPU and its model's kind, as plans name it."""
-    return f"{spec.hardware.gpu.name}/{model_kind(spec.model)}"
+def family_of(spec: llmpar.Spec, mechanism: str = "") -> str:
+    """The validation family of a run: its GPU and its model's kind, as plans name it,
+    and the mechanism it checks, if any."""
+    parts = [spec.hardware.gpu.name, model_kind(spec.model)]
+    return "/".join(parts + [mechanism] if mechanism else parts)
 
 
 def family_errors() -> dict[str, list[float]]:
@@ -76,8 +103,8 @@ def family_errors() -> dict[str, list[float]]:
         for row in rows(path):
             spec = llmpar.load_spec(row.spec)
             plan = llmpar.evaluate(spec)
-            error = predicted_tflops_per_gpu(plan, row.flops_counted) / row.reported_tflops_per_gpu
-            found.setdefault(family_of(spec), []).append(error - 1)
+            error = predicted_tflops_per_gpu(plan, row.flops_counted) / row.reported(plan)
+            found.setdefault(family_of(spec, row.mechanism), []).append(error - 1)
     return found
 
 
@@ -86,11 +113,14 @@ def families_toml() -> str:
     lines = ["# Generated by `python validation/published_throughput.py --families "
              "specs/validation/step_time.toml`; do not edit.",
              "# Step time against published training runs (validation/published/), by GPU and",
-             "# model kind: the runs' count and their median and largest |error|.", ""]
+             "# model kind (and the mechanism a family of rows checks): the runs' count and",
+             "# their median and largest |error|.", ""]
     for family, errors in sorted(family_errors().items()):
         sizes = sorted(abs(e) for e in errors)
-        gpu, kind = family.split("/")
-        lines += ["[[family]]", f'gpu = "{gpu}"', f'kind = "{kind}"', f"runs = {len(errors)}",
+        gpu, kind, *mechanism = family.split("/")
+        lines += ["[[family]]", f'gpu = "{gpu}"', f'kind = "{kind}"']
+        lines += [f'mechanism = "{m}"' for m in mechanism]
+        lines += [f"runs = {len(errors)}",
                   f"median_abs_error = {statistics.median(sizes):.3f}",
                   f"worst_abs_error = {sizes[-1]:.3f}", ""]
     return "\n".join(lines)
@@ -117,25 +147,31 @@ def main() -> int:
           "overlapped.\n")
     notes: dict[str, int] = {}
     for path in sorted(PUBLISHED.glob("*.toml")):
-        source = tomllib.loads(path.read_text())["source"]
-        print(f"## {source}\n")
+        table = tomllib.loads(path.read_text())
+        print(f"## {table['source']}\n")
+        if table.get("mechanism"):
+            print(f"Mechanism checked: `{table['mechanism']}` (its own validation family).\n")
         print("| model | GPUs | layout | reported TFLOP/s/GPU | predicted | error | compute s "
               "| exposed comm s | bubble s | step s |")
         print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
         for row in rows(path):
             plan = llmpar.evaluate(row.spec)
             value = predicted_tflops_per_gpu(plan, row.flops_counted)
-            reported = row.reported_tflops_per_gpu
+            reported = row.reported(plan)
             layout = " ".join(f"{k[0].upper()}P{v}" for k, v in plan.layout.items() if v > 1)
             mark = ""
             if row.expected_error is not None:
                 number = notes.setdefault(row.expected_reason, len(notes) + 1)
                 mark = f" †{number}"
-            print(f"| {row.label} | {plan.num_gpus} | {layout} | {reported} | {value:.1f} | "
+            printed = row.reported_tflops_per_gpu is not None
+            shown = f"{reported}" if printed else f"{reported:.1f}*"
+            print(f"| {row.label} | {plan.num_gpus} | {layout} | {shown} | {value:.1f} | "
                   f"{value / reported - 1:+.1%}{mark} | {plan.compute_seconds:.2f} | "
                   f"{plan.exposed_communication_seconds:.2f} | {plan.bubble_seconds:.2f} | "
                   f"{plan.step_seconds:.2f} |")
         print()
+    print("Reported values marked * are the source's tokens per second at llmpar's FLOPs per "
+          "token (the source prints no TFLOP/s), so their error is the step time's.\n")
     if notes:
         print("## Documented discrepancies (rows marked †)\n")
         print("These rows are outside 10%; their data files say why, and "

@@ -16,8 +16,9 @@ micro-batches per step and v virtual stages per GPU:
   holds two stages, its own (i) and its mirror's (p-1-i): two copies of the parameters,
   PP+1 micro-batches' activations, an idle time of (PP/2-1)(F&B+B-3W) per step, and each
   forward chunk paired with another micro-batch's backward chunk, the communication of
-  each hidden behind the other's compute. Needs an even p and an even m >= 2p. With
-  uneven mirror stages each rank holds its two stages one by one (`with_mirrors`).
+  each hidden behind the other's compute. Needs an even p and an even m >= 2p. Each rank
+  holds its two stages one by one (`with_mirrors`): even under an even split, ranks 0 and
+  p-1 hold the embedding and the output layer.
 - "dualpipev" (the "cut-in-half" DualPipe, github.com/deepseek-ai/DualPipe README): the p
   ranks hold 2p stages in a V (rank i the chunks i and 2p-1-i, rank 0 the embedding and
   the output layer), one copy of the parameters, Table 2's bubble and activations with
@@ -201,14 +202,16 @@ def paired_chunk_share(schedule: Any, p: int, m: Any) -> Any:
     return where(schedule == "dualpipe", dual, where(schedule == "dualpipev", dual_v, 0.0))
 
 
-def uneven_mirrors(config: PipelineConfig, counts: tuple[int, ...]) -> bool:
-    """Whether DualPipe's ranks hold two stages of different layers (a split that is not
-    the same read backwards): then each rank's stages are modelled one by one
-    (`with_mirrors`); an even split keeps two copies of a rank's own stage, the same
-    numbers. A search node's stages cannot differ by schedule: the search tries DualPipe
-    over such a split only on its own (`_schedules`)."""
-    return (bool(np.all(np.asarray(config.schedule) == "dualpipe"))
-            and config.degree > 1 and tuple(counts) != tuple(counts[::-1]))
+def distinct_mirrors(config: PipelineConfig) -> bool:
+    """Whether DualPipe's ranks hold two different stages, each modelled on its own
+    (`with_mirrors`): always with a pipeline, since rank i holds stage i and stage p-1-i
+    even where the split is even, and the end ranks' two stages differ (stage 0 holds the
+    embedding, stage p-1 the output layer: ranks 0 and p-1 each hold both, and each runs
+    the output layer for half the micro-batches, not a copy of its own stage for all of
+    them). A search node's stages cannot differ by schedule: the search tries DualPipe
+    only on its own (`_schedules`), where a node of several schedules would cost it as
+    two copies of each rank's own stage (with a warning)."""
+    return bool(np.all(np.asarray(config.schedule) == "dualpipe")) and config.degree > 1
 
 
 def with_mirrors(stages: list[Stage]) -> list[Stage]:
@@ -312,17 +315,16 @@ class PipelineParallel(Strategy[PipelineConfig]):
                                 has_embedding=index == 0 or (last and tied), has_head=last,
                                 micro_batches_in_flight=in_flight(config, index, m)))
             first += count
-        mirrored = uneven_mirrors(config, counts)
+        mirrored = distinct_mirrors(config)
         if mirrored:
             stages = with_mirrors(stages)
         bubble = bubble_fraction(config, m)
         warnings = [f"pipeline bubble is {bubble:.0%} of compute time (p = {p}, m = {m})"
                     ] if not is_array(bubble) and bubble > 0.2 else []
-        if anywhere(config.schedule == "dualpipe") and not mirrored and counts != counts[::-1]:
-            warnings.append(f"dualpipe with uneven mirror stages ({list(counts)}) beside "
-                            "other schedules in one search node: rank i holds stages i and "
-                            "p-1-i, costed here as two copies of stage i (evaluated alone, "
-                            "each rank holds its two stages)")
+        if anywhere(config.schedule == "dualpipe") and not mirrored:
+            warnings.append("dualpipe beside other schedules in one search node: rank i "
+                            "holds stages i and p-1-i, costed here as two copies of stage i "
+                            "(evaluated alone, each rank holds its two stages)")
         # forward activations and backward gradients, per chunk a micro-batch leaves: v
         # chunks per rank, DualPipeV's two (the turn of the V on the last rank aside)
         chunks = where(config.schedule == "dualpipev", 2, config.virtual_stages)
@@ -345,9 +347,11 @@ class PipelineParallel(Strategy[PipelineConfig]):
                      + "rank 0's chunks run as forward-backward pairs, each hiding the "
                        "other's communication",)
         if mirrored:
-            notes += (f"dualpipe with uneven mirror stages ({list(counts)}): rank i holds "
-                      "stages i and p-1-i, their parameters, p - h and h + 1 micro-batches "
-                      "of their activations (h = min(i, p-1-i)) and the mean of their work",)
+            notes += (f"dualpipe over stages of {list(counts)} layers: rank i holds stage i "
+                      "and its mirror p-1-i (ranks 0 and p-1 the embedding and the output "
+                      "layer), their "
+                      "parameters, p - h and h + 1 micro-batches of their activations (h = "
+                      "min(i, p-1-i)) and the mean of their work",)
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
                          copies=() if mirrored else _dual_copies(config.schedule),
                          notes=notes,
@@ -470,36 +474,19 @@ def balanced_layers(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def _schedules(point: Point) -> tuple[Schedule, ...]:
-    """Every schedule but DualPipeV, DualPipe only with an even degree (its rules reject
-    the rest: too few micro-batches). DualPipeV's stages differ from the others' (the
-    output layer on the first), and one search node holds one set of stages: it is
-    searched alone, where the searched spec's own table names it."""
+    """Every schedule but DualPipe and DualPipeV: their stages differ from the others'
+    (DualPipe's rank i holds stages i and p-1-i, `distinct_mirrors`; DualPipeV's rank 0
+    the first chunk and the last) and one search node holds one set of stages, so each is
+    searched alone where the searched spec's own table names it (DualPipe only with an
+    even degree: its rules reject the rest)."""
     p = point.degree("pipeline")
     if p == 1:
         return (PipelineConfig().schedule,)
     config = point.spec.parallel.get("pipeline")
     named = getattr(config, "schedule", None)
-    if named == "dualpipev":
-        return ("dualpipev",)
-    if _mirrors_differ(point, config):
-        # DualPipe's ranks then hold two stages of different layers (`with_mirrors`):
-        # other stages than the other schedules', so searched alone where it is named.
-        return ("dualpipe",) if named == "dualpipe" and p % 2 == 0 else tuple(
-            s for s in SCHEDULES if s not in PAIRING_SCHEDULES)
-    return tuple(s for s in SCHEDULES
-                 if s != "dualpipev" and (s != "dualpipe" or p % 2 == 0))
-
-
-def _mirrors_differ(point: Point, config: Any) -> bool:
-    """Whether the split the search gives this degree (the table's layers_per_stage, else
-    `_layer_splits`' even or balanced one) differs from itself read backwards."""
-    p, layers = point.degree("pipeline"), point.spec.model.num_layers
-    counts = getattr(config, "layers_per_stage", None)
-    if counts is None:
-        if layers is None or layers % p == 0 or p > layers:
-            return False
-        counts = balanced_layers(layers, p)
-    return tuple(counts) != tuple(counts[::-1])
+    if named == "dualpipev" or (named == "dualpipe" and p % 2 == 0):
+        return (named,)
+    return tuple(s for s in SCHEDULES if s not in PAIRING_SCHEDULES)
 
 
 def _virtual_stages(point: Point) -> tuple[int, ...]:
@@ -524,9 +511,9 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
     register(SearchDimension(strategy="pipeline", field="degree",
                              description="every divisor of the GPU count"))
     register(SearchDimension(strategy="pipeline", field="schedule", values=_schedules,
-                             description="every schedule but dualpipev, when the degree is "
-                                         "above 1 (dualpipe with an even degree); dualpipev "
-                                         "alone where the spec's table names it"))
+                             description="every schedule but dualpipe and dualpipev, when "
+                                         "the degree is above 1; dualpipe (even degree) or "
+                                         "dualpipev alone where the spec's table names it"))
     register(SearchDimension(strategy="pipeline", field="virtual_stages",
                              values=_virtual_stages,
                              description="interleaved: every divisor above 1 of the layers "
