@@ -74,10 +74,15 @@ transposed (or scaled along the other dimension)."""
 PER_TENSOR_FORMATS = ("fp8", "fp8-tensorwise")
 """Formats with one scale per tensor: the ones whose scale current scaling finds in a
 pass of its own."""
-WEIGHT_COPY_GROUPS = ("attention", "mlp", "experts", "shared_experts")
+WEIGHT_COPY_GROUPS = ("attention", "linear_attention", "mamba", "mlp", "experts",
+                      "shared_experts")
 """Parameter groups of the layers' linear weights: the layers' products `products` runs
 in the linear format, which Megatron-Core builds from Transformer Engine modules (its
-output layer is none, `tensor_parallel.ColumnParallelLinear`, and keeps no workspace)."""
+output layer is none, `tensor_parallel.ColumnParallelLinear`, and keeps no workspace),
+the recurrent mixers' projections among them (TELayerNormColumnParallelLinear in and
+TERowParallelLinear out in Megatron-Core's Mamba and gated DeltaNet layer specs). The
+groups also hold a few parameters no product reads (norms, biases, a recurrent layer's
+convolution and per-head decays: under 1% of the group)."""
 WEIGHT_COPY_SOURCE = (
     "Transformer Engine's weight workspace: each linear with is_first_microbatch (which "
     "Megatron-Core passes) keeps its fp8 weight in _fp8_workspaces['weight'], row-wise "

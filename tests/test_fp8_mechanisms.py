@@ -1,0 +1,109 @@
+"""FP8 training's mechanisms beyond the products' rate: every linear layer a model has
+among the fp8 products (the recurrent mixers' projections too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import llmpar
+from llmpar.evaluation.casts import WEIGHT_COPY_GROUPS, cast_bytes
+from llmpar.evaluation.matmuls import RankShape, products
+from llmpar.footprint.flops import active_matmul_weights
+
+SESSION = llmpar.Session(load_entry_points=False)
+SEQUENCE = 4096
+
+
+def _spec(model: str | dict[str, Any], framework: str | None = None,
+          **precision: Any) -> llmpar.Spec:
+    training: dict[str, Any] = {"sequence_length": SEQUENCE, "micro_batch_size": 1,
+                                "global_batch_size": 4, "activation_model": "fused"}
+    if framework is not None:
+        training["framework"] = framework
+    return SESSION.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+                              "precision": precision, "training": training})
+
+
+# -- every linear layer, by the parameters' inventory ---------------------------------
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "mixtral-8x7b", "deepseek-v3",
+                                   "deepseek-v3.2-exp", "falcon-h1-7b", "granite-4.0-h-small",
+                                   "qwen3-next-80b-a3b", "qwen3.5-27b"])
+def test_the_layers_products_are_the_models_matrix_weights(model):
+    # One inventory: the layers' products on one GPU multiply through exactly the matrix
+    # weights the FLOP count (and the parameter count) has, 2 FLOPs per weight and token:
+    # Mamba-2's and gated DeltaNet's projections where a layer has them in place of (or,
+    # Falcon-H1, beside) attention's, a gated attention's output gate, the sparse
+    # attention indexer, the shared expert's gate.
+    spec = _spec(model)
+    found = sum(2 * p.m * p.n * p.k * p.count for p in products(spec, RankShape(), False)
+                if p.layer)
+    assert found == pytest.approx(2 * SEQUENCE * active_matmul_weights(spec.model), rel=1e-12)
+
+
+def test_attention_projections_only_where_a_layer_attends():
+    spec = _spec("granite-4.0-h-small")  # "MMMMMAMMMM": 4 of 40 layers attend
+    found = {p.name: p.count for p in products(spec, RankShape(), False)}
+    assert found["Q/K/V"] == found["attention output"] == 4
+    assert found["mamba in"] == found["mamba out"] == 36
+
+
+# Granite 4.0-H-Small (specs/models/granite-4.0-h-small.toml): h 4096, Mamba-2 with 128
+# heads of 64 (inner 8192), state 128 in one group, so in_proj is 4096 -> 8192 (z) + 8192
+# (x) + 2 x 128 (B, C) + 128 (dt) = 16768 and out_proj 8192 -> 4096.
+H, INNER, IN_PROJ = 4096, 8192, 8192 + 8192 + 2 * 128 + 128
+
+
+def test_mamba_projections_split_over_the_tensor_ranks_by_hand():
+    # Megatron-Core's MambaMixer: in_proj a ColumnParallelLinear, out_proj a
+    # RowParallelLinear (megatron/core/ssm/mamba_mixer.py).
+    spec = _spec("granite-4.0-h-small")
+    for t in (1, 2, 4):
+        found = {p.name: p for p in products(spec, RankShape(tensor=t), False)}
+        assert (found["mamba in"].n, found["mamba in"].k) == (IN_PROJ / t, H)
+        assert (found["mamba out"].n, found["mamba out"].k) == (H, INNER / t)
+        assert found["mamba in"].m == SEQUENCE
+
+
+def test_mamba_projections_are_cast_like_any_fp8_linear_layer_by_hand():
+    # The same model with every layer a Mamba-2 layer against every other layer attention
+    # ("MA"): the casts differ by 20 layers' mixers' products alone. Each fp8 product's
+    # input is read in bf16 and written in fp8 twice (2 + 2 bytes per element), its output
+    # gradient alike, in Megatron-Core's Transformer Engine layers (its
+    # TELayerNormColumnParallelLinear in_proj and TERowParallelLinear out_proj); the
+    # weights once per step.
+    per_element = 2 + 2 * 1
+    layers = 20
+
+    def casts(pattern: str) -> tuple[float, float]:
+        model = {"preset": "granite-4.0-h-small", "mixer_pattern": pattern}
+        return cast_bytes(_spec(model, linear="fp8-tensorwise"), RankShape(), "none", 0.0)
+
+    mamba, attention = casts("M"), casts("MA")
+    # Llama-style attention of the same model: Q/K/V 4096 -> 4096 + 2 x 1024, output
+    # 4096 -> 4096
+    mamba_io = (H + INNER) + (IN_PROJ + H)
+    attention_io = (H + H) + (H + 2 * 1024 + H)
+    assert mamba[0] - attention[0] == pytest.approx(
+        layers * SEQUENCE * (mamba_io - attention_io) * per_element, rel=1e-12)
+    mamba_weights = H * IN_PROJ + INNER * H
+    attention_weights = H * (H + 2 * 1024) + H * H
+    assert mamba[1] - attention[1] == pytest.approx(
+        layers * (mamba_weights - attention_weights) * per_element, rel=1e-12)
+
+
+@pytest.mark.parametrize("model", ["granite-4.0-h-small", "qwen3-next-80b-a3b", "falcon-h1-7b"])
+def test_transformer_engine_keeps_fp8_copies_of_the_mixers_projections(model):
+    plan = SESSION.evaluate({"model": model, "hardware": {"gpu": "h200-sxm"},
+                             "precision": {"linear": "fp8-tensorwise"},
+                             "training": {"sequence_length": 1024, "global_batch_size": 1,
+                                          "activation_model": "fused"}})
+    assert plan.training is not None and plan.training.memory_peak is not None
+    groups = plan.parameters_by_group
+    assert {"mamba", "linear_attention"} & set(groups)
+    linear = sum(groups[g] for g in WEIGHT_COPY_GROUPS if g in groups)
+    # two fp8 copies (as it is and transposed) of every layer's linear weights
+    assert plan.training.memory_peak.fp8_weight_copies_bytes == pytest.approx(2 * linear,
+                                                                              abs=1)
