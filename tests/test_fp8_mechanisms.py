@@ -107,3 +107,69 @@ def test_transformer_engine_keeps_fp8_copies_of_the_mixers_projections(model):
     # two fp8 copies (as it is and transposed) of every layer's linear weights
     assert plan.training.memory_peak.fp8_weight_copies_bytes == pytest.approx(2 * linear,
                                                                               abs=1)
+
+
+# -- torchao's backward recasts -------------------------------------------------------
+
+# Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json): h 4096, FFN 14336, 32 query heads
+# and 8 KV heads of 128, 32 layers, vocabulary 128256; one micro-batch of 4096 tokens.
+L8_H, L8_F, L8_KV, L8_LAYERS, L8_VOCAB = 4096, 14336, 1024, 32, 128256
+L8_INPUTS = L8_LAYERS * (L8_H + L8_H + L8_H + L8_F) + L8_H
+"""Input widths of the fp8 products (Q/K/V, output, gate/up, down; the output layer)."""
+L8_OUTPUTS = L8_LAYERS * ((L8_H + 2 * L8_KV) + L8_H + 2 * L8_F + L8_H) + L8_VOCAB
+L8_WEIGHTS = (L8_LAYERS * (L8_H * (L8_H + 2 * L8_KV) + L8_H * L8_H + 3 * L8_H * L8_F)
+              + L8_H * L8_VOCAB)
+
+
+def _llama(framework: str, recompute: str = "none", **precision: Any) -> llmpar.Spec:
+    training: dict[str, Any] = {"sequence_length": SEQUENCE, "micro_batch_size": 1,
+                                "global_batch_size": 1, "activation_model": "fused",
+                                "recompute": recompute, "framework": framework}
+    return SESSION.load_spec({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+                              "precision": precision, "training": training})
+
+
+@pytest.mark.parametrize("scaling", ["delayed", "current"])
+def test_torchao_casts_the_saved_input_weight_and_output_gradient_again_by_hand(scaling):
+    # matmul_with_hp_or_float8_args (torchao/float8/float8_linear.py): the forward casts
+    # the input and the weight (one fp8 orientation each); the backward casts the output
+    # gradient and the weight for the input gradient, the output gradient and the saved
+    # input again for the weight gradient. Each cast reads bf16 (2 bytes; twice under
+    # current scaling, its amax first) and writes 1 byte.
+    reads = 2 if scaling == "current" else 1
+    per_cast = reads * 2 + 1
+    spec = _llama("torchtitan", linear="fp8-tensorwise", fp8_scaling=scaling)
+    micro_batch, step = cast_bytes(spec, RankShape(), "none", 0.0)
+    inputs, outputs = L8_INPUTS * SEQUENCE, L8_OUTPUTS * SEQUENCE
+    assert micro_batch == pytest.approx(
+        (2 * inputs + 2 * outputs + 2 * L8_WEIGHTS) * per_cast, rel=1e-12)
+    assert step == 0  # no weight cache: every use casts
+
+
+def test_recasts_write_the_same_fp8_bytes_and_read_more():
+    # Transformer Engine writes both orientations in one pass and keeps them; torchao
+    # writes one per cast, from a second read in the backward: the same bytes written,
+    # one more read of each input, weight and output gradient (2 bytes each, delayed).
+    te = _llama("hf-trainer", linear="fp8-tensorwise", fp8_scaling="delayed")
+    torchao = _llama("torchtitan", linear="fp8-tensorwise", fp8_scaling="delayed")
+    one, other = (cast_bytes(s, RankShape(), "none", 0.0)[0] for s in (te, torchao))
+    assert other - one == pytest.approx(
+        (L8_INPUTS * SEQUENCE + L8_OUTPUTS * SEQUENCE + L8_WEIGHTS) * 2, rel=1e-12)
+
+
+def test_recomputation_reruns_only_the_forwards_casts_under_torchao():
+    # full recomputation reruns each layer's forward: its input and weight casts, not the
+    # backward's recasts; the output layer is never rerun.
+    spec = _llama("torchtitan", "full", linear="fp8-tensorwise", fp8_scaling="delayed")
+    plain = _llama("torchtitan", linear="fp8-tensorwise", fp8_scaling="delayed")
+    full = cast_bytes(spec, RankShape(), "full", 1.0)[0]
+    none = cast_bytes(plain, RankShape(), "none", 0.0)[0]
+    layer_inputs = (L8_INPUTS - L8_H) * SEQUENCE
+    layer_weights = L8_WEIGHTS - L8_H * L8_VOCAB
+    assert full - none == pytest.approx((layer_inputs + layer_weights) * (2 + 1), rel=1e-12)
+
+
+def test_profiles_say_who_recasts():
+    for name, recasts in (("megatron-core", False), ("nemo", False), ("torchtitan", True),
+                          ("pytorch-fsdp2", True), ("hf-trainer", False)):
+        assert _llama(name).training.profile.fp8_backward_recasts is recasts

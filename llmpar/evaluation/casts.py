@@ -20,8 +20,13 @@ linear`, `math_format` fp8) needs its operands in fp8 first:
   orientations; without it, every forward (and each rerun) casts B again (Transformer
   Engine called without `is_first_microbatch` sets `update_ws = is_first_microbatch is
   None or is_first_microbatch`, transformer_engine/pytorch/module/linear.py, TE 2.20;
-  torchao.float8 casts the weight at every call and once more in the backward, which
-  reads it a second time: that read is left out);
+  torchao.float8 casts the weight at every call);
+- recasts (`Framework.fp8_backward_recasts`, torchao.float8): each cast writes one
+  orientation, and the backward casts from the saved bf16 tensors again: the output
+  gradient twice (for the input and the weight gradient), the weight and the input once
+  more each (`matmul_with_hp_or_float8_args`, torchao/float8/float8_linear.py at commit
+  7ca1bfb). The fp8 bytes written are those of Transformer Engine's two copies; the reads
+  double;
 - the output layer casts as the layers do only where the profile runs it in fp8
   (`Framework.fp8_output_layer`); Megatron-Core's stays in bf16 and casts nothing.
 
@@ -132,29 +137,39 @@ def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
 def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
                        recomputed_fraction: Any) -> tuple[Value, Value]:
     precision = spec.precision
+    profile = spec.training.profile
     dtype = precision.linear_format
-    written_bytes_per_element = COPIES * bytes_per_element(dtype)
+    size = bytes_per_element(dtype)
     reads = 1.0 + amax_reads(spec, dtype)
+    recasts = profile.fp8_backward_recasts
+    # one orientation per cast where the backward casts again, else both at once
     input_bytes_per_element = reads * bytes_per_element(precision.activations) + (
-        written_bytes_per_element)
-    weight_bytes_per_element = reads * bytes_per_element(precision.weights) + (
-        written_bytes_per_element)
+        (1 if recasts else COPIES) * size)
+    weight_read_bytes_per_element = reads * bytes_per_element(precision.weights)
     modules = spec.training.selective_modules
-    cached = spec.training.profile.fp8_weight_cache
+    cached = profile.fp8_weight_cache
     micro_batch_bytes: Value = 0.0
     step_bytes: Value = 0.0
     output_cast = math_format(output_layer_format(spec)) == "fp8"
     for product in products(spec, shape, materialized_scores=False):
         if not product.weights or not (product.layer or output_cast):
             continue  # attention's casts are its own; an output layer in 16 bits casts none
-        forward_bytes = product.m * product.k * product.count * input_bytes_per_element
-        backward_bytes = product.m * product.n * product.count * input_bytes_per_element
-        weight_bytes = product.k * product.n * product.count * weight_bytes_per_element
+        inputs = product.m * product.k * product.count
+        outputs = product.m * product.n * product.count
+        weights = product.k * product.n * product.count
+        forward_bytes = inputs * input_bytes_per_element
+        backward_bytes = outputs * input_bytes_per_element
+        if recasts:  # the output gradient once more, and the saved input again
+            backward_bytes = backward_bytes * 2 + forward_bytes
         rerun = reruns(product, recompute, recomputed_fraction, modules)
-        if cached:
-            step_bytes = step_bytes + weight_bytes
+        if cached:  # both orientations once per step
+            step_bytes = step_bytes + weights * (weight_read_bytes_per_element + COPIES * size)
+        elif recasts:  # one orientation each forward (and rerun), one each backward
+            forward_bytes = forward_bytes + weights * (weight_read_bytes_per_element + size)
+            backward_bytes = backward_bytes + weights * (weight_read_bytes_per_element + size)
         else:
-            forward_bytes = forward_bytes + weight_bytes
+            forward_bytes = forward_bytes + weights * (weight_read_bytes_per_element
+                                                       + COPIES * size)
         micro_batch_bytes = micro_batch_bytes + forward_bytes * (1.0 + rerun) + backward_bytes
     return micro_batch_bytes, step_bytes
 
