@@ -173,3 +173,77 @@ def test_profiles_say_who_recasts():
     for name, recasts in (("megatron-core", False), ("nemo", False), ("torchtitan", True),
                           ("pytorch-fsdp2", True), ("hf-trainer", False)):
         assert _llama(name).training.profile.fp8_backward_recasts is recasts
+
+
+# -- the cast before an fp8 weight all-gather -----------------------------------------
+
+FSDP_EXAMPLE = "specs/examples/llama-3-8b-fsdp-8-h100.toml"
+"""Llama-3-8B under FSDP on 8 H100: 8,192 tokens a micro-batch, 8 micro-batches a step."""
+
+
+def _fsdp(**overrides: Any) -> llmpar.Plan:
+    return SESSION.evaluate(FSDP_EXAMPLE, {"training.framework": "torchtitan",
+                                           "precision.linear": "fp8-tensorwise", **overrides})
+
+
+def _elementwise_bytes(plan: llmpar.Plan) -> float:
+    return float(plan.derivation("step_seconds").inputs["elementwise_bytes"])
+
+
+def test_each_gather_casts_its_shard_and_the_products_cast_no_weight_by_hand():
+    # torchao's fsdp_pre_all_gather casts the GPU's shard (bf16 read twice under current
+    # scaling, its amax first; fp8 written) before every all-gather, forward and
+    # backward; the products then get Float8TrainingTensor weights and cast none, where
+    # without the fp8 gather each forward and each backward cast the gathered weights
+    # (the output layer's too: torchtitan converts it).
+    per_element = 2 * 2 + 1
+    bf16_gather, fp8_gather = _fsdp(), _fsdp(**{"precision.weight_gather": "fp8-tensorwise"})
+    gathers = [c for c in fp8_gather.training.collectives
+               if c.name == "data.dense-param-all-gather"]
+    shards = sum(c.calls_per_step * c.buffer_bytes / 1 / c.group_size for c in gathers)
+    assert shards > 0 and all(c.group_size == 8 for c in gathers)
+    micro_batches = 8
+    product_weight_casts = micro_batches * 2 * L8_WEIGHTS * per_element
+    added = _elementwise_bytes(fp8_gather) - _elementwise_bytes(bf16_gather)
+    assert added == pytest.approx(shards * per_element - product_weight_casts, rel=1e-9)
+    assert fp8_gather.step_seconds < bf16_gather.step_seconds
+
+
+def test_an_fp8_gather_of_16_bit_products_still_casts_its_shards():
+    # weights gathered in fp8 for bf16 products: the shard casts cost, nothing else does
+    plain = SESSION.evaluate(FSDP_EXAMPLE)
+    gathered = SESSION.evaluate(FSDP_EXAMPLE, {"precision.weight_gather": "fp8-tensorwise"})
+    gathers = [c for c in gathered.training.collectives
+               if c.name == "data.dense-param-all-gather"]
+    shards = sum(c.calls_per_step * c.buffer_bytes / c.group_size for c in gathers)
+    added = _elementwise_bytes(gathered) - _elementwise_bytes(plain)
+    assert added == pytest.approx(shards * (2 + 1), rel=1e-9)  # delayed: one bf16 read
+
+
+def test_weights_stored_in_fp8_need_no_cast_before_their_gather():
+    stored = {"precision.weights": "fp8-tensorwise", "precision.linear": "fp8-tensorwise"}
+    assert (_elementwise_bytes(SESSION.evaluate(FSDP_EXAMPLE, stored))
+            == _elementwise_bytes(SESSION.evaluate(
+                FSDP_EXAMPLE, {**stored, "precision.weight_gather": "fp8-tensorwise"})))
+
+
+def test_a_stages_unsharded_weights_are_held_in_the_gathers_format():
+    # torchtitan under pipeline parallelism keeps each stage's weights gathered through
+    # the step: the blocks FSDP's all-gathers fill, in the format they carry (the gather
+    # buffers' and the collectives' one format, `Precision.weight_gather_format`).
+    def block(**precision: str) -> int:
+        plan = SESSION.evaluate({
+            "model": "llama-3-8b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
+            "precision": precision,
+            "training": {"sequence_length": 4096, "micro_batch_size": 1,
+                         "global_batch_size": 16, "framework": "torchtitan"},
+            "parallel": {"pipeline": {"degree": 2}, "data": {"zero": 3}}})
+        peak = plan.training.memory_peak
+        assert peak is not None
+        return next(b.bytes for b in peak.alive if b.name == "unsharded weights of the stage")
+
+    bf16, fp8 = block(), block(linear="fp8-tensorwise", weight_gather="fp8-tensorwise")
+    assert fp8 * 2 == pytest.approx(bf16, abs=2 * 2**21)  # each rounded to the allocator
+    # fp32 weights gather in their own format unless the gather format says otherwise
+    assert block(weights="fp32") == pytest.approx(2 * bf16, abs=2 * 2**21)
+    assert block(weights="fp32", weight_gather="bf16") == bf16
