@@ -247,3 +247,47 @@ def test_a_stages_unsharded_weights_are_held_in_the_gathers_format():
     # fp32 weights gather in their own format unless the gather format says otherwise
     assert block(weights="fp32") == pytest.approx(2 * bf16, abs=2 * 2**21)
     assert block(weights="fp32", weight_gather="bf16") == bf16
+
+
+# -- amax all-reduces under sequence parallelism --------------------------------------
+
+SP_EXAMPLE = "specs/examples/llama-3-8b-tp8-sp-a100.toml"
+AMAX = "sequence.fp8-amax-all-reduce"
+
+
+def _sp(**overrides: Any) -> llmpar.Plan:
+    return SESSION.evaluate(SP_EXAMPLE, {"hardware.cluster": "dgx-h100", **overrides})
+
+
+def _collective(plan: llmpar.Plan, name: str) -> Any:
+    return next((c for c in plan.training.collectives if c.name == name), None)
+
+
+def test_current_scaling_reduces_each_sequence_split_casts_amax_over_the_tensor_group():
+    # Transformer Engine's current-scaling quantizers of a column-parallel input and a
+    # row-parallel output gradient reduce their amax over the tensor group under sequence
+    # parallelism (_customize_quantizers_float8_current_scaling): one fp32 all-reduce per
+    # tensor cast before a sequence all-gather, as many as those gathers.
+    plan = _sp(**{"precision.linear": "fp8-tensorwise", "precision.fp8_scaling": "current"})
+    amax, gather = _collective(plan, AMAX), _collective(plan, "sequence.all-gather")
+    assert amax is not None and amax.buffer_bytes == 4
+    assert amax.group_size == gather.group_size == 8
+    assert amax.calls_per_step == gather.calls_per_step
+    assert amax.exposed_seconds == amax.seconds > 0  # the cast waits for it
+    delayed = _sp(**{"precision.linear": "fp8-tensorwise", "precision.fp8_scaling": "delayed"})
+    # the same step but for the amax reductions and the amax reads
+    assert plan.compute_seconds > delayed.compute_seconds
+    assert (plan.exposed_communication_seconds - delayed.exposed_communication_seconds
+            == pytest.approx(amax.exposed_seconds, rel=1e-9))
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # bf16
+    {"precision.linear": "fp8-tensorwise", "precision.fp8_scaling": "delayed"},
+    {"precision.linear": "fp8-rowwise", "precision.fp8_scaling": "current"},  # per-row scales
+    {"precision.linear": "mxfp8", "precision.fp8_scaling": "current"},
+    {"precision.linear": "fp8-tensorwise", "precision.fp8_scaling": "current",
+     "parallel.sequence.enabled": False},  # every rank casts the whole tensor
+])
+def test_no_amax_all_reduce_without_one_current_scale_per_sequence_split_tensor(overrides):
+    assert _collective(_sp(**overrides), AMAX) is None
