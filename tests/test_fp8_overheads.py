@@ -224,21 +224,22 @@ def test_amax_reads_never_lower_the_cost():
 
 def test_without_a_weight_cache_every_forward_casts_the_weights_again():
     # Transformer Engine called without is_first_microbatch re-quantizes its weight at
-    # every call (linear.py: update_ws = is_first_microbatch is None or ...), as
-    # torchao.float8 does: 4 micro-batches cast the weights 4 times, not once.
+    # every call (linear.py: update_ws = is_first_microbatch is None or ...), as under
+    # hf-trainer (accelerate's Transformer Engine backend): 4 micro-batches cast the
+    # weights 4 times, not once.
     def added(framework: str | None) -> float:
         return _added(one_gpu(framework=framework, linear="fp8-tensorwise",
                               fp8_scaling="delayed"), one_gpu(framework=framework))
 
     per_element = 2 + 2 * 1
-    # torchtitan also converts its output layer: its input, gradient and weight casts
+    # it also converts its output layer: its input, gradient and weight casts
     output = ((OUTPUT_INPUTS + OUTPUT_GRADIENTS) * TOKENS + OUTPUT_WEIGHTS) * MICRO_BATCHES
-    assert added("torchtitan") - added(None) == pytest.approx(
+    assert added("hf-trainer") - added(None) == pytest.approx(
         (WEIGHTS * (MICRO_BATCHES - 1) + output) * per_element, rel=1e-12)
     # and so does each recomputed forward
-    full = _added(one_gpu("full", "torchtitan", linear="fp8-tensorwise", fp8_scaling="delayed"),
-                  one_gpu("full", "torchtitan"))
-    plain = added("torchtitan")
+    full = _added(one_gpu("full", "hf-trainer", linear="fp8-tensorwise", fp8_scaling="delayed"),
+                  one_gpu("full", "hf-trainer"))
+    plain = added("hf-trainer")
     layer_weights = LAYERS * LAYER_LINEAR
     inputs = LAYERS * (H + H + H + F)
     assert full - plain == pytest.approx(

@@ -38,6 +38,15 @@ SPACES = {
                    "fp8_scaling": "current"},
         search={"micro_batch_sizes": [1, 2], "recompute": ["none", "selective", "full"],
                 "values": {"data.zero": [1, 3]}}),
+    # torchao's recasts, the shard casts before fp8 weight all-gathers (the products' own
+    # weight casts dropped where ZeRO-3 gathers the weights) and the amax all-reduces of
+    # current scaling under sequence parallelism
+    "fp8-gather-torchao": small_spec(
+        hardware={"cluster": "dgx-h100", "num_gpus": 8, "gpus_per_node": 4},
+        precision={"linear": "fp8-tensorwise", "weight_gather": "fp8-tensorwise"},
+        training={"sequence_length": 512, "global_batch_size": 24, "framework": "torchtitan"},
+        search={"micro_batch_sizes": [1, 2], "recompute": ["none", "full"],
+                "values": {"data.zero": [1, 3]}}),
     "eager-attention-scores": small_spec(
         training={"sequence_length": 512, "global_batch_size": 24,
                   "activation_model": "hf-eager"}),

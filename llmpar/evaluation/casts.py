@@ -20,8 +20,13 @@ linear`, `math_format` fp8) needs its operands in fp8 first:
   orientations; without it, every forward (and each rerun) casts B again (Transformer
   Engine called without `is_first_microbatch` sets `update_ws = is_first_microbatch is
   None or is_first_microbatch`, transformer_engine/pytorch/module/linear.py, TE 2.20;
-  torchao.float8 casts the weight at every call and once more in the backward, which
-  reads it a second time: that read is left out);
+  torchao.float8 casts the weight at every call);
+- recasts (`Framework.fp8_backward_recasts`, torchao.float8): each cast writes one
+  orientation, and the backward casts from the saved bf16 tensors again: the output
+  gradient twice (for the input and the weight gradient), the weight and the input once
+  more each (`matmul_with_hp_or_float8_args`, torchao/float8/float8_linear.py at commit
+  7ca1bfb). The fp8 bytes written are those of Transformer Engine's two copies; the reads
+  double;
 - the output layer casts as the layers do only where the profile runs it in fp8
   (`Framework.fp8_output_layer`); Megatron-Core's stays in bf16 and casts nothing.
 
@@ -45,6 +50,19 @@ formats compute each row's or block's scale in the cast's own pass (the scaling
 kernels transformer_engine/common/recipe/fp8_block_scaling.cu and mxfp8_scaling.cu).
 Bytes per element written are the format's, its scales included (`bytes_per_element`).
 
+Gathers in fp8 (`[precision] weight_gather` in an fp8 format, weights stored in 16 bits):
+the data strategy's weight all-gathers carry fp8, so each GPU casts its shard before each
+gather, reading it in the weights' format (and once more for its amax under current
+scaling) and writing it in fp8: torchao's WeightWithDynamicFloat8CastTensor casts in
+`fsdp_pre_all_gather`, which FSDP2 calls for every all-gather, and hands the gathered fp8
+data to the products as a Float8TrainingTensor (torchao/float8/fsdp_utils.py at commit
+11ce634), which `matmul_with_hp_or_float8_args` casts no further, forward or backward
+(`tensor_already_casted_to_fp8`). So where ZeRO-3 / FSDP gathers the layers' weights in
+fp8, the products cast no weight (`gather_casts`). The amax all-reduce a shard's cast
+makes over the shard group, or torchtitan's once-a-step
+`precompute_float8_dynamic_scale_for_fsdp` in its place, is left out (one fp32 per
+weight).
+
 Copies. Under a profile with `fp8_weight_cache` (Transformer Engine under Megatron-Core),
 each fp8 linear layer keeps its weight's two fp8 copies from one step to the next
 (`weight_copy_bytes`), unless the weights are stored in fp8 themselves (fp8 primary
@@ -53,10 +71,10 @@ weights, TE's `quantized_model_init`, whose weights are cast in place).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llmpar.arrays import Value, rounded
+from llmpar.arrays import Value, rounded, where
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.matmuls import (
@@ -67,6 +85,7 @@ from llmpar.evaluation.matmuls import (
     reruns,
 )
 from llmpar.spec import Spec
+from llmpar.strategy import Collective
 
 COPIES = 2
 """fp8 copies written per cast of a linear layer's operand: as the tensor is, and
@@ -74,10 +93,15 @@ transposed (or scaled along the other dimension)."""
 PER_TENSOR_FORMATS = ("fp8", "fp8-tensorwise")
 """Formats with one scale per tensor: the ones whose scale current scaling finds in a
 pass of its own."""
-WEIGHT_COPY_GROUPS = ("attention", "mlp", "experts", "shared_experts")
+WEIGHT_COPY_GROUPS = ("attention", "linear_attention", "mamba", "mlp", "experts",
+                      "shared_experts")
 """Parameter groups of the layers' linear weights: the layers' products `products` runs
 in the linear format, which Megatron-Core builds from Transformer Engine modules (its
-output layer is none, `tensor_parallel.ColumnParallelLinear`, and keeps no workspace)."""
+output layer is none, `tensor_parallel.ColumnParallelLinear`, and keeps no workspace),
+the recurrent mixers' projections among them (TELayerNormColumnParallelLinear in and
+TERowParallelLinear out in Megatron-Core's Mamba and gated DeltaNet layer specs). The
+groups also hold a few parameters no product reads (norms, biases, a recurrent layer's
+convolution and per-head decays: under 1% of the group)."""
 WEIGHT_COPY_SOURCE = (
     "Transformer Engine's weight workspace: each linear with is_first_microbatch (which "
     "Megatron-Core passes) keeps its fp8 weight in _fp8_workspaces['weight'], row-wise "
@@ -106,10 +130,12 @@ def casts_fp8(spec: Spec) -> bool:
     return "fp8" in (math_format(precision.linear_format), math_format(precision.attention_format))
 
 
-def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
-               recomputed_fraction: Any) -> tuple[Value, Value]:
+def cast_bytes(spec: Spec, shape: RankShape, recompute: Any, recomputed_fraction: Any,
+               weight_casts: Value = 1.0) -> tuple[Value, Value]:
     """(bytes one micro-batch's casts move, bytes the step's weight casts move), along
-    the pipeline on one GPU of each stage; (0, 0) unless a product runs in fp8."""
+    the pipeline on one GPU of each stage; (0, 0) unless a product runs in fp8.
+    `weight_casts` (0 or 1, an array over a search node): whether the products cast
+    their weights (0 where they arrive in fp8 from an fp8 all-gather, `gather_casts`)."""
     if not casts_fp8(spec) or not spec.model.has_architecture:
         return 0.0, 0.0
     micro_batch_bytes: Value = 0.0
@@ -117,7 +143,7 @@ def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
     precision = spec.precision
     if math_format(precision.linear_format) == "fp8":
         micro_batch_bytes, step_bytes = _linear_cast_bytes(spec, shape, recompute,
-                                                           recomputed_fraction)
+                                                           recomputed_fraction, weight_casts)
     if math_format(precision.attention_format) == "fp8":
         micro_batch_bytes = micro_batch_bytes + attention_cast_bytes(
             spec, shape, recompute, recomputed_fraction)
@@ -125,33 +151,77 @@ def cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
 
 
 def _linear_cast_bytes(spec: Spec, shape: RankShape, recompute: Any,
-                       recomputed_fraction: Any) -> tuple[Value, Value]:
+                       recomputed_fraction: Any, weight_casts: Value) -> tuple[Value, Value]:
     precision = spec.precision
+    profile = spec.training.profile
     dtype = precision.linear_format
-    written_bytes_per_element = COPIES * bytes_per_element(dtype)
+    size = bytes_per_element(dtype)
     reads = 1.0 + amax_reads(spec, dtype)
+    recasts = profile.fp8_backward_recasts
+    # one orientation per cast where the backward casts again, else both at once
     input_bytes_per_element = reads * bytes_per_element(precision.activations) + (
-        written_bytes_per_element)
-    weight_bytes_per_element = reads * bytes_per_element(precision.weights) + (
-        written_bytes_per_element)
+        (1 if recasts else COPIES) * size)
+    weight_read_bytes_per_element = reads * bytes_per_element(precision.weights)
     modules = spec.training.selective_modules
-    cached = spec.training.profile.fp8_weight_cache
+    cached = profile.fp8_weight_cache
     micro_batch_bytes: Value = 0.0
     step_bytes: Value = 0.0
     output_cast = math_format(output_layer_format(spec)) == "fp8"
     for product in products(spec, shape, materialized_scores=False):
         if not product.weights or not (product.layer or output_cast):
             continue  # attention's casts are its own; an output layer in 16 bits casts none
-        forward_bytes = product.m * product.k * product.count * input_bytes_per_element
-        backward_bytes = product.m * product.n * product.count * input_bytes_per_element
-        weight_bytes = product.k * product.n * product.count * weight_bytes_per_element
+        inputs = product.m * product.k * product.count
+        outputs = product.m * product.n * product.count
+        weights = product.k * product.n * product.count * weight_casts
+        forward_bytes = inputs * input_bytes_per_element
+        backward_bytes = outputs * input_bytes_per_element
+        if recasts:  # the output gradient once more, and the saved input again
+            backward_bytes = backward_bytes * 2 + forward_bytes
         rerun = reruns(product, recompute, recomputed_fraction, modules)
-        if cached:
-            step_bytes = step_bytes + weight_bytes
+        if cached:  # both orientations once per step
+            step_bytes = step_bytes + weights * (weight_read_bytes_per_element + COPIES * size)
+        elif recasts:  # one orientation each forward (and rerun), one each backward
+            forward_bytes = forward_bytes + weights * (weight_read_bytes_per_element + size)
+            backward_bytes = backward_bytes + weights * (weight_read_bytes_per_element + size)
         else:
-            forward_bytes = forward_bytes + weight_bytes
+            forward_bytes = forward_bytes + weights * (weight_read_bytes_per_element
+                                                       + COPIES * size)
         micro_batch_bytes = micro_batch_bytes + forward_bytes * (1.0 + rerun) + backward_bytes
     return micro_batch_bytes, step_bytes
+
+
+def fp8_gathers(spec: Spec) -> bool:
+    """Whether the data strategy's weight all-gathers carry fp8 cast from weights stored
+    in another format (`[precision] weight_gather`)."""
+    precision = spec.precision
+    return (math_format(precision.weight_gather_format) == "fp8"
+            and math_format(precision.weights) != "fp8")
+
+
+def gather_casts(spec: Spec, gathers: Sequence[tuple[Collective, Value, Value]]
+                 ) -> tuple[Value, Value]:
+    """(bytes one GPU's shard casts move in a step, whether the products still cast their
+    weights: 1, or 0 where ZeRO-3 / FSDP gathers them in fp8) from the step's collectives
+    (`gathers`: each with its buffer bytes on one GPU and its calls per step, arrays over
+    a search node where they vary): every data-parallel weight all-gather in the gather
+    format casts the GPU's 1/group share of its buffer first. (0, 1) without fp8 gathers."""
+    if not fp8_gathers(spec):
+        return 0.0, 1.0
+    precision = spec.precision
+    dtype = precision.weight_gather_format
+    size = bytes_per_element(dtype)
+    per_element = (1.0 + amax_reads(spec, dtype)) * bytes_per_element(precision.weights) + size
+    moved: Value = 0.0
+    per_layer: Value = 0.0
+    for collective, buffer_bytes, calls in gathers:
+        if (collective.strategy != "data" or collective.component != "weights"
+                or collective.operation != "all-gather"
+                or collective.bytes_per_parameter != size):
+            continue
+        moved = moved + calls * buffer_bytes / size / collective.group_size * per_element
+        if collective.pieces is not None:  # ZeRO-3's per-layer gathers feed the products
+            per_layer = per_layer + calls
+    return moved, where(per_layer > 0, 0.0, 1.0)
 
 
 def attention_elements(spec: Spec, shape: RankShape) -> tuple[Value, Value]:

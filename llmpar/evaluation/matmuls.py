@@ -19,8 +19,16 @@ where training loses time.
 
 The products, on one GPU, per micro-batch, along the whole pipeline:
 - attention projections: Q, K and V together and the output (MLA: its down and up
-  projections and the output), split as tensor parallelism splits them (KV heads
-  copied past t > kv);
+  projections and the output; a gated attention's output gate; DeepSeek sparse
+  attention's indexer), split as tensor parallelism splits them (KV heads copied past
+  t > kv), in the layers whose token mixer is attention;
+- a recurrent layer's projections in place of attention's (`Model.mixers_in`, the
+  weights `llmpar.footprint.parameters` counts): Mamba-2's in_proj (to z, x, B, C and
+  dt) and out_proj, gated DeltaNet's input projection (queries, keys, values, z, beta
+  and a) and out_proj, each split over the tensor ranks as Megatron-Core builds them
+  (ColumnParallelLinear in, RowParallelLinear out: megatron/core/ssm/mamba_mixer.py,
+  megatron/core/ssm/gated_delta_net.py); their scans are their own kernels, timed
+  with attention's products (`llmpar.footprint.flops.recurrent_mixer_flops_per_token`);
 - MLP (gate and up together, then down), or router + routed experts + shared
   experts: tokens routed evenly, so each of a GPU's E/e experts sees k x tokens x
   e / E tokens (x / t of that with an expert tensor degree x below the tensor degree
@@ -40,7 +48,8 @@ Bytes: A, B and C once, B in the weights' format when it is a weight.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -113,8 +122,9 @@ def _attention(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> li
     if mla is None:
         assert model.head_dim is not None and model.num_kv_heads is not None
         kv = max(1.0, model.num_kv_heads / t) * model.head_dim
-        return [Product(name="Q/K/V", m=tokens, n=model.query_width / t + 2 * kv, k=h,
-                        count=layers),
+        # a gated attention's q_proj also projects the output gate (Qwen3-Next)
+        query = (2 if model.attention_output_gate else 1) * model.query_width / t
+        return [Product(name="Q/K/V", m=tokens, n=query + 2 * kv, k=h, count=layers),
                 Product(name="attention output", m=tokens, n=h,
                         k=model.attention_output_width / t, count=layers)]
     found = []
@@ -126,6 +136,15 @@ def _attention(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> li
         found += [Product(name="Q down", m=tokens, n=mla.q_lora_rank, k=h, count=layers),
                   Product(name="Q up", m=tokens, n=a * mla.qk_head_dim / t, k=mla.q_lora_rank,
                           count=layers, module=up)]
+    sparse = model.sparse_attention
+    if sparse is not None:
+        # DeepSeek sparse attention's lightning indexer, on every GPU whole
+        # (`llmpar.footprint.parameters.indexer_matmul_weights`)
+        assert mla.q_lora_rank is not None
+        found += [Product(name="indexer Q", m=tokens, n=sparse.index_heads * sparse.index_head_dim,
+                          k=mla.q_lora_rank, count=layers),
+                  Product(name="indexer K and weights", m=tokens,
+                          n=sparse.index_head_dim + sparse.index_heads, k=h, count=layers)]
     return found + [
         Product(name="KV down", m=tokens, n=mla.kv_lora_rank + mla.qk_rope_head_dim, k=h,
                 count=layers),
@@ -134,6 +153,38 @@ def _attention(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> li
         Product(name="attention output", m=tokens, n=h, k=a * mla.v_head_dim / t,
                 count=layers),
     ]
+
+
+def _mamba(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> list[Product]:
+    """Mamba-2's projections (`llmpar.footprint.parameters.mamba_matmul_weights`)."""
+    model, t = spec.model, shape.tensor
+    mamba = model.mamba
+    assert mamba is not None and model.hidden_size is not None
+    projected = mamba.inner_width + mamba.conv_width + mamba.num_heads
+    return [Product(name="mamba in", m=tokens, n=projected / t, k=model.hidden_size,
+                    count=layers),
+            Product(name="mamba out", m=tokens, n=model.hidden_size,
+                    k=mamba.inner_width / t, count=layers)]
+
+
+def _linear_attention(spec: Spec, shape: RankShape, tokens: Value,
+                      layers: float) -> list[Product]:
+    """Gated DeltaNet's projections, its two input projections as one (Megatron-Core's
+    fused in_proj; `llmpar.footprint.parameters.linear_attention_matmul_weights`)."""
+    model, t = spec.model, shape.tensor
+    linear = model.linear_attention
+    assert linear is not None and model.hidden_size is not None
+    projected = 2 * linear.key_width + 2 * linear.value_width + 2 * linear.num_value_heads
+    return [Product(name="linear attention in", m=tokens, n=projected / t,
+                    k=model.hidden_size, count=layers),
+            Product(name="linear attention out", m=tokens, n=model.hidden_size,
+                    k=linear.value_width / t, count=layers)]
+
+
+MIXER_PRODUCTS: Mapping[str, Callable[[Spec, RankShape, Value, float], list[Product]]] = (
+    MappingProxyType({"attention": _attention, "mamba": _mamba,
+                      "linear_attention": _linear_attention}))
+"""Each token mixer's projections, by the kinds `Model.mixers_in` names."""
 
 
 def _scores(spec: Spec, shape: RankShape, layers: float) -> list[Product]:
@@ -183,6 +234,9 @@ def _moe(spec: Spec, shape: RankShape, tokens: Value, layers: float) -> list[Pro
                                           or moe.expert_ffn_hidden_size)
         found += _mlp(spec, tokens, width, shape.tensor, layers, "shared expert",
                       "shared_experts")
+        if moe.shared_expert_gate:  # one sigmoid weight per token (Qwen2-MoE, Qwen3-Next)
+            found.append(Product(name="shared expert gate", m=tokens, n=1,
+                                 k=model.hidden_size, count=layers, module="shared_experts"))
     return found
 
 
@@ -191,10 +245,11 @@ def products(spec: Spec, shape: RankShape, materialized_scores: bool) -> list[Pr
     model = spec.model
     assert model.hidden_size is not None and model.vocab_size is not None
     tokens = _tokens(spec, shape)
-    layers = float(model.num_layers or 0)
-    found = _attention(spec, shape, tokens, layers)
-    if materialized_scores:
-        found += _scores(spec, shape, layers)
+    found: list[Product] = []
+    for kind, count in model.mixers_in(0, model.num_layers or 0).items():
+        found += MIXER_PRODUCTS[kind](spec, shape, tokens, float(count))
+    if materialized_scores and model.num_attention_layers:
+        found += _scores(spec, shape, float(model.num_attention_layers))
     if model.num_dense_layers:
         assert model.ffn_hidden_size is not None
         found += _mlp(spec, tokens, model.ffn_hidden_size, shape.tensor,

@@ -45,7 +45,7 @@ import attrs
 from llmpar.arrays import Value, is_array, maximum, minimum, where
 from llmpar.communication.collectives import algorithm_of, seconds_of
 from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
-from llmpar.evaluation.casts import cast_bytes, casts_fp8
+from llmpar.evaluation.casts import cast_bytes, casts_fp8, fp8_gathers, gather_casts
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
 from llmpar.evaluation.matmuls import (
@@ -407,7 +407,7 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
                      _shape_loss(spec, composition, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
-                     _casts(spec, composition, facts))
+                     _casts(spec, composition, facts, costs))
 
 
 def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -427,19 +427,23 @@ def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
     return cache.shape_loss(key, compute)
 
 
-def _casts(spec: Spec, composition: Composition, facts: TrainingFacts) -> tuple[Value, Value]:
-    """The fp8 casts' bytes per micro-batch and the weights' per step, along the pipeline
-    (`llmpar.evaluation.casts`; none unless the linear layers run in fp8)."""
-    if not casts_fp8(spec):
-        return 0.0, 0.0
-    return cast_bytes(spec, rank_shape(spec, composition), spec.training.recompute,
-                      facts.recomputed_fraction)
+def _casts(spec: Spec, composition: Composition, facts: TrainingFacts,
+           costs: Sequence[Cost]) -> tuple[Value, Value, Value]:
+    """The fp8 casts' bytes per micro-batch and the weights' per step, along the pipeline,
+    and the shard casts before fp8 weight all-gathers on one GPU per step
+    (`llmpar.evaluation.casts`; none unless a product or a gather runs in fp8)."""
+    if not (casts_fp8(spec) or fp8_gathers(spec)):
+        return 0.0, 0.0, 0.0
+    gathered, weight_casts = gather_casts(spec, [(c.collective, c.buffer_bytes, c.calls)
+                                                 for c in costs])
+    return (*cast_bytes(spec, rank_shape(spec, composition), spec.training.recompute,
+                        facts.recomputed_fraction, weight_casts), gathered)
 
 
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value,
               shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0,
-              casts: tuple[Value, Value] = (0.0, 0.0)) -> TimeCore:
+              casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0)) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -471,8 +475,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
         # a recomputed forward, every micro-batch (llmpar.finetune.footprint).
         elementwise = elementwise + dequantized_per_pass * m * (
             2 + where(spec.training.recompute == "full", 1, 0))
-    per_micro_batch, per_step = casts
-    cast = (per_micro_batch * m + per_step) / stages
+    per_micro_batch, per_step, gathered = casts
+    cast = (per_micro_batch * m + per_step) / stages + gathered
     elementwise = elementwise + cast
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, attention / n / attention_rate,

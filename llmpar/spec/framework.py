@@ -186,6 +186,16 @@ class Framework:
     compute`'s, uncast (Megatron-Core builds its output layer from
     `tensor_parallel.ColumnParallelLinear`, not a Transformer Engine module, so
     `fp8_autocast` leaves it in bf16: megatron/core/models/gpt/gpt_model.py)."""
+    fp8_backward_recasts: bool = False
+    """The stack saves each fp8 linear layer's input and weight in their own format and
+    casts them to fp8 again in the backward, one orientation per cast: torchao.float8's
+    `matmul_with_hp_or_float8_args` saves `input_hp` and `weight_hp_t`, and casts the
+    output gradient and the weight for the input gradient, the output gradient again and
+    the input for the weight gradient, each through `hp_tensor_to_float8_dynamic`
+    (torchao/float8/float8_linear.py at commit 7ca1bfb). False: Transformer Engine's casts,
+    which write both orientations in one pass (its fused cast-transpose) and keep them for
+    the backward, so nothing is cast twice. Read by the casts' time
+    (`llmpar.evaluation.casts`)."""
     cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
                                             validator=v.non_negative)
     """Device memory the CUDA context of each training process takes (the driver's state

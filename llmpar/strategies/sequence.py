@@ -15,9 +15,11 @@ from typing import Any, Literal
 import attrs
 
 from llmpar.arrays import anywhere, where
+from llmpar.evaluation.casts import amax_reads
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
 from llmpar.search.dimension import Point, SearchDimension
+from llmpar.spec import Spec
 from llmpar.spec.validators import one_of, positive, share_below_one
 from llmpar.strategies.common import (
     backward_input_gradient_calls,
@@ -45,6 +47,11 @@ REDUCE_SCATTER = "sequence.reduce-scatter"
 """Scatters each block's output by sequence (forward), and output gradients (backward)."""
 INPUT_GRADIENT_REDUCE_SCATTER = "sequence.input-gradient-reduce-scatter"
 """Reduce-scatters the input gradients of the column-parallel projections (backward)."""
+AMAX_ALL_REDUCE = "sequence.fp8-amax-all-reduce"
+"""The amax of each sequence-split tensor cast to fp8 with one current scale (backward
+and forward)."""
+AMAX_BYTES = 4.0
+"""One fp32 amax per cast tensor."""
 
 
 @attrs.frozen(kw_only=True)
@@ -131,9 +138,33 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                   "(backward)" + (", behind the weight gradients"
                                                   if config.overlap_backward else ""),
                            **common),
-            ),
+            ) + _amax_all_reduces(spec, calls, t, layout.stride("tensor")),
             added_activation_bytes=kept,
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
+
+
+def _amax_all_reduces(spec: Spec, calls: Any, t: int, stride: int) -> tuple[Collective, ...]:
+    """Under one current scale per tensor (`[precision] linear = "fp8-tensorwise"` with
+    `fp8_scaling = "current"`) each tensor a sequence-parallel rank casts to fp8 before
+    its all-gather holds only its slice of the sequence, so its amax is reduced over the
+    tensor group first: the input of every column-parallel linear (forward, and again
+    when recomputed) and the output gradient of every row-parallel one (backward), one
+    per sequence all-gather. Transformer Engine sets `with_amax_reduction` and
+    `amax_reduction_group = tp_group` on those two quantizers under sequence parallelism
+    (`_customize_quantizers_float8_current_scaling`, transformer_engine/pytorch/module/
+    linear.py, layernorm_linear.py and layernorm_mlp.py, TE 2.20); torchao's
+    Float8ColwiseParallel and Float8RowwiseParallel cast the sequence-sharded DTensor
+    input and output gradient before redistributing them, its amax a DTensor reduction
+    over the mesh (torchao/float8/float8_tensor_parallel.py, float8_utils.py
+    tensor_to_amax). Each is one fp32 on the critical path of its cast: latency."""
+    if amax_reads(spec, spec.precision.linear_format) == 0.0:
+        return ()
+    return (Collective(name=AMAX_ALL_REDUCE, strategy="sequence", operation="all-reduce",
+                       buffer_bytes=AMAX_BYTES, calls_per_step=calls, group_size=t,
+                       group_stride=stride,
+                       reason="the amax of each sequence-split tensor cast to fp8 under "
+                              "current per-tensor scaling: column-parallel inputs "
+                              "(forward), row-parallel output gradients (backward)"),)
 
 
 def _pipelined(config: SequenceConfig, pieces: int,
