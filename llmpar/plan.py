@@ -126,7 +126,8 @@ class TrainingPart:
     step_time_trust: str = ""
     """How far to trust `step_seconds`: the error on the published runs of its validation
     family (GPU and model kind), or what a GPU without runs rests on (`llmpar.trust`);
-    empty without a step time."""
+    then, after a "; ", each mechanism of the plan that rows check on their own
+    (`Transform.mechanisms`) with its family's error; empty without a step time."""
     goodput: RunGoodput | None = None
     """Checkpoints and interruptions over the run (`[training.goodput]`); None without
     that table, and then `train_seconds` counts the steps only."""

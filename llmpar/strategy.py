@@ -349,6 +349,11 @@ class Transform:
     """What the strategy did, for reports."""
     warnings: tuple[str, ...] = ()
     """What the user should know: a large bubble, a group that spans nodes..."""
+    mechanisms: tuple[str, ...] = ()
+    """The mechanisms of this transform that validation rows check on their own
+    ("zero-3", "hybrid-sharding", "zero++", "dualpipe": the `mechanism` of rows under
+    validation/published/): the plan's step-time trust quotes their families' errors
+    beside the general one (`llmpar.trust`)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -54,14 +54,41 @@ def load_families(path: Path | None = None) -> tuple[Family, ...]:
     return tuple(Family(**row) for row in table.get("family", ()))
 
 
-def step_time_trust(spec: Spec, time_model: str, families: tuple[Family, ...]) -> str:
+def step_time_trust(spec: Spec, time_model: str, families: tuple[Family, ...],
+                    mechanisms: tuple[str, ...] = ()) -> str:
     """In words: how far the step time of `spec` is to be trusted, and why, by the
-    published runs of `families`."""
+    published runs of `families`; and, for each of the plan's `mechanisms` (its
+    transforms' `Transform.mechanisms`) that rows check on their own, those rows'."""
     if time_model == "none":
         return ""
     if time_model == "assumed-mfu":
         return ("assumed MFU, not modelled: as good as the MFU given; no published run "
                 "checks it")
+    general = _general_trust(spec, families)
+    return "; ".join([general, *(_mechanism_trust(spec, families, name)
+                                 for name in dict.fromkeys(mechanisms))])
+
+
+def _mechanism_trust(spec: Spec, families: tuple[Family, ...], mechanism: str) -> str:
+    """The error of the rows that check `mechanism`: on this GPU and model kind, else
+    where they ran."""
+    gpu, kind = spec.hardware.gpu.name, model_kind(spec.model)
+    rows = [f for f in families if f.mechanism == mechanism]
+    same = [f for f in rows if f.gpu == gpu and f.kind == kind]
+    if same:
+        f = same[0]
+        return (f"{mechanism}: within {f.worst_abs_error:.0%} (median "
+                f"{f.median_abs_error:.0%}) of its {f.runs} published {kind} run"
+                f"{'s' if f.runs != 1 else ''} on {gpu}")
+    if rows:
+        where = ", ".join(f"{f.runs} {f.kind} on {f.gpu} (median {f.median_abs_error:.0%})"
+                          for f in rows)
+        return f"{mechanism}: checked only on other runs: {where}"
+    return f"{mechanism}: no published run checks it"
+
+
+def _general_trust(spec: Spec, families: tuple[Family, ...]) -> str:
+    """The GPU and model kind's general family."""
     gpu = spec.hardware.gpu
     kind = model_kind(spec.model)
     known = [f for f in families if f.gpu == gpu.name and not f.mechanism]

@@ -70,6 +70,34 @@ def test_mechanism_rows_form_their_own_families_and_plans_quote_the_general_one(
     assert step_time_trust(v100, "modelled", families).startswith("no published run on v100")
 
 
+def test_a_rows_mechanism_is_one_its_plans_transforms_state():
+    """The names rows give their mechanism are the ones strategies state
+    (`Transform.mechanisms`), so a plan that runs one finds the rows that check it; and
+    its trust line quotes that family beside the general one."""
+    from llmpar.trust import load_families
+
+    families = {(f.gpu, f.kind, f.mechanism): f for f in load_families()}
+    for _, row in ROWS:
+        if not row.mechanism:
+            continue
+        spec = llmpar.load_spec(row.spec)
+        plan = llmpar.evaluate(spec)
+        f = families[(spec.hardware.gpu.name, report.model_kind(spec.model), row.mechanism)]
+        assert (f"{row.mechanism}: within {f.worst_abs_error:.0%} (median "
+                f"{f.median_abs_error:.0%}) of its {f.runs} published") in (
+            plan.training.step_time_trust), row.label
+
+
+def test_a_mechanism_checked_elsewhere_says_where():
+    example = report.PUBLISHED.parent.parent / "specs" / "examples"
+    plan = llmpar.evaluate(example / "llama-3-70b-zeropp-512-h100.toml")
+    line = plan.training.step_time_trust
+    assert "zero++: checked only on other runs: 4 dense on v100-sxm2-32gb" in line
+    assert "zero-3: checked only on other runs" in line
+    dense = llmpar.evaluate(example / "gpt3-175b-1024-a100.toml").training.step_time_trust
+    assert ";" not in dense  # no mechanism that rows check on their own
+
+
 def test_the_shipped_validation_families_match_the_rows():
     """specs/validation/step_time.toml, which every plan's step_time_trust quotes, is what
     the rows give today (regenerate it with the script's --families when this fails)."""

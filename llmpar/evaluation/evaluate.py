@@ -282,7 +282,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         notes=strategy_notes(transforms), framework=spec.training.profile.name,
         host_overhead_seconds=time.host_overhead_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
-            load_families() if cache is None else cache.validation_families())),
+            load_families() if cache is None else cache.validation_families()),
+            tuple(name for transform in transforms for name in transform.mechanisms)),
         goodput=goodput,
         memory_peak=None if footprint.activations is None else peak_memory,
         finetune=tuned, steady_state_fits=peak.total_bytes <= capacity)

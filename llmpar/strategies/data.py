@@ -507,8 +507,18 @@ class DataParallel(Strategy[DataConfig]):
                 _fsdp_buffer_bytes(ctx, config) + _held_unsharded_bytes(
                     config, ctx, dense, expert)) + _secondary_partition_bytes(config, ctx),
                 0.0),
-            notes=notes,
+            notes=notes, mechanisms=_mechanisms(config, stage, copies, dense),
         )
+
+
+def _mechanisms(config: DataConfig, stage: Any, copies: Any,
+                dense: Any) -> tuple[str, ...]:
+    """The mechanisms validation rows check on their own that this layout runs (none
+    stated for a search node's arrays: only a plan quotes them)."""
+    if is_array(stage) or is_array(copies) or is_array(dense) or stage != 3 or dense == 1:
+        return ()
+    return (("zero-3",) + (("hybrid-sharding",) if copies > 1 else ())
+            + (("zero++",) if uses_zeropp(config) else ()))
 
 
 def _shards(stage: Any, dense: Any, expert: Any,

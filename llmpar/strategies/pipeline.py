@@ -354,7 +354,9 @@ class PipelineParallel(Strategy[PipelineConfig]):
                       "min(i, p-1-i)) and the mean of their work",)
         return Transform(strategy=self.name, stages=tuple(stages), bubble_fraction=bubble,
                          copies=() if mirrored else _dual_copies(config.schedule),
-                         notes=notes,
+                         notes=notes, mechanisms=(
+                             ("dualpipe",) if not is_array(config.schedule)
+                             and config.schedule in PAIRING_SCHEDULES else ()),
                          collectives=(sends, *self._gathers(config, ctx, calls),
                                       *_mirror_exchange(config, ctx)),
                          warnings=tuple(warnings))
