@@ -92,7 +92,8 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
                       prior=float(inference.cached_prompt_tokens), phase="prefill")
     ops = outer_ops(serving, together)
     for kind, count in layer_kinds(serving):
-        block = moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
+        block = (moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
+                 ) if kind.mlp else []
         layer = []
         for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
             if mixer != "attention":

@@ -86,7 +86,10 @@ class LayerKind:
     moe: bool
     window: int | None
     mixer: str = "attention"
-    """The token mixer (`Model.mixer_of`): attention, or a recurrent kind."""
+    """The token mixer (`Model.mixer_of`): attention, a recurrent kind, or "none" (an MLP
+    alone)."""
+    mlp: bool = True
+    """Whether the layer has an MLP (dense or experts); False for a token mixer alone."""
 
 
 def causal_pairs(tokens: float, window: int | None) -> float:
@@ -112,7 +115,7 @@ def count_layer_kinds(serving: Serving) -> tuple[tuple[LayerKind, int], ...]:
     if model.mixer_pattern is not None:  # one visit per layer, once per serving spec
         for index in range(model.num_layers or 0):
             counts[LayerKind(moe=model.is_moe_layer(index), window=None,
-                             mixer=model.mixer_of(index))] += 1
+                             mixer=model.mixer_of(index), mlp=model.has_mlp(index))] += 1
         return tuple(sorted(counts.items(), key=lambda item: repr(item[0])))
     for (moe, windowed), number in model.layer_kinds_in(0, model.num_layers or 0).items():
         window = model.sliding_window if windowed and honoured else None
@@ -364,7 +367,8 @@ def norms(serving: Serving, step: Step) -> Operation:
 
 def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
     """The operations of one layer of `kind`."""
-    block = moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
+    block = (moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
+             ) if kind.mlp else []
     mixers: list[Operation] = []
     for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
         if mixer != "attention":
