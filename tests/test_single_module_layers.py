@@ -108,6 +108,9 @@ def test_a_layer_of_mixer_and_mlp_is_two_single_module_layers():
     plain, halves = SESSION.evaluate(spec), SESSION.evaluate(halved)
     assert halves.kv_cache_bytes == plain.kv_cache_bytes
     assert halves.weights_bytes == plain.weights_bytes
+    # the same bytes read per step: each module's norm and residual once, the TP
+    # all-reduces once per module
+    assert halves.step_seconds == pytest.approx(plain.step_seconds, rel=1e-12)
 
 
 def test_serving_keeps_tokens_in_the_attention_layers_and_states_in_the_mamba_layers():

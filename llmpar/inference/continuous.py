@@ -45,6 +45,7 @@ from llmpar.inference.operations import (
     dense_mlp,
     indexer,
     layer_kinds,
+    layer_modules,
     moe_ops,
     norms,
     outer_ops,
@@ -110,7 +111,8 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
                 layer.append(indexer(serving, decoding))
                 if prefill_tokens > 0:
                     layer.append(indexer(serving, prefilling))
-        ops += [scaled(op, count) for op in [*layer, *block, norms(serving, together)]]
+        ops += [scaled(op, count) for op in [*layer, *block,
+                                             norms(serving, together, layer_modules(kind))]]
     return ops
 
 

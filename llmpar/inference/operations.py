@@ -49,7 +49,7 @@ from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec import Model
 from llmpar.spec.inference import QUANTIZED_FORMATS
-from llmpar.spec.model import mixer_parts
+from llmpar.spec.model import NO_MIXER, mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
 
@@ -356,13 +356,27 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     ]
 
 
-def norms(serving: Serving, step: Step) -> Operation:
+def norms(serving: Serving, step: Step, modules: int = 2) -> Operation:
+    """The norms and residual adds of one layer of `modules` modules: a mixer and an MLP
+    (2), or one of them alone (1: half of the norm weights and passes, `Model.norms_in`)."""
     model = serving.spec.model
     assert model.hidden_size is not None
+    layers = model.num_layers or 1
+    weights = _per_layer(serving, "norms", layers)
+    if model.single_module_layers:  # the norm weights of one module's half of a block
+        weights = weights * layers / model.norms_in(0, layers)
+    else:
+        weights = weights / 2
     return Operation(name="norms and residuals", flops=0.0,
-                     bytes=(_per_layer(serving, "norms", model.num_layers or 1)
-                            + step.tokens * model.hidden_size * NORM_PASSES * _act(serving)),
+                     bytes=(weights * modules + step.tokens * model.hidden_size * NORM_PASSES
+                            * _act(serving) * modules / 2),
                      dtype=serving.spec.precision.activations)
+
+
+def layer_modules(kind: LayerKind) -> int:
+    """Modules of a layer of `kind`, each behind its norm: its token mixers (one norm for
+    Falcon-H1's two side by side) and its MLP."""
+    return (kind.mixer != NO_MIXER) + kind.mlp
 
 
 def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
@@ -378,7 +392,7 @@ def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
         mixers += [projections(serving, step), attention(serving, step, kind.window)]
         if serving.spec.model.sparse_attention is not None:
             mixers.append(indexer(serving, step))
-    return [*mixers, *block, norms(serving, step)]
+    return [*mixers, *block, norms(serving, step, layer_modules(kind))]
 
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:
