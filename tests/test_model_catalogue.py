@@ -324,7 +324,6 @@ def test_olmo3_windows_from_layer_types():
     ("zamba2", "shared attention blocks"),
     ("mamba2", "Mamba-2 layers without an MLP"),
     ("jamba", "Mamba (version 1) state-space layers"),
-    ("nemotron_h", "layers of a single module each"),
     ("qwen2_5_vl", "multimodal towers are out of scope"),
     ("some_new_vlm", "multimodal towers are out of scope"),
 ])

@@ -59,9 +59,13 @@ CHANGES: dict[str, dict] = {
     "qwen3.5-35b-a3b": {"num_experts": 16, "layer_types": ["linear_attention",
                                                            "full_attention"]},
     "falcon-h1-1.5b": {},                       # attention and Mamba-2 in every layer
+    # one module a layer: Mamba-2, attention, then an MLP alone (3 layers: one of each)
+    "nemotron-h-8b": {"hybrid_override_pattern": "M*-"},
 }
 """The models measured and what each changes from its published config."""
-PER_LAYER = ("layer_types", "no_rope_layers")
+PER_LAYER = ("layer_types", "no_rope_layers", "hybrid_override_pattern")
+LAYER_COUNTS = {"nemotron-h-8b": (1, 3)}
+"""Layers built where a model needs more than 2 to hold one of each kind (default 1, 2)."""
 
 
 def config_used(name: str, layers: int) -> dict:
@@ -73,7 +77,7 @@ def config_used(name: str, layers: int) -> dict:
         values = dict(values["text_config"])
     values.update(CHANGES[name], num_hidden_layers=layers, use_cache=False)
     for key in PER_LAYER:
-        if isinstance(values.get(key), list):
+        if isinstance(values.get(key), list | str):
             values[key] = values[key][:layers]
     if isinstance(values.get("moe_layers"), list):
         values["moe_layers"] = [i for i in values["moe_layers"] if i < layers]
@@ -82,7 +86,7 @@ def config_used(name: str, layers: int) -> dict:
 
 def measure(name: str) -> dict:
     runs = []
-    for layers in (1, 2):
+    for layers in LAYER_COUNTS.get(name, (1, 2)):
         values = config_used(name, layers)
         kwargs = {k: v for k, v in values.items() if k != "model_type"}
         config = AutoConfig.for_model(values["model_type"], **kwargs)

@@ -42,6 +42,11 @@ EXTRA_RULES = [
     # the recurrent token mixers: Qwen3-Next's gated DeltaNet, Granite 4's Mamba-2
     ("linear_attention", r"\.linear_attn\."),
     ("mamba", r"\.mamba\."),
+    # Nemotron-H: every block's one module is `mixer`, of the kind its layer is
+    ("mamba", r"\.mixer\.(in_proj|out_proj|conv1d|norm)\.|\.mixer\.(dt_bias|A_log|D)$"),
+    ("attention", r"\.mixer\.[qkvo]_proj\."),
+    ("mlp", r"\.mixer\.(up|down)_proj\."),
+    ("embedding", r"^(model|backbone)\.embeddings\."),
     # Qwen2-MoE and Qwen3-Next: the shared expert's gate belongs with the shared expert
     ("shared_experts", r"\.shared_expert_gate\."),
     # Granite 4: the shared MLP beside the experts, the router's `layer`

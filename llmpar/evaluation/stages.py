@@ -43,14 +43,15 @@ def stages_of(spec: Spec, transforms: Iterable[Transform]) -> tuple[Stage, ...]:
 
 def layer_kinds(spec: Spec, stage: Stage) -> tuple[int, int]:
     """(dense layers, MoE layers) of a stage."""
-    moe = spec.model.moe_layers_in(stage.first_layer, stage.num_layers)
-    return stage.num_layers - moe, moe
+    model = spec.model
+    moe = model.moe_layers_in(stage.first_layer, stage.num_layers)
+    return model.mlp_layers_in(stage.first_layer, stage.num_layers) - moe, moe
 
 
 def hybrid_kinds(spec: Spec, stage: Stage) -> dict[str, int] | None:
     """A hybrid model's layers of a stage by kind (`Model.hybrid_kinds_in`); None for a
     model whose every layer attends."""
-    if spec.model.recurrent_mixer is None:
+    if not spec.model.layer_kinds_vary:
         return None
     return spec.model.hybrid_kinds_in(stage.first_layer, stage.num_layers)
 
@@ -77,6 +78,9 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
         held, total = (model.mixers_in(stage.first_layer, stage.num_layers),
                        model.mixers_in(0, layers))
         share.update({kind: held.get(kind, 0) / count for kind, count in total.items()})
+    if model.single_module_layers:  # one norm per single-module layer, two per other
+        share["norms"] = (model.norms_in(stage.first_layer, stage.num_layers)
+                          / model.norms_in(0, layers))
     # Adapters and trained copies sit where their base group does (llmpar.finetune).
     default = stage.num_layers / layers
     return {group: count * (share[group] if group in share else
@@ -152,12 +156,12 @@ def _kinds_of(spec: Spec, layers: tuple[int, ...]) -> tuple[int, int, dict[str, 
     model = spec.model
     moe = sum(model.is_moe_layer(index) for index in layers)
     hybrid: dict[str, int] | None = None
-    if model.recurrent_mixer is not None:
+    if model.layer_kinds_vary:
         hybrid = {}
         for index in layers:
             for kind, count in model.hybrid_kinds_in(index, 1).items():
                 hybrid[kind] = hybrid.get(kind, 0) + count
-    return len(layers) - moe, moe, hybrid
+    return sum(model.has_mlp(index) for index in layers) - moe, moe, hybrid
 
 
 def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:

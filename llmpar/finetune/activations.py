@@ -27,7 +27,7 @@ from llmpar.finetune.targets import Linear, targeted
 from llmpar.footprint.activations.common import INSIDE_TP, OUTSIDE_TP, TOKENS_ONLY
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
 from llmpar.spec import Spec
-from llmpar.spec.model import mixer_parts
+from llmpar.spec.model import NO_MLP, mixer_parts
 from llmpar.strategy import Stage
 
 MASK_BYTES = 1.0
@@ -83,7 +83,7 @@ def with_adapters(spec: Spec, inventory: ActivationInventory) -> ActivationInven
         if " " in group.kind:  # a hybrid model's kind: attention adapters on attention only
             block, mixer = group.kind.split(" ", 1)
             own = (attention if "attention" in mixer_parts(mixer) else ()) + (
-                moe if block == "moe" else dense)
+                moe if block == "moe" else () if block == NO_MLP else dense)
             return attrs.evolve(group, tensors=group.tensors + own)
         return attrs.evolve(group, tensors=group.tensors + added.get(group.kind, attention))
 
@@ -102,7 +102,7 @@ def without_backward(spec: Spec, tuned: FinetuneFootprint, stage: Stage,
             if i < tuned.backward_free_layers]
     moe = sum(1 for i in free if model.is_moe_layer(i))
     left = {"dense": len(free) - moe, "moe": moe, "layer": len(free)}
-    if model.recurrent_mixer is not None and free:
+    if model.layer_kinds_vary and free:
         left.update(model.hybrid_kinds_in(free[0], len(free)))
     groups = []
     for group in inventory.groups:

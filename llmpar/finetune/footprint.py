@@ -122,7 +122,8 @@ def linear_layers_frozen(linear: Linear, model: Model, frozen: frozenset[int]) -
     if linear.group == "attention":
         return len(frozen)
     moe = sum(1 for i in frozen if model.is_moe_layer(i))
-    return moe if linear.group in ("experts", "shared_experts") else len(frozen) - moe
+    return moe if linear.group in ("experts", "shared_experts") else sum(
+        1 for i in frozen if model.has_mlp(i)) - moe
 
 
 def adapter_parameters(linear: Linear, finetune: Finetune) -> float:

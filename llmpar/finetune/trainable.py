@@ -26,7 +26,7 @@ def frozen_layer_counts(model: Model, frozen: frozenset[int], stage: Stage) -> t
     found = [i for i in range(stage.first_layer, stage.first_layer + stage.num_layers)
              if i in frozen]
     moe = sum(1 for i in found if model.is_moe_layer(i))
-    return len(found) - moe, moe
+    return sum(1 for i in found if model.has_mlp(i)) - moe, moe
 
 
 def trainable_share(group: str, model: Model, frozen: frozenset[int], stage: Stage) -> float:
@@ -36,10 +36,11 @@ def trainable_share(group: str, model: Model, frozen: frozenset[int], stage: Sta
     dense_frozen, moe_frozen = frozen_layer_counts(model, frozen, stage)
     moe = model.moe_layers_in(stage.first_layer, stage.num_layers)
     if group in ATTENTION_LIKE:
-        return 1.0 - (dense_frozen + moe_frozen) / stage.num_layers
+        layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
+        return 1.0 - sum(1 for i in layers if i in frozen) / stage.num_layers
     if group in MOE_LIKE:
         return 1.0 - moe_frozen / moe if moe else 0.0
-    dense = stage.num_layers - moe
+    dense = model.mlp_layers_in(stage.first_layer, stage.num_layers) - moe
     return 1.0 - dense_frozen / dense if dense else 0.0
 
 
@@ -58,8 +59,10 @@ def trainable_held(model: Model, tuned: FinetuneFootprint, stage: Stage,
             # The stage's unfrozen blocks' own norms, and on the stage with the output
             # layer the norms outside the blocks (final, embedding), which a layer range
             # does not freeze (llmpar.footprint.parameters counts both in "norms").
-            dense, moe = frozen_layer_counts(model, tuned.frozen_layers, stage)
-            trained = (stage.num_layers - dense - moe) * layer_norm_parameters(model)
+            halves = sum(model.norms_in(index, 1) for index in range(
+                stage.first_layer, stage.first_layer + stage.num_layers)
+                if index not in tuned.frozen_layers)
+            trained = halves * layer_norm_parameters(model) // 2
             outer = outer_norm_parameters(model) if stage.has_head else 0
             found[group] = min(count, float(trained + outer))
         else:

@@ -189,7 +189,8 @@ def mlp_parameters(model: Model, width: int) -> int:
 
 
 def layer_norm_parameters(model: Model) -> int:
-    """The norms of a block outside attention: 2 (pre or post) or 4 (sandwich)."""
+    """The norms of a block outside attention: 2 (pre or post) or 4 (sandwich); a
+    single-module layer has half of them (`Model.norms_in`)."""
     assert model.hidden_size is not None
     return BLOCK_NORMS[model.norm_placement] * norm_parameters(model, model.hidden_size)
 
@@ -256,7 +257,8 @@ def parameter_groups(model: Model) -> dict[str, int]:
         for kind, count in model.mixers_in(0, layers).items():
             groups[kind] = count * MIXER_PARAMETERS[kind](model)
     groups["mlp"] = model.num_dense_layers * mlp_parameters(model, model.ffn_hidden_size)
-    groups["norms"] = layers * layer_norm_parameters(model) + outer_norm_parameters(model)
+    groups["norms"] = (model.norms_in(0, layers) * layer_norm_parameters(model) // 2
+                       + outer_norm_parameters(model))
     groups["head"] = head_parameters(model)
     groups["pooler"] = model.hidden_size * model.hidden_size + model.hidden_size
     if model.moe is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from llmpar.hf import classic, decoders, deepseek, hybrid
+from llmpar.hf import classic, decoders, deepseek, hybrid, single
 from llmpar.hf.config import HfConfig
 
 
@@ -96,6 +96,9 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                                read=hybrid.qwen3_5_moe_text, note=hybrid.QWEN3_5_NOTE),
     "falcon_h1": _decoder("FalconH1ForCausalLM", hybrid.falcon_h1),
     "granitemoehybrid": _decoder("GraniteMoeHybridForCausalLM", hybrid.granitemoehybrid),
+    "nemotron_h": Family(hf_class="NemotronHForCausalLM",
+                         required=("hidden_size", "num_attention_heads"),
+                         read=single.nemotron_h),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
     "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
                    note=classic.BERT_NOTE),
@@ -116,18 +119,16 @@ Mistral3ForConditionalGeneration holds a Mistral (Mistral Small 3.1) or a Minist
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
 
 MAMBA_ALONE = ("Mamba-2 layers without an MLP (Mamba2ForCausalLM's blocks hold the mixer "
-               "alone): a layer of llmpar is a token mixer followed by an MLP")
+               "alone) and without any attention or MLP layer beside them: llmpar models "
+               "Mamba-2 layers alone beside attention and MLP layers (nemotron_h), and its "
+               "architecture needs their sizes (num_attention_heads, ffn_hidden_size)")
 MAMBA_1 = ("Mamba (version 1) state-space layers (a selective scan of its own, with a state "
            "per channel; llmpar models Mamba-2's)")
 ZAMBA2 = ("Mamba-2 layers beside shared attention blocks reused at several depths "
           "(hybrid_layer_ids, LoRA per use): a shared block is not modelled")
-NEMOTRON_H = ("layers of a single module each (hybrid_override_pattern: a Mamba-2 layer, an "
-              "attention layer and an MLP or MoE layer alone, NemotronHBlock): a layer of "
-              "llmpar is a token mixer followed by an MLP")
 VISION = ("a vision tower beside the language model: multimodal towers are out of scope, "
           "and this model_type's language model is not read on its own")
 UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
-    "nemotron_h": NEMOTRON_H,
     "mamba2": MAMBA_ALONE,
     "mamba": MAMBA_1,
     "falcon_mamba": MAMBA_1,

@@ -45,6 +45,7 @@ from llmpar.inference.operations import (
     dense_mlp,
     indexer,
     layer_kinds,
+    layer_modules,
     moe_ops,
     norms,
     outer_ops,
@@ -92,7 +93,8 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
                       prior=float(inference.cached_prompt_tokens), phase="prefill")
     ops = outer_ops(serving, together)
     for kind, count in layer_kinds(serving):
-        block = moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
+        block = (moe_ops(serving, together) if kind.moe else [dense_mlp(serving, together)]
+                 ) if kind.mlp else []
         layer = []
         for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
             if mixer != "attention":
@@ -109,7 +111,8 @@ def mixed_ops(serving: Serving, batch: float, prefill_tokens: float) -> list[Ope
                 layer.append(indexer(serving, decoding))
                 if prefill_tokens > 0:
                     layer.append(indexer(serving, prefilling))
-        ops += [scaled(op, count) for op in [*layer, *block, norms(serving, together)]]
+        ops += [scaled(op, count) for op in [*layer, *block,
+                                             norms(serving, together, layer_modules(kind))]]
     return ops
 
 

@@ -49,7 +49,7 @@ from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec import Model
 from llmpar.spec.inference import QUANTIZED_FORMATS
-from llmpar.spec.model import mixer_parts
+from llmpar.spec.model import NO_MIXER, mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
 
@@ -86,7 +86,10 @@ class LayerKind:
     moe: bool
     window: int | None
     mixer: str = "attention"
-    """The token mixer (`Model.mixer_of`): attention, or a recurrent kind."""
+    """The token mixer (`Model.mixer_of`): attention, a recurrent kind, or "none" (an MLP
+    alone)."""
+    mlp: bool = True
+    """Whether the layer has an MLP (dense or experts); False for a token mixer alone."""
 
 
 def causal_pairs(tokens: float, window: int | None) -> float:
@@ -112,7 +115,7 @@ def count_layer_kinds(serving: Serving) -> tuple[tuple[LayerKind, int], ...]:
     if model.mixer_pattern is not None:  # one visit per layer, once per serving spec
         for index in range(model.num_layers or 0):
             counts[LayerKind(moe=model.is_moe_layer(index), window=None,
-                             mixer=model.mixer_of(index))] += 1
+                             mixer=model.mixer_of(index), mlp=model.has_mlp(index))] += 1
         return tuple(sorted(counts.items(), key=lambda item: repr(item[0])))
     for (moe, windowed), number in model.layer_kinds_in(0, model.num_layers or 0).items():
         window = model.sliding_window if windowed and honoured else None
@@ -353,18 +356,33 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     ]
 
 
-def norms(serving: Serving, step: Step) -> Operation:
+def norms(serving: Serving, step: Step, modules: int = 2) -> Operation:
+    """The norms and residual adds of one layer of `modules` modules: a mixer and an MLP
+    (2), or one of them alone (1: half of the norm weights and passes, `Model.norms_in`)."""
     model = serving.spec.model
     assert model.hidden_size is not None
+    layers = model.num_layers or 1
+    weights = _per_layer(serving, "norms", layers)
+    if model.single_module_layers:  # the norm weights of one module's half of a block
+        weights = weights * layers / model.norms_in(0, layers)
+    else:
+        weights = weights / 2
     return Operation(name="norms and residuals", flops=0.0,
-                     bytes=(_per_layer(serving, "norms", model.num_layers or 1)
-                            + step.tokens * model.hidden_size * NORM_PASSES * _act(serving)),
+                     bytes=(weights * modules + step.tokens * model.hidden_size * NORM_PASSES
+                            * _act(serving) * modules / 2),
                      dtype=serving.spec.precision.activations)
+
+
+def layer_modules(kind: LayerKind) -> int:
+    """Modules of a layer of `kind`, each behind its norm: its token mixers (one norm for
+    Falcon-H1's two side by side) and its MLP."""
+    return (kind.mixer != NO_MIXER) + kind.mlp
 
 
 def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
     """The operations of one layer of `kind`."""
-    block = moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
+    block = (moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
+             ) if kind.mlp else []
     mixers: list[Operation] = []
     for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
         if mixer != "attention":
@@ -374,7 +392,7 @@ def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
         mixers += [projections(serving, step), attention(serving, step, kind.window)]
         if serving.spec.model.sparse_attention is not None:
             mixers.append(indexer(serving, step))
-    return [*mixers, *block, norms(serving, step)]
+    return [*mixers, *block, norms(serving, step, layer_modules(kind))]
 
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:

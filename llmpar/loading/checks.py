@@ -16,7 +16,7 @@ from llmpar.finetune.checks import finetune_problems
 from llmpar.inference.checks import inference_problems
 from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
-from llmpar.spec.model import ARCHITECTURE_FIELDS, Model
+from llmpar.spec.model import ALONE, ARCHITECTURE_FIELDS, Model
 from llmpar.strategy import Layout
 from llmpar.workload import workload_problems
 
@@ -54,9 +54,14 @@ PARALLEL_MAMBA = "P"
 def mixer_problems(model: Model) -> list[Problem]:
     """A mixer pattern that repeats to num_layers, a table for each recurrent letter and a
     letter for each table, at most one recurrent kind, and head counts that divide."""
-    pattern, problems = model.mixer_pattern or "", []
+    given_pattern, problems = model.mixer_pattern or "", []
+    pattern = "".join(ALONE.get(letter, letter) for letter in given_pattern)
     path = "$.model.mixer_pattern"
     layers = model.num_layers
+    if model.moe is not None and set(given_pattern) & set(ALONE):
+        problems.append(Problem(path, "experts beside token mixers alone (lower-case "
+                                      "letters) are not modelled: the MoE layers would "
+                                      "follow no period of dense_layers and layer_frequency"))
     if pattern and layers is not None and layers % len(pattern):
         problems.append(Problem(path, f"its length ({len(pattern)}) must divide num_layers "
                                       f"({layers}): the pattern repeats from layer 0"))
@@ -66,7 +71,7 @@ def mixer_problems(model: Model) -> list[Problem]:
             letter = "M" if "M" in pattern else PARALLEL_MAMBA
         if letter in pattern and not given:
             problems.append(Problem(f"$.model.{table}", f"required: mixer_pattern "
-                                    f"({pattern!r}) has {letter!r} layers"))
+                                    f"({given_pattern!r}) has {letter!r} layers"))
         elif given and letter not in pattern:
             problems.append(Problem(f"$.model.{table}", f"no layer uses it: give "
                                     f"mixer_pattern with {letter!r} layers"))
@@ -265,6 +270,7 @@ def recompute_policy_problems(spec: Spec) -> list[Problem]:
                               f"{training.activation_model!r}")]
     unmodelled = [(model.num_moe_layers > 0, "MoE layers"),
                   (model.recurrent_mixer is not None, "recurrent mixer layers"),
+                  (model.single_module_layers, "single-module layers"),
                   (model.sparse_attention is not None, "sparse attention")]
     return [Problem(path, f"{policy!r} is modelled for dense attention blocks; the model "
                           f"has {what}, whose ops the policy's save list is not stated for")

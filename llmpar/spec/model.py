@@ -9,22 +9,37 @@ import attrs
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import Count
 
-FFN_ACTIVATIONS = ("gelu", "relu", "swiglu", "geglu")
+FFN_ACTIVATIONS = ("gelu", "relu", "relu2", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "projection")
-MIXERS = {"A": "attention", "L": "linear_attention", "M": "mamba", "P": "attention+mamba"}
+MIXERS = {"A": "attention", "L": "linear_attention", "M": "mamba", "P": "attention+mamba",
+          "-": "none"}
 """The letters of `Model.mixer_pattern`: the token mixer each layer has. "P" is attention and
 Mamba-2 side by side on the same input, their outputs summed (Falcon-H1's parallel hybrid
-layer, FalconH1DecoderLayer in transformers 5.24)."""
+layer, FalconH1DecoderLayer in transformers 5.24). "-" is a layer without a token mixer: its
+MLP alone, behind one norm (Nemotron-H's "-" block, NemotronHBlock in transformers 5.24)."""
+ALONE = {"a": "A", "l": "L", "m": "M"}
+"""Lower-case letters of `Model.mixer_pattern`: a layer that is its token mixer alone, behind
+one norm and without an MLP (Nemotron-H's "M" and "*" blocks, NemotronHBlock in transformers
+5.24: a block is one norm, one module and its residual)."""
+PATTERN_LETTERS = "".join(MIXERS) + "".join(ALONE)
+NO_MIXER = "none"
+"""The token mixer of a layer that is an MLP alone."""
+NO_MLP = "none"
+"""The MLP kind (beside "dense" and "moe") of a layer that is its token mixer alone."""
 
 
 def mixer_parts(mixer: str) -> tuple[str, ...]:
     """The token mixers of one layer kind (`Model.mixer_of`): ("attention", "mamba") for a
-    parallel hybrid layer, else the one mixer."""
-    return tuple(mixer.split("+"))
+    parallel hybrid layer, none for an MLP alone, else the one mixer."""
+    return () if mixer == NO_MIXER else tuple(mixer.split("+"))
+
+
+def _letter_mixer(letter: str) -> str:
+    return MIXERS[ALONE.get(letter, letter)]
 
 ARCHITECTURE_FIELDS = (
     "num_layers",
@@ -255,7 +270,8 @@ class Model:
     ffn_hidden_size: int | None = attrs.field(default=None, validator=v.positive)
     """Inner width of the MLP."""
     ffn_activation: str = attrs.field(default="gelu", validator=v.one_of(*FFN_ACTIVATIONS))
-    """gelu/relu: two matrices; swiglu/geglu: three (gate, up, down)."""
+    """gelu/relu/relu2: two matrices; swiglu/geglu: three (gate, up, down). relu2 is the
+    squared ReLU (So et al. 2021, Primer, arXiv:2109.08668; Nemotron-H's relu2)."""
     vocab_size: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens in the vocabulary (V)."""
     tie_embeddings: bool = False
@@ -323,13 +339,16 @@ class Model:
     """A sigmoid gate on the attention output, computed by a query projection twice as
     wide (Qwen3-Next's gated attention, attn_output_gate: q_proj of 2 x query_width)."""
     mixer_pattern: str | None = attrs.field(default=None, validator=v.optional_pattern(
-        "".join(MIXERS)))
+        PATTERN_LETTERS))
     """The token mixer of each layer, one letter per layer, repeated from layer 0 until
     num_layers: "A" attention, "L" gated DeltaNet (`[model.linear_attention]`), "M" Mamba-2
     (`[model.mamba]`), "P" attention and Mamba-2 in parallel on the same input, their
-    outputs summed (Falcon-H1); its length divides num_layers. Qwen3-Next: "LLLA",
-    Falcon-H1: "P"; None: every layer attends. A model mixes attention with at most one
-    recurrent kind."""
+    outputs summed (Falcon-H1); its length divides num_layers. Each of these layers has an
+    MLP after its mixer. Single-module layers (Nemotron-H, Mamba-2 alone): "a", "l", "m" are
+    the mixer alone, without an MLP, and "-" is an MLP (or the experts) alone, without a
+    mixer; each has one norm. Qwen3-Next: "LLLA", Falcon-H1: "P", Nemotron-H-8B:
+    "m-m-m-ma-..." (its hybrid_override_pattern, "*" read as "a"), Mamba-2: "m"; None:
+    every layer attends. A model mixes attention with at most one recurrent kind."""
     linear_attention: LinearAttention | None = None
     """The gated DeltaNet layers' sizes, with "L" layers in mixer_pattern."""
     mamba: Mamba | None = None
@@ -340,13 +359,54 @@ class Model:
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer `index` (from 0) has experts instead of a dense MLP."""
         moe = self.moe
-        if moe is None:
+        if moe is None or not self.has_mlp(index):
             return False
         return index >= moe.dense_layers and (index + 1) % moe.layer_frequency == 0
 
+    def has_mlp(self, index: int) -> bool:
+        """Whether layer `index` (from 0) has an MLP (dense or experts): every layer but
+        a token mixer alone (a lower-case letter of mixer_pattern)."""
+        pattern = self.mixer_pattern
+        return pattern is None or pattern[index % len(pattern)] not in ALONE
+
+    @property
+    def single_module_layers(self) -> bool:
+        """Whether some layer is one module alone: a token mixer without an MLP or an MLP
+        without a mixer (mixer_pattern's lower-case letters and "-")."""
+        pattern = self.mixer_pattern
+        return pattern is not None and bool(set(pattern) & {*ALONE, "-"})
+
+    @property
+    def layer_kinds_vary(self) -> bool:
+        """Whether layers differ in more than their MLP and window: recurrent mixers or
+        single-module layers; their layers are grouped by `hybrid_kinds_in`."""
+        return self.recurrent_mixer is not None or self.single_module_layers
+
+    def mlp_layers_in(self, first: int, count: int) -> int:
+        """Layers with an MLP (dense or experts) among `count` layers from `first`, in
+        closed form over the repeated pattern."""
+        count = max(count, 0)
+        pattern = self.mixer_pattern
+        if pattern is None or not self.single_module_layers:
+            return count
+        return count - sum(number for letter, number in _letters_in(pattern, first, count)
+                           if letter in ALONE)
+
+    def norms_in(self, first: int, count: int) -> int:
+        """Block norm sets among `count` layers from `first`, in halves of a two-module
+        block: a layer of a mixer and an MLP counts 2, a single-module layer 1 (one norm
+        before its one module: NemotronHBlock)."""
+        count = max(count, 0)
+        if not self.single_module_layers:
+            return 2 * count
+        assert self.mixer_pattern is not None
+        return sum(number * (1 if letter in ALONE or letter == "-" else 2)
+                   for letter, number in _letters_in(self.mixer_pattern, first, count))
+
     def moe_layers_in(self, first: int, count: int) -> int:
         """Layers with experts among `count` layers from `first`, in closed form: the
-        layers i >= dense_layers with (i + 1) a multiple of layer_frequency."""
+        layers i >= dense_layers with (i + 1) a multiple of layer_frequency (the checks
+        refuse experts beside single-module layers)."""
         moe = self.moe
         if moe is None or count <= 0:
             return 0
@@ -383,30 +443,29 @@ class Model:
         pattern = self.mixer_pattern
         if pattern is None:
             return {"attention": count} if count else {}
-        period = len(pattern)
-        rounds, rest = divmod(count, period)
         found: dict[str, int] = {}
-        for offset, letter in enumerate(pattern):
-            index = (offset - first) % period  # its first position in the range
-            number = rounds + (index < rest)
-            for kind in mixer_parts(MIXERS[letter]) if number else ():
+        for letter, number in _letters_in(pattern, first, count):
+            for kind in mixer_parts(_letter_mixer(letter)):
                 found[kind] = found.get(kind, 0) + number
         return found
 
     def mixer_of(self, index: int) -> str:
         """The token mixer of layer `index` (from 0); "attention+mamba" for a parallel
-        hybrid layer (`mixer_parts` splits it)."""
+        hybrid layer (`mixer_parts` splits it), "none" for an MLP alone."""
         if self.mixer_pattern is None:
             return "attention"
-        return MIXERS[self.mixer_pattern[index % len(self.mixer_pattern)]]
+        return _letter_mixer(self.mixer_pattern[index % len(self.mixer_pattern)])
 
     def hybrid_kinds_in(self, first: int, count: int) -> dict[str, int]:
-        """A hybrid model's layers among `count` from `first` by kind, "dense" or "moe"
-        and the token mixer ("moe linear_attention"), one visit per layer (used only for
-        models with a mixer_pattern)."""
+        """A hybrid model's layers among `count` from `first` by kind: the MLP ("dense",
+        "moe", or "none" for a mixer alone) and the token mixer ("none" for an MLP alone),
+        as "moe linear_attention", one visit per layer (used only for models whose
+        `layer_kinds_vary`)."""
         found: dict[str, int] = {}
         for index in range(first, first + max(count, 0)):
-            kind = f"{'moe' if self.is_moe_layer(index) else 'dense'} {self.mixer_of(index)}"
+            block = ("moe" if self.is_moe_layer(index) else "dense") if self.has_mlp(
+                index) else NO_MLP
+            kind = f"{block} {self.mixer_of(index)}"
             found[kind] = found.get(kind, 0) + 1
         return found
 
@@ -425,8 +484,8 @@ class Model:
         pattern = self.mixer_pattern
         if pattern is None:
             return None
-        kinds = sorted({kind for letter in set(pattern) for kind in mixer_parts(MIXERS[letter])
-                        if kind != "attention"})
+        kinds = sorted({kind for letter in set(pattern)
+                        for kind in mixer_parts(_letter_mixer(letter)) if kind != "attention"})
         return kinds[0] if kinds else None
 
     @property
@@ -436,8 +495,8 @@ class Model:
 
     @property
     def num_dense_layers(self) -> int:
-        """Layers with a dense MLP."""
-        return (self.num_layers or 0) - self.num_moe_layers
+        """Layers with a dense MLP (not a token mixer alone, not experts)."""
+        return self.mlp_layers_in(0, self.num_layers or 0) - self.num_moe_layers
 
     @property
     def has_architecture(self) -> bool:
@@ -508,6 +567,19 @@ class Model:
         if self.mla is None:
             return None
         return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+
+
+def _letters_in(pattern: str, first: int, count: int) -> list[tuple[str, int]]:
+    """How often each position's letter of a pattern repeated from layer 0 falls among
+    `count` layers from `first`, in closed form (one term per position)."""
+    period = len(pattern)
+    rounds, rest = divmod(max(count, 0), period)
+    found = []
+    for offset, letter in enumerate(pattern):
+        number = rounds + ((offset - first) % period < rest)  # its first position in range
+        if number:
+            found.append((letter, number))
+    return found
 
 
 def _multiples_in(first: int, count: int, period: int) -> int:

@@ -30,6 +30,7 @@ __all__ = ["EXPERT_GROUPS", "EXPERT_TENSOR", "TENSOR_SPLIT_GROUPS", "backward_in
            "bytes_per_element", "data_context_stride", "expert_group_stride",
            "expert_tensor_degree", "forward_passes_per_micro_batch", "hidden_state_bytes",
            "layer_collective_calls", "layers_per_stage", "micro_batches_per_step",
+           "blocks_per_stage",
            "op_checkpoint_collective_reruns",
            "recomputed_block_forwards", "sequence_parallel"]
 
@@ -46,6 +47,17 @@ def micro_batches_per_step(spec: Spec, layout: Layout) -> Any:
 def layers_per_stage(spec: Spec, layout: Layout) -> float:
     """Layers one pipeline stage holds, on average."""
     return (spec.model.num_layers or 0) / layout.degree("pipeline")
+
+
+def blocks_per_stage(spec: Spec, layout: Layout) -> Any:
+    """Layers one pipeline stage holds, on average, counted as blocks of a token mixer and
+    an MLP: a single-module layer (a mixer or an MLP alone) is half of one, since each of
+    its modules issues one of a block's two per-pass collectives (`Model.norms_in`)."""
+    model = spec.model
+    layers = model.num_layers or 0
+    if not model.single_module_layers:
+        return layers_per_stage(spec, layout)
+    return model.norms_in(0, layers) / 2 / layout.degree("pipeline")
 
 
 def hidden_state_bytes(spec: Spec, layout: Layout) -> Any:
@@ -70,7 +82,7 @@ def backward_input_gradient_calls(spec: Spec, layout: Layout) -> Any:
     """Calls per step of the backward pass's two input-gradient reductions per layer (of
     the column-parallel Q/K/V and first MLP projections), over the layers of one stage:
     the part of `layer_collective_calls` that can run behind the weight gradients."""
-    return 2 * layers_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
+    return 2 * blocks_per_stage(spec, layout) * micro_batches_per_step(spec, layout)
 
 
 def recomputed_block_forwards(spec: Spec, moe: bool) -> Any:
@@ -104,7 +116,7 @@ def layer_collective_calls(spec: Spec, layout: Layout) -> Any:
     op-level policy (`op_checkpoint_collective_reruns`)."""
     per_micro_batch = (2 * (forward_passes_per_micro_batch(spec) + 1)
                        + op_checkpoint_collective_reruns(spec))
-    calls = per_micro_batch * layers_per_stage(spec, layout)
+    calls = per_micro_batch * blocks_per_stage(spec, layout)
     if spec.training.recompute_modules is not None and spec.model.num_layers:
         model = spec.model
         share = (model.num_dense_layers * recomputed_block_forwards(spec, False)

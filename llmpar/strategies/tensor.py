@@ -222,8 +222,9 @@ class TensorParallel(Strategy[TensorConfig]):
     def serving_collectives(self, config: TensorConfig, ctx: StrategyContext,
                             step: ForwardStep) -> tuple[Collective, ...]:
         """An all-reduce of the hidden states after attention and after the MLP in every
-        layer, one after the vocabulary-parallel embedding, and an all-gather of the
-        sampled rows' logits (vLLM's VocabParallelEmbedding and logits gather)."""
+        layer (after its one module in a single-module layer, `Model.norms_in`), one after
+        the vocabulary-parallel embedding, and an all-gather of the sampled rows' logits
+        (vLLM's VocabParallelEmbedding and logits gather)."""
         t, model = config.degree, ctx.spec.model
         if t == 1:
             return ()
@@ -234,9 +235,9 @@ class TensorParallel(Strategy[TensorConfig]):
         return (
             Collective(name=SERVING_LAYER_OUTPUT, operation="all-reduce",
                        buffer_bytes=step.tokens * model.hidden_size * act,
-                       calls_per_step=2 * (model.num_layers or 0) + 1,
-                       reason=f"{step.phase}: attention and MLP outputs of every layer, and "
-                              "the embedding", **common),
+                       calls_per_step=model.norms_in(0, model.num_layers or 0) + 1,
+                       reason=f"{step.phase}: attention and MLP outputs of every layer (one "
+                              "output of a single-module layer), and the embedding", **common),
             Collective(name=SERVING_LOGITS, operation="all-gather",
                        buffer_bytes=step.rows * model.vocab_size * act, calls_per_step=1,
                        reason=f"{step.phase}: the sampled rows' logits over the split "

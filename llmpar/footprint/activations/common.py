@@ -58,6 +58,11 @@ def require(spec: Spec, fields: tuple[str, ...], model_name: str) -> None:
             f"{recurrent} layers keep for backward (their chunked scan's inputs and "
             "per-chunk states); activation_model = 'fused' lists them as the fused "
             "kernels keep them, 'coefficient' estimates them by size")
+    if spec.model.single_module_layers and model_name not in ("coefficient", "fused"):
+        raise ActivationUnavailable(
+            f"activation model {model_name!r} has no inventory of layers of one module (a "
+            "token mixer or an MLP alone, mixer_pattern's lower-case letters and '-'); "
+            "activation_model = 'fused' lists them, 'coefficient' estimates them by size")
     if not missing:
         return
     hint = ""

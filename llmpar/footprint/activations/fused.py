@@ -50,7 +50,7 @@ from llmpar.footprint.activations.common import (
     sizes_of,
 )
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
-from llmpar.spec.model import mixer_parts
+from llmpar.spec.model import NO_MLP, mixer_parts
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec
@@ -261,15 +261,21 @@ def _mixers(sizes: Sizes, model: Model, mixer: str) -> list[SavedTensor]:
 
 
 def _layer(sizes: Sizes, model: Model, moe: bool,
-           mixer: str = "attention") -> list[SavedTensor]:
+           mixer: str = "attention", block: str = "") -> list[SavedTensor]:
+    """One layer: its mixer and its MLP (block "none": the mixer alone; mixer "none":
+    the MLP alone), each behind its norm."""
     assert model.ffn_hidden_size is not None
-    if moe:
-        mlp = _moe(sizes, model)
-    else:
-        mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
-    mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)",
-                   _norm_output(model))] + mlp
+    mlp: list[SavedTensor] = []
+    if block != NO_MLP:
+        if moe:
+            mlp = _moe(sizes, model)
+        else:
+            mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
+        mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)",
+                       _norm_output(model))] + mlp
     attention = _mixers(sizes, model, mixer)
+    if not (attention and mlp):  # one module behind one norm (NemotronHBlock)
+        return _single_module(sizes, model, attention or mlp)
     if model.norm_placement == "sandwich":
         return (_norm(sizes, model, "input norm") + attention
                 + _norm(sizes, model, "post-attention norm")
@@ -279,6 +285,17 @@ def _layer(sizes: Sizes, model: Model, moe: bool,
                 + _norm(sizes, model, "post-MLP norm"))
     return (_norm(sizes, model, "input norm") + attention
             + _norm(sizes, model, "post-attention norm") + mlp)
+
+
+def _single_module(sizes: Sizes, model: Model,
+                   module: list[SavedTensor]) -> list[SavedTensor]:
+    """A layer of one module (a token mixer or an MLP alone) and its norm, where the
+    model puts norms: before it (pre), after it (post) or both (sandwich)."""
+    if model.norm_placement == "sandwich":
+        return _norm(sizes, model, "input norm") + module + _norm(sizes, model, "post norm")
+    if model.norm_placement == "post":
+        return module + _norm(sizes, model, "post norm")
+    return _norm(sizes, model, "input norm") + module
 
 
 def _outside(sizes: Sizes, model: Model) -> tuple[SavedTensor, ...]:
@@ -319,11 +336,11 @@ def fused(spec: Spec) -> ActivationInventory:
     model = spec.model
     sizes = sizes_of(spec)
     groups = []
-    if model.recurrent_mixer is not None:  # a hybrid model: a group per (MLP, mixer) kind
+    if model.layer_kinds_vary:  # a hybrid model: a group per (MLP, mixer) kind
         for kind, count in model.hybrid_kinds_in(0, model.num_layers or 0).items():
             block, mixer = kind.split(" ", 1)
             groups.append(LayerGroup(kind=kind, count=count, tensors=tuple(
-                _layer(sizes, model, moe=block == "moe", mixer=mixer))))
+                _layer(sizes, model, moe=block == "moe", mixer=mixer, block=block))))
         return ActivationInventory(model="fused", groups=tuple(groups),
                                    fixed=_outside(sizes, model), source=SOURCE)
     if model.num_dense_layers:

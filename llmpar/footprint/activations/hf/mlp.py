@@ -31,6 +31,9 @@ def inner_tensors(ctx: Context, symbol: str, width: int, label: str = "") -> lis
                 inner("gated product", "input of the down projection")]
     if ctx.model.ffn_activation == "relu":
         return [inner("activation output", "kept by relu, input of the down projection")]
+    if ctx.model.ffn_activation == "relu2":  # ReLUSquaredActivation: relu, then square
+        return [inner("relu output", "kept by relu and by square"),
+                inner("activation output", "input of the down projection")]
     if ctx.family.gelu_formula:
         return [inner("activation input", "kept by pow in gelu_new"),
                 inner("tanh output", "kept by tanh in gelu_new"),
