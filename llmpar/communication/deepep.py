@@ -39,6 +39,13 @@ LOW_LATENCY_SHARES: tuple[tuple[int, float, float], ...] = (
     (256, 39 / 50, 40 / 50),
 )
 """Above 1 at 8 and 16 ranks: the logical bandwidth counts the copies a GPU keeps."""
+NORMAL_KERNEL_SMS = 20
+"""Streaming multiprocessors DeepEP's normal (high-throughput) dispatch and combine run on
+(deepseek-ai/DeepEP, deep_ep/buffer.py: `Buffer.num_sms = 20`, set by `Buffer.set_num_sms`;
+the DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.2.2: "only 20 SMs are sufficient to fully
+utilize the bandwidths of IB and NVLink"). SGLang's DeepEP dispatcher keeps this default
+unless `--deepep-config` names another. The low-latency kernels occupy no SM while their
+transfers are in flight (DeepEP README, hook-based overlap), so they take nothing."""
 MEAN_BYTES_PER_ELEMENT = (DISPATCH_BYTES_PER_ELEMENT + COMBINE_BYTES_PER_ELEMENT) / 2
 """A layer's dispatch and combine stated as two calls of one buffer: its mean."""
 

@@ -13,15 +13,41 @@ the dispatch and combine of both are hidden up to the computation of both:
 (the first micro-batch's first layer, which nothing hides, is one layer in many: left
 out). The price is that each micro-batch runs its own products: every weight is read once
 per micro-batch, and each collective runs once per micro-batch on half the tokens.
+
+A communication kernel that runs on some of the GPU's streaming multiprocessors
+(`Collective.compute_share` s, DeepEP's normal kernels: `llmpar.communication.deepep`)
+leaves the computation it hides behind 1 - s of them while it runs (DeepSeek-V3 report,
+Sec. 3.2.2: the SMs given to communication are taken from computation). With M seconds of
+such communication, shares weighted by their seconds, and W seconds of work, the work
+runs slowed for the window h = min(M, W / (1 - s)) the two share, so
+
+    step = W + s h + (M - h) = max(M, W + s M)
+
+the work s h seconds longer, the communication exposed for M - h.
+
+A prefill step runs its MoE layers on SGLang's lockstep schedule instead
+(python/sglang/srt/operations_strategy.py, `_compute_moe_deepseek_blog_prefill`, with
+`tbo_delta_stages=0`; the same in the May 2025 development build the large-scale EP runs
+used): each layer is three stages, (a) attention with its projections, norms and the
+router, then the dispatch launched; (e) the dispatch awaited, the routed experts, the
+combine launched; (s) the shared experts, the combine awaited. Both micro-batches run each
+stage in turn (A's, then B's) on one compute stream, and the dispatch and combine of both
+run in turn on one communication stream (`lockstep_layer_seconds`): nothing is sent while
+the first micro-batch's attention runs, so a layer takes at least a + 2 (d + c). Under that
+schedule SGLang runs DeepGEMM's products on the SMs DeepEP leaves
+(`deep_gemm_num_sms = total - DeepEPConfig.num_sms`, for the whole overlapped step): the
+stages' compute-bound products run at (1 - s) of their rate.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from llmpar.inference.operations import Step
+from llmpar.inference.operations import Step, layer_kinds, layer_ops
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
+from llmpar.roofline import Operation, Rates, compute_seconds, memory_seconds, seconds
+from llmpar.strategies.expert import dispatch_share
 
 MICRO_BATCHES = 2
 
@@ -42,15 +68,123 @@ def micro_batch_step(step: Step, count: int) -> Step:
                         sequences=step.sequences / count)
 
 
+def _window(costs: list[CollectiveCost], overlapped: list[bool], shares: list[float],
+            work_seconds: float) -> tuple[float, float, float]:
+    """(M, s, h): the seconds of the collectives that hide behind the other micro-batch,
+    their compute share weighted by those seconds, and the window they share with the
+    work."""
+    hiding = [(c.seconds, share) for c, hides, share in zip(costs, overlapped, shares,
+                                                           strict=True) if hides]
+    total = sum(seconds for seconds, _ in hiding)
+    if total <= 0:
+        return 0.0, 0.0, 0.0
+    share = sum(seconds * s for seconds, s in hiding) / total
+    return total, share, min(total, work_seconds / (1 - share))
+
+
 def behind_other_micro_batch(costs: list[CollectiveCost], overlapped: list[bool],
-                             work_seconds: float) -> list[CollectiveCost]:
+                             work_seconds: float,
+                             shares: list[float] | None = None) -> list[CollectiveCost]:
     """The costs of the collectives that state `Collective.overlaps_micro_batch` (flagged
-    in `overlapped`, in the same order) with the exposure the overlap leaves, shared in
-    proportion to their seconds; the others as they were."""
-    total = sum(c.seconds for c, hides in zip(costs, overlapped, strict=True) if hides)
+    in `overlapped`, in the same order) with the exposure the overlap leaves, M - h shared
+    in proportion to their seconds; the others as they were. `shares`: each one's
+    `Collective.compute_share` (default none)."""
+    shares = [0.0] * len(costs) if shares is None else shares
+    total, _, hidden = _window(costs, overlapped, shares, work_seconds)
     if total <= 0:
         return costs
-    share = max(0.0, total - work_seconds) / total
+    exposed = max(0.0, total - hidden) / total
+    return [attrs.evolve(c, exposed_seconds=c.seconds * exposed,
+                         hides_behind="other-micro-batch") if hides else c
+            for c, hides in zip(costs, overlapped, strict=True)]
+
+
+def exposed_as(costs: list[CollectiveCost], overlapped: list[bool],
+               exposed_seconds: float) -> list[CollectiveCost]:
+    """The flagged collectives' costs with `exposed_seconds` shared in proportion to their
+    seconds; the others as they were."""
+    total = sum(c.seconds for c, hides in zip(costs, overlapped, strict=True) if hides)
+    share = min(1.0, exposed_seconds / total) if total > 0 else 0.0
     return [attrs.evolve(c, exposed_seconds=c.seconds * share,
                          hides_behind="other-micro-batch") if hides else c
             for c, hides in zip(costs, overlapped, strict=True)]
+
+
+def contention_seconds(costs: list[CollectiveCost], overlapped: list[bool],
+                       shares: list[float], work_seconds: float) -> float:
+    """s h: how much longer the work runs for the streaming multiprocessors the hiding
+    collectives take from it (0 when none takes any)."""
+    _, share, hidden = _window(costs, overlapped, shares, work_seconds)
+    return share * hidden
+
+
+def lockstep_layer_seconds(attention: float, experts: float, shared: float,
+                           dispatch: float, combine: float) -> float:
+    """One MoE layer of two micro-batches A and B on the lockstep schedule: stage times
+    per micro-batch (attention side, routed experts, shared experts) and its dispatch and
+    combine. Compute runs A.a, B.a, A.e, B.e, A.s, B.s; each expert stage waits for its
+    dispatch, each shared stage ends when its combine has arrived; the communication stream
+    runs A's dispatch, B's dispatch, A's combine, B's combine, each once its data is made."""
+    a_attention = attention
+    a_dispatch = a_attention + dispatch
+    b_attention = a_attention + attention
+    b_dispatch = max(a_dispatch, b_attention) + dispatch
+    a_experts = max(b_attention, a_dispatch) + experts
+    a_combine = max(a_experts, b_dispatch) + combine
+    b_experts = max(a_experts, b_dispatch) + experts
+    b_combine = max(b_experts, a_combine) + combine
+    a_shared = max(b_experts + shared, a_combine)
+    return max(a_shared + shared, b_combine)
+
+
+STAGE_OF = {"routed experts": "experts", "shared experts": "shared"}
+"""The lockstep stage of an MoE layer's operation; any other runs in the attention stage."""
+
+
+@attrs.frozen(kw_only=True)
+class Lockstep:
+    """The MoE layers of a prefill step under the lockstep schedule (per step, both
+    micro-batches)."""
+
+    work_seconds: float
+    """Their operations' roofline times as the step sums them (unslowed)."""
+    slowdown_seconds: float
+    """What the SMs the communication kernels hold add to those operations."""
+    exposed_seconds: float
+    """The schedule's time beyond both: communication nothing hides."""
+
+
+def _slowed(op: Operation, rates: Rates, share: float) -> float:
+    """An operation's time on 1 - share of the SMs (its compute part slowed)."""
+    return max(compute_seconds(op, rates) / (1 - share), memory_seconds(op, rates))
+
+
+def lockstep_prefill(serving: Serving, unit: Step, rates: Rates,
+                     costs: list[CollectiveCost], overlapped: list[bool],
+                     shares: list[float]) -> Lockstep | None:
+    """The lockstep schedule of a two-micro-batch prefill step (`unit`: one micro-batch),
+    its dispatch and combine the collectives flagged in `overlapped`; None without MoE
+    layers or such collectives."""
+    total, share, _ = _window(costs, overlapped, shares, 0.0)
+    moe = [(kind, count) for kind, count in layer_kinds(serving) if kind.moe]
+    layers = sum(count for _, count in moe)
+    if total <= 0 or not layers:
+        return None
+    per_layer = total / (layers * MICRO_BATCHES)  # one micro-batch's dispatch + combine
+    expert = serving.spec.parallel.get("expert")
+    dispatcher = getattr(expert, "dispatcher", "all-to-all")
+    dispatch = per_layer * dispatch_share(dispatcher, serving.spec)
+    work = slowdown = scheduled = 0.0
+    for kind, count in moe:
+        plain = {"attention": 0.0, "experts": 0.0, "shared": 0.0}
+        slow = dict(plain)
+        for op in layer_ops(serving, unit, kind):
+            stage = STAGE_OF.get(op.name, "attention")
+            plain[stage] += seconds(op, rates)
+            slow[stage] += _slowed(op, rates, share)
+        work += count * MICRO_BATCHES * sum(plain.values())
+        slowdown += count * MICRO_BATCHES * (sum(slow.values()) - sum(plain.values()))
+        scheduled += count * lockstep_layer_seconds(
+            slow["attention"], slow["experts"], slow["shared"], dispatch, per_layer - dispatch)
+    return Lockstep(work_seconds=work, slowdown_seconds=slowdown,
+                    exposed_seconds=max(0.0, scheduled - work - slowdown))

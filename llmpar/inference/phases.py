@@ -26,6 +26,9 @@ from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
 from llmpar.inference.operations import Step, counted_ops, scaled, step_ops
 from llmpar.inference.overlap import (
     behind_other_micro_batch,
+    contention_seconds,
+    exposed_as,
+    lockstep_prefill,
     micro_batch_step,
     micro_batches,
 )
@@ -101,7 +104,17 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
         exposed = exposed_seconds(costs, operations, rates)
     else:  # two-batch overlap (llmpar.inference.overlap)
         overlapped = [c.overlaps_micro_batch for c in collectives]
-        costs = behind_other_micro_batch(costs, overlapped, compute + memory)
+        shares = [float(c.compute_share) for c in collectives]
+        # the SMs the hiding kernels take lengthen the compute they run beside
+        work = compute + memory
+        lockstep = (lockstep_prefill(serving, unit, rates, costs, overlapped, shares)
+                    if step.phase == "prefill" else None)
+        if lockstep is None:
+            compute += contention_seconds(costs, overlapped, shares, work)
+            costs = behind_other_micro_batch(costs, overlapped, work, shares)
+        else:  # SGLang's prefill schedule (llmpar.inference.overlap)
+            compute += lockstep.slowdown_seconds
+            costs = exposed_as(costs, overlapped, lockstep.exposed_seconds)
         pairs = list(zip(costs, overlapped, strict=True))
         exposed = exposed_seconds([c for c, hides in pairs if not hides], operations,
                                   rates) + sum(c.exposed_seconds for c, hides in pairs if hides)

@@ -76,6 +76,13 @@ class Gpu:
     (0.2: expect within about +-20%): for a calibrated GPU its largest error on the runs it
     was calibrated on, for one scaled from kernel measurements or from a sibling GPU the
     estimate its `efficiency_source` explains. Unset: not stated."""
+    streaming_multiprocessors: int | None = attrs.field(default=None, validator=v.positive)
+    """Streaming multiprocessors (compute units) of the die as shipped: what a
+    communication kernel that runs on some of them takes from the products it overlaps
+    (DeepEP's normal kernels, `[parallel.expert] dispatcher = "deepep"`). Unset: such
+    kernels are taken to cost no compute."""
+    streaming_multiprocessors_source: str = ""
+    """Where `streaming_multiprocessors` was read."""
     achievable_mfu: float | None = attrs.field(default=None, validator=v.fraction)
     """Model FLOPs utilization that large training runs reach on this GPU; held to the
     same limit as `[training] mfu` (the HFU it implies at most 1)."""

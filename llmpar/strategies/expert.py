@@ -22,7 +22,11 @@ import attrs
 
 from llmpar.arrays import anywhere, logical_not, where
 from llmpar.communication.collectives import members_per_node
-from llmpar.communication.deepep import DISPATCH_BYTES_PER_ELEMENT, MEAN_BYTES_PER_ELEMENT
+from llmpar.communication.deepep import (
+    DISPATCH_BYTES_PER_ELEMENT,
+    MEAN_BYTES_PER_ELEMENT,
+    NORMAL_KERNEL_SMS,
+)
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import ForwardFlops, mlp_matmul_weights
 from llmpar.hookspecs import hookimpl
@@ -97,6 +101,25 @@ def serving_element_bytes(dispatcher: str, spec: Spec) -> float:
     if dispatcher == "deepep" and experts == "fp8":
         return (DISPATCH_BYTES_PER_ELEMENT + act) / 2
     return act
+
+
+def dispatch_share(dispatcher: str, spec: Spec) -> float:
+    """The dispatch's share of a layer's dispatch and combine bytes (the serving
+    collective states their mean, `serving_element_bytes`): FP8 with its scales against
+    the combine's activations under DeepEP with fp8 experts, else one half."""
+    act = bytes_per_element(spec.precision.activations)
+    dispatched = 2 * serving_element_bytes(dispatcher, spec) - act
+    return dispatched / (dispatched + act)
+
+
+def normal_kernel_compute_share(dispatcher: str, spec: Spec) -> float:
+    """Share of the GPU's compute DeepEP's normal kernels take from the products they run
+    beside: their NORMAL_KERNEL_SMS of the GPU's streaming multiprocessors (a GPU preset
+    that states none: 0). NCCL's all-to-all: 0 (its channels are not modelled)."""
+    sms = spec.hardware.gpu.streaming_multiprocessors
+    if dispatcher != "deepep" or sms is None:
+        return 0.0
+    return min(NORMAL_KERNEL_SMS, sms - 1) / sms
 
 
 def at_least_one(_instance: Any, attribute: Any, value: float) -> None:
@@ -243,6 +266,7 @@ class ExpertParallel(Strategy[ExpertConfig]):
             buffer_bytes=step.tokens * copies * model.hidden_size * act, group_size=e,
             group_stride=stride, calls_per_step=2 * model.num_moe_layers,
             overlaps_micro_batch=True,
+            compute_share=normal_kernel_compute_share(config.dispatcher, ctx.spec),
             reason=f"{step.phase}: token dispatch and combine of every MoE layer"
                    + (" (DeepEP)" if config.dispatcher == "deepep" else "")),)
 
