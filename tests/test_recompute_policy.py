@@ -373,3 +373,11 @@ def test_mla_block_order_follows_torchtitan_deepseek_v3():
                                      "w1", "w3", "w2"]
     saved = [o.name for o, kept in zip(ops, saved_ops(ops, "op")) if kept]
     assert saved == ["wq_a", "wkv_a", "attention", "wo", "w3"]
+
+
+def test_torchtitan_job_over_an_moe_base_reads_the_op_policy():
+    from llmpar.launch.torchtitan import read_job
+    base = SESSION.load_spec(mixtral())
+    read = read_job("[activation_checkpoint]\nmode = \"selective\"\n"
+                    "selective_ac_option = \"op\"\n", "job.toml", base)
+    assert read.settings["training.recompute_policy"] == "op"
