@@ -14,10 +14,12 @@ from llmpar import SpecError
 from llmpar.evaluation.stages import recomputed
 from llmpar.footprint.baseline import baseline_footprint
 from llmpar.footprint.op_checkpoint import (
+    BlockOp,
     block_ops,
     kept_tensors,
     rerun_flops_per_sequence,
     rerun_products,
+    rerun_shares,
     saved_ops,
 )
 from llmpar.testing.fast_form import disagreements
@@ -154,15 +156,118 @@ def test_bad_policies_name_the_key(training, expected):
     assert any("recompute_" in problem.path for problem in caught.value.problems)
 
 
-def test_moe_layers_are_an_error_not_a_guess():
-    spec = {"model": "mixtral-8x7b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
-            "training": {"framework": "torchtitan", "sequence_length": 4096,
-                         "global_batch_size": 8, "recompute": "selective",
-                         "recompute_policy": "op"},
-            "parallel": {"data": {"fsdp": True}}}
-    with pytest.raises(SpecError, match="MoE layers") as caught:
-        SESSION.load_spec(spec)
-    assert caught.value.problems[0].path == "$.training.recompute_policy"
+def mixtral(recompute: str = "selective", layout: dict[str, Any] | None = None,
+            **training: Any) -> dict[str, Any]:
+    """Mixtral-8x7B (32 MoE layers, 8 experts, top-2, ffn_e 14336) at 4K tokens on one
+    DGX H100 under torchtitan."""
+    table: dict[str, Any] = {"framework": "torchtitan", "sequence_length": 4096,
+                             "global_batch_size": 8, "recompute": recompute, **training}
+    return {"model": "mixtral-8x7b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
+            "training": table, "parallel": layout or {"data": {"fsdp": True}}}
+
+
+EP8 = {"data": {"fsdp": True}, "expert": {"degree": 8}}
+
+
+def test_moe_block_follows_torchtitan_b5bcd76c():
+    # torchtitan b5bcd76c (models/common/moe.py MoE.forward): attention, then the router
+    # gate (forced to recompute, not counted), top-k (saved), the grouped w1, w3, w2
+    # (aten._grouped_mm: not in the save list, not counted). wq (1), wk (2), wv (3), wo (4).
+    model = SESSION.load_spec(mixtral(recompute_policy="op")).model
+    ops = block_ops(model, moe=True)
+    assert [o.name for o in ops] == ["wq", "wk", "wv", "attention", "wo", "router gate",
+                                     "router top-k", "expert w1", "expert w3", "expert w2"]
+    for policy in ("op", "op-all-matmuls"):
+        saved = {o.name for o, kept in zip(ops, saved_ops(ops, policy)) if kept}
+        assert saved == {"wq", "wv", "attention", "router top-k"} | (
+            {"wk", "wo"} if policy == "op-all-matmuls" else set())
+    assert rerun_products(model, "op") == ("wk", "wo", "router gate", "expert w1",
+                                           "expert w3", "expert w2")
+
+
+def test_shared_experts_join_the_count_after_mla():
+    # DeepSeek-V3: wq_a (1), wq_b (2), wkv_a (3), wkv_b (4), wo (5), then the shared
+    # expert's w1 (6), w3 (7), w2 (8): w3 saved; its 3 dense layers count w1, w3, w2 as 6-8.
+    model = SESSION.load_spec({"model": "deepseek-v3",
+                               "hardware": {"cluster": "dgx-h100"}}).model
+    ops = block_ops(model, moe=True)
+    saved = [o.name for o, kept in zip(ops, saved_ops(ops, "op")) if kept]
+    assert saved == ["wq_a", "wkv_a", "attention", "wo", "router top-k", "shared w3"]
+    shares = rerun_shares(model, "op")
+    assert shares["expert up"] == shares["expert down"] == shares["router"] == 1.0
+    assert shares["shared expert down"] == 1.0 and 0 < shares["shared expert up"] < 1
+
+
+def test_router_shape_is_forced_wherever_it_appears():
+    # force_recompute_mm_shapes_by_fqns matches by weight shape: any aten.mm of the gate's
+    # (h, E) is recomputed and left out of the count, before or after the gate.
+    ops = (BlockOp(name="same shape", kind="mm", width=8, fan_in=64),
+           BlockOp(name="router gate", kind="router", width=8, fan_in=64),
+           BlockOp(name="other", kind="mm", width=16, fan_in=64),
+           BlockOp(name="next", kind="mm", width=16, fan_in=64))
+    assert saved_ops(ops, "op") == (False, False, True, False)
+
+
+def test_hand_check_one_mixtral_layer():
+    # b = 1, s = 4096, bf16, unsplit: the layer input (h = 4096), wq's output (32 x 128),
+    # wv's (8 x 128), attention's (4096) and its fp32 log-sum-exp (32 per token): 26,624
+    # bytes; top-k's fp32 scores and int64 ids, k = 2: 2 x 4 + 2 x 8 = 24. Nothing of the
+    # experts is kept.
+    spec = SESSION.load_spec(mixtral(recompute_policy="op"))
+    tokens = 4096
+    per_token = 2 * (4096 + 4096 + 1024 + 4096) + 4 * 32 + 2 * (4 + 8)
+    assert per_token == 26_776 and "26,776" in concepts()
+    assert sum(t.bytes for t in kept_tensors(spec, moe=True)) == tokens * per_token
+    (group,) = recomputed(baseline_footprint(spec).activations, spec).groups
+    assert group.kind == "moe" and group.layer_bytes == tokens * per_token
+    # recomputed: wk (4096 x 1024), wo (4096 x 4096), the gate (4096 x 8) and the two
+    # experts' w1, w3, w2 (3 x 4096 x 14336 each), 2 FLOPs per weight and token, 32 layers
+    weights = 4096 * 1024 + 4096 * 4096 + 4096 * 8 + 2 * 3 * 4096 * 14336
+    assert rerun_flops_per_sequence(spec.model, tokens, "op") == 2 * tokens * 32 * weights
+    none = SESSION.evaluate(mixtral("none")).training.hardware_flops_per_step
+    plan = SESSION.evaluate(spec)
+    assert plan.training.hardware_flops_per_step == pytest.approx(
+        none + 2 * tokens * 32 * weights * 8, rel=1e-12)
+
+
+def test_expert_parallelism_keeps_the_all_to_all_outputs():
+    # EP8: each MoE layer keeps the dispatch's and the combine's outputs, k = 2 copies of
+    # the 4096 tokens' hidden states (4096 x 2 bytes) each, 32 layers, imbalance 1.
+    plan = SESSION.evaluate(mixtral(layout=EP8, recompute_policy="op"))
+    (memory,) = [d for d in plan.derivations if d.quantity == "activations_bytes"]
+    exchanged = 2 * 2 * 4096 * 4096 * 2 * 32
+    assert plan.activations_bytes == (memory.inputs["layers_bytes"]
+                                      + memory.inputs["outside_layers_bytes"] + exchanged)
+    assert f"{exchanged / 1e9:.2f} GB" in concepts()
+    # no all-to-all runs again: the recomputation takes them from the cache
+    calls = {c.name: c.calls_per_step for c in plan.collectives if c.strategy == "expert"}
+    plain = {c.name: c.calls_per_step for c in SESSION.evaluate(mixtral("none", EP8)).collectives
+             if c.strategy == "expert"}
+    assert calls == plain
+
+
+@pytest.mark.parametrize("layout", [None, EP8, {"tensor": {"degree": 2}, "sequence": {},
+                                                "expert": {"degree": 4},
+                                                "data": {"degree": 4}}])
+def test_moe_memory_lies_between_no_and_full_recomputation(layout):
+    none = SESSION.evaluate(mixtral("none", layout))
+    full = SESSION.evaluate(mixtral("full", layout))
+    every = SESSION.evaluate(mixtral(layout=layout, recompute_policy="op-all-matmuls"))
+    other = SESSION.evaluate(mixtral(layout=layout, recompute_policy="op"))
+    assert (full.activations_bytes < other.activations_bytes < every.activations_bytes
+            < none.activations_bytes)
+    flops = [p.training.hardware_flops_per_step for p in (none, every, other, full)]
+    assert flops == sorted(flops) and flops[0] < flops[1]  # the experts rerun under both
+    if layout is None:
+        row = [f"{p.activations_bytes / 1e9:.2f} GB" for p in (other, none, full)]
+        assert all(text in concepts() for text in row)
+
+
+def test_moe_fast_form_agrees():
+    spec = SESSION.load_spec(mixtral(layout={"tensor": {"degree": 2}, "sequence": {},
+                                             "expert": {"degree": 4}, "data": {"degree": 4}},
+                                     recompute_policy="op"))
+    assert list(disagreements(SESSION, spec)) == []
 
 
 def test_the_search_keeps_the_policy_to_selective_and_the_fast_form_agrees():
@@ -268,3 +373,11 @@ def test_mla_block_order_follows_torchtitan_deepseek_v3():
                                      "w1", "w3", "w2"]
     saved = [o.name for o, kept in zip(ops, saved_ops(ops, "op")) if kept]
     assert saved == ["wq_a", "wkv_a", "attention", "wo", "w3"]
+
+
+def test_torchtitan_job_over_an_moe_base_reads_the_op_policy():
+    from llmpar.launch.torchtitan import read_job
+    base = SESSION.load_spec(mixtral())
+    read = read_job("[activation_checkpoint]\nmode = \"selective\"\n"
+                    "selective_ac_option = \"op\"\n", "job.toml", base)
+    assert read.settings["training.recompute_policy"] == "op"

@@ -45,7 +45,7 @@ def _layer_flops(spec: Spec, moe: bool, rerun: float, attention_rerun: float,
     reruns = module_rerun_weights(model, modules, moe) if modules else 0
     policy = spec.training.recompute_policy
     if policy is not None and spec.training.recompute == "selective":
-        reruns += op_rerun_weights(model, policy)  # the products the policy does not save
+        reruns += op_rerun_weights(model, policy, moe)  # the products the policy does not save
     return (projections * (TRAINING_PASSES + rerun) + reruns
             + scores * (TRAINING_PASSES + rerun + attention_rerun))
 

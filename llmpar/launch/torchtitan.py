@@ -268,13 +268,14 @@ def _number(table: dict[str, Any], section: str, key: str, problems: list[Proble
 
 def _op_policy_applies(base: Spec | None, settings: dict[str, Any]) -> bool:
     """Whether the op-level policy can be stated for the imported spec: over a base that
-    keeps its model, whose activation model is "fused" and whose layers are dense
-    attention blocks (`recompute_policy`'s conditions); else plain selective."""
+    keeps its model, whose activation model is "fused" and whose layers are attention
+    blocks with a dense MLP or an MoE block (`recompute_policy`'s conditions); else plain
+    selective."""
     if base is None or "model" in settings:
         return False
     model = base.model
     return (base.training.activation_model == "fused" and model.has_architecture
-            and not model.num_moe_layers and model.recurrent_mixer is None
+            and model.recurrent_mixer is None
             and model.sparse_attention is None)
 
 

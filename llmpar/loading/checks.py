@@ -250,8 +250,8 @@ def recompute_module_problems(spec: Spec) -> list[Problem]:
 
 def recompute_policy_problems(spec: Spec) -> list[Problem]:
     """An op-level policy is torchtitan's selective mode, over the fused inventory's
-    dense attention blocks (`llmpar.footprint.op_checkpoint`): anything else is an error,
-    not a silent guess."""
+    attention blocks with a dense MLP or an MoE block (`llmpar.footprint.op_checkpoint`):
+    anything else is an error, not a silent guess."""
     training, model, path = spec.training, spec.model, "$.training.recompute_policy"
     policy = training.recompute_policy
     if training.recompute != "selective":
@@ -268,11 +268,11 @@ def recompute_policy_problems(spec: Spec) -> list[Problem]:
         return [Problem(path, f"{policy!r} needs activation_model 'fused' (torchtitan's "
                               f"flash attention and fused kernels), got "
                               f"{training.activation_model!r}")]
-    unmodelled = [(model.num_moe_layers > 0, "MoE layers"),
-                  (model.recurrent_mixer is not None, "recurrent mixer layers"),
+    unmodelled = [(model.recurrent_mixer is not None, "recurrent mixer layers"),
                   (model.single_module_layers, "single-module layers"),
                   (model.sparse_attention is not None, "sparse attention")]
-    return [Problem(path, f"{policy!r} is modelled for dense attention blocks; the model "
+    return [Problem(path, f"{policy!r} is modelled for attention blocks with a dense MLP or "
+                          f"an MoE block; the model "
                           f"has {what}, whose ops the policy's save list is not stated for")
             for present, what in unmodelled if present]
 

@@ -195,8 +195,11 @@ class Training:
     products not saved) is recomputed in the backward. "op": torchtitan's policy, which
     saves every other matrix product of a layer (the 1st, 3rd, 5th... in forward order:
     wq, wv, w1, w2 of a Llama block) and recomputes the others (wk, wo, w3); "op-all-
-    matmuls": every matrix product saved. Needs activation_model "fused" and dense
-    attention layers (MoE, recurrent and sparse-attention layers are not modelled).
+    matmuls": every matrix product saved. An MoE block recomputes its router gate and its
+    routed experts' grouped products (not in the save list) and saves the top-k routing and,
+    under expert parallelism, the all-to-alls' outputs; its shared experts join the count.
+    Needs activation_model "fused" and attention layers with a dense MLP or an MoE block
+    (recurrent and sparse-attention layers are not modelled).
     Default: none (recompute_modules' meaning of selective)."""
     recompute_layer_interval: int | None = attrs.field(default=None, validator=v.positive)
     """With recompute = "full": recompute only every N-th layer of each pipeline stage

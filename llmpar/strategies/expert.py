@@ -237,7 +237,8 @@ class ExpertParallel(Strategy[ExpertConfig]):
             f"busiest expert rank gets {config.imbalance:g}x the average tokens",)
         return Transform(strategy=self.name, shards=shards,
                          collectives=(self._a2a(config, ctx, e),), product_split=split,
-                         busiest_rank_extra_work=extra, notes=notes)
+                         busiest_rank_extra_work=extra, notes=notes,
+                         added_activation_bytes=saved_exchange_bytes(config, ctx, e))
 
     def serving_collectives(self, config: ExpertConfig, ctx: StrategyContext,
                             step: ForwardStep) -> tuple[Collective, ...]:
@@ -305,6 +306,35 @@ class ExpertParallel(Strategy[ExpertConfig]):
                                  + (", behind another micro-batch's compute"
                                     if config.overlap_a2a or anywhere(paired) else ""),
                           **overlapped)
+
+
+def saved_exchange_bytes(config: ExpertConfig, ctx: StrategyContext, e: int) -> Any:
+    """Under an op-level `[training] recompute_policy`, what one micro-batch's MoE layers
+    of a stage keep of the token exchange: the outputs of each layer's dispatch and
+    combine, which torchtitan's save list holds (b5bcd76c, torchtitan/distributed/
+    activation_checkpoint.py `_get_default_save_ops`: _c10d_functional.all_to_all_single,
+    deepep.dispatch, deepep.combine), so its recomputation sends nothing again. The
+    all-to-all (torchtitan/models/common/token_dispatcher.py AllToAllTokenDispatcher)
+    receives the k routed copies of b x s/cp tokens (per tensor rank under sequence
+    parallelism), the busiest rank `imbalance` times that, and returns the same k copies;
+    DeepEP receives a token once per expert rank hosting one of its experts, e (1 - (1 -
+    1/e)^k) ranks on average under uniform routing, and its combine returns the weighted
+    sum, one copy. 0 without the policy: nothing is saved beyond the activation model's
+    inventory."""
+    spec, layout = ctx.spec, ctx.layout
+    moe = spec.model.moe
+    if spec.training.recompute_policy is None or moe is None:
+        return 0.0
+    k = moe.experts_per_token
+    tokens_bytes = (hidden_state_bytes(spec, layout)
+                    / where(sequence_parallel(layout), layout.degree("tensor"), 1))
+    if config.dispatcher == "deepep":
+        copies = e * (1 - (1 - 1 / e) ** k) * config.imbalance + 1
+    else:
+        copies = k * config.imbalance + k
+    moe_layers = spec.model.num_moe_layers / layout.degree("pipeline")
+    return where(spec.training.recompute == "selective",
+                 copies * tokens_bytes * moe_layers, 0.0)
 
 
 @hookimpl
