@@ -39,6 +39,7 @@ from llmpar.evaluation.offload import host_memory_warning
 from llmpar.evaluation.peak import (
     MemoryMoment,
     PeakCore,
+    edge_unit_blocks,
     gradients_freed,
     memory_peak,
     peak_candidates,
@@ -346,7 +347,11 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            core.composition.tag_key(), communicator_key(core.composition),
            # the fp8 weight copies follow the model-parallel splits alone
            tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters),
-           gradients_freed(spec, core.composition))
+           gradients_freed(spec, core.composition),
+           # the gathered embeddings and output layer follow the weights' shards
+           tuple(tuple(sorted((m, int(b.size)) for m, b in edge_unit_blocks(
+               spec, core.composition, p, parts, len(core.stages) > 1).items()))
+               for p, parts in zip(core.parameters, core.facts.peak_parts)))
     return cache.memory_peak(key, compute)
 
 

@@ -19,6 +19,10 @@ LossKernel = Literal["torch", "vocab-parallel"]
 LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
 OptimizerKernel = Literal["foreach", "fused"]
 OPTIMIZER_KERNELS: tuple[OptimizerKernel, ...] = typing.get_args(OptimizerKernel)
+FsdpEdgeUnits = Literal["per-module", "separate", "root"]
+FSDP_EDGE_UNITS: tuple[FsdpEdgeUnits, ...] = typing.get_args(FsdpEdgeUnits)
+"""How FSDP / ZeRO-3 gathers the embeddings and the output layer
+(`Framework.fsdp_edge_units`)."""
 Fp8Scaling = Literal["delayed", "current"]
 FP8_SCALINGS: tuple[Fp8Scaling, ...] = typing.get_args(Fp8Scaling)
 """How a per-tensor fp8 cast finds its scale (`[precision] fp8_scaling`)."""
@@ -137,6 +141,26 @@ class Framework:
     False: gradients live in a persistent buffer that is zeroed in place (Megatron-Core's
     `DistributedDataParallel` grad buffers, `zero_grad_buffer`). Read by the memory peak
     only."""
+    fsdp_edge_units: FsdpEdgeUnits = attrs.field(default="per-module",
+                                                 validator=v.one_of(*FSDP_EDGE_UNITS))
+    """Under FSDP / ZeRO-3, when the embeddings' and the output layer's weights are
+    gathered (the transformer blocks are each a unit of their own, the running one and
+    the prefetched one gathered). "per-module": each around its own forward and its own
+    backward, resharded after forward (DeepSpeed ZeRO-3 fetches and releases every
+    submodule's parameters; Megatron-Core's torch FSDP2 wraps LanguageModelEmbedding and
+    the output ColumnParallelLinear as units of their own with reshard_after_forward:
+    megatron/core/distributed/torch_fully_sharded_data_parallel.py). "separate":
+    torchtitan's `apply_fsdp` (torchtitan/models/llama3/infra/parallelize.py, torchtitan
+    0.2.0 to 0.2.2; torchtitan/distributed/fsdp.py after): the embeddings a unit resharded
+    after forward, `[norm, output]` a unit not resharded after forward, so the output
+    layer stays gathered from its forward to its backward (tied embeddings: one unit of
+    embeddings, norm and output, gathered from the first forward to the last backward).
+    "root": `fully_shard` on each block and on the model, FSDP1's auto-wrap by layer class:
+    the embeddings and the output layer are the root unit's parameters, which FSDP never
+    reshards after forward (the root's reshard_after_forward is set to False,
+    torch/distributed/fsdp/_fully_shard/_fully_shard.py docstring and _fsdp_state.py
+    `FSDPState._lazy_init`, PyTorch 2.4 on; torchtitan 0.1.0 wrapped so). Read by the
+    memory peak only (`training.memory_peak`)."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
     applied where the spec does not set it; unset: the strategy's own default."""
