@@ -149,6 +149,21 @@ def allocator_rounded(size: Value) -> Value:
     return int(-(-int(round(size)) // block) * block)
 
 
+EXPANDABLE_SOURCE = ("PyTorch c10/cuda/CUDACachingAllocator.cpp under expandable_segments: "
+                     "one segment per pool and stream grows by mapping kLargeBuffer (20 MiB) "
+                     "pages (find_expandable_block, map_block) and blocks split to 512 B "
+                     "(should_split), so reserved is allocated rounded up to 20 MiB")
+
+
+def expandable_reserved(allocated: Value) -> Value:
+    """Reserved memory under expandable segments: the allocated bytes mapped in 20 MiB
+    pages (kLargeBuffer); the small pool's 2 MiB pages and the holes between live blocks
+    are not counted."""
+    if is_array(allocated):
+        return np.ceil(np.asarray(allocated) / K_LARGE_BUFFER_BYTES) * K_LARGE_BUFFER_BYTES
+    return int(-(-int(allocated) // K_LARGE_BUFFER_BYTES) * K_LARGE_BUFFER_BYTES)
+
+
 def segment_bytes(size: int) -> int:
     """The caching allocator's segment for a lone request: 2 MiB up to 1 MiB
     (kSmallBuffer), 20 MiB up to 10 MiB (kLargeBuffer), else the request rounded to 2 MiB
@@ -511,6 +526,8 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                                                _kind_parts(facts, position), pipelined)):
             allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
             reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
+    if spec.training.profile.expandable_segments:
+        reserved = expandable_reserved(allocated)
     groups = communicators(composition)
     nccl = groups * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
     context, workspace = device_extras(spec)
@@ -575,6 +592,8 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                 best = (size, index, m)
     assert best is not None
     allocated, index, chosen = best
+    if spec.training.profile.expandable_segments:
+        reserved = int(expandable_reserved(allocated))
     record = records[index]
     alive = tuple(LiveBuffer(name=b.name, bytes=int(b.size), source=b.source,
                              transient=b.transient)
@@ -588,7 +607,8 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                       moment=chosen.name, stage=record.stage, steady_bytes=record.total_bytes,
                       alive=alive, cuda_context_bytes=context, workspace_bytes=workspace,
                       fp8_weight_copies_bytes=copies)
-    return peak, _derivations(peak, int(groups)) + _copy_derivations(spec, peak)
+    return peak, (_derivations(peak, int(groups), spec.training.profile.expandable_segments)
+                  + _copy_derivations(spec, peak))
 
 
 def _copy_derivations(spec: Spec, peak: MemoryPeak) -> tuple[Derivation, ...]:
@@ -608,7 +628,8 @@ def _copy_derivations(spec: Spec, peak: MemoryPeak) -> tuple[Derivation, ...]:
                 "stage": peak.stage, "framework": spec.training.profile.name}),)
 
 
-def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:
+def _derivations(peak: MemoryPeak, groups: int,
+                 expandable: bool = False) -> tuple[Derivation, ...]:
     transient = [b for b in peak.alive if b.transient]
     listed = "; ".join(f"{b.name} {b.bytes:,} B" for b in peak.alive)
     return (
@@ -620,9 +641,12 @@ def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:
                    inputs={"steady_bytes": peak.steady_bytes, "stage": peak.stage,
                            "moment": peak.moment}),
         Derivation(quantity="peak_reserved_bytes", value=peak.reserved_bytes, unit="bytes",
-                   rule="max over stages and moments of what is alive, each block rounded "
-                        "by the caching allocator (activations tensor by tensor)",
-                   source=ALLOCATOR_SOURCE, inputs={"allocated_bytes": peak.allocated_bytes}),
+                   rule=("peak_allocated_bytes rounded up to 20 MiB pages (expandable "
+                         "segments)" if expandable else
+                         "max over stages and moments of what is alive, each block rounded "
+                         "by the caching allocator (activations tensor by tensor)"),
+                   source=EXPANDABLE_SOURCE if expandable else ALLOCATOR_SOURCE,
+                   inputs={"allocated_bytes": peak.allocated_bytes}),
         Derivation(quantity="device_bytes", value=peak.device_bytes, unit="bytes",
                    rule="peak_reserved_bytes + communicators * NCCL_BUFFSIZE * ring peers * "
                         "channels + cuBLAS workspace segment + CUDA context; fits = "

@@ -161,6 +161,16 @@ class Framework:
     torch/distributed/fsdp/_fully_shard/_fully_shard.py docstring and _fsdp_state.py
     `FSDPState._lazy_init`, PyTorch 2.4 on; torchtitan 0.1.0 wrapped so). Read by the
     memory peak only (`training.memory_peak`)."""
+    expandable_segments: bool = False
+    """The training processes run with PyTorch's caching allocator in expandable-segments
+    mode (`PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF="expandable_segments:True"`, as
+    torchtitan's run_train.sh launches, torchtitan 0.2.2): each pool is one segment per
+    stream that maps physical pages as it grows, 20 MiB at a time (kLargeBuffer; 2 MiB
+    for the small pool) and splits blocks to the 512 B (c10/cuda/CUDACachingAllocator.cpp,
+    `find_expandable_block`, `should_split`, PyTorch 2.1 on), so the reserved peak is the
+    allocated peak rounded up to 20 MiB. False: a segment per large request
+    (`training.memory_peak.reserved_bytes` rounds each block). Read by the memory peak
+    only."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,
     applied where the spec does not set it; unset: the strategy's own default."""
