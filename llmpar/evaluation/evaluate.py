@@ -39,7 +39,6 @@ from llmpar.evaluation.offload import host_memory_warning
 from llmpar.evaluation.peak import (
     MemoryMoment,
     PeakCore,
-    edge_unit_blocks,
     gradients_freed,
     memory_peak,
     peak_candidates,
@@ -348,10 +347,10 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            # the fp8 weight copies follow the model-parallel splits alone
            tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters),
            gradients_freed(spec, core.composition),
-           # the gathered embeddings and output layer follow the weights' shards
-           tuple(tuple(sorted((m, int(b.size)) for m, b in edge_unit_blocks(
-               spec, core.composition, p, parts, len(core.stages) > 1).items()))
-               for p, parts in zip(core.parameters, core.facts.peak_parts)))
+           # the gathered embeddings, output layer and blocks follow the weights' shards
+           tuple((core.composition.divisor("weights", g),
+                  core.composition.divisor("weights", g, "data"))
+                 for g in sorted({g for p in core.parameters for g in p})))
     return cache.memory_peak(key, compute)
 
 

@@ -299,6 +299,9 @@ EDGE_SOURCE = {
                    "parallel.py wraps the output layer with reshard_after_forward): the "
                    "output layer's gather with the last block's prefetched in its backward"),
 }
+EDGE_GROUPS = ("embedding", "head")
+"""The parameter groups outside the transformer blocks that FSDP gathers as units of
+their own or the root's."""
 EDGE_MOMENTS: Mapping[str, Mapping[str, int]] = {
     # moment -> blocks gathered beside the edge unit then (of the two the buffers count)
     "root": {"warm-up end": 0, "loss forward": 0, "loss backward": 0,
@@ -341,14 +344,14 @@ def edge_unit_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
     units = profile.fsdp_edge_units
     tied = bool(spec.model.tie_embeddings) and not parameters.get("head")
     if units == "root" or (units == "separate" and tied):
-        edge, moments = gathered(["embedding", "head"]), EDGE_MOMENTS["root"]
+        edge, moments = gathered(EDGE_GROUPS), EDGE_MOMENTS["root"]
     elif parts.has_loss:  # the output layer's unit, on the stage that holds it
         edge, moments = gathered(["embedding" if tied else "head"]), EDGE_MOMENTS[units]
     else:
         return {}
     if isinstance(edge, (int, float)) and edge == 0:
         return {}
-    block = gathered([g for g in parameters if g not in ("embedding", "head")]) / parts.layers
+    block = gathered([g for g in parameters if g not in EDGE_GROUPS]) / parts.layers
     name = ("gathered embeddings and output layer (FSDP root unit)" if moments is
             EDGE_MOMENTS["root"] else "gathered output layer (FSDP unit)")
     return {moment: _block(name, rounded(maximum(edge + (k - 2) * block, 0.0)),
@@ -658,6 +661,6 @@ def _derivations(peak: MemoryPeak, groups: int,
     )
 
 
-__all__ = ["MemoryMoment", "PeakCore", "activation_bytes", "allocator_rounded",
+__all__ = ["EDGE_GROUPS", "MemoryMoment", "PeakCore", "activation_bytes", "allocator_rounded",
            "edge_unit_blocks", "kind_moments", "memory_peak", "peak_candidates", "peak_core",
            "step_timeline"]
