@@ -55,9 +55,10 @@ def test_persistent_weights_are_neither_sharded_nor_gathered():
 
 def test_a_bucket_below_a_layer_prefetches_only_its_share():
     plain = plan_of()
-    # Llama-3-8B's 8,030,261,248 weights over its 32 layers: the average layer llmpar
-    # gathers (the embedding and output layer spread over them)
-    layer = 8_030_261_248 / 32
+    # Llama-3-8B's 8,030,261,248 weights less the embeddings' and the output layer's
+    # (128,256 x 4,096 each, gathered as modules of their own) over its 32 layers
+    layer = (8_030_261_248 - 2 * 128_256 * 4_096) / 32
+    assert layer == 218_112_128
     half = plan_of(prefetch_bucket_parameters=int(layer // 2))
     assert gather(half).exposed_seconds > gather(plain).exposed_seconds
     # memory: the running layer and the bucket, instead of two layers

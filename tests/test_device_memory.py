@@ -166,8 +166,9 @@ def test_torchtitan_pipeline_counts_the_gathered_layers_once():
     layers FSDP gathers one after another land in those held weights, so no per-layer
     gather buffer (the running and the prefetched layer) comes on top. Hand-check:
     Llama-3-8B (8,030,261,248 parameters, 32 layers) in 8 stages, FSDP over 2. Without
-    pipelining the buffer is FSDP's two gathered layers, 2 x 8,030,261,248 / 32 x 2 bytes
-    = 1,003,782,656; with it the peak of the first stage at its layer backward is exactly
+    pipelining the buffer is FSDP's two gathered blocks, 2 x (8,030,261,248 - 2 x
+    525,336,576) / 32 x 2 bytes = 872,448,512 (the embeddings and the output layer are
+    units of their own); with it the peak of the first stage at its layer backward is exactly
     its states + activations + its unsharded weights and gradients + the working set,
     with no buffer of gathered layers besides."""
     overrides = {"hardware.num_gpus": 16, "parallel.data.zero": 3,
@@ -185,4 +186,4 @@ def test_torchtitan_pipeline_counts_the_gathered_layers_once():
                                     + held + working)
     single = llmpar.evaluate("specs/examples/llama-3-8b-pp8-a100.toml",
                              {**overrides, "training.framework": "pytorch-fsdp2"})
-    assert single.stages[0].buffers_bytes == 2 * 8_030_261_248 // 32 * 2
+    assert single.stages[0].buffers_bytes == 2 * (8_030_261_248 - 2 * 525_336_576) // 32 * 2

@@ -42,13 +42,15 @@ def test_fp8_gathers_carry_one_byte_per_parameter():
 
 
 def test_fp8_gathered_weights_take_half_the_buffer():
-    """FSDP holds the running layer's and the prefetched layer's gathered weights (two
-    layers of the stage's 8,030,261,248 / 32 parameters): in fp8 each parameter takes
-    1 B instead of bf16's 2, so the buffers and the peak fall by 2 x 250,945,664 B."""
+    """FSDP holds the running block's and the prefetched block's gathered weights (two
+    blocks of (8,030,261,248 - 2 x 128,256 x 4,096) / 32 = 218,112,128 parameters: the
+    embeddings and the output layer are units of their own): in fp8 each parameter takes
+    1 B instead of bf16's 2, so the buffers and the peak fall by 2 x 218,112,128 B."""
     from llmpar.strategies.data import FSDP_PREFETCH_LAYERS
 
     bf16, fp8 = _plan(), _plan(weight_gather="fp8-tensorwise")
-    saved = FSDP_PREFETCH_LAYERS * bf16.parameters / 32 * (2 - 1)
+    saved = FSDP_PREFETCH_LAYERS * (bf16.parameters - 2 * 128_256 * 4_096) / 32 * (2 - 1)
+    assert saved == 2 * 218_112_128
     assert bf16.buffers_bytes - fp8.buffers_bytes == pytest.approx(saved, abs=2)
     peak_bf16, peak_fp8 = bf16.training.memory_peak, fp8.training.memory_peak
     assert peak_bf16 is not None and peak_fp8 is not None

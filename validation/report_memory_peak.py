@@ -102,6 +102,40 @@ def summary(found: list[dict[str, Any]]) -> dict[str, tuple[int, float, float, b
             for profile, errors in by_profile.items()}
 
 
+PUBLISHED = HERE / "published" / "memory" / "vllm_memory_profiling_h100.toml"
+GIB = 2**30
+
+
+def published_rows() -> list[dict[str, Any]]:
+    """vLLM's start-up memory profile of each published run against llmpar's serving
+    plan of the same model, engine, tensor-parallel degree and memory_utilization on an
+    H100 SXM: the total the device lets CUDA allocate against the preset's usable
+    capacity, the memory the instance may use, the weights of one GPU, and the memory
+    outside PyTorch's allocator against the serving allowance's CUDA context and NCCL
+    buffers (llmpar.inference.overhead: the allowance less its headroom)."""
+    import tomllib
+
+    found = []
+    for run in tomllib.loads(PUBLISHED.read_text())["row"]:
+        tensor, utilization = run["tensor_parallel"], run["gpu_memory_utilization"]
+        spec = {"model": run["model"], "hardware": {"gpu": "h100-sxm", "num_gpus": tensor},
+                "inference": {"engine": "vllm", "prompt_tokens": 1024,
+                              "generated_tokens": 256, "memory_utilization": utilization},
+                "parallel": {"tensor": {"degree": tensor}}}
+        plan = SESSION.evaluate(spec)
+        capacity = plan.capacity_bytes
+        outside = plan.runtime_overhead_bytes - (1 - utilization) * capacity
+        for quantity, logged, predicted in (
+                ("total GPU memory", run["total_gpu_memory_gib"], capacity),
+                ("memory the instance may use", run["instance_gib"], capacity * utilization),
+                ("model weights (one GPU)", run["model_weights_gib"], plan.weights_bytes),
+                ("memory outside PyTorch's allocator", run["non_torch_memory_gib"], outside)):
+            found.append({"label": run["label"], "quantity": quantity, "logged_gib": logged,
+                          "predicted_gib": predicted / GIB,
+                          "error": predicted / GIB / logged - 1})
+    return found
+
+
 def percent(value: float) -> str:
     return f"{value * 100:+.2f}%"
 
@@ -141,13 +175,39 @@ def main() -> int:
         print(f"| {row['profile']} | {row['label']} | {row['measured'] / MIB:,.1f} MiB | "
               f"{row['phase']} | {row['predicted'] / MIB:,.1f} MiB | {row['moment']} | "
               f"{percent(row['error'])} |")
+    print("\n## Published logs: device memory of a serving engine\n")
+    print("vLLM prints its memory profile at start-up (vllm/worker/worker.py): the total "
+          "the device lets CUDA allocate, the share `gpu_memory_utilization` gives the "
+          "instance, the weights and the memory outside PyTorch's allocator. Rows from "
+          "`validation/published/memory/vllm_memory_profiling_h100.toml` (vllm-project/vllm "
+          "pull request #10511, 2024-12-14; its header states the assumptions), against "
+          "llmpar's serving plan of the same run. Logged values are GiB with two decimals "
+          "(about 0.3% for the smallest). Targets: device numbers within 10%.\n")
+    print("| run | quantity | logged | llmpar | error |")
+    print("|---|---|---:|---:|---:|")
+    for row in published_rows():
+        print(f"| {row['label']} | {row['quantity']} | {row['logged_gib']:.2f} GiB | "
+              f"{row['predicted_gib']:.2f} GiB | {percent(row['error'])} |")
+    print("\nThe H100's total is what `torch.cuda.mem_get_info` reports, 79.22 GiB; the "
+          "preset's usable capacity is nvidia-smi's total, 81,559 MiB (79.65 GiB), about "
+          "438 MiB more than CUDA lets a process have: the instance's budget, and so "
+          "`fits`, is high by that 0.5%. The memory outside the allocator is low: the "
+          "serving allowance states 1 GiB of CUDA context and libraries and 256 MiB of NCCL "
+          "buffers per group, where the log shows 1.79 GiB on one GPU and 3.58 GiB under "
+          "tensor parallelism (the log does not break them down). Both are the serving "
+          "allowance's and the GPU preset's numbers (llmpar.inference.overhead, "
+          "specs/gpus/), not changed here.")
     print("\n## Not measured here\n")
-    print("Reserved memory (`max_memory_reserved()`: the caching allocator's rounding and "
-          "segments) and device memory (`nvidia-smi`: the CUDA context, cuBLAS workspace, "
-          "NCCL buffers) need a GPU and are not validated on this page. Megatron-Core's "
-          "and torchtitan's steps (Transformer Engine's buffers, the vocabulary-parallel "
-          "loss, pipeline schedules) cannot run on a CPU with plain torch and transformers; "
-          "their profiles have no measured rows here.")
+    print("Training's reserved memory (`max_memory_reserved()`: the caching allocator's "
+          "rounding and segments, or its expandable segments) and device memory "
+          "(`nvidia-smi`: the CUDA context, cuBLAS workspace, NCCL buffers) need a GPU, and "
+          "no published log found states both the allocated and the reserved peak of a "
+          "configuration llmpar can state whole (llama-recipes' and PyTorch issues' logs "
+          "leave the sequence length or the model's architecture out, or train a model "
+          "that is not a transformer), so they are not validated on this page. "
+          "Megatron-Core's and torchtitan's steps (Transformer Engine's buffers, the "
+          "vocabulary-parallel loss, pipeline schedules) cannot run on a CPU with plain "
+          "torch and transformers; their profiles have no measured rows here.")
     return 0
 
 

@@ -13,6 +13,10 @@ alive then (`llmpar.evaluation.transients`).
     cool-down end         states + buffers + one micro-batch's activations
     optimizer step        states + buffers + the optimizer's temporaries
 
+Under FSDP / ZeRO-3 the buffers hold two transformer blocks' gathered weights (the
+running one and the prefetched one); the embeddings' and the output layer's units add
+their gathered weights at the moments the stack keeps them (`edge_unit_blocks`).
+
 allocated = max over stages and moments (`torch.cuda.max_memory_allocated()`);
 reserved  = max over stages and moments of what is alive, each block rounded as
             PyTorch's caching allocator rounds it (`max_memory_reserved()`);
@@ -145,6 +149,21 @@ def allocator_rounded(size: Value) -> Value:
     return int(-(-int(round(size)) // block) * block)
 
 
+EXPANDABLE_SOURCE = ("PyTorch c10/cuda/CUDACachingAllocator.cpp under expandable_segments: "
+                     "one segment per pool and stream grows by mapping kLargeBuffer (20 MiB) "
+                     "pages (find_expandable_block, map_block) and blocks split to 512 B "
+                     "(should_split), so reserved is allocated rounded up to 20 MiB")
+
+
+def expandable_reserved(allocated: Value) -> Value:
+    """Reserved memory under expandable segments: the allocated bytes mapped in 20 MiB
+    pages (kLargeBuffer); the small pool's 2 MiB pages and the holes between live blocks
+    are not counted."""
+    if is_array(allocated):
+        return np.ceil(np.asarray(allocated) / K_LARGE_BUFFER_BYTES) * K_LARGE_BUFFER_BYTES
+    return int(-(-int(allocated) // K_LARGE_BUFFER_BYTES) * K_LARGE_BUFFER_BYTES)
+
+
 def segment_bytes(size: int) -> int:
     """The caching allocator's segment for a lone request: 2 MiB up to 1 MiB
     (kSmallBuffer), 20 MiB up to 10 MiB (kLargeBuffer), else the request rounded to 2 MiB
@@ -267,6 +286,80 @@ def fp8_copy_blocks(spec: Spec, composition: Composition,
     return [_block(FP8_COPIES_NAME, size, WEIGHT_COPY_SOURCE)]
 
 
+EDGE_SOURCE = {
+    "root": ("FSDP2 fully_shard on each block and on the model: the root unit (embeddings, "
+             "final norm, output layer) is never resharded after forward (torch/distributed/"
+             "fsdp/_fully_shard/_fsdp_state.py FSDPState._lazy_init, PyTorch 2.4 on), so it "
+             "stays gathered from the first forward to the end of the backward"),
+    "separate": ("torchtitan/models/llama3/infra/parallelize.py apply_fsdp (torchtitan "
+                 "0.2.0 to 0.2.2): [norm, output] is a unit with reshard_after_forward = "
+                 "False under the 'default' policy, gathered from its forward through its "
+                 "backward, when the last block's gather is prefetched"),
+    "per-module": ("each module gathered around its own forward and backward (DeepSpeed "
+                   "ZeRO-3's submodule fetch; Megatron-Core torch_fully_sharded_data_"
+                   "parallel.py wraps the output layer with reshard_after_forward): the "
+                   "output layer's gather with the last block's prefetched in its backward"),
+}
+EDGE_GROUPS = ("embedding", "head")
+"""The parameter groups outside the transformer blocks that FSDP gathers as units of
+their own or the root's."""
+EDGE_MOMENTS: Mapping[str, Mapping[str, int]] = {
+    # moment -> blocks gathered beside the edge unit then (of the two the buffers count)
+    "root": {"warm-up end": 0, "loss forward": 0, "loss backward": 0,
+             "output layer backward": 1, "layer backward": 2},
+    "separate": {"warm-up end": 0, "loss forward": 0, "loss backward": 0,
+                 "output layer backward": 1},
+    "per-module": {"output layer backward": 1},
+}
+"""When each way of wrapping (`Framework.fsdp_edge_units`) holds the edge unit gathered,
+and how many blocks are gathered beside it. Under "separate" and "per-module" the
+embeddings' gather, prefetched at the first layer's backward beside that layer's, comes
+when the micro-batch's other layers' tensors are freed: not counted (below the layer
+backward moment wherever the embeddings are smaller than the activations freed)."""
+
+
+def edge_unit_blocks(spec: Spec, composition: Composition, parameters: Mapping[str, float],
+                     parts: KindParts, pipelined: bool) -> dict[str, Block]:
+    """The embeddings' and the output layer's gathered weights beyond the two blocks the
+    data strategy's buffers count, by moment: edge + k x block - 2 x block where positive
+    (k: `EDGE_MOMENTS`), in the weight gathers' format, under the model-parallel splits
+    but not the data shard; none where no data shard gathers the weights, or where the
+    stage keeps all its weights gathered (`unsharded_blocks`, and `[parallel.data]
+    reshard_after_forward = false`, whose held weights the buffers count)."""
+    profile = spec.training.profile
+    data = spec.parallel.get("data")
+    if not parts.layers or (pipelined and profile.pipeline_keeps_unsharded) or not any(
+            strategy == "data" and shard.component == "weights"
+            for strategy, shard in composition.shards) or (
+            getattr(data, "reshard_after_forward", True) is False):
+        return {}
+    d = bytes_per_element(spec.precision.weight_gather_format)
+
+    def gathered(groups: Sequence[str]) -> Value:
+        counts = {g: parameters[g] for g in groups if parameters.get(g)}
+        if not counts:
+            return 0.0
+        whole = composition.held(counts, d, "weights", without="data")
+        return where(whole > composition.held(counts, d, "weights"), whole, 0.0)
+
+    units = profile.fsdp_edge_units
+    tied = bool(spec.model.tie_embeddings) and not parameters.get("head")
+    if units == "root" or (units == "separate" and tied):
+        edge, moments = gathered(EDGE_GROUPS), EDGE_MOMENTS["root"]
+    elif parts.has_loss:  # the output layer's unit, on the stage that holds it
+        edge, moments = gathered(["embedding" if tied else "head"]), EDGE_MOMENTS[units]
+    else:
+        return {}
+    if isinstance(edge, (int, float)) and edge == 0:
+        return {}
+    block = gathered([g for g in parameters if g not in EDGE_GROUPS]) / parts.layers
+    name = ("gathered embeddings and output layer (FSDP root unit)" if moments is
+            EDGE_MOMENTS["root"] else "gathered output layer (FSDP unit)")
+    return {moment: _block(name, rounded(maximum(edge + (k - 2) * block, 0.0)),
+                           EDGE_SOURCE[units])
+            for moment, k in moments.items()}
+
+
 def gradients_freed(spec: Spec, composition: Composition) -> Value:
     """Whether no gradient is alive at the loss's moments: the profile frees them after
     each step (`Framework.zero_grad_frees_gradients`) and the step runs one micro-batch,
@@ -281,7 +374,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                  per_micro_batch: Value | None, in_flight: Value, buffers: Value,
                  parts: KindParts, share: float, activation_source: str,
                  unsharded: tuple[list[Block], list[Block]] = ([], []),
-                 kept: Sequence[Block] = (), freed: Value = False) -> list[Moment]:
+                 kept: Sequence[Block] = (), freed: Value = False,
+                 edges: Mapping[str, Block] | None = None) -> list[Moment]:
     """The moments of a stage holding `states` (bytes on one GPU by component), the
     activations of `in_flight` micro-batches of `per_micro_batch` bytes each, and
     `buffers`; `parts` its kind's transients, `share` the optimizer step's foreach copy
@@ -290,7 +384,9 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
     gradients from the first backward, both to the cool-down's end; `kept` what the
     stack keeps from one step to the next beside the states (`fp8_copy_blocks`); `freed`
     (`gradients_freed`): the loss's moments hold no gradients (the layer backward keeps
-    them all, an upper bound of the layers' gradients made by then)."""
+    them all, an upper bound of the layers' gradients made by then); `edges`
+    (`edge_unit_blocks`): the embeddings' and output layer's gathered weights by moment."""
+    edges = edges or {}
     steady = [_block(name, states[key], STATE_SOURCE, transient=False)
               for name, key in STATE_NAMES]
     fixed_blocks = steady + ([_block("buffers", buffers, BUFFER_SOURCE, transient=False)]
@@ -322,6 +418,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
         return found
 
     def moment(name: str, alive: Sequence[Block], extra: Sequence[Block] = ()) -> Moment:
+        if name in edges:
+            extra = tuple(extra) + (edges[name],)
         size, reserved = total(alive)
         return Moment(name=name, allocated=size + _sum(extra),
                       reserved=reserved + _sum(extra, "reserved"),
@@ -351,7 +449,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                   moment("output layer backward", output_alive,
                          _parts(composition, parts.output_backward))]
     if parts.has_layers:
-        found.append(_layer_moment(composition, parts, active, total(active)))
+        found.append(_layer_moment(composition, parts, active, total(active),
+                                   edges.get("layer backward")))
     cooled = base[:len(fixed_blocks)]
     if per_micro_batch is not None:
         cooled = cooled + [Block(name="activations (one micro-batch)", size=one,
@@ -365,8 +464,9 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
 
 
 def _layer_moment(composition: Composition, parts: KindParts, active: Sequence[Block],
-                  sums: tuple[Value, Value]) -> Moment:
-    """The layer backward: the option with the most bytes (the first of equals)."""
+                  sums: tuple[Value, Value], edge: Block | None = None) -> Moment:
+    """The layer backward: the option with the most bytes (the first of equals), and
+    the edge unit's gathered weights where they are alive then."""
     best_size: Value = 0
     best_reserved: Value = 0
     chosen: tuple[Block, ...] = ()
@@ -380,6 +480,9 @@ def _layer_moment(composition: Composition, parts: KindParts, active: Sequence[B
         best_reserved = where(better, reserved, best_reserved)
         best_size = where(better, size, best_size)
     every = tuple(active) + chosen
+    if edge is not None:
+        every += (edge,)
+        best_size, best_reserved = best_size + edge.size, best_reserved + edge.reserved
     return Moment(name="layer backward", allocated=sums[0] + best_size,
                   reserved=sums[1] + best_reserved, blocks=every)
 
@@ -422,9 +525,13 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                               memory.buffers, _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
                                                pipelined),
-                              fp8_copy_blocks(spec, composition, parameters[position]), freed):
+                              fp8_copy_blocks(spec, composition, parameters[position]), freed,
+                              edge_unit_blocks(spec, composition, parameters[position],
+                                               _kind_parts(facts, position), pipelined)):
             allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
             reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
+    if spec.training.profile.expandable_segments:
+        reserved = expandable_reserved(allocated)
     groups = communicators(composition)
     nccl = groups * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
     context, workspace = device_extras(spec)
@@ -455,7 +562,9 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                               unsharded_blocks(spec, composition, parameters[position],
                                                len(stages) > 1),
                               fp8_copy_blocks(spec, composition, parameters[position]),
-                              gradients_freed(spec, composition)):
+                              gradients_freed(spec, composition),
+                              edge_unit_blocks(spec, composition, parameters[position],
+                                               _kind_parts(facts, position), len(stages) > 1)):
             found.append(MemoryMoment(stage=stage.index, moment=m.name,
                                       allocated_bytes=int(m.allocated)))
     return tuple(found)
@@ -478,13 +587,17 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                               activation_source, unsharded_blocks(
                                   spec, composition, parameters[position], len(records) > 1),
                               fp8_copy_blocks(spec, composition, parameters[position]),
-                              freed):
+                              freed, edge_unit_blocks(spec, composition, parameters[position],
+                                                      _kind_parts(facts, position),
+                                                      len(records) > 1)):
             reserved = max(reserved, int(m.reserved))
             size = int(m.allocated)
             if best is None or size > best[0] or (size == best[0] and index < best[1]):
                 best = (size, index, m)
     assert best is not None
     allocated, index, chosen = best
+    if spec.training.profile.expandable_segments:
+        reserved = int(expandable_reserved(allocated))
     record = records[index]
     alive = tuple(LiveBuffer(name=b.name, bytes=int(b.size), source=b.source,
                              transient=b.transient)
@@ -498,7 +611,8 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                       moment=chosen.name, stage=record.stage, steady_bytes=record.total_bytes,
                       alive=alive, cuda_context_bytes=context, workspace_bytes=workspace,
                       fp8_weight_copies_bytes=copies)
-    return peak, _derivations(peak, int(groups)) + _copy_derivations(spec, peak)
+    return peak, (_derivations(peak, int(groups), spec.training.profile.expandable_segments)
+                  + _copy_derivations(spec, peak))
 
 
 def _copy_derivations(spec: Spec, peak: MemoryPeak) -> tuple[Derivation, ...]:
@@ -518,7 +632,8 @@ def _copy_derivations(spec: Spec, peak: MemoryPeak) -> tuple[Derivation, ...]:
                 "stage": peak.stage, "framework": spec.training.profile.name}),)
 
 
-def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:
+def _derivations(peak: MemoryPeak, groups: int,
+                 expandable: bool = False) -> tuple[Derivation, ...]:
     transient = [b for b in peak.alive if b.transient]
     listed = "; ".join(f"{b.name} {b.bytes:,} B" for b in peak.alive)
     return (
@@ -530,9 +645,12 @@ def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:
                    inputs={"steady_bytes": peak.steady_bytes, "stage": peak.stage,
                            "moment": peak.moment}),
         Derivation(quantity="peak_reserved_bytes", value=peak.reserved_bytes, unit="bytes",
-                   rule="max over stages and moments of what is alive, each block rounded "
-                        "by the caching allocator (activations tensor by tensor)",
-                   source=ALLOCATOR_SOURCE, inputs={"allocated_bytes": peak.allocated_bytes}),
+                   rule=("peak_allocated_bytes rounded up to 20 MiB pages (expandable "
+                         "segments)" if expandable else
+                         "max over stages and moments of what is alive, each block rounded "
+                         "by the caching allocator (activations tensor by tensor)"),
+                   source=EXPANDABLE_SOURCE if expandable else ALLOCATOR_SOURCE,
+                   inputs={"allocated_bytes": peak.allocated_bytes}),
         Derivation(quantity="device_bytes", value=peak.device_bytes, unit="bytes",
                    rule="peak_reserved_bytes + communicators * NCCL_BUFFSIZE * ring peers * "
                         "channels + cuBLAS workspace segment + CUDA context; fits = "
@@ -544,5 +662,6 @@ def _derivations(peak: MemoryPeak, groups: int) -> tuple[Derivation, ...]:
     )
 
 
-__all__ = ["MemoryMoment", "PeakCore", "activation_bytes", "allocator_rounded",
-           "kind_moments", "memory_peak", "peak_candidates", "peak_core", "step_timeline"]
+__all__ = ["EDGE_GROUPS", "MemoryMoment", "PeakCore", "activation_bytes", "allocator_rounded",
+           "edge_unit_blocks", "kind_moments", "memory_peak", "peak_candidates", "peak_core",
+           "step_timeline"]

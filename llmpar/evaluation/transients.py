@@ -88,6 +88,9 @@ class KindParts:
     """What the activation model already keeps of the loss's tensors."""
     has_layers: bool = False
     """The stage runs a layer's backward."""
+    layers: int = 0
+    """The stage's transformer layers (its FSDP units besides the embeddings' and the
+    output layer's)."""
     layer_options: tuple[tuple[Part, ...], ...] = ()
     """A layer's backward, one option per kind of layer the stage holds: the option with
     the most bytes is the one alive."""
@@ -307,5 +310,5 @@ def kind_parts(spec: Spec, footprint: Footprint, stage: Stage,
                     output_backward=_output_parts(spec, parameters))
     layers = bool(stage.num_layers and inventory.groups)
     return KindParts(persistent=persistent, tensors=sizes, tensor_counts=counts,
-                     has_layers=layers, layer_options=_layer_options(
+                     has_layers=layers, layers=stage.num_layers, layer_options=_layer_options(
                          spec, inventory, stage, dense, moe, rerun) if layers else (), **loss)

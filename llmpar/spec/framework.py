@@ -19,6 +19,10 @@ LossKernel = Literal["torch", "vocab-parallel"]
 LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
 OptimizerKernel = Literal["foreach", "fused"]
 OPTIMIZER_KERNELS: tuple[OptimizerKernel, ...] = typing.get_args(OptimizerKernel)
+FsdpEdgeUnits = Literal["per-module", "separate", "root"]
+FSDP_EDGE_UNITS: tuple[FsdpEdgeUnits, ...] = typing.get_args(FsdpEdgeUnits)
+"""How FSDP / ZeRO-3 gathers the embeddings and the output layer
+(`Framework.fsdp_edge_units`)."""
 Fp8Scaling = Literal["delayed", "current"]
 FP8_SCALINGS: tuple[Fp8Scaling, ...] = typing.get_args(Fp8Scaling)
 """How a per-tensor fp8 cast finds its scale (`[precision] fp8_scaling`)."""
@@ -136,6 +140,36 @@ class Framework:
     any weight gradient; with more, the later micro-batches' backwards hold them all.
     False: gradients live in a persistent buffer that is zeroed in place (Megatron-Core's
     `DistributedDataParallel` grad buffers, `zero_grad_buffer`). Read by the memory peak
+    only."""
+    fsdp_edge_units: FsdpEdgeUnits = attrs.field(default="per-module",
+                                                 validator=v.one_of(*FSDP_EDGE_UNITS))
+    """Under FSDP / ZeRO-3, when the embeddings' and the output layer's weights are
+    gathered (the transformer blocks are each a unit of their own, the running one and
+    the prefetched one gathered). "per-module": each around its own forward and its own
+    backward, resharded after forward (DeepSpeed ZeRO-3 fetches and releases every
+    submodule's parameters; Megatron-Core's torch FSDP2 wraps LanguageModelEmbedding and
+    the output ColumnParallelLinear as units of their own with reshard_after_forward:
+    megatron/core/distributed/torch_fully_sharded_data_parallel.py). "separate":
+    torchtitan's `apply_fsdp` (torchtitan/models/llama3/infra/parallelize.py, torchtitan
+    0.2.0 to 0.2.2; torchtitan/distributed/fsdp.py after): the embeddings a unit resharded
+    after forward, `[norm, output]` a unit not resharded after forward, so the output
+    layer stays gathered from its forward to its backward (tied embeddings: one unit of
+    embeddings, norm and output, gathered from the first forward to the last backward).
+    "root": `fully_shard` on each block and on the model, FSDP1's auto-wrap by layer class:
+    the embeddings and the output layer are the root unit's parameters, which FSDP never
+    reshards after forward (the root's reshard_after_forward is set to False,
+    torch/distributed/fsdp/_fully_shard/_fully_shard.py docstring and _fsdp_state.py
+    `FSDPState._lazy_init`, PyTorch 2.4 on; torchtitan 0.1.0 wrapped so). Read by the
+    memory peak only (`training.memory_peak`)."""
+    expandable_segments: bool = False
+    """The training processes run with PyTorch's caching allocator in expandable-segments
+    mode (`PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_ALLOC_CONF="expandable_segments:True"`, as
+    torchtitan's run_train.sh launches, torchtitan 0.2.2): each pool is one segment per
+    stream that maps physical pages as it grows, 20 MiB at a time (kLargeBuffer; 2 MiB
+    for the small pool) and splits blocks to the 512 B (c10/cuda/CUDACachingAllocator.cpp,
+    `find_expandable_block`, `should_split`, PyTorch 2.1 on), so the reserved peak is the
+    allocated peak rounded up to 20 MiB. False: a segment per large request
+    (`training.memory_peak.reserved_bytes` rounds each block). Read by the memory peak
     only."""
     reshard_after_forward: bool | None = None
     """The stack's default of `[parallel.data] reshard_after_forward` under ZeRO-3 / FSDP,

@@ -770,15 +770,26 @@ def _deepspeed_gathers(config: DataConfig, ctx: StrategyContext, group: list[dic
     return found
 
 
+EDGE_GROUPS = frozenset({"embedding", "head"})
+"""The groups outside the transformer blocks that FSDP wraps as units of their own (or
+leaves to the root unit): the memory peak counts their gathered weights at the moments
+they are alive (`Framework.fsdp_edge_units`)."""
+
+
 def _layer_parameters(ctx: StrategyContext) -> tuple[float, float] | None:
-    """(one layer's weights on a GPU before ZeRO, the stage's), as stored; None for a
-    model given by its size (no layers)."""
+    """(one transformer block's weights on a GPU before ZeRO, the stage's), as stored;
+    None for a model given by its size (no layers). A block holds neither the embeddings
+    nor the output layer (each FSDP unit gathers one module: torchtitan's apply_fsdp and
+    Megatron-Core's torch FSDP2 wrap them apart from the blocks), so they are not spread
+    over the layers."""
     layers = ctx.spec.model.num_layers
     if not layers:
         return None
     stored = ctx.footprint.stored_weights_by_group
     held = parameters_per_gpu(ctx, False, stored) + parameters_per_gpu(ctx, True, stored)
-    return held * ctx.layout.degree("pipeline") / layers, held
+    blocks = {group: count for group, count in stored.items() if group not in EDGE_GROUPS}
+    block = parameters_per_gpu(ctx, False, blocks) + parameters_per_gpu(ctx, True, blocks)
+    return block * ctx.layout.degree("pipeline") / layers, held
 
 
 def _prefetched_share(config: DataConfig, ctx: StrategyContext) -> float:
@@ -817,9 +828,10 @@ def stack_keeps_stage_unsharded(ctx: StrategyContext) -> Any:
 
 
 def _fsdp_buffer_bytes(ctx: StrategyContext, config: DataConfig) -> float:
-    """The gathered weights held at once: the running layer and the prefetched one
-    (FSDP), or DeepSpeed's prefetch bucket beside the running layer, at most the rest of
-    the stage."""
+    """The gathered weights held at once: the running block and the prefetched one
+    (FSDP), or DeepSpeed's prefetch bucket beside the running block, at most the rest of
+    the stage (the embeddings' and the output layer's units: the memory peak's
+    `fsdp_edge_units`)."""
     sizes = _layer_parameters(ctx)
     if sizes is None:
         return 0.0  # a model given only by its size has no layers to prefetch
