@@ -230,7 +230,7 @@ def test_weights_stored_in_fp8_need_no_cast_before_their_gather():
 def test_a_stages_unsharded_weights_are_held_in_the_gathers_format():
     # torchtitan under pipeline parallelism keeps each stage's weights gathered through
     # the step: the blocks FSDP's all-gathers fill, in the format they carry (the gather
-    # buffers' and the collectives' one format, `Precision.weight_gather_format`).
+    # buffers' and the collectives' one format, `Precision.weight_gather_under`).
     def block(**precision: str) -> int:
         plan = SESSION.evaluate({
             "model": "llama-3-8b", "hardware": {"cluster": "dgx-h100", "num_gpus": 8},
@@ -244,9 +244,11 @@ def test_a_stages_unsharded_weights_are_held_in_the_gathers_format():
 
     bf16, fp8 = block(), block(linear="fp8-tensorwise", weight_gather="fp8-tensorwise")
     assert fp8 * 2 == pytest.approx(bf16, abs=2 * 2**21)  # each rounded to the allocator
-    # fp32 weights gather in their own format unless the gather format says otherwise
-    assert block(weights="fp32") == pytest.approx(2 * bf16, abs=2 * 2**21)
-    assert block(weights="fp32", weight_gather="bf16") == bf16
+    # fp32 weights gather in the compute format under FSDP2's MixedPrecisionPolicy
+    # (`Framework.weight_gather_in_compute`), in their own where the gather format says so
+    assert block(weights="fp32") == bf16
+    assert block(weights="fp32", weight_gather="fp32") == pytest.approx(2 * bf16,
+                                                                         abs=2 * 2**21)
 
 
 # -- amax all-reduces under sequence parallelism --------------------------------------

@@ -9,6 +9,7 @@ import pytest
 import llmpar
 from llmpar.evaluation.matmuls import (
     RankShape,
+    launch_seconds,
     pass_seconds,
     products,
     shape_loss_seconds,
@@ -60,6 +61,22 @@ def test_ring_context_parallelism_launches_attention_once_per_step():
         return shape_loss_seconds(spec, shape, rates, "none", 0.0, False)
 
     assert loss(True) - loss(False) == pytest.approx(96 * (4 - 1) * 2 * fixed)
+
+
+def test_a_hybrid_model_launches_attention_only_in_its_attention_layers():
+    """Qwen3.5-27B's 64 layers repeat "LLLA": 16 attend, 48 are gated DeltaNet layers,
+    which run no FlashAttention kernel. Ring attention over 4 steps adds 3 launches per
+    attention layer and pass (forward, backward): 16 x 3 x 2, not 64 x 3 x 2."""
+    spec = spec_of("qwen3.5-27b", gpu="h100-sxm")
+    assert spec.model.num_layers == 64 and spec.model.num_attention_layers == 16
+    rates = rates_of(spec.hardware.gpu)
+    launch = launch_seconds(spec, rates)
+
+    def loss(steps: int) -> float:
+        shape = RankShape(tensor=8, context=4, attention_steps=steps)
+        return float(shape_loss_seconds(spec, shape, rates, "none", 0.0, False))
+
+    assert loss(4) - loss(1) == pytest.approx(16 * (4 - 1) * 2 * launch)
 
 
 def test_few_tokens_per_gpu_make_products_memory_bound():

@@ -194,7 +194,7 @@ def fp8_gathers(spec: Spec) -> bool:
     """Whether the data strategy's weight all-gathers carry fp8 cast from weights stored
     in another format (`[precision] weight_gather`)."""
     precision = spec.precision
-    return (math_format(precision.weight_gather_format) == "fp8"
+    return (math_format(precision.weight_gather_under(spec.training.profile)) == "fp8"
             and math_format(precision.weights) != "fp8")
 
 
@@ -208,7 +208,7 @@ def gather_casts(spec: Spec, gathers: Sequence[tuple[Collective, Value, Value]]
     if not fp8_gathers(spec):
         return 0.0, 1.0
     precision = spec.precision
-    dtype = precision.weight_gather_format
+    dtype = precision.weight_gather_under(spec.training.profile)
     size = bytes_per_element(dtype)
     per_element = (1.0 + amax_reads(spec, dtype)) * bytes_per_element(precision.weights) + size
     moved: Value = 0.0

@@ -341,14 +341,16 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: An
 
 def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
                               recomputed_fraction: Any, core_attention: bool) -> Value:
-    """FlashAttention kernels of one micro-batch along the pipeline: one per layer and
-    pass, and under ring context parallelism one per ring step (each step attends to the
-    chunk at hand; Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun
-    (`core_attention`: selective recomputation reruns the attention)."""
+    """FlashAttention kernels of one micro-batch along the pipeline: one per attention
+    layer and pass (a hybrid model's recurrent layers run no attention kernel:
+    `Model.num_attention_layers`, the mixer inventory the FLOP counts use), and under
+    ring context parallelism one per ring step (each step attends to the chunk at hand;
+    Liu et al. 2023, arXiv:2310.01889), forward, backward and rerun (`core_attention`:
+    selective recomputation reruns the attention)."""
     steps = shape.context_steps
     reruns = where(recompute == "full", recomputed_fraction,
                    where(recompute == "selective", float(core_attention), 0.0))
-    return (spec.model.num_layers or 0) * steps * (2.0 + reruns)
+    return spec.model.num_attention_layers * steps * (2.0 + reruns)
 
 
 def reruns(product: Product, recompute: Any, recomputed_fraction: Any,

@@ -253,7 +253,7 @@ def unsharded_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
     """(weights, gradients) a stage keeps unsharded through the step under a profile
     that does so (`Framework.pipeline_keeps_unsharded`) with pipeline parallelism: the
     stage's weights as the data strategy's ZeRO-3 / FSDP shard gathers them (in the
-    format its all-gathers carry, `Precision.weight_gather_format`, as its gather
+    format its all-gathers carry, `Precision.weight_gather_under`, as its gather
     buffers are: fp8 under torchao's fp8 all-gather) and their
     gradients accumulated in the gradients' format (its reduce_dtype), where that shard
     applies."""
@@ -267,7 +267,7 @@ def unsharded_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
               "torch/distributed/pipelining/stage.py backward_maybe_with_nosync (PyTorch "
               "2.10: no reshard after backward, gradient sync on the last backward only)")
     return ([_block("unsharded weights of the stage", rounded(gathered * bytes_per_element(
-                spec.precision.weight_gather_format)), source)],
+                spec.precision.weight_gather_under(spec.training.profile))), source)],
             [_block("unsharded gradients of the stage, reduce-scattered after the last "
                     "micro-batch", rounded(gathered * bytes_per_element(spec.gradients_dtype)),
                     source)])
@@ -333,7 +333,7 @@ def edge_unit_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
             for strategy, shard in composition.shards) or (
             getattr(data, "reshard_after_forward", True) is False):
         return {}
-    d = bytes_per_element(spec.precision.weight_gather_format)
+    d = bytes_per_element(spec.precision.weight_gather_under(profile))
 
     def gathered(groups: Sequence[str]) -> Value:
         counts = {g: parameters[g] for g in groups if parameters.get(g)}

@@ -61,11 +61,14 @@ class Fsdp2Target:
             ledger.cannot("precision.compute", "MixedPrecisionPolicy computes in bf16, fp16 "
                           "or fp32 (fp8 products are torchao's: `--for torchtitan`); "
                           "written as bf16", spec.precision.compute)
-        for key in ("linear", "attention", "weight_gather"):
-            if getattr(spec.precision, f"{key}_format") not in TORCH_DTYPES:
+        formats = {"linear": spec.precision.linear_format,
+                   "attention": spec.precision.attention_format,
+                   "weight_gather": spec.precision.weight_gather_under(spec.training.profile)}
+        for key, stated in formats.items():
+            if stated not in TORCH_DTYPES:
                 ledger.cannot(f"precision.{key}", "this snippet computes and gathers in "
                               "MixedPrecisionPolicy's param_dtype (fp8 is torchao's: "
-                              "`--for torchtitan`)", getattr(spec.precision, f"{key}_format"))
+                              "`--for torchtitan`)", stated)
         lines = ["import torch",
                  "from torch.distributed.device_mesh import init_device_mesh",
                  "from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard", ""]

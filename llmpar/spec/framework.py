@@ -230,6 +230,23 @@ class Framework:
     which write both orientations in one pass (its fused cast-transpose) and keep them for
     the backward, so nothing is cast twice. Read by the casts' time
     (`llmpar.evaluation.casts`)."""
+    weight_gather_in_compute: bool = False
+    """The data strategy's weight all-gathers cast each shard to the compute format
+    first, so that the gathers and the gathered weights are in `[precision] compute`
+    (bf16, fp16 or fp32) whatever format the sharded weights are stored in: PyTorch
+    FSDP2 under `MixedPrecisionPolicy(param_dtype=...)`, whose `FSDPParam.all_gather_inputs`
+    returns `_to_dtype_if_needed(sharded_param_data, self.param_dtype)` and whose
+    `foreach_all_gather` gathers those inputs into a param_dtype buffer
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param.py and _fsdp_collectives.py,
+    PyTorch 2.6; torch/distributed/_composable/fsdp/ in 2.4-2.5): fp32 weights with bf16
+    compute gather 2 bytes per parameter. False: the gathers carry the weights as stored
+    (Megatron-Core's distributed optimizer all-gathers the bf16 model parameters'
+    buffer, its fp32 main copies staying in the optimizer: `start_param_sync` over
+    `bucket.param_data`, megatron/core/distributed/param_and_grad_buffer.py, core_r0.14;
+    DeepSpeed ZeRO-3 all-gathers the fp16/bf16 partitions `ds_tensor`, its fp32 copies in
+    the optimizer: `all_gather_coalesced`, deepspeed/runtime/zero/partition_parameters.py),
+    which a spec states as `[precision] weights`. The default of `[precision]
+    weight_gather`; a format the spec states wins (`Precision.weight_gather_under`)."""
     cuda_context_bytes: Bytes = attrs.field(default=Bytes(CUDA_CONTEXT_BYTES),
                                             validator=v.non_negative)
     """Device memory the CUDA context of each training process takes (the driver's state

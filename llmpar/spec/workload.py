@@ -49,6 +49,10 @@ def _known_activation_model(instance: object, attribute: object, value: str) -> 
     if not isinstance(value, str) or not value:
         raise v.FieldError(getattr(attribute, "name", "activation_model"),
                            f"must name an activation model, got {value!r}")
+PARAM_DTYPES = ("bf16", "fp16", "fp32")
+"""The formats a framework's weight gathers can cast to (`Framework.weight_gather_in_compute`):
+FSDP2's `MixedPrecisionPolicy.param_dtype` is a torch floating dtype; fp8 gathers are
+torchao's and are stated with `[precision] weight_gather`."""
 AttentionFlops = Literal["full", "causal"]
 ATTENTION_FLOP_CONVENTIONS: tuple[AttentionFlops, ...] = typing.get_args(AttentionFlops)
 
@@ -86,7 +90,11 @@ class Precision:
     held in (ZeRO-3 / FSDP's per-layer gathers, ZeRO-1/2's gather of the updated shards):
     "fp8-tensorwise" casts each shard to fp8 before it is gathered, as torchao's
     `enable_fsdp_float8_all_gather` (torchtitan's float8 converter) and Megatron-Core's
-    `--fp8-param-gather` do. Default: the weights' format."""
+    `--fp8-param-gather` do. Default: the compute format under a framework profile
+    whose gathers cast to it (`weight_gather_in_compute`: pytorch-fsdp2 and torchtitan,
+    FSDP2's `MixedPrecisionPolicy(param_dtype)`, so fp32 weights with bf16 compute gather
+    bf16), else the weights' format (megatron-core, deepspeed: the 16-bit model
+    parameters are gathered, not the optimizer's fp32 copies)."""
     fp8_scaling: Fp8Scaling | None = attrs.field(
         default=None, validator=attrs.validators.optional(v.one_of(*FP8_SCALINGS)))
     """How "fp8-tensorwise" casts find their scale: "delayed" (from the amax history of
@@ -101,10 +109,16 @@ class Precision:
         """The linear layers' format: `linear`, else `compute`."""
         return self.compute if self.linear is None else self.linear
 
-    @property
-    def weight_gather_format(self) -> str:
-        """The weight all-gathers' format: `weight_gather`, else `weights`."""
-        return self.weights if self.weight_gather is None else self.weight_gather
+    def weight_gather_under(self, framework: Framework) -> str:
+        """The weight all-gathers' format under `framework`: `weight_gather`, else
+        `compute` where the profile's gathers cast to it
+        (`Framework.weight_gather_in_compute`) and `compute` is a format they can cast
+        to (FSDP2's param_dtype: bf16, fp16 or fp32), else `weights`."""
+        if self.weight_gather is not None:
+            return self.weight_gather
+        if framework.weight_gather_in_compute and self.compute in PARAM_DTYPES:
+            return self.compute
+        return self.weights
 
     @property
     def attention_format(self) -> str:

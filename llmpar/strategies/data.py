@@ -562,7 +562,7 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
     spec, layout = ctx.spec, ctx.layout
     dense, expert = hybrid_degrees(ctx, copies)
     grad_size = bytes_per_element(reduce_format(config, spec))
-    weight_size = bytes_per_element(spec.precision.weight_gather_format)
+    weight_size = bytes_per_element(spec.precision.weight_gather_under(spec.training.profile))
     m = micro_batches_per_step(spec, layout)
     # The data x context ranks are one block (llmpar.placement); the expert-data group
     # steps over the expert ranks (folded into the tensor ranks when experts split over
@@ -839,7 +839,8 @@ def _fsdp_buffer_bytes(ctx: StrategyContext, config: DataConfig) -> float:
     bucket = config.prefetch_bucket_parameters
     gathered = (FSDP_PREFETCH_LAYERS * per_layer if bucket is None
                 else per_layer + min(bucket, max(0.0, held - per_layer)))
-    return gathered * bytes_per_element(ctx.spec.precision.weight_gather_format)
+    return gathered * bytes_per_element(ctx.spec.precision.weight_gather_under(
+        ctx.spec.training.profile))
 
 
 def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
@@ -854,8 +855,8 @@ def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
                 + parameters_per_gpu(ctx, True, counts) * (1 - 1 / expert))
 
     spec = ctx.spec
-    weights = where(keeps_weights_gathered(config),
-                    bytes_per_element(spec.precision.weight_gather_format), 0.0)
+    gather_format = spec.precision.weight_gather_under(spec.training.profile)
+    weights = where(keeps_weights_gathered(config), bytes_per_element(gather_format), 0.0)
     gradients = where(syncs_last_micro_batch(config), bytes_per_element(spec.gradients_dtype), 0.0)
     if ctx.footprint.finetune is None:
         return unsharded(ctx.footprint.parameters_by_group) * (weights + gradients)
