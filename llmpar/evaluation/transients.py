@@ -179,13 +179,21 @@ def _counted_loss(inventory: ActivationInventory) -> dict[frozenset[str], float]
     return found
 
 
-def _output_parts(spec: Spec, parameters: Mapping[str, float]) -> tuple[Part, ...]:
+def _output_parts(spec: Spec, footprint: Footprint,
+                  parameters: Mapping[str, float]) -> tuple[Part, ...]:
+    """The output layer's backward: the logits' gradient, its weight's gradient (none
+    where fine-tuning freezes it: autograd computes no gradient of a weight that does not
+    require one) and the gradient of its input."""
     model, training = spec.model, spec.training
     assert model.vocab_size is not None and model.hidden_size is not None
     d = bytes_per_element(spec.precision.activations)
     tokens = training.micro_batch_size * training.sequence_length
+    group = "head" if parameters.get("head", 0.0) else "embedding"
     head = parameters.get("head", 0.0) or (parameters.get("embedding", 0.0)
                                             if model.tie_embeddings else 0.0)
+    tuned = footprint.finetune
+    if tuned is not None and not tuned.trainable_by_group.get(group, 0.0):
+        head = 0.0
     return (
         _part("gradient of the logits", LOSS_SOURCE, {INSIDE_TP: tokens * model.vocab_size * d}),
         _part("output layer's weight gradient", WGRAD_SOURCE, {frozenset({SPLIT_TENSOR}): min(
@@ -307,7 +315,7 @@ def kind_parts(spec: Spec, footprint: Footprint, stage: Stage,
         forward, backward = _loss_parts(spec)
         loss = dict(has_loss=True, loss_forward=forward, loss_backward=backward,
                     counted=_counted_loss(inventory),
-                    output_backward=_output_parts(spec, parameters))
+                    output_backward=_output_parts(spec, footprint, parameters))
     layers = bool(stage.num_layers and inventory.groups)
     return KindParts(persistent=persistent, tensors=sizes, tensor_counts=counts,
                      has_layers=layers, layers=stage.num_layers, layer_options=_layer_options(
