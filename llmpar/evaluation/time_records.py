@@ -164,13 +164,13 @@ def _launch_derivation(spec: Spec, time: TimeCore) -> tuple[Derivation, ...]:
               "issue_seconds = micro-batches x (launches x host_seconds_per_kernel + layer "
               "passes x host_seconds_per_layer), or CUDA graph replays x "
               f"graph_launch_seconds (cuda_graphs = {profile.cuda_graphs!r})"),
-        source=f"{LAUNCHES_SOURCE}; framework profile {profile.name!r}: {profile.host_source}",
+        source=f"{LAUNCHES_SOURCE}; the host times: the framework profile's host_source",
         inputs={"issue_seconds": float(time.issue), "compute_seconds": float(time.compute),
                 "host_seconds_per_kernel": profile.host_seconds_per_kernel,
                 "host_seconds_per_layer": profile.host_seconds_per_layer,
                 "elementwise_kernels_per_layer": profile.elementwise_kernels_per_layer,
                 "graph_launch_seconds": profile.graph_launch_seconds,
-                "cuda_graphs": profile.cuda_graphs}),)
+                "cuda_graphs": profile.cuda_graphs, "framework_profile": profile.name}),)
 
 
 def _exposed_derivation(time: TimeCore, collectives: tuple[CollectiveCost, ...]
