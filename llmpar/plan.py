@@ -136,7 +136,16 @@ class TrainingPart:
     megatron-core)."""
     host_overhead_seconds: float = 0.0
     """The framework profile's exposed host time in one step: per micro-batch and per
-    step (its per-launch overhead is part of compute_seconds)."""
+    step, and `launch_bound_seconds` (its per-launch `kernel_overhead_seconds` is part of
+    compute_seconds)."""
+    issue_seconds: float = 0.0
+    """Host seconds one GPU's process takes to issue the step's kernels (the profile's
+    `host_seconds_per_kernel` and `host_seconds_per_layer`, or its CUDA graph replays;
+    `llmpar.evaluation.launches`): hidden behind the kernels while they take longer."""
+    launch_bound_seconds: float = 0.0
+    """The part of `issue_seconds` the GPU waits for, what issuing takes beyond
+    compute_seconds (0 while the GPU's work is the longer); part of
+    host_overhead_seconds."""
     finetune: FinetunePart | None = None
     """What `[finetune]` trains and skips; None in full training (no `[finetune]`, or
     `method = "full"`)."""

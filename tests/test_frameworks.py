@@ -31,7 +31,7 @@ TRAINING_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.toml")
 UNNAMED_EXAMPLES = [name for name in TRAINING_EXAMPLES if "framework" not in tomllib.loads(
     (EXAMPLES / name).read_text()).get("training", {})]
 """The training examples that leave the framework to the default."""
-DESCRIPTIVE = ("source", "version", "overhead_source")
+DESCRIPTIVE = ("source", "version", "overhead_source", "host_source")
 """Fields that describe a profile and change no number."""
 
 

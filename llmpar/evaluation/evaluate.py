@@ -281,6 +281,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
         notes=strategy_notes(transforms), framework=spec.training.profile.name,
         host_overhead_seconds=time.host_overhead_seconds,
+        issue_seconds=time.issue_seconds, launch_bound_seconds=time.launch_bound_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families()),
             tuple(name for transform in transforms for name in transform.mechanisms)),

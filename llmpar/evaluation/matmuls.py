@@ -339,6 +339,34 @@ def shape_loss_seconds(spec: Spec, shape: RankShape, rates: Rates, recompute: An
     return total
 
 
+def launches_per_micro_batch(spec: Spec, shape: RankShape, recompute: Any,
+                             recomputed_fraction: Any, materialized_scores: bool
+                             ) -> tuple[Value, Value]:
+    """(in the layers, outside them) kernel launches of one micro-batch's products and
+    attention along the pipeline: each launch forward, again for each rerun, and twice in
+    the backward (input and weight gradients, or the two gradients of a product of
+    activations); a fused attention kernel once per layer and pass
+    (`_fused_attention_launches`). The host issues each one (`llmpar.evaluation.launches`)."""
+    if not spec.model.has_architecture:
+        return 0.0, 0.0
+    modules = spec.training.selective_modules
+    policy = spec.training.recompute_policy
+    shares = None if policy is None else rerun_shares(spec.model, policy)
+    layers: Value = 0.0
+    outside: Value = 0.0
+    for product in products(spec, shape, materialized_scores):
+        launched = product.count / product.batch * (
+            3.0 + reruns(product, recompute, recomputed_fraction, modules, shares))
+        if product.layer:
+            layers = layers + launched
+        else:
+            outside = outside + launched
+    if not materialized_scores:
+        layers = layers + _fused_attention_launches(spec, shape, recompute, recomputed_fraction,
+                                                    "core_attn" in modules)
+    return layers, outside
+
+
 def _fused_attention_launches(spec: Spec, shape: RankShape, recompute: Any,
                               recomputed_fraction: Any, core_attention: bool) -> Value:
     """FlashAttention kernels of one micro-batch along the pipeline: one per attention

@@ -24,7 +24,9 @@ efficiencies):
                 (0 without offloading)
     overhead  = the framework profile's exposed host time: micro_batch_overhead_seconds
                 per micro-batch (each GPU runs every micro-batch of the step) plus
-                step_overhead_seconds (0 under megatron-core)
+                step_overhead_seconds (0 under megatron-core), plus what issuing the
+                step's kernels takes beyond compute (llmpar.evaluation.launches: hidden
+                while the GPU's work takes longer)
     step      = compute + exposed + bubble + optimizer + offload + overhead
 Elementwise bytes: every saved activation is written and read in the forward
 pass and read with its gradient written and read in the backward pass, 4 passes
@@ -48,6 +50,12 @@ from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.casts import cast_bytes, casts_fp8, fp8_gathers, gather_casts
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
+from llmpar.evaluation.launches import (
+    exposed_issue_seconds,
+    issue_seconds_per_micro_batch,
+    issues_host_time,
+    step_issue_seconds,
+)
 from llmpar.evaluation.matmuls import (
     RankShape,
     output_layer_format,
@@ -138,7 +146,12 @@ class TimeCore:
     on_gpu: Value = 1.0
     exposed_host: Value = 0.0
     overhead: Value = 0.0
-    """The framework profile's exposed host time of one step (`framework_overhead`)."""
+    """The framework profile's exposed host time of one step (`framework_overhead` and
+    `launch_bound`)."""
+    issue: Value = 0.0
+    """Host seconds to issue the step's kernels on one GPU (`llmpar.evaluation.launches`)."""
+    launch_bound: Value = 0.0
+    """The part of `issue` the GPU waits for: what it takes beyond compute."""
     mfu: float | None = None
     mfu_source: str = ""
     windows: Mapping[str, Value] = attrs.field(factory=dict)
@@ -404,10 +417,31 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
         return TimeCore(time_model="assumed-mfu", step=assumed + exposed_host, costs=costs,
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
-    return _modelled(spec, composition, facts, memory, len(kinds.kind_of), costs, host, bubble,
+    stages = len(kinds.kind_of)
+    return _modelled(spec, composition, facts, memory, stages, costs, host, bubble,
                      _shape_loss(spec, composition, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
-                     _casts(spec, composition, facts, costs))
+                     _casts(spec, composition, facts, costs),
+                     _issue(spec, composition, facts, materialized_scores, cache, stages))
+
+
+def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
+           materialized_scores: bool, cache: EvaluationCache | None, stages: int) -> Value:
+    """Host seconds to issue one micro-batch's kernels on one GPU (0 for a profile that
+    states no host time of its launches)."""
+    if not issues_host_time(spec.training.profile):
+        return 0.0
+    shape = rank_shape(spec, composition)
+    fraction = facts.recomputed_fraction
+
+    def compute() -> Value:
+        return issue_seconds_per_micro_batch(spec, shape, spec.training.recompute, fraction,
+                                             materialized_scores, stages)
+
+    if cache is None or is_array(fraction) or is_array(shape.micro_batch_size):
+        return compute()
+    key = ("issue", cache.footprint_key(spec), shape, fraction, materialized_scores, stages)
+    return cache.shape_loss(key, compute)
 
 
 def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -443,7 +477,8 @@ def _casts(spec: Spec, composition: Composition, facts: TrainingFacts,
 def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory: MemoryCore,
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value,
               shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0,
-              casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0)) -> TimeCore:
+              casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0),
+              issue_per_micro_batch: Value = 0.0) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -492,14 +527,17 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     optimizer = traffic * on_gpu / bandwidth
     bubble_seconds = bubble * compute
     exposed_host = host.exposed(compute)
-    overhead = framework_overhead(spec, m)
+    issue = step_issue_seconds(spec, issue_per_micro_batch, m)
+    launch_bound = exposed_issue_seconds(issue, compute)
+    overhead = framework_overhead(spec, m) + launch_bound
     step = compute + exposed + bubble_seconds + optimizer + exposed_host + overhead
     return TimeCore(time_model="modelled", step=step, costs=costs, host=host, compute=compute,
                     matmul=matmul, shape_loss=shape_loss, slowest=facts.slowest_stage_factor,
                     elementwise_bytes=elementwise, cast_bytes=cast, exposed=exposed,
                     bubble_fraction=bubble,
                     bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
-                    exposed_host=exposed_host, overhead=overhead, windows=windows)
+                    exposed_host=exposed_host, overhead=overhead, issue=issue,
+                    launch_bound=launch_bound, windows=windows)
 
 
 def framework_overhead(spec: Spec, micro_batches: Value) -> Value:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, TypedDict
 import attrs
 
 from llmpar.evaluation.casts import casts_fp8, fp8_scaling
+from llmpar.evaluation.launches import SOURCE as LAUNCHES_SOURCE
+from llmpar.evaluation.launches import issues_host_time
 from llmpar.evaluation.step_time import (
     ASSUMED_SOURCE,
     MODELLED_SOURCE,
@@ -34,6 +36,8 @@ class StepTime:
     offload_seconds: float = 0.0
     exposed_offload_seconds: float = 0.0
     host_overhead_seconds: float = 0.0
+    issue_seconds: float = 0.0
+    launch_bound_seconds: float = 0.0
     collectives: tuple[CollectiveCost, ...] = ()
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
@@ -122,6 +126,7 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
                     bubble_seconds=float(time.bubble), optimizer_seconds=float(time.optimizer),
                     exposed_offload_seconds=float(time.exposed_host),
                     host_overhead_seconds=float(time.overhead),
+                    issue_seconds=float(time.issue), launch_bound_seconds=float(time.launch_bound),
                     warnings=tuple(warnings),
                     derivations=(derivation,) + hidden + offload + overhead, **common)
 
@@ -129,17 +134,43 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
 def _overhead_derivation(spec: Spec, time: TimeCore) -> tuple[Derivation, ...]:
     """Where the framework profile's host overheads come from (none when all are 0)."""
     profile = spec.training.profile
+    launches = _launch_derivation(spec, time)
     if not (profile.kernel_overhead_seconds or profile.micro_batch_overhead_seconds
             or profile.step_overhead_seconds):
-        return ()
+        return launches
     return (Derivation(
         quantity="host_overhead_seconds", value=float(time.overhead), unit="s",
-        rule=("micro_batch_overhead_seconds * micro-batches + step_overhead_seconds; "
-              "kernel_overhead_seconds is paid per launch inside matmul_shape_seconds"),
+        rule=("micro_batch_overhead_seconds * micro-batches + step_overhead_seconds "
+              "+ launch_bound_seconds; kernel_overhead_seconds is paid per launch inside "
+              "matmul_shape_seconds"),
         source=f"framework profile {profile.name!r}: {profile.overhead_source}",
         inputs={"micro_batch_overhead_seconds": profile.micro_batch_overhead_seconds,
                 "step_overhead_seconds": profile.step_overhead_seconds,
-                "kernel_overhead_seconds": profile.kernel_overhead_seconds}),)
+                "kernel_overhead_seconds": profile.kernel_overhead_seconds,
+                "launch_bound_seconds": float(time.launch_bound)}),) + launches
+
+
+def _launch_derivation(spec: Spec, time: TimeCore) -> tuple[Derivation, ...]:
+    """How issuing the kernels becomes exposed host time (none for a profile that states
+    no host time of its launches)."""
+    profile = spec.training.profile
+    if not issues_host_time(profile):
+        return ()
+    assert time.compute is not None
+    return (Derivation(
+        quantity="launch_bound_seconds", value=float(time.launch_bound), unit="s",
+        rule=("max(0, issue_seconds - compute_seconds): the host issues kernels ahead of the "
+              "GPU and the GPU waits only for what issuing takes beyond its work; "
+              "issue_seconds = micro-batches x (launches x host_seconds_per_kernel + layer "
+              "passes x host_seconds_per_layer), or CUDA graph replays x "
+              f"graph_launch_seconds (cuda_graphs = {profile.cuda_graphs!r})"),
+        source=f"{LAUNCHES_SOURCE}; the host times: the framework profile's host_source",
+        inputs={"issue_seconds": float(time.issue), "compute_seconds": float(time.compute),
+                "host_seconds_per_kernel": profile.host_seconds_per_kernel,
+                "host_seconds_per_layer": profile.host_seconds_per_layer,
+                "elementwise_kernels_per_layer": profile.elementwise_kernels_per_layer,
+                "graph_launch_seconds": profile.graph_launch_seconds,
+                "cuda_graphs": profile.cuda_graphs, "framework_profile": profile.name}),)
 
 
 def _exposed_derivation(time: TimeCore, collectives: tuple[CollectiveCost, ...]

@@ -23,6 +23,9 @@ FsdpEdgeUnits = Literal["per-module", "separate", "root"]
 FSDP_EDGE_UNITS: tuple[FsdpEdgeUnits, ...] = typing.get_args(FsdpEdgeUnits)
 """How FSDP / ZeRO-3 gathers the embeddings and the output layer
 (`Framework.fsdp_edge_units`)."""
+CudaGraphs = Literal["none", "layers", "step"]
+CUDA_GRAPHS: tuple[CudaGraphs, ...] = typing.get_args(CudaGraphs)
+"""What a stack captures in CUDA graphs (`Framework.cuda_graphs`)."""
 Fp8Scaling = Literal["delayed", "current"]
 FP8_SCALINGS: tuple[Fp8Scaling, ...] = typing.get_args(Fp8Scaling)
 """How a per-tensor fp8 cast finds its scale (`[precision] fp8_scaling`)."""
@@ -190,6 +193,35 @@ class Framework:
     step_overhead_seconds: Seconds = attrs.field(default=Seconds(0.0), validator=v.non_negative)
     """Exposed host time once per optimizer step (gradient clipping's norm, the
     scheduler, logging)."""
+    host_seconds_per_kernel: Seconds = attrs.field(default=Seconds(0.0),
+                                                   validator=v.non_negative)
+    """Host time to issue one kernel on the stack's eager path (its Python, PyTorch's
+    dispatcher, the CUDA launch), which the GPU waits for only where issuing a
+    micro-batch takes longer than running it (`llmpar.evaluation.launches`: hidden
+    behind the kernels already queued otherwise). 8 us in the shipped profiles: PyTorch
+    eager on an A100 host, measured back to back
+    (validation/published/kernels/host_launch_overheads.toml). Unlike
+    `kernel_overhead_seconds`, never added in series."""
+    host_seconds_per_layer: Seconds = attrs.field(default=Seconds(0.0),
+                                                  validator=v.non_negative)
+    """Host time per layer and pass beside its kernels' launches (module calls, hooks),
+    hidden as `host_seconds_per_kernel` is."""
+    elementwise_kernels_per_layer: float = attrs.field(default=0.0, validator=v.non_negative)
+    """Kernels one layer's forward launches beside its matrix products and attention
+    (norms, rotary embedding, activation, residual adds: what the stack's fusions
+    leave), each with one backward kernel; they add to the launches
+    `host_seconds_per_kernel` prices."""
+    cuda_graphs: CudaGraphs = attrs.field(default="none", validator=v.one_of(*CUDA_GRAPHS))
+    """What the stack captures in CUDA graphs: "none" (eager launches), "layers" (each
+    layer's forward and backward one graph, Transformer Engine's
+    `make_graphed_callables`; Megatron-Core's `cuda_graph_impl = "transformer_engine"`)
+    or "step" (the whole iteration one graph, Megatron-Core's `full_iteration` scope).
+    A graph's kernels cost the host one replay, `graph_launch_seconds`."""
+    graph_launch_seconds: Seconds = attrs.field(default=Seconds(0.0), validator=v.non_negative)
+    """Host time of one CUDA graph replay (with `cuda_graphs`)."""
+    host_source: str = ""
+    """Where the host times of launches (`host_seconds_per_kernel`, `host_seconds_per_layer`,
+    `graph_launch_seconds`) and the kernel count come from."""
     overhead_source: str = ""
     """Where the three overheads come from (a kernel-level measurement, a calibration,
     or the derivation that leaves them at 0)."""
@@ -278,7 +310,7 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
-    fp8_weight_cache=True, fp8_output_layer=False,
+    fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's
