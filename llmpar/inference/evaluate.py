@@ -25,7 +25,11 @@ from llmpar.inference.continuous import continuous_batching, token_budget
 from llmpar.inference.engine import ENGINE_TRUST, engine_label, engine_warnings
 from llmpar.inference.formats import expert_matmul_dtype, format_warnings, matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
-from llmpar.inference.operations import count_layer_kinds, weights_by_group
+from llmpar.inference.operations import (
+    count_layer_kinds,
+    operation_constants,
+    weights_by_group,
+)
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.phases import (
     PhaseResult,
@@ -61,6 +65,7 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                       stages=stages_of(spec, transforms), strategies=strategies)
     serving = attrs.evolve(serving, weights_by_group=weights_by_group(serving),
                            layer_counts=count_layer_kinds(serving))
+    serving = attrs.evolve(serving, constants=operation_constants(serving))
     if serving.inference.speculative is not None:  # the draft head, a model of its own
         serving = attrs.evolve(serving, draft=serving_of(*draft_spec(spec, layout),
                                                          strategies))
