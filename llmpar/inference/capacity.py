@@ -84,23 +84,39 @@ def largest_within(measure: Callable[[int], float], target: float,
     through the last two measurements crosses the target, and falls back to doubling or
     halving whenever that does not shrink the interval fast enough. A `guess` (a closed
     form's answer) is tried first: when it fits and one more does not (or it is `limit`
-    and fits), it is the answer, in two measurements; else the search runs as without
-    it."""
+    and fits), it is the answer, in two measurements; else the search starts from what
+    the guess measured: the largest value measured that fits and the smallest that does
+    not."""
+    seen: dict[int, float] = {}
+
+    def measured(n: int) -> float:
+        if n not in seen:
+            seen[n] = measure(n)
+        return seen[n]
 
     def fits(value: float) -> bool:
         return value < target if strict else value <= target
 
-    at_one = measure(1)
-    if not fits(at_one):
+    if not fits(measured(1)):
         return 0
-    if guess is not None and 1 <= guess <= limit and fits(measure(guess)):
+    if guess is not None and 1 <= guess <= limit and fits(measured(guess)):
         if guess == limit:
             return None
-        if not fits(measure(guess + 1)):
+        if not fits(measured(guess + 1)):
             return guess
-    fitting, failing = _bracket(measure, fits, target, limit, at_one)
-    if fitting is None:
-        return None
+    failing_known = [n for n, value in seen.items() if not fits(value)]
+    fitting_known = sorted(n for n, value in seen.items() if fits(value)
+                           and n < min(failing_known, default=limit + 1))
+    if failing_known:
+        top = min(failing_known)
+        fitting, failing = (fitting_known[-1], seen[fitting_known[-1]]), (top, seen[top])
+    else:
+        start = [(n, seen[n]) for n in fitting_known[-2:]]
+        found, failing = _bracket(measured, fits, target, limit, start[-1],
+                                  start[0] if len(start) == 2 else None)
+        if found is None:
+            return None
+        fitting = found
     (low, at_low), (top, at_top) = fitting, failing
     # Interpolation on a curve keeps moving the same end (regula falsi); halving the
     # other end's distance to the target each time it is kept twice (the Illinois rule)
@@ -113,7 +129,7 @@ def largest_within(measure: Callable[[int], float], target: float,
         if slow < 3 and weight_top > weight_low:
             guess = low + int((target - weight_low) * width / (weight_top - weight_low))
             middle = min(max(guess, low + 1), top - 1)
-        value = measure(middle)
+        value = measured(middle)
         if fits(value):
             low, at_low, weight_low = middle, value, value
             if kept == "top":
@@ -129,13 +145,13 @@ def largest_within(measure: Callable[[int], float], target: float,
 
 
 def _bracket(measure: Callable[[int], float], fits: Callable[[float], bool], target: float,
-             limit: int, at_one: float
+             limit: int, start: tuple[int, float], previous: tuple[int, float] | None
              ) -> tuple[tuple[int, float] | None, tuple[int, float]]:
-    """(n, measure) that fits and a larger one that does not, extrapolating along the
-    last two measurements (doubling the stride each time that falls short); None in
-    place of the first when even `limit` fits."""
-    low, at_low = 1, at_one
-    previous: tuple[int, float] | None = None
+    """(n, measure) that fits and a larger one that does not, from `start` (which fits,
+    after `previous`), extrapolating along the last two measurements (doubling the
+    stride each time that falls short); None in place of the first when even `limit`
+    fits."""
+    low, at_low = start
     boost = 1
     while True:
         if low >= limit:

@@ -37,7 +37,6 @@ from llmpar.roofline import (
     Rates,
     compute_seconds,
     floor_seconds,
-    is_compute_bound,
     memory_seconds,
     seconds,
 )
@@ -94,9 +93,11 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
     collectives = step_collectives(serving, unit)
     costs = [cost(serving, c if count == 1 else attrs.evolve(
         c, calls_per_step=c.calls_per_step * count)) for c in collectives]
-    compute = sum((seconds(op, rates) for op in operations if is_compute_bound(op, rates)), 0.0)
-    memory = sum((seconds(op, rates) for op in operations if not is_compute_bound(op, rates)),
-                 0.0)
+    # Each operation's two rooflines once (`seconds` is their larger, `is_compute_bound`
+    # whether it is the first), summed in the operations' order.
+    times = [(compute_seconds(op, rates), memory_seconds(op, rates)) for op in operations]
+    compute = sum((c for c, m in times if c > m), 0.0)
+    memory = sum((m for c, m in times if not c > m), 0.0)
     if count == 1:
         exposed = exposed_seconds(costs, operations, rates)
     else:  # two-batch overlap (llmpar.inference.overlap)
