@@ -134,8 +134,11 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
                         f"assumed {timing.rates.matmul_efficiency} and "
                         f"{timing.rates.memory_efficiency} ({DEFAULT_SOURCE})")
     if timing is not None:
-        for step in (prefill_step(serving), decode_step(serving)):
-            warnings += unknown_links(serving, step_collectives(serving, step))
+        for step, result in ((prefill_step(serving), timing.prefill),
+                             (decode_step(serving), timing.decode)):
+            sent = (list(result.sent) if result.step == step  # the phase's own step
+                    else step_collectives(serving, step))
+            warnings += unknown_links(serving, sent)
         warnings += engine_warnings(serving)
     warnings += format_warnings(inference, spec.precision.activations, spec.hardware.gpu)
     if inference.speculative is not None and inference.continuous:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.stages import stage_parameters
 from llmpar.inference.kv_cache import (
     kv_bytes_per_token,
@@ -117,10 +118,11 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
     per_token = kv_bytes_per_token(spec.model, serving.inference.kv_cache, tensor)
     workspace = workspace_rates(spec.model, spec.precision.activations, tensor)
     found = []
+    composition = Composition(serving.transforms)  # the shards, indexed once for all stages
     for stage in serving.stages:
         parameters = stage_parameters(spec, serving.footprint, stage)
         layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
-        weights = weight_bytes(spec, parameters, list(serving.transforms))
+        weights = weight_bytes(spec, parameters, composition)
         windows = layer_windows(spec.model, serving.inference, layers)
         if serving.draft is not None and stage.has_head:
             # Speculative decoding's draft head: its layers' weights and KV cache.

@@ -40,6 +40,7 @@ from llmpar.roofline import (
     memory_seconds,
     seconds,
 )
+from llmpar.strategy import Collective
 
 COMPUTE_BOUND_SEARCH_LIMIT = 2**24
 """Largest batch the compute-bound search tries."""
@@ -50,6 +51,10 @@ class PhaseResult:
     phase: InferencePhase
     operations: tuple[Operation, ...]
     collectives: tuple[CollectiveCost, ...]
+    step: Step | None = None
+    """The step whose collectives `sent` holds (None: not kept)."""
+    sent: tuple[Collective, ...] = ()
+    """What the strategies send in `step`, as `step_collectives` states it."""
 
 
 def prefill_step(serving: Serving) -> Step:
@@ -120,7 +125,8 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
         bytes=sum(op.bytes for op in operations) * steps,
         tokens=int(step.queries), context_tokens=step.prior + step.queries, steps=steps,
         overhead_seconds=parts.get("overhead", 0.0))
-    return PhaseResult(phase=phase, operations=tuple(operations), collectives=tuple(costs))
+    return PhaseResult(phase=phase, operations=tuple(operations), collectives=tuple(costs),
+                       step=unit, sent=tuple(collectives))
 
 
 def prefill(serving: Serving, rates: Rates) -> PhaseResult:
