@@ -118,11 +118,16 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
     per_token = kv_bytes_per_token(spec.model, serving.inference.kv_cache, tensor)
     workspace = workspace_rates(spec.model, spec.precision.activations, tensor)
     found = []
-    composition = Composition(serving.transforms)  # the shards, indexed once for all stages
+    composition: Composition | None = None  # the shards, indexed once for all stages
+    whole = serving.weights_by_group  # every layer's weights by group, computed once
     for stage in serving.stages:
         parameters = stage_parameters(spec, serving.footprint, stage)
         layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
-        weights = weight_bytes(spec, parameters, composition)
+        if whole and parameters == serving.footprint.parameters.by_group:  # all of them
+            weights = sum(whole.values())
+        else:
+            composition = composition or Composition(serving.transforms)
+            weights = weight_bytes(spec, parameters, composition)
         windows = layer_windows(spec.model, serving.inference, layers)
         if serving.draft is not None and stage.has_head:
             # Speculative decoding's draft head: its layers' weights and KV cache.
