@@ -84,9 +84,9 @@ def largest_within(measure: Callable[[int], float], target: float,
     through the last two measurements crosses the target, and falls back to doubling or
     halving whenever that does not shrink the interval fast enough. A `guess` (a closed
     form's answer) is tried first: when it fits and one more does not (or it is `limit`
-    and fits), it is the answer, in two measurements; else the search starts from what
-    the guess measured: the largest value measured that fits and the smallest that does
-    not."""
+    and fits), it is the answer, in two measurements; else the search starts from the
+    guess's two values: from the larger that fits, or between 1 and the guess when it
+    does not."""
     seen: dict[int, float] = {}
 
     def measured(n: int) -> float:
