@@ -233,6 +233,7 @@ def _crossing(short: Callable[[float], bool], arriving: dict[float, float],
     last step."""
     low: tuple[float, float] | None = None  # (batch, arriving - batch) > 0
     high = (top, arriving[top] - top)
+    finest = top * 2.0**-BISECTION_STEPS
     point, kept = top / 2, ""
     for _ in range(CROSSING_STEPS):
         if short(point):
@@ -248,12 +249,13 @@ def _crossing(short: Callable[[float], bool], arriving: dict[float, float],
         if low is None:
             point = high[0] / 2
             continue
-        if high[0] - low[0] <= top * 2.0**-BISECTION_STEPS:
+        if high[0] - low[0] <= 2 * finest:
             break
         (x0, g0), (x1, g1) = low, high
         point = x0 + g0 * (x1 - x0) / (g0 - g1) if g0 > g1 else (x0 + x1) / 2
-        if not x0 < point < x1:
-            point = (x0 + x1) / 2
+        # at least the halvings' last width inside either end (Dekker's rule): a point
+        # next to the crossing is followed by one just past it
+        point = min(max(point, x0 + finest), x1 - finest)
     return (0.0 if low is None else low[0]), high[0]
 
 
@@ -283,8 +285,12 @@ def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> Continuous
     ratio = inference.computed_prompt_tokens / out  # prefill tokens per decode token
     limit, limited_by = batch_limit(serving, kv)
 
+    stepped: dict[float, MixedStep] = {}  # the limit's step and the steady state's, once
+
     def step(batch: float) -> MixedStep:
-        return mixed_step(serving, rates, batch, batch * ratio)
+        if batch not in stepped:
+            stepped[batch] = mixed_step(serving, rates, batch, batch * ratio)
+        return stepped[batch]
 
     def residence(batch: float) -> float:
         """Steps a request holds a slot for: its prefill steps and out - 1 decode steps."""
