@@ -183,7 +183,9 @@ def _running_batch(serving: Serving, step: Callable[[float], float],
                    limited_by: str) -> tuple[float, str, bool]:
     """(batch per replica, what sets it, stable): the concurrency capped by the limit, or
     the least B with B = rate x residence(B) x step(B) (Little's law; both sides grow with
-    B, so bisection finds it), unstable when even the limit falls short."""
+    B, so bisection finds it: BISECTION_STEPS halvings of [0, limit], most of them decided
+    by a bracket of the crossing found first, `_crossing`), unstable when even the limit
+    falls short."""
     inference = serving.inference
     replicas = serving.degree("data")
     if inference.concurrency is not None:
