@@ -233,7 +233,8 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     layouts: dict[str, Layout] = {role: resolve_layout(specs[role], strategies)[0]
                                   for role in ROLES}
     servings = {role: serving_of(specs[role], layouts[role], strategies) for role in ROLES}
-    prefill_plan = build_inference_plan(specs["prefill"], layouts["prefill"], strategies)
+    prefill_plan = build_inference_plan(specs["prefill"], layouts["prefill"], strategies,
+                                        serving=servings["prefill"])
     prefill_pool = prefill_plan.serving[0]
     prefill_seconds = prefill_pool.prefill_seconds
     bandwidth, latency, link = _link(spec)

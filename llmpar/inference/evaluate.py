@@ -219,13 +219,16 @@ def _trust(serving: Serving) -> str:
 
 
 def build_inference_plan(spec: Spec, layout: Layout,
-                         strategies: Mapping[str, Strategy[Any]]) -> Plan:
-    """Compose the plan of a validated `[inference]` spec under a resolved layout."""
+                         strategies: Mapping[str, Strategy[Any]], *,
+                         serving: Serving | None = None) -> Plan:
+    """Compose the plan of a validated `[inference]` spec under a resolved layout (from
+    `serving`, when the caller holds `serving_of` this spec and layout already)."""
     if spec.inference is not None and spec.inference.disaggregated is not None:
         from llmpar.inference.disaggregated import build_disaggregated_plan
 
         return build_disaggregated_plan(spec, strategies)
-    serving = serving_of(spec, layout, strategies)
+    if serving is None or serving.spec is not spec or serving.layout != layout:
+        serving = serving_of(spec, layout, strategies)
     why_untimed = untimed(serving)
     budget = token_budget(serving) if serving.inference.continuous else None
     if budget is not None:  # continuous batching steps the prefill in the token budget
