@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 from validation_scripts import load_script
 
@@ -84,6 +85,53 @@ def test_a_request_rate_holds_the_batch_littles_law_gives():
     assert state.queue_seconds == pytest.approx(rho * service / (2 * (1 - rho)), rel=1e-12)
     assert state.ttft_seconds < state.ttft_p90_seconds < state.ttft_p99_seconds
     assert state.concurrency == pytest.approx(2.0 * state.latency_seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("spec, inference", [
+    (LLAMA_70B, {"request_rate_per_s": 2.0}),
+    (LLAMA_70B, {"request_rate_per_s": 0.05, "prefill_chunk_tokens": 512}),
+    (LLAMA_70B, {"request_rate_per_s": 6.0, "prefix_cache_hit_rate": 0.5}),
+    (LLAMA_70B, {"request_rate_per_s": 3.0, "engine": "vllm"}),
+    (LLAMA_70B, {"request_rate_per_s": 0.7, "engine": "vllm", "prefill_chunk_tokens": 1024}),
+])
+def test_the_request_rate_fixed_point_is_the_bisections_to_the_last_bit(spec, inference):
+    """The fixed point B = rate x residence(B) x step(B) is the one the 40 halvings of
+    [0, limit] give, though most of their midpoints are decided by a bracket of the
+    crossing instead of a step each (`llmpar.inference.continuous._running_batch`)."""
+    from llmpar.inference.continuous import (
+        BISECTION_STEPS,
+        mixed_step,
+        prefill_steps_per_request,
+        token_budget,
+    )
+    from llmpar.inference.evaluate import serving_of
+    from llmpar.loading.checks import resolve_layout
+    from llmpar.roofline import rates_of
+
+    plan, state = steady(spec, **inference)
+    assert state.stable
+    loaded = llmpar.load_spec(spec, {"inference.batch_size": 1, **{
+        f"inference.{key}": value for key, value in inference.items()}})
+    session = llmpar.Session()
+    layout, _ = resolve_layout(loaded, session.strategies)
+    serving = serving_of(loaded, layout, session.strategies)
+    budget = token_budget(serving)
+    if budget is not None:  # as the plan steps the prefill in the token budget
+        chunked = attrs.evolve(serving.inference, prefill_chunk_tokens=budget)
+        serving = attrs.evolve(serving, spec=attrs.evolve(loaded, inference=chunked))
+    rates = rates_of(loaded.hardware.gpu)
+    out = serving.inference.generated_tokens
+    ratio = serving.inference.computed_prompt_tokens / out
+    rate = serving.inference.request_rate_per_s / serving.degree("data")
+    low, high = 0.0, state.batch_limit
+    for _ in range(BISECTION_STEPS):  # the plain bisection, a step at every midpoint
+        middle = (low + high) / 2
+        residence = prefill_steps_per_request(serving, middle)[0] + out - 1
+        if rate * residence * mixed_step(serving, rates, middle, middle * ratio).seconds > middle:
+            low = middle
+        else:
+            high = middle
+    assert state.batch_size == high
 
 
 def test_a_rate_above_capacity_is_overloaded(capsys):

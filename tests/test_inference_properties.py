@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import architectures
 
@@ -146,15 +146,72 @@ MEASURES = {
 
 
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=200), st.integers(-5, 20_000),
-       st.booleans(), st.integers(1, 3_000), st.sampled_from(sorted(MEASURES)))
-def test_largest_within_finds_what_bisection_finds(steps, target, strict, limit, kind):
+       st.booleans(), st.integers(1, 3_000), st.sampled_from(sorted(MEASURES)),
+       st.one_of(st.none(), st.integers(-5, 3_100)))
+def test_largest_within_finds_what_bisection_finds(steps, target, strict, limit, kind, guess):
     """The interpolating search of the serving limits answers as doubling and bisection do,
-    on every kind of non-decreasing measure the limits meet."""
+    on every kind of non-decreasing measure the limits meet, whatever it is told to try
+    first (a closed form's guess, right or wrong)."""
     from llmpar.inference.capacity import largest_fitting, largest_within
 
     measure = MEASURES[kind](steps)
     fits = ((lambda n: measure(n) < target) if strict else (lambda n: measure(n) <= target))
-    assert largest_within(measure, target, limit, strict=strict) == largest_fitting(fits, limit)
+    assert largest_within(measure, target, limit, strict=strict,
+                          guess=guess) == largest_fitting(fits, limit)
+
+
+@given(architectures(layers_multiple_of=2), workloads(), st.sampled_from(GPUS),
+       st.sampled_from([None, 4096, 2**20]),
+       st.sampled_from([{}, {"tensor": {"degree": 2}}, {"context": {"degree": 2}},
+                        {"pipeline": {"degree": 2}}]),
+       st.sampled_from([None, (512, 2), (4096, 6)]))
+@settings(max_examples=30)  # each example bisects three limits over up to 2^40
+def test_serving_limits_are_what_bisection_finds(model, workload, gpu, positions, parallel,
+                                                 window):
+    """The largest batch, context and prompt, which try the closed forms of their memory
+    first (`llmpar.inference.capacity`), are the largest values whose peak memory fits,
+    as doubling and bisection over `peak_memory` find them: with blocks, chunks, prefix
+    caching, sliding windows, context ranks and pipeline stages."""
+    from llmpar.inference.capacity import (
+        SEARCH_LIMIT,
+        largest_fitting,
+        max_batch_size,
+        max_context_tokens,
+        max_prompt_tokens,
+    )
+    from llmpar.inference.evaluate import serving_of
+    from llmpar.inference.memory import peak_memory
+    from llmpar.loading.checks import resolve_layout
+
+    assume(tensor_ok(model, parallel.get("tensor", {}).get("degree", 1)))
+    if positions is not None:
+        model = {**model, "max_position_embeddings": positions}
+    if window is not None:
+        model = {**model, "sliding_window": window[0], "sliding_window_pattern": window[1]}
+    session = llmpar.Session(load_entry_points=False)
+    spec = session.load_spec({"model": model,
+                              "hardware": {"gpu": gpu, "num_gpus": 2 if parallel else 1,
+                                           "intra_node_bandwidth_bytes_per_s": 64e9},
+                              "inference": _plain(workload), "parallel": parallel})
+    layout, _ = resolve_layout(spec, session.strategies)
+    serving = serving_of(spec, layout, session.strategies)
+    capacity = spec.hardware.gpu.usable_bytes
+    inference = serving.inference
+
+    def bisected(memory: Any, limit: int = SEARCH_LIMIT) -> int | None:
+        return largest_fitting(lambda n: memory(n).total_bytes <= capacity, limit)
+
+    context_limit = positions or SEARCH_LIMIT
+    prompt_limit = (positions - inference.generated_tokens if positions is not None
+                    else SEARCH_LIMIT)
+    assert max_batch_size(serving).value == bisected(
+        lambda n: peak_memory(serving, batch=n))
+    context = bisected(lambda n: peak_memory(serving, n), context_limit)
+    assert max_context_tokens(serving).value == (positions if context is None else context)
+    if prompt_limit >= 1:
+        prompt = bisected(lambda n: peak_memory(serving, prompt=n), prompt_limit)
+        assert max_prompt_tokens(serving).value == (positions and prompt_limit
+                                                    if prompt is None else prompt)
 
 
 ENGINES = (None, "vllm", "sglang", "trt-llm")

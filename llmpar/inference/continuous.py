@@ -186,7 +186,9 @@ def _running_batch(serving: Serving, step: Callable[[float], float],
                    limited_by: str) -> tuple[float, str, bool]:
     """(batch per replica, what sets it, stable): the concurrency capped by the limit, or
     the least B with B = rate x residence(B) x step(B) (Little's law; both sides grow with
-    B, so bisection finds it), unstable when even the limit falls short."""
+    B, so bisection finds it: BISECTION_STEPS halvings of [0, limit], most of them decided
+    by a bracket of the crossing found first, `_crossing`), unstable when even the limit
+    falls short."""
     inference = serving.inference
     replicas = serving.degree("data")
     if inference.concurrency is not None:
@@ -194,16 +196,72 @@ def _running_batch(serving: Serving, step: Callable[[float], float],
         return min(offered, top), limited_by if offered > top else "concurrency", True
     assert inference.request_rate_per_s is not None
     rate = inference.request_rate_per_s / replicas
-    if rate * residence(top) * step(top) >= top:
+    arriving: dict[float, float] = {}
+
+    def short(batch: float) -> bool:
+        """Whether more requests arrive while `batch` are served than `batch` holds."""
+        if batch not in arriving:
+            arriving[batch] = rate * residence(batch) * step(batch)
+        return arriving[batch] > batch
+
+    short(top)
+    if arriving[top] >= top:
         return top, limited_by, False
+
+    # The bisection's answer with few steps measured: a bracket of the crossing first
+    # (regula falsi, `_crossing`), then the bisection's own halvings, each midpoint
+    # outside the bracket decided by it (both sides grow with B: B falls short below
+    # the crossing and suffices above it), the others measured.
+    below, above = _crossing(short, arriving, top)
     low, high = 0.0, top
     for _ in range(BISECTION_STEPS):
         middle = (low + high) / 2
-        if rate * residence(middle) * step(middle) > middle:
+        if middle <= below or (middle < above and short(middle)):
             low = middle
+            below = max(below, middle)
         else:
             high = middle
+            above = min(above, middle)
     return high, "request rate (Little's law)", True
+
+
+CROSSING_STEPS = 12
+"""Interpolation steps that bracket the request-rate fixed point before the halvings."""
+
+
+def _crossing(short: Callable[[float], bool], arriving: dict[float, float],
+              top: float) -> tuple[float, float]:
+    """(a batch that falls short, a larger one that suffices) around the least batch
+    that holds the requests arriving while it is served (`short`, which records each
+    value in `arriving`): regula falsi on arriving - batch with the Illinois rule, from
+    the bisection's first midpoint, until the bracket is as narrow as the halvings'
+    last step."""
+    low: tuple[float, float] | None = None  # (batch, arriving - batch) > 0
+    high = (top, arriving[top] - top)
+    finest = top * 2.0**-BISECTION_STEPS
+    point, kept = top / 2, ""
+    for _ in range(CROSSING_STEPS):
+        if short(point):
+            low = (point, arriving[point] - point)
+            if kept == "low":
+                high = (high[0], high[1] / 2)
+            kept = "low"
+        else:
+            high = (point, arriving[point] - point)
+            if kept == "high" and low is not None:
+                low = (low[0], low[1] / 2)
+            kept = "high"
+        if low is None:
+            point = high[0] / 2
+            continue
+        if high[0] - low[0] <= 2 * finest:
+            break
+        (x0, g0), (x1, g1) = low, high
+        point = x0 + g0 * (x1 - x0) / (g0 - g1) if g0 > g1 else (x0 + x1) / 2
+        # at least the halvings' last width inside either end (Dekker's rule): a point
+        # next to the crossing is followed by one just past it
+        point = min(max(point, x0 + finest), x1 - finest)
+    return (0.0 if low is None else low[0]), high[0]
 
 
 def _wait(serving: Serving, batch: float, completions: float,
@@ -232,8 +290,12 @@ def continuous_batching(serving: Serving, rates: Rates, kv: Limit) -> Continuous
     ratio = inference.computed_prompt_tokens / out  # prefill tokens per decode token
     limit, limited_by = batch_limit(serving, kv)
 
+    stepped: dict[float, MixedStep] = {}  # the limit's step and the steady state's, once
+
     def step(batch: float) -> MixedStep:
-        return mixed_step(serving, rates, batch, batch * ratio)
+        if batch not in stepped:
+            stepped[batch] = mixed_step(serving, rates, batch, batch * ratio)
+        return stepped[batch]
 
     def residence(batch: float) -> float:
         """Steps a request holds a slot for: its prefill steps and out - 1 decode steps."""

@@ -33,7 +33,7 @@ import attrs
 
 from llmpar.errors import Problem
 from llmpar.inference.capacity import max_batch_size
-from llmpar.inference.continuous import _running_batch, _tail_seconds, mixed_step
+from llmpar.inference.continuous import MixedStep, _running_batch, _tail_seconds, mixed_step
 from llmpar.inference.kv_cache import kv_cache_bytes
 from llmpar.inference.serving import Serving
 from llmpar.plan import Derivation, Plan, ServingPool
@@ -169,15 +169,19 @@ def _decode_steady(serving: Serving, prefill_seconds: float, transfer_seconds: f
     top, limited_by = min(limits, key=lambda item: item[0]) if limits else (2.0**20, "nothing")
     top = max(top, 1e-9)
 
-    def step(batch: float) -> float:
-        return mixed_step(serving, rates, batch, 0.0).seconds
+    stepped: dict[float, MixedStep] = {}  # the limit's step and the steady state's, once
+
+    def step(batch: float) -> MixedStep:
+        if batch not in stepped:
+            stepped[batch] = mixed_step(serving, rates, batch, 0.0)
+        return stepped[batch]
 
     decode_steps = max(out - 1, 1)
-    rate_max = top / (decode_steps * step(top)) * replicas
-    batch, limited, stable = _running_batch(serving, step, lambda _b: decode_steps, top,
-                                            limited_by)
+    rate_max = top / (decode_steps * step(top).seconds) * replicas
+    batch, limited, stable = _running_batch(serving, lambda b: step(b).seconds,
+                                            lambda _b: decode_steps, top, limited_by)
     batch = max(batch, 1e-9)
-    steady = mixed_step(serving, rates, batch, 0.0)
+    steady = step(batch)
     tpot = steady.seconds
     rate = inference.request_rate_per_s
     rho = min(1.0, rate / prefill_rate_max)
@@ -229,7 +233,8 @@ def build_disaggregated_plan(spec: Spec, strategies: Mapping[str, Strategy[Any]]
     layouts: dict[str, Layout] = {role: resolve_layout(specs[role], strategies)[0]
                                   for role in ROLES}
     servings = {role: serving_of(specs[role], layouts[role], strategies) for role in ROLES}
-    prefill_plan = build_inference_plan(specs["prefill"], layouts["prefill"], strategies)
+    prefill_plan = build_inference_plan(specs["prefill"], layouts["prefill"], strategies,
+                                        serving=servings["prefill"])
     prefill_pool = prefill_plan.serving[0]
     prefill_seconds = prefill_pool.prefill_seconds
     bandwidth, latency, link = _link(spec)

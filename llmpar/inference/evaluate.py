@@ -25,7 +25,11 @@ from llmpar.inference.continuous import continuous_batching, token_budget
 from llmpar.inference.engine import ENGINE_TRUST, engine_label, engine_warnings
 from llmpar.inference.formats import expert_matmul_dtype, format_warnings, matmul_dtype
 from llmpar.inference.memory import ServingMemory, fixed_parts, peak_memory
-from llmpar.inference.operations import count_layer_kinds, weights_by_group
+from llmpar.inference.operations import (
+    count_layer_kinds,
+    operation_constants,
+    weights_by_group,
+)
 from llmpar.inference.overhead import runtime_overhead
 from llmpar.inference.phases import (
     PhaseResult,
@@ -61,6 +65,7 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                       stages=stages_of(spec, transforms), strategies=strategies)
     serving = attrs.evolve(serving, weights_by_group=weights_by_group(serving),
                            layer_counts=count_layer_kinds(serving))
+    serving = attrs.evolve(serving, constants=operation_constants(serving))
     if serving.inference.speculative is not None:  # the draft head, a model of its own
         serving = attrs.evolve(serving, draft=serving_of(*draft_spec(spec, layout),
                                                          strategies))
@@ -129,8 +134,11 @@ def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
                         f"assumed {timing.rates.matmul_efficiency} and "
                         f"{timing.rates.memory_efficiency} ({DEFAULT_SOURCE})")
     if timing is not None:
-        for step in (prefill_step(serving), decode_step(serving)):
-            warnings += unknown_links(serving, step_collectives(serving, step))
+        for step, result in ((prefill_step(serving), timing.prefill),
+                             (decode_step(serving), timing.decode)):
+            sent = (list(result.sent) if result.step == step  # the phase's own step
+                    else step_collectives(serving, step))
+            warnings += unknown_links(serving, sent)
         warnings += engine_warnings(serving)
     warnings += format_warnings(inference, spec.precision.activations, spec.hardware.gpu)
     if inference.speculative is not None and inference.continuous:
@@ -211,13 +219,16 @@ def _trust(serving: Serving) -> str:
 
 
 def build_inference_plan(spec: Spec, layout: Layout,
-                         strategies: Mapping[str, Strategy[Any]]) -> Plan:
-    """Compose the plan of a validated `[inference]` spec under a resolved layout."""
+                         strategies: Mapping[str, Strategy[Any]], *,
+                         serving: Serving | None = None) -> Plan:
+    """Compose the plan of a validated `[inference]` spec under a resolved layout (from
+    `serving`, when the caller holds `serving_of` this spec and layout already)."""
     if spec.inference is not None and spec.inference.disaggregated is not None:
         from llmpar.inference.disaggregated import build_disaggregated_plan
 
         return build_disaggregated_plan(spec, strategies)
-    serving = serving_of(spec, layout, strategies)
+    if serving is None or serving.spec is not spec or serving.layout != layout:
+        serving = serving_of(spec, layout, strategies)
     why_untimed = untimed(serving)
     budget = token_budget(serving) if serving.inference.continuous else None
     if budget is not None:  # continuous batching steps the prefill in the token budget

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.stages import stage_parameters
 from llmpar.inference.kv_cache import (
     kv_bytes_per_token,
@@ -117,10 +118,16 @@ def fixed_parts(serving: Serving) -> tuple[StageFixed, ...]:
     per_token = kv_bytes_per_token(spec.model, serving.inference.kv_cache, tensor)
     workspace = workspace_rates(spec.model, spec.precision.activations, tensor)
     found = []
+    composition: Composition | None = None  # the shards, indexed once for all stages
+    whole = serving.weights_by_group  # every layer's weights by group, computed once
     for stage in serving.stages:
         parameters = stage_parameters(spec, serving.footprint, stage)
         layers = range(stage.first_layer, stage.first_layer + stage.num_layers)
-        weights = weight_bytes(spec, parameters, list(serving.transforms))
+        if whole and parameters == serving.footprint.parameters.by_group:  # all of them
+            weights = sum(whole.values())
+        else:
+            composition = composition or Composition(serving.transforms)
+            weights = weight_bytes(spec, parameters, composition)
         windows = layer_windows(spec.model, serving.inference, layers)
         if serving.draft is not None and stage.has_head:
             # Speculative decoding's draft head: its layers' weights and KV cache.

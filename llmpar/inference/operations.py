@@ -48,7 +48,7 @@ from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec import Model
-from llmpar.spec.inference import QUANTIZED_FORMATS
+from llmpar.spec.inference import QUANTIZED_FORMATS, AttentionKernel
 from llmpar.spec.model import NO_MIXER, mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
@@ -139,6 +139,94 @@ def _per_layer(serving: Serving, group: str, layers: int) -> float:
     return by_group.get(group, 0.0) / max(1, layers)
 
 
+@attrs.frozen(kw_only=True)
+class OperationConstants:
+    """What the operations of a step read whatever the step (its tokens, rows, sequences):
+    formats, the engine's shares and kernels, weights per rank and per layer, widths per
+    token. Computed once per serving spec (`Serving.constants`): every step of every
+    search reads them, and none of them changes with the batch, the prompt or the chunk."""
+
+    act_bytes: float
+    """Bytes of one activation element."""
+    matmul: str
+    unquantized: str
+    quantized_reads: float | None
+    unquantized_reads: float | None
+    projection_weights: float
+    """One layer's attention matrices on one tensor rank."""
+    projection_width: float
+    """Elements per token the projections read and write: 2h and the attention block."""
+    projection_bytes: float
+    attention_width: float
+    """Query and attention-output elements per token, all tensor ranks."""
+    kv_bytes_per_token: float
+    pair_flops: float
+    absorbed_pair_flops: float
+    prefill_kernel: AttentionKernel | None
+    decode_kernel: AttentionKernel | None
+    mlp_weights: float
+    mlp_width: float
+    mlp_bytes: float
+    norm_module_bytes: float
+    """One module's norm weights of a layer (half a block's; a single-module layer's own)."""
+    lookup_bytes: float
+    """Bytes per element of an embedding row looked up and written."""
+    head_bytes: float
+    """The output layer's weights on one GPU."""
+    moe: MoeConstants | None
+
+
+def _norm_module_bytes(serving: Serving) -> float:
+    """The norm weights one module of a layer reads: half of a block's two, or a
+    single-module layer's one (`Model.norms_in`)."""
+    model = serving.spec.model
+    layers = model.num_layers or 1
+    weights = _per_layer(serving, "norms", layers)
+    if model.single_module_layers:  # the norm weights of one module's half of a block
+        return weights * layers / model.norms_in(0, layers)
+    return weights / 2
+
+
+def operation_constants(serving: Serving) -> OperationConstants:
+    """The step-independent parts of every operation (`OperationConstants`)."""
+    spec, t = serving.spec, serving.degree("tensor")
+    model, inference = spec.model, serving.inference
+    assert model.hidden_size is not None
+    engine = inference.engine is not None
+    ffn = model.ffn_hidden_size
+    attends = model.num_attention_heads is not None and model.head_dim is not None
+    return OperationConstants(
+        act_bytes=_act(serving), matmul=_matmul(serving), unquantized=_unquantized(serving),
+        quantized_reads=_quantized_reads(serving), unquantized_reads=_unquantized_reads(serving),
+        projection_weights=(attention_matmul_weights(model) / attention_divisor(spec, t)
+                            if attends else 0.0),
+        projection_width=(2 * model.hidden_size + attention_width(model, t)
+                          if attends else 0.0),
+        projection_bytes=_per_layer(serving, "attention", model.num_attention_layers or 1),
+        attention_width=model.query_width + model.attention_output_width if attends else 0.0,
+        kv_bytes_per_token=(kv_bytes_per_token(model, inference.kv_cache, t)
+                            if attends else 0.0),
+        pair_flops=_pair_flops(serving, False) if attends else 0.0,
+        absorbed_pair_flops=_pair_flops(serving, True) if attends else 0.0,
+        prefill_kernel=attention_kernel(serving, "prefill") if engine else None,
+        decode_kernel=attention_kernel(serving, "decode") if engine else None,
+        mlp_weights=mlp_matmul_weights(model, ffn) / t if ffn is not None else 0.0,
+        mlp_width=(2 * model.hidden_size + 2 * mlp_width(model, ffn, t)
+                   if ffn is not None else 0.0),
+        mlp_bytes=_per_layer(serving, "mlp", model.num_dense_layers),
+        norm_module_bytes=_norm_module_bytes(serving),
+        lookup_bytes=bytes_per_parameter("embedding", inference, spec.precision.activations)
+        + _act(serving),
+        head_bytes=_per_layer(serving, "embedding" if model.tie_embeddings else "head", 1),
+        moe=moe_constants(serving))
+
+
+def constants_of(serving: Serving) -> OperationConstants:
+    """The serving's operation constants, computed once (`Serving.constants`)."""
+    found = serving.constants
+    return found if isinstance(found, OperationConstants) else operation_constants(serving)
+
+
 def _act(serving: Serving) -> float:
     return bytes_per_element(serving.spec.precision.activations)
 
@@ -180,15 +268,12 @@ def _unquantized_reads(serving: Serving) -> float | None:
 
 def projections(serving: Serving, step: Step) -> Operation:
     """Q, K, V and output projections of one layer."""
-    spec, t = serving.spec, serving.degree("tensor")
-    model = spec.model
-    assert model.hidden_size is not None
-    weights = attention_matmul_weights(model) / attention_divisor(spec, t)
-    io = step.tokens * (2 * model.hidden_size + attention_width(model, t)) * _act(serving)
-    return Operation(name="attention projections", flops=2 * step.tokens * weights,
-                     bytes=_per_layer(serving, "attention", model.num_attention_layers or 1)
-                     + io,
-                     dtype=_matmul(serving), memory_efficiency=_quantized_reads(serving))
+    c = constants_of(serving)
+    io = step.tokens * c.projection_width * c.act_bytes
+    return Operation(name="attention projections",
+                     flops=2 * step.tokens * c.projection_weights,
+                     bytes=c.projection_bytes + io, dtype=c.matmul,
+                     memory_efficiency=c.quantized_reads)
 
 
 def recurrent_projections(serving: Serving, step: Step, mixer: str) -> Operation:
@@ -266,21 +351,21 @@ def indexer(serving: Serving, step: Step) -> Operation:
 def attention(serving: Serving, step: Step, window: int | None) -> Operation:
     """Q.K^T and scores.V of one layer, reading the cache and writing the new tokens'
     (with DeepSeek sparse attention, of the top_k keys the indexer keeps per query)."""
-    model, t = serving.spec.model, serving.degree("tensor")
+    model, t, c = serving.spec.model, serving.degree("tensor"), constants_of(serving)
     if model.sparse_attention is not None:
         window = model.sparse_attention.top_k
     pairs = attention_pairs(step, window, serving.degree("context"))
-    per_token = kv_bytes_per_token(model, serving.inference.kv_cache, t)
+    per_token = c.kv_bytes_per_token
     tile = min(step.queries, FLASH_QUERY_TILE)
-    io = step.tokens * (model.query_width + model.attention_output_width) / t * _act(serving)
+    io = step.tokens * c.attention_width / t * c.act_bytes
     name = "attention" if window is None else f"attention (window {window:,})"
     if model.sparse_attention is not None:
         name = f"attention (top {window:,} keys)"
-    kernel = (attention_kernel(serving, step.phase)  # the engine's, if it states one
-              if serving.inference.engine is not None else None)
+    # the engine's kernel, if it states one (`attention_kernel`)
+    kernel = c.decode_kernel if step.phase == "decode" else c.prefill_kernel
     queries = step.sequences * step.queries
     return Operation(name=name,
-                     flops=pairs * _pair_flops(serving, step.absorbed),
+                     flops=pairs * (c.absorbed_pair_flops if step.absorbed else c.pair_flops),
                      bytes=pairs / tile * per_token + step.tokens * per_token + io,
                      dtype=serving.spec.precision.activations,
                      memory_efficiency=kernel.memory_efficiency if kernel else None,
@@ -290,14 +375,11 @@ def attention(serving: Serving, step: Step, window: int | None) -> Operation:
 
 
 def dense_mlp(serving: Serving, step: Step) -> Operation:
-    model, t = serving.spec.model, serving.degree("tensor")
-    assert model.hidden_size is not None and model.ffn_hidden_size is not None
-    weights = mlp_matmul_weights(model, model.ffn_hidden_size) / t
-    io = step.tokens * (2 * model.hidden_size
-                        + 2 * mlp_width(model, model.ffn_hidden_size, t)) * _act(serving)
-    return Operation(name="mlp", flops=2 * step.tokens * weights,
-                     bytes=_per_layer(serving, "mlp", model.num_dense_layers) + io,
-                     dtype=_matmul(serving), memory_efficiency=_quantized_reads(serving))
+    c = constants_of(serving)
+    io = step.tokens * c.mlp_width * c.act_bytes
+    return Operation(name="mlp", flops=2 * step.tokens * c.mlp_weights,
+                     bytes=c.mlp_bytes + io, dtype=c.matmul,
+                     memory_efficiency=c.quantized_reads)
 
 
 def _expert_share(serving: Serving) -> float:
@@ -322,54 +404,86 @@ def active_local_experts(serving: Serving, tokens: float) -> float:
     return active
 
 
-def moe_ops(serving: Serving, step: Step) -> list[Operation]:
-    """Router, routed experts and shared experts of one MoE layer."""
+@attrs.frozen(kw_only=True)
+class MoeConstants:
+    """The step-independent parts of an MoE layer's operations (`moe_ops`)."""
+
+    router_bytes: float
+    expert_bytes: float
+    """One routed expert's weights on one GPU."""
+    share: float
+    """`_expert_share`."""
+    expert_weights: float
+    """One routed expert's matrices, whole."""
+    expert_tensor: int
+    expert_width: float
+    """Elements per (token, expert) pair the routed experts read and write."""
+    routed: str
+    routed_reads: float | None
+    shared: float
+    """The shared experts' matrices on one tensor rank."""
+    shared_bytes: float
+    shared_width: float
+    """Elements per token the shared experts read and write, halved."""
+
+
+def moe_constants(serving: Serving) -> MoeConstants | None:
+    """`MoeConstants` of the serving's MoE layers; None without experts."""
     model, t, e = serving.spec.model, serving.degree("tensor"), serving.degree("expert")
     moe = model.moe
-    assert moe is not None and model.hidden_size is not None
-    h, n, act, layers = model.hidden_size, step.tokens, _act(serving), model.num_moe_layers
+    if moe is None or model.hidden_size is None:
+        return None
+    h, layers = model.hidden_size, model.num_moe_layers
     x = expert_tensor_degree(serving.layout)
-    expert_bytes = _per_layer(serving, "experts", layers) / (moe.num_experts / e)
-    # (token, expert) pairs this rank computes, each on 1/x of the expert's matrices:
-    # k x n / t x x, the same work as k x n pairs on 1/t of them.
-    pairs = n * moe.experts_per_token * _expert_share(serving)
     width = moe.expert_ffn_hidden_size
     shared_width = moe.shared_expert_ffn_hidden_size or width
-    shared = moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t
-    quantized, matmul = _quantized_reads(serving), _matmul(serving)
     experts = serving.inference.expert_weights
-    routed, routed_reads = ((matmul, quantized) if experts is None else
-                            (_expert_matmul(serving, experts), weight_efficiency(serving, experts)))
+    routed, routed_reads = ((_matmul(serving), _quantized_reads(serving)) if experts is None
+                            else (_expert_matmul(serving, experts),
+                                  weight_efficiency(serving, experts)))
+    return MoeConstants(
+        router_bytes=_per_layer(serving, "router", layers),
+        expert_bytes=_per_layer(serving, "experts", layers) / (moe.num_experts / e),
+        share=_expert_share(serving), expert_weights=mlp_matmul_weights(model, width),
+        expert_tensor=x, expert_width=2 * h + 2 * mlp_width(model, width, x),
+        routed=routed, routed_reads=routed_reads,
+        shared=moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t,
+        shared_bytes=_per_layer(serving, "shared_experts", layers),
+        shared_width=h + moe.num_shared_experts * shared_width / t)
+
+
+def moe_ops(serving: Serving, step: Step) -> list[Operation]:
+    """Router, routed experts and shared experts of one MoE layer."""
+    model, c = serving.spec.model, constants_of(serving)
+    moe, m = model.moe, c.moe
+    assert moe is not None and m is not None and model.hidden_size is not None
+    h, n, act = model.hidden_size, step.tokens, c.act_bytes
+    # (token, expert) pairs this rank computes, each on 1/x of the expert's matrices:
+    # k x n / t x x, the same work as k x n pairs on 1/t of them.
+    pairs = n * moe.experts_per_token * m.share
     return [
         Operation(name="router", flops=2 * n * h * moe.num_experts,
-                  bytes=_per_layer(serving, "router", layers) + n * (h + moe.num_experts) * act,
-                  dtype=_unquantized(serving), memory_efficiency=_unquantized_reads(serving)),
+                  bytes=m.router_bytes + n * (h + moe.num_experts) * act,
+                  dtype=c.unquantized, memory_efficiency=c.unquantized_reads),
         Operation(name="routed experts",
-                  flops=2 * pairs * mlp_matmul_weights(model, width) / x,
-                  bytes=(active_local_experts(serving, n) * expert_bytes
-                         + pairs * (2 * h + 2 * mlp_width(model, width, x)) * act),
-                  dtype=routed, memory_efficiency=routed_reads),
-        Operation(name="shared experts", flops=2 * n * shared,
-                  bytes=(_per_layer(serving, "shared_experts", layers)
-                         + n * 2 * (h + moe.num_shared_experts * shared_width / t) * act),
-                  dtype=matmul, memory_efficiency=quantized),
+                  flops=2 * pairs * m.expert_weights / m.expert_tensor,
+                  bytes=(active_local_experts(serving, n) * m.expert_bytes
+                         + pairs * m.expert_width * act),
+                  dtype=m.routed, memory_efficiency=m.routed_reads),
+        Operation(name="shared experts", flops=2 * n * m.shared,
+                  bytes=m.shared_bytes + n * 2 * m.shared_width * act,
+                  dtype=c.matmul, memory_efficiency=c.quantized_reads),
     ]
 
 
 def norms(serving: Serving, step: Step, modules: int = 2) -> Operation:
     """The norms and residual adds of one layer of `modules` modules: a mixer and an MLP
     (2), or one of them alone (1: half of the norm weights and passes, `Model.norms_in`)."""
-    model = serving.spec.model
+    model, c = serving.spec.model, constants_of(serving)
     assert model.hidden_size is not None
-    layers = model.num_layers or 1
-    weights = _per_layer(serving, "norms", layers)
-    if model.single_module_layers:  # the norm weights of one module's half of a block
-        weights = weights * layers / model.norms_in(0, layers)
-    else:
-        weights = weights / 2
     return Operation(name="norms and residuals", flops=0.0,
-                     bytes=(weights * modules + step.tokens * model.hidden_size * NORM_PASSES
-                            * _act(serving) * modules / 2),
+                     bytes=(c.norm_module_bytes * modules + step.tokens * model.hidden_size
+                            * NORM_PASSES * c.act_bytes * modules / 2),
                      dtype=serving.spec.precision.activations)
 
 
@@ -397,19 +511,16 @@ def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:
     """Embedding lookup and output layer (the sampled rows only)."""
-    spec, t = serving.spec, serving.degree("tensor")
-    model, act = spec.model, _act(serving)
+    spec, t, c = serving.spec, serving.degree("tensor"), constants_of(serving)
+    model, act = spec.model, c.act_bytes
     assert model.hidden_size is not None and model.vocab_size is not None
     h, vocab = model.hidden_size, model.vocab_size
-    lookup = bytes_per_parameter("embedding", serving.inference, spec.precision.activations)
-    head_group = "embedding" if model.tie_embeddings else "head"
     return [
-        Operation(name="embedding", flops=0.0, bytes=step.tokens * h * (lookup + act),
+        Operation(name="embedding", flops=0.0, bytes=step.tokens * h * c.lookup_bytes,
                   dtype=spec.precision.activations),
         Operation(name="output layer", flops=2 * step.rows * h * vocab / t,
-                  bytes=(_per_layer(serving, head_group, 1)
-                         + step.rows * (h + vocab / t) * act),
-                  dtype=_unquantized(serving), memory_efficiency=_unquantized_reads(serving)),
+                  bytes=c.head_bytes + step.rows * (h + vocab / t) * act,
+                  dtype=c.unquantized, memory_efficiency=c.unquantized_reads),
     ]
 
 

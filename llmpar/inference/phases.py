@@ -40,10 +40,10 @@ from llmpar.roofline import (
     Rates,
     compute_seconds,
     floor_seconds,
-    is_compute_bound,
     memory_seconds,
     seconds,
 )
+from llmpar.strategy import Collective
 
 COMPUTE_BOUND_SEARCH_LIMIT = 2**24
 """Largest batch the compute-bound search tries."""
@@ -54,6 +54,10 @@ class PhaseResult:
     phase: InferencePhase
     operations: tuple[Operation, ...]
     collectives: tuple[CollectiveCost, ...]
+    step: Step | None = None
+    """The step whose collectives `sent` holds (None: not kept)."""
+    sent: tuple[Collective, ...] = ()
+    """What the strategies send in `step`, as `step_collectives` states it."""
 
 
 def prefill_step(serving: Serving) -> Step:
@@ -97,9 +101,11 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
     collectives = step_collectives(serving, unit)
     costs = [cost(serving, c if count == 1 else attrs.evolve(
         c, calls_per_step=c.calls_per_step * count)) for c in collectives]
-    compute = sum((seconds(op, rates) for op in operations if is_compute_bound(op, rates)), 0.0)
-    memory = sum((seconds(op, rates) for op in operations if not is_compute_bound(op, rates)),
-                 0.0)
+    # Each operation's two rooflines once (`seconds` is their larger, `is_compute_bound`
+    # whether it is the first), summed in the operations' order.
+    times = [(compute_seconds(op, rates), memory_seconds(op, rates)) for op in operations]
+    compute = sum((c for c, m in times if c > m), 0.0)
+    memory = sum((m for c, m in times if not c > m), 0.0)
     if count == 1:
         exposed = exposed_seconds(costs, operations, rates)
     else:  # two-batch overlap (llmpar.inference.overlap)
@@ -132,7 +138,8 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
         bytes=sum(op.bytes for op in operations) * steps,
         tokens=int(step.queries), context_tokens=step.prior + step.queries, steps=steps,
         overhead_seconds=parts.get("overhead", 0.0))
-    return PhaseResult(phase=phase, operations=tuple(operations), collectives=tuple(costs))
+    return PhaseResult(phase=phase, operations=tuple(operations), collectives=tuple(costs),
+                       step=unit, sent=tuple(collectives))
 
 
 def prefill(serving: Serving, rates: Rates) -> PhaseResult:

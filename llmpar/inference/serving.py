@@ -34,6 +34,10 @@ class Serving:
     fixed: tuple[Any, ...] = attrs.field(default=(), eq=False)
     """Each stage's weights, runtime allowance and cache windows
     (`llmpar.inference.memory.StageFixed`): computed once."""
+    constants: Any = attrs.field(default=None, eq=False)
+    """What every operation of a step reads whatever the step
+    (`llmpar.inference.operations.OperationConstants`): computed once; None: computed
+    where needed."""
 
     @property
     def inference(self) -> Inference:

@@ -15,11 +15,13 @@ from llmpar.strategy import Transform
 
 
 def weight_bytes_by_group(spec: Spec, parameters: Mapping[str, float],
-                          transforms: list[Transform]) -> dict[str, float]:
-    """Bytes of each group of `parameters` on one GPU, at its format, under the shards."""
+                          transforms: list[Transform] | Composition) -> dict[str, float]:
+    """Bytes of each group of `parameters` on one GPU, at its format, under the shards
+    (of `transforms`, or of their composition, indexed once for many calls)."""
     assert spec.inference is not None
     activations = spec.precision.activations
-    composition = Composition(transforms)
+    composition = (transforms if isinstance(transforms, Composition)
+                   else Composition(transforms))
     return {group: composition.held({group: count},
                                     bytes_per_parameter(group, spec.inference, activations),
                                     "weights")
@@ -27,6 +29,6 @@ def weight_bytes_by_group(spec: Spec, parameters: Mapping[str, float],
 
 
 def weight_bytes(spec: Spec, parameters: Mapping[str, float],
-                 transforms: list[Transform]) -> float:
+                 transforms: list[Transform] | Composition) -> float:
     """All weights of `parameters` on one GPU."""
     return sum(weight_bytes_by_group(spec, parameters, transforms).values())
