@@ -35,7 +35,9 @@ def test_off_by_default_changes_nothing():
     assert SESSION.evaluate(unset).to_dict() == SESSION.evaluate(spec(overlap=False)).to_dict()
 
 
-def test_the_all_to_all_is_exposed_only_beyond_the_computation():
+def test_the_all_to_all_is_exposed_at_least_beyond_the_computation():
+    """Decode hides each transfer behind its own stages only (SGLang's staged schedule,
+    tests/test_decode_first_principles.py): never less exposed than max(0, M - W)."""
     phase = decode(SESSION.evaluate(spec()))
     work = phase["compute_seconds"] + phase["memory_seconds"]
     plan = SESSION.evaluate(spec())
@@ -43,8 +45,9 @@ def test_the_all_to_all_is_exposed_only_beyond_the_computation():
     overlapped = [c for c in collectives if c["hides_behind"] == "other-micro-batch"]
     assert overlapped and all(c["strategy"] == "expert" for c in overlapped)
     total = sum(c["seconds"] for c in overlapped)
-    assert sum(c["exposed_seconds"] for c in overlapped) == pytest.approx(max(0.0, total - work))
-    assert phase["communication_seconds"] == pytest.approx(max(0.0, total - work))
+    exposed = sum(c["exposed_seconds"] for c in overlapped)
+    assert max(0.0, total - work) <= exposed <= total
+    assert phase["communication_seconds"] == pytest.approx(exposed)
 
 
 def test_two_micro_batches_keep_the_flops_and_read_the_weights_twice():

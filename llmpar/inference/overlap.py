@@ -37,12 +37,30 @@ the first micro-batch's attention runs, so a layer takes at least a + 2 (d + c).
 schedule SGLang runs DeepGEMM's products on the SMs DeepEP leaves
 (`deep_gemm_num_sms = total - DeepEPConfig.num_sms`, for the whole overlapped step): the
 stages' compute-bound products run at (1 - s) of their rate.
+
+A decode step runs its MoE layers on SGLang's staged schedule
+(operations_strategy.py, `_compute_moe_deepseek_blog_decode`, `tbo_delta_stages=2`, the
+five-stage decoding pipeline of DeepSeek's inference-system overview, github.com/
+deepseek-ai/open-infra-index, 202502OpenSourceWeek day 6): a layer is (1) the attention's
+preparation, its projections up to the attention kernel; (2) the attention kernel, the
+output projection and the router; (3) the dispatch sent, the shared experts; (4) the
+dispatch received, the routed experts, the combine sent; (5) the combine received. The
+second micro-batch runs two stages behind the first, A3 B1 A4 B2 A5 B3 A1' B4 A2' B5
+(two_batch_overlap.py, `execute_overlapped_operations`), and DeepEP's low-latency kernels
+receive through a hook, taking no SMs while the data travels (DeepEP README,
+"low-latency kernels ... hook-based communication-computation overlapping"): each
+transfer hides behind only what runs between its send and its receive,
+
+    exposed a layer and micro-batch = max(0, d - shared - stage 1) + max(0, c - stage 2)
+
+(`staged_decode_layer_seconds`), never behind the routed experts or the other stages.
 """
 
 from __future__ import annotations
 
 import attrs
 
+from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.inference.operations import Step, layer_kinds, layer_ops
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
@@ -143,8 +161,8 @@ STAGE_OF = {"routed experts": "experts", "shared experts": "shared"}
 
 @attrs.frozen(kw_only=True)
 class Lockstep:
-    """The MoE layers of a prefill step under the lockstep schedule (per step, both
-    micro-batches)."""
+    """The MoE layers of a step under SGLang's schedule, the prefill's lockstep or the
+    decode's staged one (per step, both micro-batches)."""
 
     work_seconds: float
     """Their operations' roofline times as the step sums them (unslowed)."""
@@ -188,3 +206,61 @@ def lockstep_prefill(serving: Serving, unit: Step, rates: Rates,
             slow["attention"], slow["experts"], slow["shared"], dispatch, per_layer - dispatch)
     return Lockstep(work_seconds=work, slowdown_seconds=slowdown,
                     exposed_seconds=max(0.0, scheduled - work - slowdown))
+
+
+def staged_decode_layer_seconds(prepare: float, core: float, shared: float,
+                                dispatch: float, combine: float) -> float:
+    """The communication one micro-batch's MoE layer leaves exposed on the staged decode
+    schedule: its dispatch runs beside its own shared experts and the other micro-batch's
+    stage 1 (`prepare`), its combine beside the other's stage 2 (`core`)."""
+    return max(0.0, dispatch - shared - prepare) + max(0.0, combine - core)
+
+
+def attention_core_share(serving: Serving) -> float:
+    """The share of a layer's attention projection weights run after the attention kernel
+    (stage 2 of the staged decode): the output projection, and with MLA the absorbed value
+    up-projection (SGLang's forward_absorb_core: w_vc then o_proj, deepseek_v2.py); the
+    rest (query, key/value down and the absorbed key up-projection) prepares it."""
+    model = serving.spec.model
+    assert model.hidden_size is not None
+    core = model.attention_output_width * model.hidden_size
+    if model.mla is not None:
+        core += model.mla.kv_lora_rank * model.attention_output_width
+    return core / attention_matmul_weights(model)
+
+
+def staged_decode(serving: Serving, unit: Step, rates: Rates, costs: list[CollectiveCost],
+                  overlapped: list[bool], shares: list[float]) -> Lockstep | None:
+    """The staged schedule of a two-micro-batch decode step (`unit`: one micro-batch), its
+    dispatch and combine the collectives flagged in `overlapped`; None without MoE layers
+    or such collectives."""
+    total, share, _ = _window(costs, overlapped, shares, 0.0)
+    moe = [(kind, count) for kind, count in layer_kinds(serving) if kind.moe]
+    layers = sum(count for _, count in moe)
+    if total <= 0 or not layers:
+        return None
+    per_layer = total / (layers * MICRO_BATCHES)  # one micro-batch's dispatch + combine
+    expert = serving.spec.parallel.get("expert")
+    dispatch = per_layer * dispatch_share(getattr(expert, "dispatcher", "all-to-all"),
+                                          serving.spec)
+    after = attention_core_share(serving)
+    work = slowdown = exposed = 0.0
+    for kind, count in moe:
+        stage = {"prepare": 0.0, "core": 0.0, "shared": 0.0}
+        for op in layer_ops(serving, unit, kind):
+            plain, slow = seconds(op, rates), _slowed(op, rates, share)
+            work += count * MICRO_BATCHES * plain
+            slowdown += count * MICRO_BATCHES * (slow - plain)
+            if op.name == "attention projections":
+                stage["prepare"] += slow * (1 - after)
+                stage["core"] += slow * after
+            elif op.name == "shared experts":
+                stage["shared"] += slow
+            elif op.name == "norms and residuals":  # the norm before each module
+                stage["prepare"] += slow / 2
+                stage["core"] += slow / 2
+            elif op.name != "routed experts":  # attention, indexer, router
+                stage["core"] += slow
+        exposed += count * MICRO_BATCHES * staged_decode_layer_seconds(
+            stage["prepare"], stage["core"], stage["shared"], dispatch, per_layer - dispatch)
+    return Lockstep(work_seconds=work, slowdown_seconds=slowdown, exposed_seconds=exposed)

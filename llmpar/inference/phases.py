@@ -31,6 +31,7 @@ from llmpar.inference.overlap import (
     lockstep_prefill,
     micro_batch_step,
     micro_batches,
+    staged_decode,
 )
 from llmpar.inference.serving import Serving
 from llmpar.inference.speculative import expected_tokens
@@ -113,12 +114,12 @@ def run_phase(serving: Serving, step: Step, steps: int, rates: Rates) -> PhaseRe
         shares = [float(c.compute_share) for c in collectives]
         # the SMs the hiding kernels take lengthen the compute they run beside
         work = compute + memory
-        lockstep = (lockstep_prefill(serving, unit, rates, costs, overlapped, shares)
-                    if step.phase == "prefill" else None)
+        schedule = lockstep_prefill if step.phase == "prefill" else staged_decode
+        lockstep = schedule(serving, unit, rates, costs, overlapped, shares)
         if lockstep is None:
             compute += contention_seconds(costs, overlapped, shares, work)
             costs = behind_other_micro_batch(costs, overlapped, work, shares)
-        else:  # SGLang's prefill schedule (llmpar.inference.overlap)
+        else:  # SGLang's prefill and decode schedules (llmpar.inference.overlap)
             compute += lockstep.slowdown_seconds
             costs = exposed_as(costs, overlapped, lockstep.exposed_seconds)
         pairs = list(zip(costs, overlapped, strict=True))

@@ -295,8 +295,10 @@ class Inference:
     """Split each forward step's sequences into two micro-batches and run the expert
     all-to-all of one behind the other's computation (SGLang's --enable-two-batch-overlap;
     DeepSeek's dual micro-batch overlap, DeepSeek-V3 technical report, arXiv:2412.19437,
-    Sec. 3.4): the all-to-all is exposed only beyond the step's computation, and every
-    weight is read once per micro-batch. A step of one sequence runs whole."""
+    Sec. 3.4): the MoE layers run on SGLang's schedules, the prefill's lockstep and the
+    decode's five stages, each transfer hidden only behind the stages that run while it
+    travels (`llmpar.inference.overlap`); every weight is read once per micro-batch. A step
+    of one sequence runs whole."""
     prefix_cache_hit_rate: float = attrs.field(default=0.0, validator=_hit_rate)
     """Share of each prompt's tokens whose keys and values a prefix cache already holds
     (vLLM's automatic prefix caching, SGLang's RadixAttention: Zheng et al. 2023,
