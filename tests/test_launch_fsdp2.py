@@ -64,6 +64,7 @@ def test_ddp_reads_as_zero_0_and_full_checkpointing_as_full_recompute(
 
 @pytest.mark.parametrize(("text", "path"), [
     ("def broken(:\n", "$"),
+    ("x = 1\0\n", "$"),
     (HEADER + "shape = (8,)\nmesh = init_device_mesh('cuda', shape)\n"
      "fully_shard(model, mesh=mesh)\n", "$.init_device_mesh"),
     (HEADER + "mesh = init_device_mesh('cuda', (8, 0))\nfully_shard(model, mesh=mesh)\n",

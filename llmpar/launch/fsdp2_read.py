@@ -38,6 +38,8 @@ def read_snippet(text: str, source: str, base: Spec | None = None) -> ReadSettin
     except SyntaxError as exc:
         raise SpecError([Problem("$", f"not Python: {exc.msg} (line {exc.lineno})")],
                         source) from None
+    except (ValueError, RecursionError) as exc:  # null bytes (Python 3.11), deep nesting
+        raise SpecError([Problem("$", f"not Python: {exc}")], source) from None
     problems: list[Problem] = []
     calls = _calls(tree)
     settings = _sharding(calls, base, problems)
