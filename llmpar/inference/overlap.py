@@ -61,7 +61,7 @@ from __future__ import annotations
 import attrs
 
 from llmpar.footprint.parameters import attention_matmul_weights
-from llmpar.inference.operations import Step, layer_kinds, layer_ops
+from llmpar.inference.operations import LayerKind, Step, layer_kinds, layer_ops
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import Operation, Rates, compute_seconds, memory_seconds, seconds
@@ -177,21 +177,34 @@ def _slowed(op: Operation, rates: Rates, share: float) -> float:
     return max(compute_seconds(op, rates) / (1 - share), memory_seconds(op, rates))
 
 
+def _moe_exchange(serving: Serving, costs: list[CollectiveCost], overlapped: list[bool],
+                  shares: list[float]
+                  ) -> tuple[list[tuple[LayerKind, int]], float, float, float] | None:
+    """What both schedules of a two-micro-batch step start from: the MoE layer kinds and
+    their counts, the SM share the overlapped collectives take, one micro-batch's
+    dispatch + combine seconds per MoE layer and the dispatch's part of them; None
+    without MoE layers or such collectives."""
+    total, share, _ = _window(costs, overlapped, shares, 0.0)
+    moe = [(kind, count) for kind, count in layer_kinds(serving) if kind.moe]
+    layers = sum(count for _, count in moe)
+    if total <= 0 or not layers:
+        return None
+    per_layer = total / (layers * MICRO_BATCHES)
+    expert = serving.spec.parallel.get("expert")
+    dispatcher = getattr(expert, "dispatcher", "all-to-all")
+    return moe, share, per_layer, per_layer * dispatch_share(dispatcher, serving.spec)
+
+
 def lockstep_prefill(serving: Serving, unit: Step, rates: Rates,
                      costs: list[CollectiveCost], overlapped: list[bool],
                      shares: list[float]) -> Lockstep | None:
     """The lockstep schedule of a two-micro-batch prefill step (`unit`: one micro-batch),
     its dispatch and combine the collectives flagged in `overlapped`; None without MoE
     layers or such collectives."""
-    total, share, _ = _window(costs, overlapped, shares, 0.0)
-    moe = [(kind, count) for kind, count in layer_kinds(serving) if kind.moe]
-    layers = sum(count for _, count in moe)
-    if total <= 0 or not layers:
+    exchange = _moe_exchange(serving, costs, overlapped, shares)
+    if exchange is None:
         return None
-    per_layer = total / (layers * MICRO_BATCHES)  # one micro-batch's dispatch + combine
-    expert = serving.spec.parallel.get("expert")
-    dispatcher = getattr(expert, "dispatcher", "all-to-all")
-    dispatch = per_layer * dispatch_share(dispatcher, serving.spec)
+    moe, share, per_layer, dispatch = exchange
     work = slowdown = scheduled = 0.0
     for kind, count in moe:
         plain = {"attention": 0.0, "experts": 0.0, "shared": 0.0}
@@ -234,15 +247,10 @@ def staged_decode(serving: Serving, unit: Step, rates: Rates, costs: list[Collec
     """The staged schedule of a two-micro-batch decode step (`unit`: one micro-batch), its
     dispatch and combine the collectives flagged in `overlapped`; None without MoE layers
     or such collectives."""
-    total, share, _ = _window(costs, overlapped, shares, 0.0)
-    moe = [(kind, count) for kind, count in layer_kinds(serving) if kind.moe]
-    layers = sum(count for _, count in moe)
-    if total <= 0 or not layers:
+    exchange = _moe_exchange(serving, costs, overlapped, shares)
+    if exchange is None:
         return None
-    per_layer = total / (layers * MICRO_BATCHES)  # one micro-batch's dispatch + combine
-    expert = serving.spec.parallel.get("expert")
-    dispatch = per_layer * dispatch_share(getattr(expert, "dispatcher", "all-to-all"),
-                                          serving.spec)
+    moe, share, per_layer, dispatch = exchange
     after = attention_core_share(serving)
     work = slowdown = exposed = 0.0
     for kind, count in moe:
