@@ -293,3 +293,31 @@ def test_current_scaling_reduces_each_sequence_split_casts_amax_over_the_tensor_
 ])
 def test_no_amax_all_reduce_without_one_current_scale_per_sequence_split_tensor(overrides):
     assert _collective(_sp(**overrides), AMAX) is None
+
+
+# -- the sequence all-gathers carry fp8 under one scale per tensor ---------------------
+
+@pytest.mark.parametrize("scaling", ["delayed", "current"])
+def test_sequence_all_gathers_carry_fp8_under_one_scale_per_tensor_by_hand(scaling):
+    # Transformer Engine casts ln_out (forward) and the row-parallel output gradient
+    # (backward, grad_output_preprocess) to fp8 before gather_along_first_dim; torchao's
+    # Float8ColwiseParallel / NoopFwToFloat8BwDynamic cast before the DTensor
+    # redistribute. Llama-3-8B at 8192 tokens, micro-batch 1: b s h = 1 x 8192 x 4096.
+    bf16 = _sp()
+    fp8 = _sp(**{"precision.linear": "fp8-tensorwise", "precision.fp8_scaling": scaling})
+    hidden = 1 * 8192 * 4096
+    assert _collective(bf16, "sequence.all-gather").buffer_bytes == 2 * hidden
+    gather = _collective(fp8, "sequence.all-gather")
+    assert gather.buffer_bytes == 1 * hidden
+    assert gather.calls_per_step == _collective(bf16, "sequence.all-gather").calls_per_step
+    assert gather.seconds < _collective(bf16, "sequence.all-gather").seconds
+    # the reduce-scatters carry the products' bf16 outputs either way
+    for name in ("sequence.reduce-scatter", "sequence.input-gradient-reduce-scatter"):
+        assert _collective(fp8, name).buffer_bytes == _collective(bf16, name).buffer_bytes
+
+
+@pytest.mark.parametrize("linear", ["fp8-rowwise", "mxfp8", "fp8-blockwise"])
+def test_sequence_all_gathers_stay_in_the_activations_format_otherwise(linear):
+    # per-row, per-block and MX scales: the gathers are counted in the activations' format
+    plan = _sp(**{"precision.linear": linear})
+    assert _collective(plan, "sequence.all-gather").buffer_bytes == 2 * 8192 * 4096

@@ -15,7 +15,8 @@ from typing import Any, Literal
 import attrs
 
 from llmpar.arrays import anywhere, where
-from llmpar.evaluation.casts import amax_reads
+from llmpar.dtypes import bytes_per_element
+from llmpar.evaluation.casts import PER_TENSOR_FORMATS, amax_reads
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
 from llmpar.search.dimension import Point, SearchDimension
@@ -124,7 +125,8 @@ class SequenceParallel(Strategy[SequenceConfig]):
             collectives=(
                 Collective(name=ALL_GATHER, operation="all-gather", calls_per_step=calls,
                            reason="gather the sequence before each split block",
-                           **common, **_pipelined(config, pieces=t)),
+                           **{**common, "buffer_bytes": gathered_bytes(spec, layout)},
+                           **_pipelined(config, pieces=t)),
                 Collective(name=REDUCE_SCATTER, operation="reduce-scatter",
                            calls_per_step=calls - backward - saved,
                            reason="scatter each split block's output by sequence", **common,
@@ -141,6 +143,26 @@ class SequenceParallel(Strategy[SequenceConfig]):
             ) + _amax_all_reduces(spec, calls, t, layout.stride("tensor")),
             added_activation_bytes=kept,
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
+
+
+def gathered_bytes(spec: Spec, layout: Layout) -> Any:
+    """One micro-batch's hidden states as each sequence all-gather carries them: in the
+    linear layers' fp8 format under one scale per tensor ("fp8-tensorwise"), since
+    the stacks cast the sequence-split tensor to fp8 before gathering it, the
+    column-parallel inputs forward and the row-parallel output gradients backward
+    (Transformer Engine: LayerNormLinear casts ln_out before gather_along_first_dim,
+    and base.py grad_output_preprocess casts the output gradient first, "FP8 case with
+    gather: unfused bgrad, cast, transpose for efficient gather", TE 1.x; torchao's
+    Float8ColwiseParallel and PrepareFloat8ModuleInput cast the input before
+    redistribute, and NoopFwToFloat8BwDynamic casts the output gradient before the
+    backward all-gather, torchao/float8/float8_tensor_parallel.py, torchao 0.8);
+    else in the activations' format. The reduce-scatters carry the products' outputs,
+    in the activations' format."""
+    linear = spec.precision.linear_format
+    if linear not in PER_TENSOR_FORMATS:
+        return hidden_state_bytes(spec, layout)
+    return (hidden_state_bytes(spec, layout) * bytes_per_element(linear)
+            / bytes_per_element(spec.precision.activations))
 
 
 def _amax_all_reduces(spec: Spec, calls: Any, t: int, stride: int) -> tuple[Collective, ...]:
