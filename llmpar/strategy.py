@@ -351,7 +351,8 @@ class Transform:
     """What the user should know: a large bubble, a group that spans nodes..."""
     mechanisms: tuple[str, ...] = ()
     """The mechanisms of this transform that validation rows check on their own
-    ("zero-3", "hybrid-sharding", "zero++", "dualpipe": the `mechanism` of rows under
+    ("zero-3", "hybrid-sharding", "zero++", "dualpipe", "tp-comm-overlap": the `mechanism`
+    of rows under
     validation/published/): the plan's step-time trust quotes their families' errors
     beside the general one (`llmpar.trust`)."""
 

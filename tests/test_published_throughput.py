@@ -56,7 +56,7 @@ def test_mechanism_rows_form_their_own_families_and_plans_quote_the_general_one(
 
     families = load_families()
     mechanisms = {f.mechanism for f in families if f.mechanism}
-    assert {"zero-3", "zero++", "hybrid-sharding", "dualpipe"} <= mechanisms
+    assert {"zero-3", "zero++", "hybrid-sharding", "dualpipe", "tp-comm-overlap"} <= mechanisms
     counted = sum(f.runs for f in families)
     assert counted == len(ROWS)
     h100_moe = [f for f in families if (f.gpu, f.kind) == ("h100-sxm", "moe")]
@@ -66,7 +66,8 @@ def test_mechanism_rows_form_their_own_families_and_plans_quote_the_general_one(
     assert line.startswith(f"within {general.worst_abs_error:.0%} (median "
                            f"{general.median_abs_error:.0%}) of {general.runs} published moe")
     # V100 has mechanism rows only: its plans still say no general run checks them
-    v100 = llmpar.load_spec(next(r for _, r in ROWS if r.mechanism == "zero-3").spec)
+    v100 = llmpar.load_spec(next(r for t, r in ROWS
+                                 if r.mechanism == "zero-3" and t.startswith("zeropp")).spec)
     assert step_time_trust(v100, "modelled", families).startswith("no published run on v100")
 
 
@@ -88,12 +89,36 @@ def test_a_rows_mechanism_is_one_its_plans_transforms_state():
             plan.training.step_time_trust), row.label
 
 
+def test_a_pair_differs_from_its_baseline_in_its_mechanism_alone():
+    """A row measured against the same run without its mechanism (`baseline`) names a row
+    of its own file on the same model, GPUs and batch; its plan runs the mechanism and the
+    baseline's does not; and the pair's predicted ratio moves the step the way the
+    measured one does (report.pair_ratios)."""
+    paired = [(table, row) for table, row in ROWS if row.baseline]
+    assert paired
+    for table, row in paired:
+        (base,) = [r for t, r in ROWS if t == table and r.label == row.baseline]
+        spec, base_spec = llmpar.load_spec(row.spec), llmpar.load_spec(base.spec)
+        assert spec.model == base_spec.model and spec.hardware == base_spec.hardware
+        assert spec.training == base_spec.training
+        plan, base_plan = llmpar.evaluate(spec), llmpar.evaluate(base_spec)
+        assert row.mechanism in plan.training.step_time_trust
+        assert f"{row.mechanism}: within" not in base_plan.training.step_time_trust
+    for row, predicted, measured in report.pair_ratios([r for _, r in paired] + [
+            r for t, r in ROWS if any(r.label == p.baseline for _, p in paired)]):
+        assert (predicted - 1) * (measured - 1) > 0, row.label
+
+
 def test_a_mechanism_checked_elsewhere_says_where():
     example = report.PUBLISHED.parent.parent / "specs" / "examples"
     plan = llmpar.evaluate(example / "llama-3-70b-zeropp-512-h100.toml")
     line = plan.training.step_time_trust
     assert "zero++: checked only on other runs: 4 dense on v100-sxm2-32gb" in line
-    assert "zero-3: checked only on other runs" in line
+    # ZeRO-3 on H100: torchtitan's FSDP2 x TP8 runs without AsyncTP check it there
+    assert "zero-3: within" in line and "published dense runs on h100-sxm" in line
+    a100 = llmpar.evaluate(example / "llama-3-70b-zeropp-512-h100.toml",
+                           {"hardware.cluster": "dgx-a100"}).training.step_time_trust
+    assert "zero-3: checked only on other runs" in a100
     dense = llmpar.evaluate(example / "gpt3-175b-1024-a100.toml").training.step_time_trust
     assert ";" not in dense  # no mechanism that rows check on their own
 

@@ -14,8 +14,11 @@ llmpar's FLOPs per token, so the row's error is the step time's. The same rows a
 a discrepancy (`expected_error`, `expected_reason`), within that range.
 
 A row that checks one mechanism names it (`mechanism`, for the whole file or one row:
-"zero-3", "zero++", "hybrid-sharding", "dualpipe", ...): its family is the GPU, the model
-kind and that mechanism, kept apart from the GPU's general family that plans quote.
+"zero-3", "zero++", "hybrid-sharding", "dualpipe", "tp-comm-overlap", ...): its family is
+the GPU, the model kind and that mechanism, kept apart from the GPU's general family that
+plans quote. A row measured against the same run without its mechanism names that row
+(`baseline`, its label): the report prints the pair's predicted and measured ratio, which
+isolates the mechanism from what the two runs share.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ class Row:
     """The whole job's tokens per second, where the source reports those."""
     mechanism: str = ""
     """The mechanism the row checks ("" for none): its own validation family."""
+    baseline: str = ""
+    """The label of the same run without the mechanism, where the source measured both
+    ("" for none)."""
 
     def reported(self, plan: llmpar.Plan) -> float:
         """Reported teraFLOP/s per GPU: as printed, or the reported tokens per second at
@@ -78,7 +84,8 @@ def rows(path: Path) -> list[Row]:
                          spec=merge(data["base"], row["spec"]), flops_counted=counted,
                          expected_error=None if expected is None else tuple(expected),
                          expected_reason=row.get("expected_reason", ""),
-                         mechanism=row.get("mechanism", data.get("mechanism", ""))))
+                         mechanism=row.get("mechanism", data.get("mechanism", "")),
+                         baseline=row.get("baseline", "")))
     return found
 
 
@@ -126,6 +133,34 @@ def families_toml() -> str:
     return "\n".join(lines)
 
 
+def pair_ratios(found: list[Row]) -> list[tuple[Row, float, float]]:
+    """Each row that names its `baseline`, with its predicted and measured throughput
+    over the baseline's (the step-time ratio of the pair, without over with)."""
+    by_label = {row.label: row for row in found}
+    pairs = []
+    for row in found:
+        if not row.baseline:
+            continue
+        base = by_label[row.baseline]
+        plans = [llmpar.evaluate(r.spec) for r in (row, base)]
+        predicted = (predicted_tflops_per_gpu(plans[0], row.flops_counted)
+                     / predicted_tflops_per_gpu(plans[1], base.flops_counted))
+        pairs.append((row, predicted, row.reported(plans[0]) / base.reported(plans[1])))
+    return pairs
+
+
+def _print_pairs(found: list[Row]) -> None:
+    pairs = pair_ratios(found)
+    if not pairs:
+        return
+    print("With against without the mechanism (the same run measured both ways):\n")
+    print("| run | against | predicted ratio | measured ratio |")
+    print("|---|---|---:|---:|")
+    for row, predicted, measured in pairs:
+        print(f"| {row.label} | {row.baseline} | {predicted:.3f} | {measured:.3f} |")
+    print()
+
+
 def main() -> int:
     if sys.argv[1:2] == ["--families"]:
         Path(sys.argv[2]).write_text(families_toml(), encoding="utf-8")
@@ -170,6 +205,7 @@ def main() -> int:
                   f"{plan.exposed_communication_seconds:.2f} | {plan.bubble_seconds:.2f} | "
                   f"{plan.step_seconds:.2f} |")
         print()
+        _print_pairs(rows(path))
     print("Reported values marked * are the source's tokens per second at llmpar's FLOPs per "
           "token (the source prints no TFLOP/s), so their error is the step time's.\n")
     if notes:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from llmpar.arrays import anywhere, where
+from llmpar.arrays import anywhere, is_array, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.casts import PER_TENSOR_FORMATS, amax_reads
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
@@ -141,8 +141,17 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                                   if config.overlap_backward else ""),
                            **common),
             ) + _amax_all_reduces(spec, calls, t, layout.stride("tensor")),
-            added_activation_bytes=kept,
+            added_activation_bytes=kept, mechanisms=_mechanisms(config),
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
+
+
+def _mechanisms(config: SequenceConfig) -> tuple[str, ...]:
+    """The mechanisms validation rows check on their own that this layout runs:
+    "tp-comm-overlap" under `comm_overlap = "pipelined"` (none stated for a search
+    node's arrays: only a plan quotes them)."""
+    if is_array(config.enabled) or not config.enabled or config.comm_overlap == "none":
+        return ()
+    return ("tp-comm-overlap",)
 
 
 def gathered_bytes(spec: Spec, layout: Layout) -> Any:
