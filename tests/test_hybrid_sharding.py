@@ -168,6 +168,20 @@ def test_shard_degrees_are_tried_only_under_zero_3():
     assert {shard for zero, shard in seen if zero == 3} >= {None, 2}
 
 
+def test_under_fsdp_each_layout_is_searched_once_as_zero_3():
+    # fsdp = true shards as stage 3 whatever `zero` says: stages 0 to 2 would be the same
+    # layouts again, each ranked four times
+    result = llmpar.search(HYBRID_SPACES["dense-fsdp"], top=10_000)
+    sharded = [r for r in result.results
+               if r.plan.layout["data"] * r.plan.layout.get("context", 1) > 1]
+    assert sharded and {r.choices["data.zero"] for r in sharded} == {3}
+    layouts = [(tuple(sorted(r.plan.layout.items())), tuple(sorted(
+        (k, str(v)) for k, v in r.choices.items()))) for r in result.results]
+    assert len(layouts) == len(set(layouts))
+    free = llmpar.search(small_spec(), top=10_000)
+    assert {r.choices["data.zero"] for r in free.results} == {0, 1, 2, 3}
+
+
 def test_search_on_the_example_ranks_hybrid_layouts():
     # The example without its shard degree: the search tries every one at every layout.
     spec = llmpar.load_spec(EXAMPLE)

@@ -875,7 +875,8 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
     # The data degree is not a dimension: it takes the GPUs the others leave.
     register(SearchDimension(strategy="data", field="zero", values=_zero_stages,
                              description="ZeRO stage (3 is FSDP's sharding), when states "
-                                         "shard over more than one rank"))
+                                         "shard over more than one rank; 3 alone under "
+                                         "fsdp"))
     register(SearchDimension(strategy="data", field="shard_degree", values=_hybrid_degrees,
                              description="hybrid sharding under ZeRO-3: unset (the whole "
                                          "data group), or each power of two between 1 and "
@@ -884,10 +885,15 @@ def llmpar_search_dimensions(register: Callable[[SearchDimension], None]) -> Non
 
 def _zero_stages(point: Point) -> tuple[int, ...]:
     """Every stage where model states shard over more than one rank; else stage 0 alone
-    (the others are the same layout)."""
+    (the others are the same layout). Under `fsdp` in the searched spec, stage 3 alone:
+    FSDP's sharding is stage 3 whatever `zero` says (`zero_stage`), so the other stages
+    would be the same layout again."""
     ranks = point.degree("data") * point.degree("context")
     experts = point.spec.model.moe is not None and point.degree("tensor") > 1
-    return (0, 1, 2, 3) if ranks > 1 or experts else (0,)
+    if not (ranks > 1 or experts):
+        return (0,)
+    return (3,) if bool(getattr(point.spec.parallel.get("data"), "fsdp", False)) else (
+        0, 1, 2, 3)
 
 
 def _hybrid_degrees(point: Point) -> tuple[int | None, ...]:
