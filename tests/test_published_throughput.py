@@ -115,7 +115,7 @@ def test_a_mechanism_checked_elsewhere_says_where():
     line = plan.training.step_time_trust
     assert "zero++: checked only on other runs: 4 dense on v100-sxm2-32gb" in line
     # ZeRO-3 on H100: torchtitan's FSDP2 x TP8 runs without AsyncTP check it there
-    assert "zero-3: within" in line and "published dense runs on h100-sxm" in line
+    assert "zero-3: within" in line and "published dense run on h100-sxm" in line
     a100 = llmpar.evaluate(example / "llama-3-70b-zeropp-512-h100.toml",
                            {"hardware.cluster": "dgx-a100"}).training.step_time_trust
     assert "zero-3: checked only on other runs" in a100
