@@ -110,3 +110,49 @@ def test_deepep_prefill_dispatches_fp8_where_the_experts_compute_in_fp8():
         elements * 2, abs=2)
     assert _prefill_all_to_all("all-to-all", "fp8")["buffer_bytes"] == pytest.approx(
         16384 * 8 * 7168 * 2, abs=2)
+
+
+NORMAL = tomllib.loads((Path(__file__).resolve().parent.parent / "validation" / "published"
+                        / "kernels" / "deepep_normal_h800.toml").read_text())
+
+
+def _nic_level(row: dict) -> tuple[float, float]:
+    """A normal-kernel row's bandwidths over the NIC: DeepEP counts a token once per node
+    hosting one of its experts, its own node included; the NIC carries (N - 1) / N."""
+    nodes = row["expert_ranks"] / NORMAL["gpus_per_node"]
+    remote = (nodes - 1) / nodes
+    return row["dispatch_gb_per_s"] * 1e9 * remote, row["combine_gb_per_s"] * 1e9 * remote
+
+
+def test_deepeps_count_of_nodes_less_its_own_is_llmpars_network_copies():
+    # Uniform routing over N nodes (no group limit binds at N <= 4): DeepEP counts
+    # N (1 - (1 - 1/N)^k) nodes a token, llmpar sends (N - 1)(1 - (1 - 1/N)^k) copies over
+    # the network: the counted bytes times (N - 1) / N.
+    from llmpar.strategies.expert import network_copies
+
+    k = NORMAL["experts_per_token"]
+    for nodes in (2, 4):
+        e = nodes * NORMAL["gpus_per_node"]
+        counted = nodes * (1 - (1 - 1 / nodes) ** k)
+        network = network_copies("deepep", k, e, NORMAL["gpus_per_node"]) * (e - 8) / e
+        assert network == pytest.approx(counted * (nodes - 1) / nodes)
+
+
+def test_prefill_all_to_all_bandwidth_lies_within_the_normal_kernels_measurements():
+    # llmpar costs a prefill's DeepEP all-to-all on the NIC at inter-node bandwidth x
+    # collective_efficiency (400 Gb/s x 0.8 = 40 GB/s on the dgx-h100 cluster); the normal
+    # kernels' NIC-level bandwidths at 4 and 8 nodes span 33 to 45 GB/s over the two
+    # versions of the table (a check, not a fit).
+    hardware = llmpar.load_spec({"model": "gpt2", "hardware": {"cluster": "dgx-h100"},
+                                 "inference": {"prompt_tokens": 1, "generated_tokens": 1}}
+                                ).hardware
+    costed = hardware.inter_node_bandwidth_bytes_per_s * hardware.collective_efficiency
+    assert costed == pytest.approx(40e9)
+    measured = [bandwidth for version in NORMAL["version"] for row in version["rows"]
+                if row["expert_ranks"] in (32, 64) for bandwidth in _nic_level(row)]
+    assert min(measured) < costed < max(measured)
+    assert min(measured) == pytest.approx(33e9) and max(measured) == pytest.approx(44.625e9)
+    # Every inter-node row stays under the NIC's 50 GB/s once its own node's copies are out.
+    rows = [row for version in NORMAL["version"] for row in version["rows"]
+            if row["link"] == "rdma"]
+    assert all(max(_nic_level(row)) < NORMAL["nic_bytes_per_s"] for row in rows)

@@ -13,6 +13,10 @@
   their rooflines at the bandwidth and peak shares fitted on their kernel-level
   measurements (`llmpar.spec.inference.AttentionKernel`), the prefill's share growing
   with the keys each query attends;
+- FP8 block-scaled products: with FP8 weights in the blocks its kernel runs (DeepGEMM's 128
+  x 128), the projections, MLPs and experts take the kernel's fixed time per call plus
+  their rooflines at its bandwidth share and at a share of the peak that grows with the
+  rows of each call and the depth of its products (`llmpar.spec.inference.GemmKernel`);
 - host time: with CUDA graphs, the step waits for the engine's scheduling, input
   preparation and sampling, step_overhead_seconds + step_overhead_per_sequence_seconds x
   sequences; without them, the host also launches every kernel, layers x kernels_per_layer
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 from llmpar.communication.collectives import INTRA_NODE, link_of
 from llmpar.inference.serving import Serving
-from llmpar.spec.inference import AttentionKernel
+from llmpar.spec.inference import AttentionKernel, GemmKernel
 from llmpar.strategy import Collective
 
 ENGINE_TRUST = ("not yet checked against published serving runs: each phase is a roofline of "
@@ -65,6 +69,33 @@ def kernel_compute_efficiency(kernel: AttentionKernel, keys: float) -> float | N
     if kernel.compute_efficiency is None or keys <= 0:
         return None
     return kernel.compute_efficiency * keys / (keys + kernel.half_keys)
+
+
+def gemm_kernel(serving: Serving, weights: str) -> GemmKernel | None:
+    """The engine's FP8 block-scaled product kernel, where it runs products with weights
+    of `weights` (fp8 in its blocks); None: the weight efficiencies and the GPU's."""
+    engine = serving.inference.engine
+    kernel = engine.block_fp8_gemm if engine is not None else None
+    if (kernel is None or weights != "fp8"
+            or serving.inference.weights_group_size != kernel.group_size):
+        return None
+    return kernel
+
+
+def gemm_depth_factor(kernel: GemmKernel, matrices: list[tuple[float, float]]) -> float:
+    """The share k / (k + half_depth) of one operation's products (weights, depth k),
+    weighted as their times add: sum of weights over sum of weights x (k + half_depth) / k
+    (`GemmKernel`)."""
+    total = sum(weights for weights, _ in matrices)
+    slowed = sum(weights * (depth + kernel.half_depth) / depth for weights, depth in matrices)
+    return total / slowed if slowed > 0 else 1.0
+
+
+def gemm_compute_efficiency(kernel: GemmKernel, rows: float, depth_factor: float) -> float:
+    """Share of the peak `kernel` reaches on calls of `rows` rows whose products have the
+    depth share `depth_factor`: compute_efficiency x m / (m + half_rows) x depth share."""
+    rows = max(rows, 1e-9)
+    return kernel.compute_efficiency * rows / (rows + kernel.half_rows) * depth_factor
 
 
 def custom_all_reduce_seconds(serving: Serving, collective: Collective) -> float | None:
@@ -136,6 +167,13 @@ def engine_warnings(serving: Serving) -> list[str]:
         if kernel is not None and kernel.gpu is not None and kernel.gpu != gpu:
             found.append(f"engine {engine.name!r}: its attention kernel {kernel.name!r} was "
                          f"measured on {kernel.gpu}, applied here to {gpu}")
+    inference = serving.inference
+    gemm = next((kernel for kernel in (gemm_kernel(serving, inference.weights),
+                                       gemm_kernel(serving, inference.expert_weights or ""))
+                 if kernel is not None), None)
+    if gemm is not None and gemm.gpu is not None and gemm.gpu != gpu:
+        found.append(f"engine {engine.name!r}: its FP8 product kernel {gemm.name!r} was "
+                     f"measured on {gemm.gpu}, applied here to {gpu}")
     if engine.step_overhead_seconds is None:
         found.append(f"engine {engine.name!r} states no step_overhead_seconds: no host time "
                      "per step counted")

@@ -22,6 +22,13 @@ attention, activations read and written once per operation. Per layer:
 - recurrent layers (gated DeltaNet, Mamba-2): their projections, split by heads, and their
   scan: the chunked products over a prefill's tokens, one state step per decoded token,
   each sequence's fixed-size state read and written once (`recurrent_scan`);
+- with an engine's FP8 block-scaled product kernel (`llmpar.inference.engine.gemm_kernel`),
+  the projections, MLPs and experts in its format take its fixed time per call (a layer's
+  projections as DeepSeek-V3 runs them: the query and key/value down projections fused,
+  the query and key/value up projections, the output: 4 calls with MLA, 2 without; an
+  MLP's or experts' gate-up and down: 2) and its shares of bandwidth and peak for the rows
+  of each call (the step's tokens; a routed expert's tokens) and the depths of its
+  matrices;
 - norms and residual adds: vLLM's fused add-RMSNorm reads the input and the residual and
   writes both, 4 passes of h per token, twice a layer.
 Outside the layers: the embedding rows looked up, and the output layer for sampled rows.
@@ -39,8 +46,15 @@ from llmpar.footprint.flops import (
     mlp_matmul_weights,
     recurrent_mixer_flops_per_token,
 )
-from llmpar.footprint.parameters import attention_matmul_weights
-from llmpar.inference.engine import attention_kernel, kernel_compute_efficiency, weight_efficiency
+from llmpar.footprint.parameters import attention_matmul_weights, indexer_matmul_weights
+from llmpar.inference.engine import (
+    attention_kernel,
+    gemm_compute_efficiency,
+    gemm_depth_factor,
+    gemm_kernel,
+    kernel_compute_efficiency,
+    weight_efficiency,
+)
 from llmpar.inference.formats import bytes_per_parameter, format_matmul_dtype
 from llmpar.inference.kv_cache import kv_bytes_per_token, state_elements_per_sequence
 from llmpar.inference.serving import Serving
@@ -48,7 +62,7 @@ from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec import Model
-from llmpar.spec.inference import QUANTIZED_FORMATS, AttentionKernel
+from llmpar.spec.inference import QUANTIZED_FORMATS, AttentionKernel, GemmKernel
 from llmpar.spec.model import NO_MIXER, mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
@@ -174,6 +188,63 @@ class OperationConstants:
     head_bytes: float
     """The output layer's weights on one GPU."""
     moe: MoeConstants | None
+    gemm: GemmKernel | None = None
+    """The engine's FP8 block-scaled product kernel for the blocks' weights; None: none."""
+    projection_depth: float = 1.0
+    """The depth share of the attention projections' products under `gemm`."""
+    mlp_depth: float = 1.0
+    """The depth share of a dense MLP's products under `gemm`."""
+
+
+PROJECTION_CALLS_MLA = 4
+"""Product calls of one layer's MLA projections: the fused query and key/value down
+projections (DeepGEMM's N = 1536 + 576 = 2112 shape), the query up, the key/value up and
+the output projection (DeepGEMM README, Performance: the DeepSeek-V3 shapes it lists)."""
+PROJECTION_CALLS = 2
+"""Product calls of one layer's attention projections without MLA: fused QKV, output."""
+MLP_CALLS = 2
+"""Product calls of one MLP or one grouped expert product: gate and up fused, down."""
+
+
+def projection_matrices(model: Model, tensor: int) -> list[tuple[float, float]]:
+    """One layer's attention matrices as (weights, depth k), for their depth shares
+    (`gemm_depth_factor`): the input projections of depth h (MLA's up projections of
+    their latent ranks), the output projection of the heads' width on one tensor rank."""
+    assert model.hidden_size is not None and model.num_attention_heads is not None
+    h, a, mla = model.hidden_size, model.num_attention_heads, model.mla
+    output = (float(model.attention_output_width * h), model.attention_output_width / tensor)
+    if mla is None:
+        return [(float(attention_matmul_weights(model)) - output[0], float(h)), output]
+    down = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + indexer_matmul_weights(model)
+    up = [(float(mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)),
+           float(mla.kv_lora_rank))]
+    if mla.q_lora_rank is None:
+        down += h * a * mla.qk_head_dim
+    else:
+        down += h * mla.q_lora_rank
+        up.append((float(mla.q_lora_rank * a * mla.qk_head_dim), float(mla.q_lora_rank)))
+    return [(float(down), float(h)), *up, output]
+
+
+def mlp_matrices(model: Model, width: float, tensor: int) -> list[tuple[float, float]]:
+    """One MLP's matrices of inner `width` on 1/tensor of it, as (weights, depth k): gate
+    and up of depth h, down of depth width / tensor."""
+    assert model.hidden_size is not None
+    h, inner = model.hidden_size, width / tensor
+    return [((2 if model.gated else 1) * h * inner, float(h)), (h * inner, inner)]
+
+
+def product(name: str, flops: float, moved: float, dtype: str, kernel: GemmKernel | None,
+            rows: float, depth: float, calls: int, reads: float | None) -> Operation:
+    """A product operation: at the kernel's shares and fixed time for `rows` rows a call and
+    `calls` calls, or at the weight-read share `reads` without one."""
+    if kernel is None:
+        return Operation(name=name, flops=flops, bytes=moved, dtype=dtype,
+                         memory_efficiency=reads)
+    return Operation(name=name, flops=flops, bytes=moved, dtype=dtype,
+                     memory_efficiency=kernel.memory_efficiency,
+                     matmul_efficiency=gemm_compute_efficiency(kernel, rows, depth),
+                     fixed_seconds=calls * kernel.fixed_seconds)
 
 
 def _norm_module_bytes(serving: Serving) -> float:
@@ -195,6 +266,7 @@ def operation_constants(serving: Serving) -> OperationConstants:
     engine = inference.engine is not None
     ffn = model.ffn_hidden_size
     attends = model.num_attention_heads is not None and model.head_dim is not None
+    gemm = gemm_kernel(serving, inference.weights)
     return OperationConstants(
         act_bytes=_act(serving), matmul=_matmul(serving), unquantized=_unquantized(serving),
         quantized_reads=_quantized_reads(serving), unquantized_reads=_unquantized_reads(serving),
@@ -218,7 +290,11 @@ def operation_constants(serving: Serving) -> OperationConstants:
         lookup_bytes=bytes_per_parameter("embedding", inference, spec.precision.activations)
         + _act(serving),
         head_bytes=_per_layer(serving, "embedding" if model.tie_embeddings else "head", 1),
-        moe=moe_constants(serving))
+        moe=moe_constants(serving), gemm=gemm,
+        projection_depth=(gemm_depth_factor(gemm, projection_matrices(model, t))
+                          if gemm is not None and attends else 1.0),
+        mlp_depth=(gemm_depth_factor(gemm, mlp_matrices(model, ffn, t))
+                   if gemm is not None and ffn is not None else 1.0))
 
 
 def constants_of(serving: Serving) -> OperationConstants:
@@ -270,10 +346,10 @@ def projections(serving: Serving, step: Step) -> Operation:
     """Q, K, V and output projections of one layer."""
     c = constants_of(serving)
     io = step.tokens * c.projection_width * c.act_bytes
-    return Operation(name="attention projections",
-                     flops=2 * step.tokens * c.projection_weights,
-                     bytes=c.projection_bytes + io, dtype=c.matmul,
-                     memory_efficiency=c.quantized_reads)
+    calls = PROJECTION_CALLS_MLA if serving.spec.model.mla is not None else PROJECTION_CALLS
+    return product("attention projections", 2 * step.tokens * c.projection_weights,
+                   c.projection_bytes + io, c.matmul, c.gemm, step.tokens,
+                   c.projection_depth, calls, c.quantized_reads)
 
 
 def recurrent_projections(serving: Serving, step: Step, mixer: str) -> Operation:
@@ -377,9 +453,8 @@ def attention(serving: Serving, step: Step, window: int | None) -> Operation:
 def dense_mlp(serving: Serving, step: Step) -> Operation:
     c = constants_of(serving)
     io = step.tokens * c.mlp_width * c.act_bytes
-    return Operation(name="mlp", flops=2 * step.tokens * c.mlp_weights,
-                     bytes=c.mlp_bytes + io, dtype=c.matmul,
-                     memory_efficiency=c.quantized_reads)
+    return product("mlp", 2 * step.tokens * c.mlp_weights, c.mlp_bytes + io, c.matmul,
+                   c.gemm, step.tokens, c.mlp_depth, MLP_CALLS, c.quantized_reads)
 
 
 def _expert_share(serving: Serving) -> float:
@@ -425,6 +500,14 @@ class MoeConstants:
     shared_bytes: float
     shared_width: float
     """Elements per token the shared experts read and write, halved."""
+    routed_gemm: GemmKernel | None = None
+    """The engine's FP8 block-scaled product kernel for the routed experts; None: none."""
+    expert_depth: float = 1.0
+    """The depth share of one routed expert's products under `routed_gemm`."""
+    shared_gemm: GemmKernel | None = None
+    """The kernel for the shared experts (the blocks' weights); None: none."""
+    shared_depth: float = 1.0
+    """The depth share of the shared experts' products under `shared_gemm`."""
 
 
 def moe_constants(serving: Serving) -> MoeConstants | None:
@@ -441,6 +524,9 @@ def moe_constants(serving: Serving) -> MoeConstants | None:
     routed, routed_reads = ((_matmul(serving), _quantized_reads(serving)) if experts is None
                             else (_expert_matmul(serving, experts),
                                   weight_efficiency(serving, experts)))
+    routed_gemm = gemm_kernel(serving, experts or serving.inference.weights)
+    shared_gemm = gemm_kernel(serving, serving.inference.weights)
+    shared_inner = moe.num_shared_experts * shared_width
     return MoeConstants(
         router_bytes=_per_layer(serving, "router", layers),
         expert_bytes=_per_layer(serving, "experts", layers) / (moe.num_experts / e),
@@ -449,7 +535,13 @@ def moe_constants(serving: Serving) -> MoeConstants | None:
         routed=routed, routed_reads=routed_reads,
         shared=moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t,
         shared_bytes=_per_layer(serving, "shared_experts", layers),
-        shared_width=h + moe.num_shared_experts * shared_width / t)
+        shared_width=h + moe.num_shared_experts * shared_width / t,
+        routed_gemm=routed_gemm,
+        expert_depth=(gemm_depth_factor(routed_gemm, mlp_matrices(model, width, x))
+                      if routed_gemm is not None else 1.0),
+        shared_gemm=shared_gemm,
+        shared_depth=(gemm_depth_factor(shared_gemm, mlp_matrices(model, shared_inner, t))
+                      if shared_gemm is not None and shared_inner else 1.0))
 
 
 def moe_ops(serving: Serving, step: Step) -> list[Operation]:
@@ -461,18 +553,19 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     # (token, expert) pairs this rank computes, each on 1/x of the expert's matrices:
     # k x n / t x x, the same work as k x n pairs on 1/t of them.
     pairs = n * moe.experts_per_token * m.share
+    active = active_local_experts(serving, n)
+    # a routed expert's rows: the pairs over the experts some token picked
+    expert_rows = pairs / active if active > 0 else 0.0
     return [
         Operation(name="router", flops=2 * n * h * moe.num_experts,
                   bytes=m.router_bytes + n * (h + moe.num_experts) * act,
                   dtype=c.unquantized, memory_efficiency=c.unquantized_reads),
-        Operation(name="routed experts",
-                  flops=2 * pairs * m.expert_weights / m.expert_tensor,
-                  bytes=(active_local_experts(serving, n) * m.expert_bytes
-                         + pairs * m.expert_width * act),
-                  dtype=m.routed, memory_efficiency=m.routed_reads),
-        Operation(name="shared experts", flops=2 * n * m.shared,
-                  bytes=m.shared_bytes + n * 2 * m.shared_width * act,
-                  dtype=c.matmul, memory_efficiency=c.quantized_reads),
+        product("routed experts", 2 * pairs * m.expert_weights / m.expert_tensor,
+                active * m.expert_bytes + pairs * m.expert_width * act, m.routed,
+                m.routed_gemm, expert_rows, m.expert_depth, MLP_CALLS, m.routed_reads),
+        product("shared experts", 2 * n * m.shared,
+                m.shared_bytes + n * 2 * m.shared_width * act, c.matmul, m.shared_gemm, n,
+                m.shared_depth, MLP_CALLS, c.quantized_reads),
     ]
 
 

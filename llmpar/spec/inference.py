@@ -103,6 +103,47 @@ class AttentionKernel:
 
 
 @attrs.frozen(kw_only=True)
+class GemmKernel:
+    """An engine's matrix-product kernel for FP8 weights in blocks sharing one scale
+    (DeepGEMM's, 128 x 128 weight blocks and 1 x 128 activation groups), as measured on
+    its own (validation/published/kernels/deepgemm_fp8_h800.toml). One call of an m x k
+    by k x n product (m tokens, or one expert's tokens in a grouped call) takes
+
+        fixed_seconds + max(FLOPs / (peak x compute_efficiency x m / (m + half_rows)
+                                     x k / (k + half_depth)),
+                            bytes / (HBM bandwidth x memory_efficiency))
+
+    Each output tile loops over the k / 128 blocks of its depth, promoting its FP8
+    partial sums with their scales once per block, and pays a prologue and epilogue per
+    tile: a fixed cost per tile beside work in m rows and in k depth, so the share of the
+    peak grows as m / (m + half_rows) and k / (k + half_depth) (DeepGEMM README, "Fully
+    JIT design", its promotion of the FP8 accumulators every 128 channels: DeepSeek-V3
+    report, arXiv:2412.19437, Sec. 3.3.2); fixed_seconds is the call's fill and drain.
+    The constants are the least-squares fit of this law on the kernel's own table."""
+
+    name: str
+    """The kernel (deepgemm-fp8, ...)."""
+    group_size: int = attrs.field(default=16384, validator=v.positive)
+    """Weights sharing one scale that the kernel runs (`[inference] weights_group_size`):
+    128 x 128."""
+    compute_efficiency: float = attrs.field(validator=v.fraction)
+    """Share of the FP8 peak it approaches with many rows and a deep product."""
+    half_rows: float = attrs.field(default=0.0, validator=v.non_negative)
+    """Rows (tokens per call, per expert in a grouped call) at which it reaches half of
+    compute_efficiency."""
+    half_depth: float = attrs.field(default=0.0, validator=v.non_negative)
+    """Depth k (input channels) at which it reaches half of compute_efficiency."""
+    memory_efficiency: float = attrs.field(validator=v.fraction)
+    """Share of HBM bandwidth its reads and writes reach."""
+    fixed_seconds: Seconds = attrs.field(default=Seconds(0.0), validator=v.non_negative)
+    """Time of one call beyond its rooflines (the pipeline's fill and drain)."""
+    gpu: str | None = None
+    """The GPU preset it was measured on (the plan warns on another)."""
+    source: str = ""
+    """Where the constants come from (kernel-level measurements and their fit)."""
+
+
+@attrs.frozen(kw_only=True)
 class Engine:
     """A serving engine's profile (`[inference] engine = "vllm"`, a preset under
     specs/engines/): what it adds to each step beyond the roofline of the operations, as
@@ -146,6 +187,11 @@ class Engine:
     prefill_attention: AttentionKernel | None = None
     """Its prefill (variable-length) attention kernel; None: the roofline at the GPU's
     efficiencies."""
+    block_fp8_gemm: GemmKernel | None = None
+    """Its kernel for the products with FP8 weights in blocks sharing one scale (`weights`
+    or `expert_weights` "fp8" with `weights_group_size` its group_size): projections,
+    MLPs, shared and routed experts; None: those read at the fp8 share of
+    weight_memory_efficiency and compute at the GPU's matmul_efficiency."""
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens one step processes at most under continuous batching (vLLM's
     max_num_batched_tokens, SGLang's chunked_prefill_size): the default prefill chunk."""
@@ -270,7 +316,8 @@ class Inference:
 
     engine: Engine | None = None
     """The serving engine's profile: a preset name under specs/engines/ ("vllm",
-    "sglang", "trt-llm") or a table. None: the roofline alone, no engine's step costs."""
+    "sglang", "trt-llm", "deepseek-infra") or a table. None: the roofline alone, no
+    engine's step costs."""
     cuda_graphs: bool = True
     """Whether decode steps replay CUDA graphs (vLLM's enforce_eager = false, SGLang's
     default); false: each kernel is launched from the host (the engine's
