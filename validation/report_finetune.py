@@ -159,10 +159,14 @@ def main() -> None:
     for _, label, reported, peak, total in published_rows():
         print(f"| {label} | {reported:.1f} GiB | {peak:.2f} GiB | {peak / reported - 1:+.1%} | "
               f"{total:.2f} GiB | {total / reported - 1:+.1%} |")
-    print("\nKnown differences: torchtune's chunked loss upcasts an eighth of the logits "
-          "at a time, where llmpar's nearest setting keeps no fp32 copy at all but holds "
-          "the whole logits and their gradient at the output layer's backward; torch "
-          "compile's fusions are not modelled.")
+    print("\nThe loss is torchtune's CEWithChunkedOutputLoss (8 chunks; "
+          "torchtune/modules/loss/ce_chunked_output_loss.py at the same commit) with its "
+          "`compute_cross_entropy` compiled (`training.compile_loss`): `cross_entropy_chunks "
+          "= 8`, `compiled_cross_entropy = true`, whose saved tensors and buffers are "
+          "measured on the CPU (validation/measure_compiled_loss.py: the logits and two "
+          "fp32 statistics per token are kept, the gradient is written in bf16, one chunk "
+          "at a time). Known differences: the rest of torch compile's fusions (the model's) "
+          "is not modelled.")
     print("\n## DPO (`plugins/llmpar-dpo`)\n")
     print("No measured or published DPO memory is used: the plugin's accounting is checked "
           "by hand against TRL's `DPOTrainer` (its tests).")
