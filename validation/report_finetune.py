@@ -100,6 +100,20 @@ def published_rows() -> list[tuple[str, str, float, float, float]]:
     return found
 
 
+def published_peaks() -> list[tuple[str, str, list[tuple[str, float, bool]]]]:
+    """(label, llmpar's peak moment, (block, GiB, transient) of what is alive then) of
+    every published row."""
+    found = []
+    for path in sorted(PUBLISHED.glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        for row in data["row"]:
+            peak = SESSION.evaluate(merge(data["common"], row["spec"])).training.memory_peak
+            assert peak is not None
+            found.append((row["label"], peak.moment, [(b.name, b.bytes / GIB, b.transient)
+                                                      for b in peak.alive]))
+    return found
+
+
 def main() -> None:
     version = importlib.metadata.version("llmpar")
     print("# Validation: fine-tuning against measured and published memory\n")
@@ -167,6 +181,24 @@ def main() -> None:
           "fp32 statistics per token are kept, the gradient is written in bf16, one chunk "
           "at a time). Known differences: the rest of torch compile's fusions (the model's) "
           "is not modelled.")
+    print("\nWhat is alive at llmpar's peak (GiB; transient buffers in italics):\n")
+    for label, moment, blocks in published_peaks():
+        alive = ", ".join(f"*{name}* {size:.2f}" if transient else f"{name} {size:.2f}"
+                          for name, size, transient in blocks if size >= 0.005)
+        print(f"- {label}, at the {moment}: {alive}.")
+    print("\nThe 70B row runs torchtune's lora_finetune_distributed recipe, which at that "
+          "commit calls `fully_shard` on every `layers.i` and then on the whole model, so "
+          "the embedding, the final norm and the output layer are the root unit, which "
+          "FSDP2 keeps gathered from its forward to the end of the backward "
+          "(`FSDPState._lazy_init` sets the root's `post_forward_mesh_info = None`); "
+          "`reshard_after_forward` stays True for the layers, FSDP2 prefetches one layer "
+          "in the backward, every `TransformerSelfAttentionLayer` is checkpointed, and the "
+          "70B_lora.yaml config sets neither activation offloading nor `fsdp_cpu_offload`. "
+          "llmpar's peak holds each of these (the root unit, two gathered layers in the "
+          "buffers, one checkpoint per layer, the recomputed layer); what torch.compile "
+          "does to the layers' recomputed forward and backward is not modelled, and the "
+          "README does not say which of torchtune's peaks (active, allocated, reserved) "
+          "it prints.")
     print("\n## DPO (`plugins/llmpar-dpo`)\n")
     print("No measured or published DPO memory is used: the plugin's accounting is checked "
           "by hand against TRL's `DPOTrainer` (its tests).")
