@@ -451,7 +451,10 @@ def test_attention_adapters_keep_tensors_only_in_the_attention_layers():
                                  "target_modules": ["q_proj", "v_proj"]}
         inventory = baseline_footprint(SESSION.load_spec(table)).activations
         assert inventory is not None
-        return {g.kind: g.layer_bytes for g in inventory.groups}
+        return {g.kind: g.tensors for g in inventory.groups}
     plain, tuned = groups(False), groups(True)
-    assert tuned["moe linear_attention"] == plain["moe linear_attention"]
-    assert tuned["moe attention"] > plain["moe attention"]
+    # the linear-attention layers gain no adapter tensor; they only lose what they kept
+    # for their frozen weights' gradients alone (llmpar.finetune.activations)
+    assert tuned["moe linear_attention"] == tuple(
+        t for t in plain["moe linear_attention"] if not t.weights_only)
+    assert any("LoRA" in t.name for t in tuned["moe attention"])

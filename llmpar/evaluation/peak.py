@@ -426,6 +426,7 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                       blocks=tuple(alive) + tuple(extra))
 
     found = [moment("start", base), moment("warm-up end", warming)]
+    layer_alive = active
     if parts.has_loss:
         forward, backward = ([_block(p.name, size, p.source) for p, size in zip(
             listed, loss_bytes(composition, listed, parts.counted))]
@@ -444,12 +445,16 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
         output_alive = [attrs.evolve(b, size=b.size - minimum(released, one),
                                      reserved=b.reserved - minimum(released, one))
                         if b.name == "activations" else b for b in loss_alive]
+        if parts.counted:  # and so before every layer's backward that follows
+            layer_alive = [attrs.evolve(b, size=b.size - minimum(released, one),
+                                        reserved=b.reserved - minimum(released, one))
+                           if b.name == "activations" else b for b in active]
         found += [moment("loss forward", loss_alive, forward),
                   moment("loss backward", loss_alive, backward),
                   moment("output layer backward", output_alive,
                          _parts(composition, parts.output_backward))]
     if parts.has_layers:
-        found.append(_layer_moment(composition, parts, active, total(active),
+        found.append(_layer_moment(composition, parts, layer_alive, total(layer_alive),
                                    edges.get("layer backward")))
     cooled = base[:len(fixed_blocks)]
     if per_micro_batch is not None:

@@ -170,7 +170,7 @@ def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> Activatio
     through (`[finetune]`, llmpar.finetune.activations) keep nothing."""
     inventory = _stage_inventory(spec, footprint, stage)
     tuned = footprint.finetune
-    if tuned is None or tuned.method != "frozen":
+    if tuned is None:
         return inventory
     return without_backward(spec, tuned, stage, inventory)
 

@@ -44,6 +44,16 @@ VOCAB_PARALLEL_SOURCE = (
     "in place and saves it; backward turns the saved softmax into the gradient in place")
 FUSED_SOURCE = ("a fused cross-entropy (Megatron-Core cross_entropy_loss_fusion) keeps the "
                 "softmax in the logits' dtype and writes the gradient in place")
+CHUNKED_SOURCE = (
+    "torchtune torchtune/modules/loss/ce_chunked_output_loss.py (commit 0031bfb0): "
+    "CEWithChunkedOutputLoss runs F.cross_entropy(chunk.float(), ...) on one chunk of "
+    "the tokens at a time (Tensor.chunk along the sequence), so the fp32 upcast and the "
+    "backward's fp32 gradients are one chunk's; ") + LOSS_SOURCE
+COMPILED_SOURCE = (
+    "torch.compile'd F.cross_entropy(logits.float(), ...) (torchtune's compile_loss), "
+    "measured with torch 2.13.0's inductor (validation/measure_compiled_loss.py): it saves "
+    "the logits, the labels and an fp32 max and log-sum-exp per token; its backward "
+    "allocates the logits' gradient in their dtype")
 WGRAD_SOURCE = ("torch.autograd AccumulateGrad: a micro-batch's weight gradient is computed "
                 "into a new tensor of the weight's size, then added to .grad")
 TE_SOURCE = ("Transformer Engine transformer_engine/pytorch/module/base.py get_dummy_wgrad: "
@@ -148,12 +158,37 @@ def _loss_parts(spec: Spec) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
     if profile.fused_cross_entropy:
         forward = (("logits", d, FUSED_SOURCE), ("softmax (kept)", d, FUSED_SOURCE))
         backward = (("softmax turned gradient (kept)", d, FUSED_SOURCE),)
+    elif profile.compiled_cross_entropy:
+        chunk = -(-training.sequence_length // profile.cross_entropy_chunks) / (
+            training.sequence_length)
+        statistics = 2 * FP32_BYTES / model.vocab_size  # max and log-sum-exp per token
+        forward = (("logits (kept by the compiled loss)", d, COMPILED_SOURCE),
+                   ("max and log-sum-exp per token (fp32, kept)", statistics,
+                    COMPILED_SOURCE))
+        # a chunk's backward frees its logits as the gradients of the others appear
+        backward = (("logits, or their gradient once a chunk's backward ran (kept)", d,
+                     COMPILED_SOURCE),
+                    ("max and log-sum-exp per token (fp32, kept)", statistics,
+                     COMPILED_SOURCE),
+                    ("one chunk's gradient of the logits", d * chunk, COMPILED_SOURCE))
     elif profile.loss_kernel == "vocab-parallel":
         forward = (("logits", d, VOCAB_PARALLEL_SOURCE),
                    ("logits.float()", upcast, VOCAB_PARALLEL_SOURCE),
                    ("softmax (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE))
         backward = (("softmax turned gradient (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE),
                     ("gradient of the logits", d, VOCAB_PARALLEL_SOURCE))
+    elif profile.cross_entropy_chunks > 1:
+        # one chunk of b x ceil(s / n) tokens of the b x s at a time (Tensor.chunk)
+        chunks = profile.cross_entropy_chunks
+        chunk = -(-training.sequence_length // chunks) / training.sequence_length
+        forward = (("logits", d, CHUNKED_SOURCE),
+                   ("one chunk's logits.float()", upcast * chunk, CHUNKED_SOURCE),
+                   ("log-probabilities (fp32, kept)", FP32_BYTES, CHUNKED_SOURCE))
+        backward = (("log-probabilities (fp32, kept)", FP32_BYTES, CHUNKED_SOURCE),
+                    ("one chunk's gradient of the log-probabilities (fp32)",
+                     FP32_BYTES * chunk, CHUNKED_SOURCE),
+                    ("one chunk's gradient of logits.float() (fp32)", FP32_BYTES * chunk,
+                     CHUNKED_SOURCE))
     else:
         forward = (("logits", d, LOSS_SOURCE), ("logits.float()", upcast, LOSS_SOURCE),
                    ("log-probabilities (fp32, kept)", FP32_BYTES, LOSS_SOURCE))

@@ -6,8 +6,21 @@ lora_B keeps its input, the r-wide x A; lora_A keeps its input, which is x itsel
 (already kept by the block: the base layer's input) unless dropout is on (PEFT uses
 `nn.Identity` for lora_dropout = 0): then dropout(x) is a new tensor, and the dropout
 keeps its mask (one byte per element, PyTorch's `native_dropout`). The scaling and the
-sum keep nothing. The frozen base layers still keep what their input gradients need,
-so the block's own inventory stays as in full training.
+sum keep nothing.
+
+Frozen weights (`without_frozen_inputs`): a product x W saves x only for W's gradient
+(PyTorch's generated autograd code saves an operand only where the other operand
+requires a gradient: the `should_compute_output` guards of
+tools/autograd/gen_variable_type.py), so a tensor kept only as the input of frozen
+weights (`SavedTensor.weights_only`) is not kept, unless an adapter's A reads it: lora_A
+saves its input for its own weight's gradient. The frozen layers still keep what their
+input gradients need (an activation's input, attention's operands). QLoRA's dequantized
+weights are temporaries of each product, never saved (bitsandbytes' MatMul4Bit saves the
+quantized weight and its state).
+
+Where no gradient reaches a block's input (the embedding frozen, and every block before
+frozen), autograd builds no graph for the block's operations before its first trainable
+weight (`without_backward`): they keep nothing.
 
 Splits: the r-wide intermediate is per token (context parallelism splits it) and whole
 on every tensor rank (under a column-parallel layer A is whole; under a row-parallel one
@@ -22,10 +35,11 @@ from __future__ import annotations
 import attrs
 
 from llmpar.dtypes import bytes_per_element
-from llmpar.finetune.footprint import FinetuneFootprint
+from llmpar.finetune.footprint import FinetuneFootprint, frozen_base_groups
 from llmpar.finetune.targets import Linear, targeted
 from llmpar.footprint.activations.common import INSIDE_TP, OUTSIDE_TP, TOKENS_ONLY
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
+from llmpar.footprint.parameters import parameter_groups
 from llmpar.spec import Spec
 from llmpar.spec.model import NO_MLP, mixer_parts
 from llmpar.strategy import Stage
@@ -34,6 +48,100 @@ MASK_BYTES = 1.0
 """A dropout mask: one bool per element (PyTorch's `native_dropout` keeps a bool mask)."""
 ROW_PARALLEL = ("o_proj", "down_proj")
 """Targets whose input is split over the tensor ranks (row-parallel layers)."""
+
+
+@attrs.frozen(kw_only=True)
+class TrainedWeights:
+    """Which weights of a fine-tuning run get gradients, by `SavedTensor.weights` names
+    ("<group>" or "<group>.<PEFT module name>")."""
+
+    groups: frozenset[str]
+    """Base parameter groups that train (method "frozen": all but the frozen ones; an
+    adapter method: its `modules_to_save`)."""
+    adapted: frozenset[str] = frozenset()
+    """"<group>.<module>" of the linear layers with adapters."""
+    dropout: bool = False
+    """LoRA dropout is on: lora_A reads dropout(x), a tensor of its own."""
+    head_group: str = "head"
+    """The group of the output layer's weight ("embedding" where it is tied)."""
+
+    def trains(self, weight: str) -> bool:
+        group = weight.split(".", 1)[0]
+        return (self.head_group if group == "head" else group) in self.groups
+
+    def keeps(self, weight: str) -> bool:
+        """Whether the input of `weight`'s product is kept: the weight trains, or its
+        adapter's A saves that same tensor."""
+        return self.trains(weight) or (weight in self.adapted and not self.dropout)
+
+    def reads(self, weight: str) -> bool:
+        """Whether a gradient starts at `weight`'s product (its weight or its adapter's)."""
+        return self.trains(weight) or weight in self.adapted
+
+
+def trained_weights(spec: Spec) -> TrainedWeights | None:
+    """`spec`'s trained weights; None without `[finetune]` (everything trains)."""
+    finetune = spec.tuning
+    if finetune is None:
+        return None
+    groups = parameter_groups(spec.model)
+    head = "head" if groups.get("head") else "embedding"
+    if finetune.adapters:
+        adapted = frozenset(f"{linear.group}.{linear.name}" for linear in targeted(
+            spec.model, finetune.targets, finetune.all_linear))
+        return TrainedWeights(groups=frozenset(g for g in finetune.saved_groups if g in groups),
+                              adapted=adapted, dropout=finetune.dropout_on, head_group=head)
+    return TrainedWeights(groups=frozenset(groups) - frozen_base_groups(finetune, groups),
+                          head_group=head)
+
+
+def _kept(tensor: SavedTensor, trained: TrainedWeights) -> bool:
+    return not (tensor.weights_only and tensor.weights) or any(
+        trained.keeps(weight) for weight in tensor.weights)
+
+
+def without_frozen_inputs(spec: Spec, inventory: ActivationInventory) -> ActivationInventory:
+    """`inventory` without the tensors kept only as inputs of frozen weights' products
+    (see the module docstring); a weight frozen in some blocks only (a layer range) is
+    counted as trained."""
+    trained = trained_weights(spec)
+    if trained is None:
+        return inventory
+    kept = inventory.map_layers(lambda group: group.replace(
+        tuple(t for t in group.tensors if _kept(t, trained))))
+    return attrs.evolve(kept, fixed=tuple(t for t in inventory.fixed if _kept(t, trained)))
+
+
+def _first_trained_block(spec: Spec, tuned: FinetuneFootprint, stage: Stage,
+                         inventory: ActivationInventory,
+                         trained: TrainedWeights) -> ActivationInventory:
+    """The stage's inventory with its first block that a gradient reaches keeping nothing
+    before its first trained (or adapted) product, where no gradient reaches that block's
+    input: the embedding does not train and the blocks before it run no backward (PyTorch
+    records no operation none of whose inputs requires a gradient). Unchanged where that
+    block is not on the stage, where it keeps only a checkpoint (no tensor there is a
+    trained weight's input) or where no such tensor is found."""
+    first = tuned.backward_free_layers
+    if trained.trains("embedding") or not (
+            stage.first_layer <= first < stage.first_layer + stage.num_layers):
+        return inventory
+    model = spec.model
+    kinds = {"layer", "moe" if model.is_moe_layer(first) else "dense"}
+    if model.layer_kinds_vary:
+        kinds |= set(model.hybrid_kinds_in(first, 1))
+    position = next((i for i, group in enumerate(inventory.groups)
+                     if group.count and group.kind in kinds), None)
+    if position is None:
+        return inventory
+    group = inventory.groups[position]
+    start = next((i for i, t in enumerate(group.tensors)
+                  if any(trained.reads(weight) for weight in t.weights)), None)
+    if not start:
+        return inventory
+    own = attrs.evolve(group, count=1, tensors=group.tensors[start:])
+    rest = (attrs.evolve(group, count=group.count - 1),) if group.count > 1 else ()
+    groups = inventory.groups[:position] + (own,) + rest + inventory.groups[position + 1:]
+    return attrs.evolve(inventory, groups=groups)
 
 
 def _adapter_tensors(spec: Spec, linear: Linear) -> tuple[SavedTensor, ...]:
@@ -92,11 +200,18 @@ def with_adapters(spec: Spec, inventory: ActivationInventory) -> ActivationInven
 
 def without_backward(spec: Spec, tuned: FinetuneFootprint, stage: Stage,
                      inventory: ActivationInventory) -> ActivationInventory:
-    """A stage's inventory without what no backward pass needs (method "frozen"): the
-    leading blocks before the first trainable parameter keep nothing (their groups come
-    first in the inventory: the checkpointed layers of partial recomputation are the
+    """A stage's inventory without what no backward pass needs: under method "frozen"
+    the leading blocks before the first trainable parameter keep nothing (their groups
+    come first in the inventory: the checkpointed layers of partial recomputation are the
     stage's first), and a frozen embedding keeps no token ids (`nn.Embedding` saves its
-    indices only for its weight's gradient)."""
+    indices only for its weight's gradient); under any method, the first block a
+    gradient reaches keeps nothing before its first trained product
+    (`_first_trained_block`)."""
+    trained = trained_weights(spec)
+    if tuned.method != "frozen":
+        if trained is None:
+            return inventory
+        return _first_trained_block(spec, tuned, stage, inventory, trained)
     model = spec.model
     free = [i for i in range(stage.first_layer, stage.first_layer + stage.num_layers)
             if i < tuned.backward_free_layers]
@@ -116,4 +231,6 @@ def without_backward(spec: Spec, tuned: FinetuneFootprint, stage: Stage,
     fixed = inventory.fixed
     if "embedding" in tuned.frozen_groups:
         fixed = tuple(t for t in fixed if t.placement != "embedding")
-    return attrs.evolve(inventory, groups=tuple(groups), fixed=fixed)
+    found = attrs.evolve(inventory, groups=tuple(groups), fixed=fixed)
+    return found if trained is None else _first_trained_block(spec, tuned, stage, found,
+                                                              trained)

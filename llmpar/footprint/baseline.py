@@ -120,9 +120,9 @@ def baseline_footprint(spec: Spec,
             raise ActivationUnavailable(f"no activation model {training.activation_model!r}")
         activations = model_of(spec)
         if spec.tuning is not None:
-            from llmpar.finetune.activations import with_adapters
+            from llmpar.finetune.activations import with_adapters, without_frozen_inputs
 
-            activations = with_adapters(spec, activations)
+            activations = with_adapters(spec, without_frozen_inputs(spec, activations))
     except ActivationUnavailable as exc:
         unavailable = str(exc)
     kernel = attention_kernel_of(activations)

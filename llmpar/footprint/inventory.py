@@ -41,6 +41,17 @@ class SavedTensor:
     recompute_modules`): "layernorm", "mlp", "moe", "moe_act", "shared_experts",
     "mla_up_proj"; "" when none does (a module's input, the residual stream). Attention
     scores belong to "core_attn" by `attention_score`."""
+    weights: frozenset[str] = frozenset()
+    """The weights whose products take it as input, as "<parameter group>.<PEFT module
+    name>" ("attention.q_proj", "mlp.down_proj") or "<parameter group>" ("norms",
+    "head", "embedding", "router"): their weight gradients need it (a product
+    x W saves x only for W's gradient: PyTorch's generated autograd code saves an
+    operand only if the other operand requires a gradient, `should_compute_output`
+    guards in tools/autograd/gen_variable_type.py). Fine-tuning reads it
+    (llmpar.finetune.activations)."""
+    weights_only: bool = False
+    """Nothing but those weight gradients keeps it: where all of `weights` are frozen
+    (and no adapter reads it), it is not kept."""
 
     elements: float = attrs.field(
         init=False, eq=False, repr=False,

@@ -109,6 +109,27 @@ class Framework:
     (Megatron-Core's `vocab_parallel_cross_entropy`, megatron/core/tensor_parallel/
     cross_entropy.py: the softmax is saved and its gradient computed in place). Read by
     the memory peak only."""
+    cross_entropy_chunks: int = attrs.field(default=1, validator=v.positive)
+    """Token chunks an unfused cross-entropy runs over one at a time (1: the whole
+    logits at once). torchtune's `CEWithChunkedOutputLoss(num_output_chunks=8)`
+    (torchtune/modules/loss/ce_chunked_output_loss.py at commit 0031bfb0) splits the
+    logits along the sequence (`Tensor.chunk(n, dim=1)`) and calls
+    `F.cross_entropy(chunk.float(), ...)` per chunk: the fp32 upcast and the gradients of
+    the log-probabilities and of the upcast live for one chunk of
+    b x ceil(s / n) tokens at a time, while each chunk's log-probabilities (which
+    log_softmax saves) stay until that chunk's backward. Read by the memory peak only,
+    where the loss upcasts (`fused_cross_entropy = false`, `loss_kernel = "torch"`)."""
+    compiled_cross_entropy: bool = False
+    """The unfused cross-entropy is compiled on its own (torchtune's recipes with
+    `compile = True`: `training.compile_loss` wraps `compute_cross_entropy` in
+    `torch.compile`, torchtune/training/_compile.py at commit 0031bfb0). Measured with
+    torch 2.13.0's inductor (validation/measure_compiled_loss.py,
+    validation/data/compiled_loss.json): the compiled `F.cross_entropy(logits.float(),
+    ...)` saves the logits themselves, the labels and two fp32 statistics per token (max
+    and log-sum-exp) instead of the fp32 log-probabilities, and its backward writes the
+    logits' gradient in their dtype: no fp32 tensor of tokens x vocabulary. With
+    `cross_entropy_chunks`, each chunk's gradient appears as its backward frees that
+    chunk's logits. Read by the memory peak only, where `fused_cross_entropy = false`."""
     dummy_weight_gradients: bool = False
     """Transformer Engine's linear modules with `fuse_wgrad_accumulation` (Megatron-Core's
     gradient_accumulation_fusion) hand autograd a cached weight-sized tensor per distinct

@@ -81,11 +81,13 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"
 def saved(name: str, reason: str, shape: tuple[tuple[str, int], ...], size: float,
           splits: frozenset[str],
           attention_score: bool = False, placement: str = "",
-          module: str = "") -> SavedTensor:
+          module: str = "", weights: frozenset[str] = frozenset(),
+          weights_only: bool = False) -> SavedTensor:
     """A SavedTensor, positionally: name, reason, shape, bytes per element, splits."""
     return SavedTensor(name=name, reason=reason, shape=shape, bytes_per_element=size,
                        splits=splits, attention_score=attention_score, placement=placement,
-                       module=module)
+                       module=module, weights=weights, weights_only=weights_only)
+
 
 
 @attrs.frozen(kw_only=True)

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
+
 from llmpar.footprint.activations.common import (
     ARCHITECTURE,
     FP32_BYTES,
@@ -61,9 +63,28 @@ SOURCE = ("FlashAttention-2 (arXiv:2307.08691), Transformer Engine fused norms, 
 BOOL_BYTES = 1.0
 
 
+def _inputs_of(*weights: str) -> frozenset[str]:
+    """A tensor's `SavedTensor.weights`: the products whose weight gradients keep it (a
+    linear layer keeps its input only for its weight's gradient: autograd's mm saves an
+    operand only where the other requires a gradient, and Transformer Engine's Linear and
+    LayerNormLinear save their input or ln_out only where `backward_needs_input =
+    is_grad_enabled and weight.requires_grad`, transformer_engine/pytorch/module/linear.py
+    and layernorm_linear.py)."""
+    return frozenset(weights)
+
+
 def _wide(sizes: Sizes, name: str, reason: str, symbol: str, width: int, size: float,
-          splits: frozenset[str], module: str = "") -> SavedTensor:
-    return saved(name, reason, sizes.per_token(symbol, width), size, splits, module=module)
+          splits: frozenset[str], module: str = "",
+          weights: frozenset[str] = frozenset()) -> SavedTensor:
+    return saved(name, reason, sizes.per_token(symbol, width), size, splits, module=module,
+                 weights=weights, weights_only=bool(weights))
+
+
+def _first_projections(model: Model, group: str) -> frozenset[str]:
+    """The products that take an MLP's input: fc1 (gate and up) of parameter group
+    `group`."""
+    names = ("gate_proj", "up_proj") if model.gated else ("up_proj",)
+    return frozenset(f"{group}.{name}" for name in names)
 
 
 def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
@@ -79,8 +100,9 @@ def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
         for stat in stats]
 
 
-def _hidden(sizes: Sizes, name: str, reason: str, module: str = "") -> SavedTensor:
-    return _wide(sizes, name, reason, "h", sizes.h[1], sizes.d, OUTSIDE_TP, module)
+def _hidden(sizes: Sizes, name: str, reason: str, module: str = "",
+            weights: frozenset[str] = frozenset()) -> SavedTensor:
+    return _wide(sizes, name, reason, "h", sizes.h[1], sizes.d, OUTSIDE_TP, module, weights)
 
 
 def _norm_output(model: Model) -> str:
@@ -93,17 +115,22 @@ def _norm_output(model: Model) -> str:
 def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
     d = sizes.d
     assert model.num_kv_heads is not None
+    first = (("attention.q_proj", "attention.k_proj", "attention.v_proj") if model.mla is None
+             else ("attention.q_proj" if model.mla.q_lora_rank is None else
+                   "attention.q_a_proj", "attention.kv_a_proj_with_mqa"))
     tensors = [_hidden(sizes, "attention input", "input of the Q/K/V projections",
-                       _norm_output(model))]
+                       _norm_output(model), _inputs_of(*first))]
     if model.mla is not None:
         mla = model.mla
         if mla.q_lora_rank is not None:
             tensors += _norm(sizes, model, "query latent norm", "r_q", mla.q_lora_rank)
             tensors.append(_wide(sizes, "query latent", "input of the query up-projection",
-                                 "r_q", mla.q_lora_rank, d, OUTSIDE_TP))
+                                 "r_q", mla.q_lora_rank, d, OUTSIDE_TP,
+                                 weights=_inputs_of("attention.q_b_proj")))
         tensors += _norm(sizes, model, "key/value latent norm", "r_kv", mla.kv_lora_rank)
         tensors.append(_wide(sizes, "key/value latent", "input of the key/value "
-                             "up-projection", "r_kv", mla.kv_lora_rank, d, OUTSIDE_TP))
+                             "up-projection", "r_kv", mla.kv_lora_rank, d, OUTSIDE_TP,
+                             weights=_inputs_of("attention.kv_b_proj")))
         key = ("a*d_qk", model.query_width)
     else:
         key = ("kv*d_head", model.kv_width)
@@ -138,9 +165,10 @@ def _attention(sizes: Sizes, model: Model) -> list[SavedTensor]:
 
 def _mlp(sizes: Sizes, model: Model, tokens: tuple[tuple[str, int], ...], symbol: str,
          width: int, module: str, activation_module: str,
-         label: str = "") -> list[SavedTensor]:
+         label: str = "", group: str = "mlp") -> list[SavedTensor]:
     """fc1's output and fc2's input: `module` frees both, `activation_module` fc2's input
-    (the activation's output)."""
+    (the activation's output), kept for fc2's weight gradient (parameter group
+    `group`)."""
     shape = (*tokens, (symbol, width))
     if model.gated:
         first = saved(f"{label}fc1 output (gate and up)", "the fused SwiGLU's two inputs",
@@ -150,7 +178,8 @@ def _mlp(sizes: Sizes, model: Model, tokens: tuple[tuple[str, int], ...], symbol
         first = saved(f"{label}fc1 output", "input of the activation", shape, sizes.d,
                       INSIDE_TP, module=module)
     return [first, saved(f"{label}fc2 input", "input of the second projection", shape,
-                         sizes.d, INSIDE_TP, module=activation_module)]
+                         sizes.d, INSIDE_TP, module=activation_module,
+                         weights=_inputs_of(f"{group}.down_proj"), weights_only=True)]
 
 
 def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
@@ -164,9 +193,10 @@ def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
         saved("routing map (bool)", "which experts each token goes to",
               (*sizes.tokens, experts), BOOL_BYTES, OUTSIDE_TP, module="moe"),
         saved("permuted tokens", "expert inputs after the fused permutation",
-              (*routed, sizes.h), sizes.d, OUTSIDE_TP, module="moe"),
+              (*routed, sizes.h), sizes.d, OUTSIDE_TP, module="moe",
+              weights=_first_projections(model, "experts"), weights_only=True),
         *_mlp(sizes, model, routed, "ffn_e", moe.expert_ffn_hidden_size, "moe", "moe_act",
-              "expert "),
+              "expert ", "experts"),
         saved("expert output", "kept by the unpermutation to weight it",
               (*routed, sizes.h), sizes.d, OUTSIDE_TP, module="moe"),
         saved("routing weights (fp32)", "kept by the unpermutation", routed, FP32_BYTES,
@@ -176,7 +206,7 @@ def _moe(sizes: Sizes, model: Model) -> list[SavedTensor]:
         width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
                                           or moe.expert_ffn_hidden_size)
         tensors += _mlp(sizes, model, sizes.tokens, "n_s*ffn_s", width, "shared_experts",
-                        "shared_experts", "shared expert ")
+                        "shared_experts", "shared expert ", "shared_experts")
     return tensors
 
 
@@ -271,8 +301,13 @@ def _layer(sizes: Sizes, model: Model, moe: bool,
             mlp = _moe(sizes, model)
         else:
             mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
+        first = _first_projections(model, "mlp")
+        if moe:
+            assert model.moe is not None
+            first = _inputs_of("router", *(_first_projections(model, "shared_experts")
+                                          if model.moe.num_shared_experts else ()))
         mlp = [_hidden(sizes, "mlp input", "input of fc1 (and the router)",
-                       _norm_output(model))] + mlp
+                       _norm_output(model), first)] + mlp
     attention = _mixers(sizes, model, mixer)
     if not (attention and mlp):  # one module behind one norm (NemotronHBlock)
         return _single_module(sizes, model, attention or mlp)
@@ -299,12 +334,14 @@ def _single_module(sizes: Sizes, model: Model,
 
 
 def _outside(sizes: Sizes, model: Model) -> tuple[SavedTensor, ...]:
+    lookup = _inputs_of("embedding")  # nn.Embedding keeps its indices for its weight
     embedding = [saved("token ids", "input of the embedding lookup", sizes.tokens,
-                       TOKEN_ID_BYTES, TOKENS_ONLY, placement="embedding")]
+                       TOKEN_ID_BYTES, TOKENS_ONLY, placement="embedding", weights=lookup,
+                       weights_only=True)]
     if model.position_embedding == "learned":
         embedding.append(saved("position ids", "input of the position embedding lookup",
                                sizes.tokens, TOKEN_ID_BYTES, TOKENS_ONLY,
-                               placement="embedding"))
+                               placement="embedding", weights=lookup, weights_only=True))
     shared = []
     if model.position_embedding == "rope":
         width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
@@ -312,7 +349,8 @@ def _outside(sizes: Sizes, model: Model) -> tuple[SavedTensor, ...]:
         shared.append(saved("RoPE frequencies (fp32)", "one table for every layer of a stage",
                             (sizes.s, ("d_rope", width)), FP32_BYTES, TOKENS_ONLY))
     head = _norm(sizes, model, "final norm") if model.final_norm else []
-    head.append(_hidden(sizes, "output layer input", "input of the output projection"))
+    head.append(_hidden(sizes, "output layer input", "input of the output projection",
+                        weights=_inputs_of("head")))
     vocab = sizes.per_token("V", sizes.vocab[1])
     if model.final_logit_softcapping is not None:
         head.append(saved("soft-capped logits (tanh)", "tanh keeps its output", vocab,
@@ -326,8 +364,7 @@ def _outside(sizes: Sizes, model: Model) -> tuple[SavedTensor, ...]:
               sizes.tokens, BOOL_BYTES, TOKENS_ONLY),
     ]
     return (tuple(embedding) + tuple(shared)
-            + tuple(saved(t.name, t.reason, t.shape, t.bytes_per_element, t.splits,
-                          placement="head") for t in head))
+            + tuple(attrs.evolve(t, placement="head") for t in head))
 
 
 def fused(spec: Spec) -> ActivationInventory:

@@ -25,6 +25,9 @@ from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.norms import norm_tensors
 from llmpar.footprint.inventory import SavedTensor
 
+QKV_WEIGHTS = frozenset({"attention.q_proj", "attention.k_proj", "attention.v_proj"})
+"""The products that take the attention block's normed input."""
+O_WEIGHTS = frozenset({"attention.o_proj"})
 MAX_GQA_HEAD_DIM = 256
 """transformers' use_gqa_in_sdpa passes enable_gqa only for head widths up to 256."""
 BOOL_BYTES = 1.0
@@ -57,9 +60,10 @@ def _heads(ctx: Context) -> tuple[int, int]:
 
 
 def _width(ctx: Context, name: str, reason: str, symbol: str, width: int,
-           size: float | None = None) -> SavedTensor:
+           size: float | None = None, weights: frozenset[str] = frozenset(),
+           weights_only: bool = False) -> SavedTensor:
     return ctx.per_token(name, reason, symbol, width, ctx.d if size is None else size,
-                         INSIDE_TP)
+                         INSIDE_TP, weights, weights_only)
 
 
 def _scores(ctx: Context, name: str, reason: str, size: float) -> SavedTensor:
@@ -75,13 +79,14 @@ def _qk_norms(ctx: Context) -> list[SavedTensor]:
     heads, kv_heads = _heads(ctx)
     if model.qk_norm_scope == "head":
         return (norm_tensors(ctx, "query norm", "d_head", model.query_width, INSIDE_TP,
-                             heads=("a", heads), row_splits=INSIDE_TP)
+                             heads=("a", heads), row_splits=INSIDE_TP, group="attention")
                 + norm_tensors(ctx, "key norm", "d_head", model.kv_width, INSIDE_TP,
-                               heads=("kv", kv_heads), row_splits=INSIDE_TP))
+                               heads=("kv", kv_heads), row_splits=INSIDE_TP,
+                               group="attention"))
     return (norm_tensors(ctx, "query norm", "a*d_head", model.query_width, INSIDE_TP,
-                         row_splits=TOKENS_ONLY)
+                         row_splits=TOKENS_ONLY, group="attention")
             + norm_tensors(ctx, "key norm", "kv*d_head", model.kv_width, INSIDE_TP,
-                           row_splits=TOKENS_ONLY))
+                           row_splits=TOKENS_ONLY, group="attention"))
 
 
 def _fused_width(ctx: Context) -> int:
@@ -161,7 +166,9 @@ def _flash(ctx: Context) -> list[SavedTensor]:
     tensors += [
         saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
               INSIDE_TP),
-        _width(ctx, "attention output", "kept by SDPA", "a*d_v", model.attention_output_width),
+        _width(ctx, "attention output", "kept by SDPA", "a*d_v", model.attention_output_width,
+               weights=O_WEIGHTS if not (ctx.family.fused_qkv and ctx.family.rope) else
+               frozenset()),
     ]
     if ctx.family.fused_qkv and ctx.family.rope:
         # The CPU kernel lays its output out like the query. A query sliced from a fused
@@ -169,7 +176,8 @@ def _flash(ctx: Context) -> list[SavedTensor]:
         # projection needs a transposed copy; otherwise (a b x s x a x d layout) the
         # transposed output is already contiguous and is the output projection's input.
         tensors.append(_width(ctx, "output projection input", "the output transposed and "
-                              "made contiguous", "a*d_v", model.attention_output_width))
+                              "made contiguous", "a*d_v", model.attention_output_width,
+                              weights=O_WEIGHTS, weights_only=True))
     return tensors
 
 
@@ -194,7 +202,7 @@ def _math(ctx: Context) -> list[SavedTensor]:
         _width(ctx, "value (fp32, expanded)", "operand of P.V", "a*d_v",
                model.attention_output_width, FP32_BYTES),
         _width(ctx, "output projection input", "the output cast back and made contiguous",
-               "a*d_v", model.attention_output_width),
+               "a*d_v", model.attention_output_width, weights=O_WEIGHTS, weights_only=True),
     ]
 
 
@@ -207,7 +215,7 @@ def core_tensors(ctx: Context, operands_eager: list[SavedTensor]) -> list[SavedT
         return _math(ctx)
     return operands_eager + _probabilities_eager(ctx) + [
         _width(ctx, "output projection input", "P.V transposed and made contiguous", "a*d_v",
-               ctx.model.attention_output_width)]
+               ctx.model.attention_output_width, weights=O_WEIGHTS, weights_only=True)]
 
 
 def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
@@ -223,7 +231,7 @@ def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
 def attention_tensors(ctx: Context) -> list[SavedTensor]:
     """A standard (not MLA) attention block, from its input to its output projection."""
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
-                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
+                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True)]
     return (inputs + _qk_norms(ctx) + core_tensors(ctx, _operands_eager(ctx))
             + residual_dropout(ctx, "attention"))
 

@@ -45,6 +45,9 @@ class Context:
         return self.d != FP32_BYTES
 
     def per_token(self, name: str, reason: str, symbol: str, width: int, size: float,
-                  splits: frozenset[str]) -> SavedTensor:
-        """A b x s x `symbol` tensor of `size` bytes per element."""
-        return saved(name, reason, self.sizes.per_token(symbol, width), size, splits)
+                  splits: frozenset[str], weights: frozenset[str] = frozenset(),
+                  weights_only: bool = False) -> SavedTensor:
+        """A b x s x `symbol` tensor of `size` bytes per element (`weights`: the weights
+        whose products take it as input, `SavedTensor.weights`)."""
+        return saved(name, reason, self.sizes.per_token(symbol, width), size, splits,
+                     weights=weights, weights_only=weights_only)

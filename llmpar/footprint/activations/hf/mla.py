@@ -22,15 +22,21 @@ def mla_tensors(ctx: Context) -> list[SavedTensor]:
     mla = model.mla
     assert mla is not None and model.num_attention_heads is not None
     heads = model.num_attention_heads
+    first = "attention.q_proj" if mla.q_lora_rank is None else "attention.q_a_proj"
     tensors = [ctx.per_token("attention input", "input of the query and latent projections",
-                             "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
+                             "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP,
+                             frozenset({first, "attention.kv_a_proj_with_mqa"}), True)]
     if mla.q_lora_rank is not None:
-        tensors += norm_tensors(ctx, "query latent norm", "r_q", mla.q_lora_rank)
+        tensors += norm_tensors(ctx, "query latent norm", "r_q", mla.q_lora_rank,
+                                group="attention")
         tensors.append(ctx.per_token("query latent", "input of q_b_proj", "r_q",
-                                     mla.q_lora_rank, ctx.d, OUTSIDE_TP))
-    tensors += norm_tensors(ctx, "key/value latent norm", "r_kv", mla.kv_lora_rank)
+                                     mla.q_lora_rank, ctx.d, OUTSIDE_TP,
+                                     frozenset({"attention.q_b_proj"}), True))
+    tensors += norm_tensors(ctx, "key/value latent norm", "r_kv", mla.kv_lora_rank,
+                            group="attention")
     tensors.append(ctx.per_token("key/value latent", "input of kv_b_proj", "r_kv",
-                                 mla.kv_lora_rank, ctx.d, OUTSIDE_TP))
+                                 mla.kv_lora_rank, ctx.d, OUTSIDE_TP,
+                                 frozenset({"attention.kv_b_proj"}), True))
     kv_b_width = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
     eager = [
         ctx.per_token("query", "torch.cat of the pass and RoPE parts, operand of Q.K^T",

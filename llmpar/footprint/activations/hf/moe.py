@@ -15,9 +15,11 @@ torch 2.13.0.
 
 from __future__ import annotations
 
+import attrs
+
 from llmpar.footprint.activations.common import FP32_BYTES, OUTSIDE_TP, saved
 from llmpar.footprint.activations.hf.context import Context
-from llmpar.footprint.activations.hf.mlp import inner_tensors, mlp_input
+from llmpar.footprint.activations.hf.mlp import first_projections, inner_tensors, mlp_input
 from llmpar.footprint.inventory import SavedTensor
 
 INDEX_BYTES = 8.0
@@ -52,7 +54,7 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
         # nodes with the forward, and only the gather of the chosen scores keeps its index.
         return [
             ctx.per_token("router input (fp32)", "the router's linear runs in fp32", "h",
-                          ctx.sizes.h[1], FP32_BYTES, OUTSIDE_TP),
+                          ctx.sizes.h[1], FP32_BYTES, OUTSIDE_TP, frozenset({"router"}), True),
             _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
             _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
                     INDEX_BYTES),
@@ -78,12 +80,14 @@ def expert_tensors(ctx: Context) -> list[SavedTensor]:
     moe = ctx.model.moe
     assert moe is not None
     h = ctx.sizes.h[1]
-    inner = inner_tensors(ctx, "ffn_e", moe.expert_ffn_hidden_size, "expert ")
+    inner = inner_tensors(ctx, "ffn_e", moe.expert_ffn_hidden_size, "expert ", "experts")
     inner = [saved(t.name, t.reason, (*t.shape[:2], ("k", moe.experts_per_token), t.shape[2]),
-                   t.bytes_per_element, t.splits) for t in inner]
+                   t.bytes_per_element, t.splits, weights=t.weights,
+                   weights_only=t.weights_only) for t in inner]
+    dispatched = _routed(ctx, "dispatched tokens", "input of the experts' first projection",
+                         "h", h, ctx.d)
     copies = [
-        _routed(ctx, "dispatched tokens", "input of the experts' first projection", "h", h,
-                ctx.d),
+        attrs.evolve(dispatched, weights=first_projections(ctx, "experts"), weights_only=True),
         *inner,
         _routed(ctx, "expert output", "operand of the routing-weight product", "h", h, ctx.d),
         _routed(ctx, "routing weights (sorted)", "operand of the routing-weight product", "",
@@ -115,7 +119,7 @@ def shared_expert_tensors(ctx: Context) -> list[SavedTensor]:
         return []
     width = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size
                                       or moe.expert_ffn_hidden_size)
-    tensors = inner_tensors(ctx, "n_s*ffn_s", width, "shared expert ")
+    tensors = inner_tensors(ctx, "n_s*ffn_s", width, "shared expert ", "shared_experts")
     if moe.shared_expert_gate:
         tensors += [
             _tokens(ctx, "shared expert gate (sigmoid)", "kept by sigmoid and the product",
@@ -127,6 +131,13 @@ def shared_expert_tensors(ctx: Context) -> list[SavedTensor]:
 
 
 def moe_tensors(ctx: Context) -> list[SavedTensor]:
-    """The MoE MLP from its input (kept by the router or the shared experts)."""
-    return ([mlp_input(ctx, "moe")] + router_tensors(ctx) + expert_tensors(ctx)
+    """The MoE MLP from its input (kept for the weight gradients of the router, unless it
+    runs on an fp32 copy, and of the shared experts; the dispatch's gathers keep only
+    their indices)."""
+    moe = ctx.model.moe
+    assert moe is not None
+    weights = first_projections(ctx, "shared_experts") if moe.num_shared_experts else frozenset()
+    if ctx.family.router != "deepseek":
+        weights |= {"router"}
+    return ([mlp_input(ctx, "moe", weights)] + router_tensors(ctx) + expert_tensors(ctx)
             + shared_expert_tensors(ctx))

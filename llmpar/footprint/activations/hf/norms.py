@@ -9,7 +9,8 @@ from llmpar.footprint.inventory import SavedTensor
 
 def norm_tensors(ctx: Context, label: str, symbol: str, width: int,
                  splits: frozenset[str] = OUTSIDE_TP, heads: tuple[str, int] | None = None,
-                 row_splits: frozenset[str] = OUTSIDE_TP) -> list[SavedTensor]:
+                 row_splits: frozenset[str] = OUTSIDE_TP,
+                 group: str = "norms") -> list[SavedTensor]:
     """The tensors one norm over `width` channels keeps, per token (and per head when
     `heads` is given: a norm over head_dim, as Qwen3's q_norm/k_norm).
 
@@ -17,7 +18,10 @@ def norm_tensors(ctx: Context, label: str, symbol: str, width: int,
     to fp32, whose copy pow and mul keep, and keeps the rsqrt per row; then the
     normalized x in the activations' dtype (Llama: weight * x_hat.to(dtype)) or in fp32
     (OLMo 2: (weight * x_hat).to(dtype); Gemma: x_hat * (1 + weight.float()), which also
-    keeps the fp32 (1 + weight)). LayerNorm (GPT-2, BERT) is ATen's native_layer_norm:
+    keeps the fp32 (1 + weight)); that normalized x is kept only for the weight's
+    gradient (the product saves an operand only where the other one requires a
+    gradient), so a frozen norm (its weight in parameter group `group`) does not keep
+    it. LayerNorm (GPT-2, BERT) is ATen's native_layer_norm:
     its input, and mean and rstd per row, in the input's dtype on the CPU (fp32 on CUDA).
     Source: the RMSNorm/LayerNorm modules of transformers 5.24, as measured.
     """
@@ -42,7 +46,7 @@ def norm_tensors(ctx: Context, label: str, symbol: str, width: int,
         saved(f"{label} rsqrt (fp32)", "1/rms per row, kept by rsqrt and mul", rows,
               FP32_BYTES, row_splits),
         saved(f"{label} normalized", "x * rsqrt, kept by the product with the weight", full,
-              normalized_bytes, splits),
+              normalized_bytes, splits, weights=frozenset({group}), weights_only=True),
     ]
     if family == "gemma":
         weight_width = width // heads[1] if heads else width

@@ -26,23 +26,31 @@ from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.norms import norm_tensors
 from llmpar.footprint.inventory import SavedTensor
 
+EMBEDDING = frozenset({"embedding"})
+"""nn.Embedding saves its indices only for its weight's gradient (embedding_backward in
+PyTorch's tools/autograd/derivatives.yaml)."""
 
-def _hidden(ctx: Context, name: str, reason: str) -> SavedTensor:
-    return ctx.per_token(name, reason, "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP)
+
+def _hidden(ctx: Context, name: str, reason: str,
+            weights: frozenset[str] = frozenset()) -> SavedTensor:
+    return ctx.per_token(name, reason, "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP, weights,
+                         bool(weights))
 
 
 def embedding_tensors(ctx: Context) -> list[SavedTensor]:
     model, s = ctx.model, ctx.sizes
     tensors = [saved("token ids", "input of the embedding lookup", s.tokens, TOKEN_ID_BYTES,
-                     TOKENS_ONLY)]
+                     TOKENS_ONLY, weights=EMBEDDING, weights_only=True)]
     if model.position_embedding == "learned" and not model.embedding_norm:
         # GPT-2 builds position_ids = arange(s)[None]; BERT slices a registered buffer.
         tensors.append(saved("position ids", "input of the position embedding lookup",
-                             (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY))
+                             (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY, weights=EMBEDDING,
+                             weights_only=True))
     if model.type_vocab_size:
         # BERT gathers its token_type_ids buffer into a new 1 x s tensor.
         tensors.append(saved("token type ids", "input of the token type embedding lookup",
-                             (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY))
+                             (s.s,), TOKEN_ID_BYTES, TOKENS_ONLY, weights=EMBEDDING,
+                             weights_only=True))
     # Gemma's sqrt(h) embedding scale is a registered buffer in the model's dtype: the
     # product keeps the buffer itself, no activation.
     if model.embedding_norm:
@@ -87,7 +95,8 @@ def head_tensors(ctx: Context) -> list[SavedTensor]:
         tensors += [_hidden(ctx, "head transform input", "input of the MLM head's dense"),
                     _hidden(ctx, "head activation input", "kept by F.gelu")]
         tensors += norm_tensors(ctx, "head norm", "h", s.h[1])
-    tensors.append(_hidden(ctx, "output layer input", "input of the output projection"))
+    tensors.append(_hidden(ctx, "output layer input", "input of the output projection",
+                           frozenset({"head"})))
     if model.final_logit_softcapping is not None:
         tensors.append(saved("soft-capped logits (tanh)", "tanh keeps its output",
                              s.per_token("V", s.vocab[1]), ctx.d, INSIDE_TP))
