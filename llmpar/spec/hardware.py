@@ -143,9 +143,10 @@ class Gpu:
     attention_kernels: tuple[AttentionKernelRate, ...] = ()
     """Measured rates of fused attention kernels on this GPU, a forward and a backward row
     per kernel (`[[hardware.gpu.attention_kernels]]`): a training step under a framework
-    profile whose `attention_kernel` has rows here, and whose attention is fused, times
-    attention at its kernel's rate instead of `matmul_efficiency`
-    (`llmpar.evaluation.attention`). Empty: every attention product at matmul_efficiency."""
+    profile that times attention by its kernel (`attention_timing = "kernel"`) and whose
+    `attention_kernel` has rows here, with fused attention, runs attention at its kernel's
+    rates instead of `matmul_efficiency` (`llmpar.evaluation.attention`). Empty: every
+    attention product at matmul_efficiency."""
 
     def attention_rate(self, kernel: str, direction: str) -> AttentionKernelRate | None:
         """The row of `kernel`'s `direction` pass, or None when none is stated."""
