@@ -671,7 +671,13 @@ def gpu_reference() -> str:
              "validation/published/gemm/ (`matmul_efficiency.toml`), checked by "
              "tests/test_gpu_time_models.py. `efficiency_uncertainty` is how far a step time "
              "may be off: for the calibrated GPUs their largest error on their calibration "
-             "runs, for the others the estimate each source below explains.", ""]
+             "runs, for the others the estimate each source below explains. Fused attention "
+             "under a profile that times it by its kernel (`attention_timing = \"kernel\"`) "
+             "runs at the rates a GPU's `attention_kernels` state, forward and backward apart "
+             "(`llmpar.evaluation.attention`; fitted by validation/fit_attention_kernels.py "
+             "on validation/published/kernels/attention_training_*.toml, checked by "
+             "tests/test_training_attention.py); a GPU that states none runs it at "
+             "`matmul_efficiency`.", ""]
     rows, sources = [], []
     for name in session.presets.names("gpus"):
         gpu = session.load_spec({"model": {"parameters": 1e9},
@@ -689,6 +695,15 @@ def gpu_reference() -> str:
                      "-" if uncertainty is None else f"+-{uncertainty * 100:g}%",
                      _basis(gpu.efficiency_source)))
         sources += [f"## {name}", "", _inline(gpu.efficiency_source) or "Not stated.", ""]
+        if gpu.attention_kernels:
+            sources += ["Attention kernels (share of the peak = compute_efficiency x k / (k + "
+                        "half_keys) at head width 128, k the keys per query):", ""]
+            sources += _table(("kernel", "pass", "compute_efficiency", "half_keys",
+                               "half_width"),
+                              [(f"`{r.kernel}`", r.direction, f"{r.compute_efficiency:g}",
+                                f"{r.half_keys:g}", f"{r.half_width:g}")
+                               for r in gpu.attention_kernels])
+            sources += ["", _inline(gpu.attention_kernels[0].source), ""]
     lines += _table(("preset", "dense peak TFLOP/s", "HBM GB/s", "matmul_efficiency",
                      "memory_efficiency", "matmul_fixed_seconds", "uncertainty", "basis"), rows)
     lines += ["", "Each preset's `efficiency_source`:", ""] + sources

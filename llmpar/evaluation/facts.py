@@ -169,6 +169,10 @@ class TrainingFacts:
     same whatever `attention_flops` reports."""
     attention_hardware_flops_per_step: float
     slowest_stage_factor: float
+    attention_forward_flops_per_step: float = 0.0
+    """One forward pass of Q.K^T and scores.V as the attention kernel executes them, all
+    sequences of the step (no reruns): what splits attention's time into its kernel's
+    forward and backward (`llmpar.evaluation.attention`)."""
     offloaded_tags: tuple[TagBytes, ...] = ()
     """Unsplit activation bytes of one micro-batch each kind of stage keeps in host memory
     (`[training] activation_offload_layers`); empty without offloading."""
@@ -230,6 +234,9 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
             spec, footprint, fraction) * global_batch,
         output_layer_hardware_flops_per_step=output_layer_flops_per_sequence(footprint)
         * global_batch,
+        attention_forward_flops_per_step=(0.0 if footprint.forward_flops_per_sequence is None
+                                          else footprint.forward_flops_per_sequence
+                                          .executed_attention * global_batch),
         slowest_stage_factor=slowest_stage_factor(spec, stages, fraction,
                                                    attention_share(spec, footprint)))
 

@@ -46,6 +46,7 @@ import attrs
 
 from llmpar.arrays import Value, is_array, maximum, minimum, where
 from llmpar.communication.collectives import algorithm_of, seconds_of
+from llmpar.evaluation.attention import attention_seconds, kernel_rates
 from llmpar.evaluation.cache import CollectiveSeconds, EvaluationCache
 from llmpar.evaluation.casts import cast_bytes, casts_fp8, fp8_gathers, gather_casts
 from llmpar.evaluation.compose import Composition
@@ -68,6 +69,7 @@ from llmpar.footprint.flops import BACKWARD_TO_FORWARD
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import Rates, rates_of
 from llmpar.spec import Hardware, Spec
+from llmpar.spec.hardware import AttentionKernelRate
 from llmpar.strategy import Collective
 
 ASSUMED_SOURCE = ("T = C / (n * F_peak * MFU), the founding document's training-time rule; "
@@ -156,6 +158,9 @@ class TimeCore:
     mfu_source: str = ""
     windows: Mapping[str, Value] = attrs.field(factory=dict)
     """Seconds of each kind of work collectives hide behind (`overlap_windows`)."""
+    attention_rates: tuple[AttentionKernelRate, AttentionKernelRate] | None = None
+    """The (forward, backward) rates attention ran at (`llmpar.evaluation.attention`);
+    None: at matmul_efficiency."""
 
 
 def parameters_per_gpu(composition: Composition, kinds: StageKinds,
@@ -422,7 +427,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                      _shape_loss(spec, composition, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
                      _casts(spec, composition, facts, costs),
-                     _issue(spec, composition, facts, materialized_scores, cache, stages))
+                     _issue(spec, composition, facts, materialized_scores, cache, stages),
+                     None if materialized_scores else kernel_rates(spec))
 
 
 def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -478,7 +484,9 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value,
               shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0,
               casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0),
-              issue_per_micro_batch: Value = 0.0) -> TimeCore:
+              issue_per_micro_batch: Value = 0.0,
+              kernel: tuple[AttentionKernelRate, AttentionKernelRate] | None = None
+              ) -> TimeCore:
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -490,8 +498,16 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     linear_rate, attention_rate = product_rates(spec, rates)
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
-    products = (hardware / linear_rate if linear_rate == attention_rate
-                else (hardware - attention) / linear_rate + attention / attention_rate)
+    if kernel is None:
+        attention_window = attention / n / attention_rate
+        products = (hardware / linear_rate if linear_rate == attention_rate
+                    else (hardware - attention) / linear_rate + attention / attention_rate)
+    else:  # fused attention at its kernel's measured rates (llmpar.evaluation.attention)
+        attention_time = attention_seconds(
+            spec, rank_shape(spec, composition), facts.attention_forward_flops_per_step,
+            attention, rates.peak(spec.precision.attention_format), kernel)
+        attention_window = attention_time / n
+        products = (hardware - attention) / linear_rate + attention_time
     output_rate = product_rate(spec, rates, output_layer_format(spec))
     if output_rate != linear_rate:  # a profile that keeps the output layer in 16 bits
         output = facts.output_layer_hardware_flops_per_step
@@ -514,7 +530,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     cast = (per_micro_batch * m + per_step) / stages + gathered
     elementwise = elementwise + cast
     compute = matmul + elementwise / bandwidth
-    windows = overlap_windows(compute, attention / n / attention_rate,
+    windows = overlap_windows(compute, attention_window,
                               backward_share(facts, composition), m,
                               weight_gradient_share(facts, composition), matmul)
     costs = hide_costs(costs, windows)
@@ -537,7 +553,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                     bubble_fraction=bubble,
                     bubble=bubble_seconds, optimizer=optimizer, on_gpu=on_gpu,
                     exposed_host=exposed_host, overhead=overhead, issue=issue,
-                    launch_bound=launch_bound, windows=windows)
+                    launch_bound=launch_bound, windows=windows, attention_rates=kernel)
 
 
 def framework_overhead(spec: Spec, micro_batches: Value) -> Value:

@@ -111,6 +111,15 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
         rule += " + exposed offload"
         inputs.update(exposed_offload_seconds=float(time.exposed_host),
                       optimizer_share_on_gpu=float(time.on_gpu))
+    efficiencies = gpu.efficiency_source
+    if time.attention_rates is not None:
+        forward, backward = time.attention_rates
+        inputs.update(attention_kernel=forward.kernel,
+                      attention_seconds=float(time.windows["attention"]),
+                      attention_forward_efficiency=forward.compute_efficiency,
+                      attention_backward_efficiency=backward.compute_efficiency)
+        efficiencies += (f"; attention at its kernel's measured rates "
+                         f"(llmpar.evaluation.attention): {forward.source}")
     if casts_fp8(spec):
         inputs.update(fp8_cast_bytes=float(time.cast_bytes), fp8_scaling=fp8_scaling(spec))
     overhead = _overhead_derivation(spec, time)
@@ -118,7 +127,7 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
         rule += " + host overhead"
         inputs["host_overhead_seconds"] = float(time.overhead)
     derivation = Derivation(quantity="step_seconds", value=step, unit="s", rule=rule,
-                            source=f"{MODELLED_SOURCE}; efficiencies: {gpu.efficiency_source}",
+                            source=f"{MODELLED_SOURCE}; efficiencies: {efficiencies}",
                             inputs=inputs)
     hidden = _exposed_derivation(time, collectives) if collectives else ()
     return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,

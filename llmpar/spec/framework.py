@@ -26,6 +26,9 @@ FSDP_EDGE_UNITS: tuple[FsdpEdgeUnits, ...] = typing.get_args(FsdpEdgeUnits)
 CudaGraphs = Literal["none", "layers", "step"]
 CUDA_GRAPHS: tuple[CudaGraphs, ...] = typing.get_args(CudaGraphs)
 """What a stack captures in CUDA graphs (`Framework.cuda_graphs`)."""
+AttentionTiming = Literal["kernel", "matmul"]
+ATTENTION_TIMINGS: tuple[AttentionTiming, ...] = typing.get_args(AttentionTiming)
+"""How a training step times fused attention (`Framework.attention_timing`)."""
 Fp8Scaling = Literal["delayed", "current"]
 FP8_SCALINGS: tuple[Fp8Scaling, ...] = typing.get_args(Fp8Scaling)
 """How a per-tensor fp8 cast finds its scale (`[precision] fp8_scaling`)."""
@@ -94,6 +97,14 @@ class Framework:
     SDPA's flash or memory-efficient backend), "flash-attention-2", "flash-attention-3" or
     "cudnn". It selects the default `[training] activation_model`
     (`KERNEL_ACTIVATION_MODELS`); an `activation_model` the spec states wins."""
+    attention_timing: AttentionTiming = attrs.field(default="kernel",
+                                                    validator=v.one_of(*ATTENTION_TIMINGS))
+    """How a step times fused attention: "kernel" (at the measured rate of
+    `attention_kernel` on the GPU, forward and backward apart, `Gpu.attention_kernels`,
+    where the GPU states one; else at matmul_efficiency) or "matmul" (every attention
+    product at matmul_efficiency, the accounting the A100 and H100 matmul_efficiency
+    were calibrated under). Attention that materializes its scores (an activation
+    model that keeps them) is timed as its batched products either way."""
     activation_model: str | None = attrs.field(default=None, validator=_activation_model_name)
     """The activation model the stack's tensors follow, where it is not the one its
     attention kernel implies (e.g. "hf-sdpa": what Hugging Face transformers models keep
@@ -329,7 +340,8 @@ class Framework:
 
 
 DEFAULT_FRAMEWORK = Framework(
-    name="megatron-core", attention_kernel="cudnn", activation_model="korthikanti",
+    name="megatron-core", attention_kernel="cudnn", attention_timing="matmul",
+    activation_model="korthikanti",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "

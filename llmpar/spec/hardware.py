@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from llmpar.dtypes import math_format
@@ -10,6 +12,56 @@ from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, MemorySize, Second
 
 ARCHITECTURES = ("", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 COLLECTIVE_ALGORITHMS = ("ring", "nccl")
+FUSED_ATTENTION_KERNELS = ("sdpa-flash", "flash-attention-2", "flash-attention-3", "cudnn")
+"""The framework profiles' attention kernels that never materialize the scores
+(`llmpar.spec.framework.ATTENTION_KERNELS`): the ones a measured rate can be stated for."""
+ATTENTION_PASSES = ("forward", "backward")
+ATTENTION_WIDTH = 128
+"""Head width at which `AttentionKernelRate.compute_efficiency` is stated: the width the
+kernel benchmarks measure and nearly every trained model uses."""
+
+
+@attrs.frozen(kw_only=True)
+class AttentionKernelRate:
+    """The measured rate of one fused attention kernel's pass on this GPU (a row of the
+    preset's `attention_kernels`; kernel-level data under validation/published/kernels/,
+    fitted by validation/fit_attention_kernels.py). One call over k keys per query at
+    head width d reaches, with w = half_width,
+
+        compute_efficiency x k / (k + half_keys) x min(1, d (128 + w) / (128 (d + w)))
+
+    of the dense peak: each tile of queries pays a fixed prologue and epilogue (loading Q,
+    writing O and the log-sum-exp) beside its pass over the key tiles, so the share grows
+    as k / (k + half_keys) (FlashAttention-2, Dao 2023, arXiv:2307.08691, Sec. 3.1: one
+    tile of queries per thread block, looping over the key tiles); and each score costs
+    the non-matrix work of the online softmax (exp, max, rescale) beside its 2 d
+    multiply-adds per product (Sec. 3.1: the A100's matmul throughput is 16x its
+    non-matmul one), so narrower heads reach a smaller share, as d / (d + half_width),
+    stated relative to head width 128 and never above it (no measurement above 128 is
+    fitted). FLOPs as the benchmarks count them: the backward runs 5 products of the
+    forward's size against the forward's 2 (it recomputes the scores), 2.5x the forward's
+    FLOPs (Sec. 4.1)."""
+
+    kernel: str = attrs.field(validator=v.one_of(*FUSED_ATTENTION_KERNELS))
+    """The attention kernel (`[training] framework`'s `attention_kernel`): "flash-attention-2",
+    "flash-attention-3", "cudnn" or "sdpa-flash"."""
+    direction: str = attrs.field(validator=v.one_of(*ATTENTION_PASSES))
+    """The pass: "forward" or "backward" (the backward's FLOPs 2.5x the forward's)."""
+    compute_efficiency: float = attrs.field(validator=v.fraction)
+    """Share of the dense peak it approaches with many keys per query, at head width 128."""
+    half_keys: float = attrs.field(default=0.0, validator=v.non_negative)
+    """Keys per query at which it reaches half of compute_efficiency."""
+    half_width: float = attrs.field(default=0.0, validator=v.non_negative)
+    """Head width at which the share of the softmax's work equals the products' (0: none)."""
+    source: str = ""
+    """The kernel-level measurements and their fit."""
+
+    def efficiency(self, keys: Any, head_dim: float) -> Any:
+        """Share of the peak at `keys` keys per query (a number or an array) and head width
+        `head_dim`."""
+        w = self.half_width
+        width = min(1.0, head_dim * (ATTENTION_WIDTH + w) / (ATTENTION_WIDTH * (head_dim + w)))
+        return self.compute_efficiency * width * keys / (keys + self.half_keys)
 
 
 @attrs.frozen(kw_only=True)
@@ -88,6 +140,20 @@ class Gpu:
     same limit as `[training] mfu` (the HFU it implies at most 1)."""
     achievable_mfu_source: str = ""
     """The published run behind `achievable_mfu`."""
+    attention_kernels: tuple[AttentionKernelRate, ...] = ()
+    """Measured rates of fused attention kernels on this GPU, a forward and a backward row
+    per kernel (`[[hardware.gpu.attention_kernels]]`): a training step under a framework
+    profile that times attention by its kernel (`attention_timing = "kernel"`) and whose
+    `attention_kernel` has rows here, with fused attention, runs attention at its kernel's
+    rates instead of `matmul_efficiency` (`llmpar.evaluation.attention`). Empty: every
+    attention product at matmul_efficiency."""
+
+    def attention_rate(self, kernel: str, direction: str) -> AttentionKernelRate | None:
+        """The row of `kernel`'s `direction` pass, or None when none is stated."""
+        for rate in self.attention_kernels:
+            if rate.kernel == kernel and rate.direction == direction:
+                return rate
+        return None
 
     @property
     def usable_bytes(self) -> int:
