@@ -59,6 +59,7 @@ CHANGES: dict[str, dict] = {
     "qwen3.5-35b-a3b": {"num_experts": 16, "layer_types": ["linear_attention",
                                                            "full_attention"]},
     "falcon-h1-1.5b": {},                       # attention and Mamba-2 in every layer
+    "falcon-h1-0.5b": {},                       # ... without the gated norm
     # one module a layer: Mamba-2, attention, then an MLP alone (3 layers: one of each)
     "nemotron-h-8b": {"hybrid_override_pattern": "M*-"},
     # Mamba-2 mixers alone, without attention or MLP
