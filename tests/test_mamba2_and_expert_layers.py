@@ -214,3 +214,36 @@ def test_nemotron_h_experts_in_every_spelling_give_one_pattern():
     renamed = {("num_local_experts" if k == "n_routed_experts" else k): v
                for k, v in config.items()}
     assert llmpar.model_from_hf({**renamed, "hybrid_override_pattern": pattern}) == model
+
+
+def hf_inventory_of(name: str, activation_model: str, b: int = 1, s: int = 256):
+    from llmpar.footprint.activation_models import ACTIVATION_MODELS
+
+    spec = SESSION.load_spec({"model": name, "hardware": GPU,
+                              "training": {"sequence_length": s, "micro_batch_size": b,
+                                           "activation_model": activation_model}})
+    return ACTIVATION_MODELS[activation_model](spec)
+
+
+def test_hf_eager_lists_the_mamba_mixers_torch_path():
+    # validation/data/mamba-codestral-7b.json (torch 2.13.0, transformers 5.24.0): a layer
+    # keeps 271,458,312 bytes at b = 1, s = 256 (one chunk of 256): its RMSNorm (fp32
+    # input, rsqrt, bf16 normalized and in_proj's input) and the mixer's torch path
+    inventory = hf_inventory_of("mamba-codestral-7b", "hf-eager")
+    [group] = inventory.groups
+    assert (group.kind, group.count) == ("none mamba", 64)
+    assert group.layer_bytes == 271_458_312
+    # the within-chunk decay L and the scores G = C.B^T: 128 heads x 256 x 256 fp32 each
+    by_name = {t.name: t.bytes for t in group.tensors}
+    assert by_name["decay within chunks L"] == by_name["scores G = C.B^T"] == 4 * 128 * 256**2
+    # two chunks at s = 512: the einsum copies B, C and the discretized x once more
+    two = {t.name for t in hf_inventory_of("mamba-codestral-7b", "hf-eager",
+                                           s=512).groups[0].tensors}
+    assert "B, C and the discretized x once more" in two - set(by_name)
+
+
+def test_hf_sdpa_of_a_model_that_never_attends_says_so():
+    plan = SESSION.evaluate({"model": "mamba-codestral-7b", "hardware": GPU,
+                             "training": {"sequence_length": 256,
+                                          "activation_model": "hf-sdpa"}})
+    assert any("no SDPA path" in w for w in plan.warnings)

@@ -150,6 +150,9 @@ ARCHS: dict[str, dict] = {
     },
     "gpt2-xl": {},
     "olmo-2-7b": {},
+    # Mamba-2 mixers alone (no attention: eager and sdpa run the same code); FLOPs are
+    # measure_flops.py's
+    "mamba-codestral-7b": {"variants": [{"variant": "main", "flop_seqs": ()}]},
     "bert-large": {
         "bert": True,
         "variants": [

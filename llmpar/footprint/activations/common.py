@@ -49,18 +49,22 @@ class ActivationUnavailable(Exception):
 ActivationModel = Callable[["Spec"], ActivationInventory]
 
 
-def require(spec: Spec, fields: tuple[str, ...], model_name: str) -> None:
-    """Raise ActivationUnavailable naming the model fields `model_name` needs and lacks."""
+def require(spec: Spec, fields: tuple[str, ...], model_name: str,
+            recurrent_inventory: bool = False) -> None:
+    """Raise ActivationUnavailable naming the model fields `model_name` needs and lacks;
+    `recurrent_inventory`: the model lists the model's recurrent and single-module layers
+    (else they are refused)."""
     needed = set(spec.model.architecture_fields) | (set(fields) - set(ARCHITECTURE_FIELDS))
     missing = [name for name in fields if name in needed and getattr(spec.model, name) is None]
     recurrent = spec.model.recurrent_mixer
-    if recurrent is not None and model_name not in ("coefficient", "fused"):
+    listed = recurrent_inventory or model_name in ("coefficient", "fused")
+    if recurrent is not None and not listed:
         raise ActivationUnavailable(
             f"activation model {model_name!r} has no inventory of the tensors the model's "
             f"{recurrent} layers keep for backward (their chunked scan's inputs and "
             "per-chunk states); activation_model = 'fused' lists them as the fused "
             "kernels keep them, 'coefficient' estimates them by size")
-    if spec.model.single_module_layers and model_name not in ("coefficient", "fused"):
+    if spec.model.single_module_layers and not listed:
         raise ActivationUnavailable(
             f"activation model {model_name!r} has no inventory of layers of one module (a "
             "token mixer or an MLP alone, mixer_pattern's lower-case letters and '-'); "
