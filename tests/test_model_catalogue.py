@@ -322,7 +322,7 @@ def test_olmo3_windows_from_layer_types():
 
 @pytest.mark.parametrize(("model_type", "fragment"), [
     ("zamba2", "shared attention blocks"),
-    ("mamba2", "Mamba-2 layers without an MLP"),
+    ("falcon_mamba", "Mamba (version 1) state-space layers"),
     ("jamba", "Mamba (version 1) state-space layers"),
     ("qwen2_5_vl", "multimodal towers are out of scope"),
     ("some_new_vlm", "multimodal towers are out of scope"),

@@ -17,7 +17,7 @@ import llmpar
 from llmpar.footprint.baseline import baseline_footprint
 from llmpar.footprint.flops import forward_flops_per_sequence
 from llmpar.footprint.parameters import count_parameters
-from llmpar.spec.model import ALONE, MIXERS, PATTERN_LETTERS, mixer_parts
+from llmpar.spec.model import ALONE, EXPERTS_ALONE, MIXERS, MLP_ALONE, PATTERN_LETTERS, mixer_parts
 
 SESSION = llmpar.Session(load_entry_points=False)
 GPU = {"gpu": "h100-sxm"}
@@ -48,7 +48,15 @@ def test_closed_forms_are_the_layers_counted_one_by_one(pattern, first, count):
     assert model.mlp_layers_in(first, count) == sum(model.has_mlp(i) for i in layers)
     # one norm before each single-module layer's module, two in a mixer-and-MLP layer
     assert model.norms_in(first, count) == sum(
-        1 if letter in ALONE or letter == "-" else 2 for letter in letters)
+        1 if letter in ALONE or letter in MLP_ALONE else 2 for letter in letters)
+    # with experts, the "E" layers are the MoE layers wherever the pattern has them
+    experts = llmpar.spec.model.MoE(num_experts=4, experts_per_token=2,
+                                    expert_ffn_hidden_size=8)
+    with_experts = llmpar.spec.Model(mixer_pattern=pattern, moe=experts)
+    if EXPERTS_ALONE in pattern:
+        assert with_experts.moe_layers_in(first, count) == letters.count(EXPERTS_ALONE)
+        assert with_experts.moe_layers_in(first, count) == sum(
+            with_experts.is_moe_layer(i) for i in layers)
 
 
 def test_nemotron_h_8b_by_hand():
@@ -232,10 +240,13 @@ def test_nemotron_h_layer_list_in_every_spelling_gives_one_pattern():
 
 
 @pytest.mark.parametrize(("change", "path"), [
-    ({"hybrid_override_pattern": "MEM*E-"}, "$.hybrid_override_pattern"),    # experts
     ({"hybrid_override_pattern": "M*X"}, "$.hybrid_override_pattern"),
-    ({"layers_block_type": ["mamba", "moe"]}, "$.layers_block_type"),
+    ({"layers_block_type": ["mamba", "sliding_attention"]}, "$.layers_block_type"),
     ({"mlp_hidden_act": "swish"}, "$.mlp_hidden_act"),
+    # experts of a latent width (Nemotron 3 Super's LatentMoE) are not modelled
+    ({"hybrid_override_pattern": "MEM*E-", "moe_latent_size": 1024}, "$.moe_latent_size"),
+    # unbiased experts beside a biased shared MLP
+    ({"hybrid_override_pattern": "MEM*E-", "mlp_bias": True}, "$.mlp_bias"),
 ])
 def test_nemotron_h_config_errors_name_the_key(change, path):
     with pytest.raises(llmpar.SpecError) as caught:

@@ -59,12 +59,17 @@ CHANGES: dict[str, dict] = {
     "qwen3.5-35b-a3b": {"num_experts": 16, "layer_types": ["linear_attention",
                                                            "full_attention"]},
     "falcon-h1-1.5b": {},                       # attention and Mamba-2 in every layer
+    "falcon-h1-0.5b": {},                       # ... without the gated norm
     # one module a layer: Mamba-2, attention, then an MLP alone (3 layers: one of each)
     "nemotron-h-8b": {"hybrid_override_pattern": "M*-"},
+    # Mamba-2 mixers alone, without attention or MLP
+    "mamba-codestral-7b": {},
+    # Mamba-2, the experts alone, attention (3 layers: one of each)
+    "nemotron-3-nano-30b-a3b": {"n_routed_experts": 16, "hybrid_override_pattern": "ME*"},
 }
 """The models measured and what each changes from its published config."""
 PER_LAYER = ("layer_types", "no_rope_layers", "hybrid_override_pattern")
-LAYER_COUNTS = {"nemotron-h-8b": (1, 3)}
+LAYER_COUNTS = {"nemotron-h-8b": (1, 3), "nemotron-3-nano-30b-a3b": (1, 3)}
 """Layers built where a model needs more than 2 to hold one of each kind (default 1, 2)."""
 
 

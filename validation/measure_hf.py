@@ -150,6 +150,9 @@ ARCHS: dict[str, dict] = {
     },
     "gpt2-xl": {},
     "olmo-2-7b": {},
+    # Mamba-2 mixers alone (no attention: eager and sdpa run the same code); FLOPs are
+    # measure_flops.py's
+    "mamba-codestral-7b": {"variants": [{"variant": "main", "flop_seqs": ()}]},
     "bert-large": {
         "bert": True,
         "variants": [
@@ -167,6 +170,9 @@ GROUP_RULES: list[tuple[str, str]] = [
     # MLA q_a/q_b/kv_a/kv_b projections and their norms); BERT self-attention and its output dense
     ("attention", r"\.(self_attn|attn)\."),
     ("attention", r"\.attention\.self\.|\.attention\.output\.dense\."),
+    # Mamba-2 mixers (Mamba2ForCausalLM: every block's one module is `mixer`)
+    ("mamba", r"\.mixer\.(in_proj|out_proj|conv1d|norm)\.|\.mixer\.(dt_bias|A_log|D)$"),
+    ("embedding", r"^backbone\.embeddings\."),
     ("experts", r"\.experts\."),  # routed experts (fused 3-D tensors in transformers 5)
     ("shared_experts", r"\.shared_experts?\."),
     ("router", r"\.(gate|router)\.(weight|bias|e_score_correction_bias)$"),
@@ -183,6 +189,7 @@ _COMPILED_RULES = [(g, re.compile(p)) for g, p in GROUP_RULES]
 GROUPS = [
     "embedding",
     "attention",
+    "mamba",
     "mlp",
     "experts",
     "shared_experts",

@@ -80,9 +80,9 @@ def mlp_linears(model: Model, width: int, group: str, layers: int, copies: int =
 def block_linears(model: Model) -> tuple[Linear, ...]:
     """Every linear layer of the blocks (not the output layer, which PEFT's "all-linear"
     leaves out too), with its group."""
-    assert model.ffn_hidden_size is not None
     found = attention_linears(model)
     if model.num_dense_layers:
+        assert model.ffn_hidden_size is not None
         found += mlp_linears(model, model.ffn_hidden_size, "mlp", model.num_dense_layers)
     moe = model.moe
     if moe is not None and model.num_moe_layers:

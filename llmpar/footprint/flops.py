@@ -115,7 +115,7 @@ def forward_flops_per_sequence(
     """
     assert model.has_architecture
     assert model.num_layers is not None and model.hidden_size is not None
-    assert model.vocab_size is not None and model.num_attention_heads is not None
+    assert model.vocab_size is not None
     h, s = model.hidden_size, sequence_length
     score_width = model.query_width + model.attention_output_width
     projections = 2.0 * s * active_matmul_weights(model)
@@ -271,13 +271,15 @@ def module_rerun_flops_per_sequence(model: Model, sequence_length: int,
 def active_matmul_weights(model: Model) -> int:
     """Matrix weights one token multiplies through in all layers (MoE: its experts
     and the router only), and in BERT's MLM transform; not the output layer."""
-    assert model.hidden_size is not None and model.ffn_hidden_size is not None
+    assert model.hidden_size is not None
     if model.mixer_pattern is None:
         total = (model.num_layers or 0) * attention_matmul_weights(model)
     else:
         total = sum(count * mixer_matmul_weights(model, kind)
                     for kind, count in model.mixers_in(0, model.num_layers or 0).items())
-    total += model.num_dense_layers * mlp_matmul_weights(model, model.ffn_hidden_size)
+    if model.num_dense_layers:  # none in a model of mixers alone (Mamba2ForCausalLM)
+        assert model.ffn_hidden_size is not None
+        total += model.num_dense_layers * mlp_matmul_weights(model, model.ffn_hidden_size)
     if model.moe is not None:
         total += model.num_moe_layers * moe_matmul_weights(model)
     if model.mlm_head:

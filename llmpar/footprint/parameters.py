@@ -247,7 +247,7 @@ def idle_expert_parameters(model: Model) -> int:
 
 def parameter_groups(model: Model) -> dict[str, int]:
     """Every group of an architecture (MoE groups only with experts, pooler only with one)."""
-    assert model.hidden_size is not None and model.ffn_hidden_size is not None
+    assert model.hidden_size is not None
     layers = model.num_layers or 0
     groups = dict.fromkeys(GROUPS, 0)
     groups["embedding"] = embedding_parameters(model)
@@ -256,7 +256,9 @@ def parameter_groups(model: Model) -> dict[str, int]:
     else:
         for kind, count in model.mixers_in(0, layers).items():
             groups[kind] = count * MIXER_PARAMETERS[kind](model)
-    groups["mlp"] = model.num_dense_layers * mlp_parameters(model, model.ffn_hidden_size)
+    if model.num_dense_layers:  # none in a model of mixers alone (Mamba2ForCausalLM)
+        assert model.ffn_hidden_size is not None
+        groups["mlp"] = model.num_dense_layers * mlp_parameters(model, model.ffn_hidden_size)
     groups["norms"] = (model.norms_in(0, layers) * layer_norm_parameters(model) // 2
                        + outer_norm_parameters(model))
     groups["head"] = head_parameters(model)

@@ -99,6 +99,10 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "nemotron_h": Family(hf_class="NemotronHForCausalLM",
                          required=("hidden_size", "num_attention_heads"),
                          read=single.nemotron_h),
+    "mamba2": Family(hf_class="Mamba2ForCausalLM",
+                     required=("num_hidden_layers", "hidden_size", "num_heads", "head_dim",
+                               "vocab_size"),
+                     read=single.mamba2),
     "gpt2": Family(hf_class="GPT2LMHeadModel", required=classic.GPT2_KEYS, read=classic.gpt2),
     "bert": Family(hf_class="BertForMaskedLM", required=classic.BERT_KEYS, read=classic.bert,
                    note=classic.BERT_NOTE),
@@ -118,10 +122,6 @@ Mistral3ForConditionalGeneration holds a Mistral (Mistral Small 3.1) or a Minist
 
 SUPPORTED_MODEL_TYPES = tuple(sorted((*FAMILIES, *MULTIMODAL)))
 
-MAMBA_ALONE = ("Mamba-2 layers without an MLP (Mamba2ForCausalLM's blocks hold the mixer "
-               "alone) and without any attention or MLP layer beside them: llmpar models "
-               "Mamba-2 layers alone beside attention and MLP layers (nemotron_h), and its "
-               "architecture needs their sizes (num_attention_heads, ffn_hidden_size)")
 MAMBA_1 = ("Mamba (version 1) state-space layers (a selective scan of its own, with a state "
            "per channel; llmpar models Mamba-2's)")
 ZAMBA2 = ("Mamba-2 layers beside shared attention blocks reused at several depths "
@@ -129,7 +129,6 @@ ZAMBA2 = ("Mamba-2 layers beside shared attention blocks reused at several depth
 VISION = ("a vision tower beside the language model: multimodal towers are out of scope, "
           "and this model_type's language model is not read on its own")
 UNSUPPORTED_MECHANISMS: Mapping[str, str] = MappingProxyType({
-    "mamba2": MAMBA_ALONE,
     "mamba": MAMBA_1,
     "falcon_mamba": MAMBA_1,
     "jamba": MAMBA_1,

@@ -1,6 +1,7 @@
 """Decoders whose layers are one module each: Nemotron-H, where a layer is a Mamba-2 mixer,
-an attention or an MLP alone behind one norm (NemotronHBlock, modeling_nemotron_h.py,
-transformers 5.24)."""
+an attention, an MLP or the experts alone behind one norm (NemotronHBlock,
+modeling_nemotron_h.py, transformers 5.24), and Mamba-2, a stack of mixers alone
+(Mamba2Block, modeling_mamba2.py, transformers 5.24)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,15 @@ from typing import Any
 
 from llmpar.hf.config import HfConfig
 
-NEMOTRON_H_LETTERS = {"M": "m", "*": "a", "-": "-"}
+NEMOTRON_H_LETTERS = {"M": "m", "*": "a", "-": "-", "E": "E"}
 """hybrid_override_pattern's letters (NemotronHConfig._pattern_to_list: "M" Mamba-2, "*"
 attention, "-" MLP, "E" experts) as llmpar's single-module letters (`Model.mixer_pattern`)."""
 NEMOTRON_H_KINDS = {"linear_attention": "m", "mamba": "m", "full_attention": "a",
-                    "attention": "a", "mlp": "-"}
+                    "attention": "a", "mlp": "-", "moe": "E"}
 """layers_block_type's kinds, as transformers 5 writes them ("linear_attention",
 "full_attention") and as older configs do ("mamba", "attention"), by llmpar letter."""
-NEMOTRON_H_EXPERTS = ("experts layers (\"E\", NemotronHMoE) beside single-module layers are "
-                      "not modelled: their MoE layers follow the pattern, not a period")
-
+NEMOTRON_H_LATENT = ("latent experts (moe_latent_size: NemotronHMoE's fc1_latent_proj and "
+                     "fc2_latent_proj around experts of the latent width) are not modelled")
 
 def _shortest_period(written: str) -> str:
     """The shortest pattern that repeats to `written` (`Model.mixer_pattern` repeats)."""
@@ -36,8 +36,6 @@ def _nemotron_h_pattern(config: HfConfig) -> str:
             continue
         if not isinstance(kinds, list) or not kinds:
             raise config.error(key, f"expected a list of layer kinds, got {kinds!r}")
-        if "moe" in kinds:
-            raise config.error(key, NEMOTRON_H_EXPERTS)
         unknown = sorted({str(kind) for kind in kinds if kind not in NEMOTRON_H_KINDS})
         if unknown:
             raise config.error(key, f"expected layer kinds among "
@@ -47,13 +45,11 @@ def _nemotron_h_pattern(config: HfConfig) -> str:
     key = "hybrid_override_pattern"
     pattern = config.get(key)
     if not isinstance(pattern, str) or not pattern:
-        raise config.error(key, f"required: a letter per layer (M, *, -), or "
+        raise config.error(key, f"required: a letter per layer (M, *, -, E), or "
                                 f"layers_block_type; got {pattern!r}")
-    if "E" in pattern:
-        raise config.error(key, NEMOTRON_H_EXPERTS)
     unknown = sorted(set(pattern) - set(NEMOTRON_H_LETTERS))
     if unknown:
-        raise config.error(key, f"expected the letters M, * and -, got "
+        raise config.error(key, f"expected the letters M, *, - and E, got "
                                 f"{', '.join(repr(k) for k in unknown)}")
     return "".join(NEMOTRON_H_LETTERS[letter] for letter in pattern)
 
@@ -79,8 +75,9 @@ def nemotron_h(config: HfConfig) -> dict[str, Any]:
     use_conv_bias, a gated RMSNorm of the inner width mamba_num_heads x mamba_head_dim);
     attention layers without RoPE and without biases (NemotronHAttention: q/k/v/o bias
     False, head_dim 128 by default); MLP layers of up_proj and down_proj (mlp_bias) with
-    mlp_hidden_act (relu2). The config's attention_head_dim and mamba_proj_bias are not
-    read by transformers 5.24 and count nothing here either."""
+    mlp_hidden_act (relu2); experts layers (NemotronHMoE, `_nemotron_h_experts`). The
+    config's attention_head_dim and mamba_proj_bias are not read by transformers 5.24 and
+    count nothing here either."""
     hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
     assert hidden is not None and heads is not None
     written = _nemotron_h_pattern(config)
@@ -114,4 +111,63 @@ def nemotron_h(config: HfConfig) -> dict[str, Any]:
             "chunk_size": config.integer(_key(config, "mamba_chunk_size", "chunk_size"),
                                          128),
             "gated_norm": True}
+    if "E" in pattern:
+        table["moe"] = _nemotron_h_experts(config)
     return table
+
+
+def _nemotron_h_experts(config: HfConfig) -> dict[str, Any]:
+    """NemotronHMoE (transformers 5.24): n_routed_experts experts of up_proj and down_proj
+    (NemotronHExperts: 3D tensors, no biases, mlp_hidden_act), a router of one fp32 weight
+    row per expert (NemotronHTopkRouter; its e_score_correction_bias is a buffer) and one
+    shared MLP of moe_shared_expert_intermediate_size (NemotronHMLP: however many
+    n_shared_experts the config says, transformers builds one)."""
+    if config.get("moe_latent_size") is not None:
+        raise config.error("moe_latent_size", NEMOTRON_H_LATENT)
+    if config.flag("mlp_bias"):
+        raise config.error("mlp_bias", "experts layers with mlp_bias: NemotronHExperts has no "
+                                       "biases beside a biased shared MLP, which llmpar's "
+                                       "one mlp_bias cannot tell apart")
+    experts = config.integer(_key(config, "n_routed_experts", "num_local_experts"), 8)
+    assert experts is not None
+    return {"num_experts": experts,
+            "experts_per_token": config.integer("num_experts_per_tok", 2),
+            "expert_ffn_hidden_size": config.integer("moe_intermediate_size", 7688),
+            "num_shared_experts": 1,
+            "shared_expert_ffn_hidden_size": config.integer(
+                "moe_shared_expert_intermediate_size", 7688)}
+
+
+def mamba2(config: HfConfig) -> dict[str, Any]:
+    """Mamba2ForCausalLM (modeling_mamba2.py, transformers 5.24): num_hidden_layers blocks of
+    one RMSNorm and one Mamba2Mixer (no attention, no MLP: mixer_pattern "m"), the final
+    norm_f and the output layer, tied with tie_word_embeddings. The mixer's inner width is
+    expand x hidden_size, which Mamba2Config requires to be num_heads x head_dim; in_proj
+    and out_proj biased with use_bias, conv1d with use_conv_bias; the gated RMSNorm
+    (MambaRMSNormGated) of the inner width."""
+    hidden = config.integer("hidden_size", 4096)
+    heads, head_dim = config.integer("num_heads", 128), config.integer("head_dim", 64)
+    expand = config.get("expand", 2)
+    assert hidden is not None and heads is not None and head_dim is not None
+    if not isinstance(expand, int | float) or hidden * expand != heads * head_dim:
+        raise config.error("expand", f"hidden_size x expand ({hidden} x {expand!r}) must be "
+                                     f"num_heads x head_dim ({heads} x {head_dim}), as "
+                                     f"Mamba2Config.validate_architecture requires")
+    return {
+        "num_layers": config.integer("num_hidden_layers", 64),
+        "hidden_size": hidden,
+        "vocab_size": config.integer("vocab_size", 32768),
+        "tie_embeddings": config.flag("tie_word_embeddings"),
+        "norm": "rmsnorm",
+        "position_embedding": "none",
+        "mixer_pattern": "m",
+        "mamba": {
+            "num_heads": heads,
+            "head_dim": head_dim,
+            "state_size": config.integer("state_size", 128),
+            "num_groups": config.integer("n_groups", 8),
+            "conv_kernel_size": config.integer("conv_kernel", 4),
+            "conv_bias": config.flag("use_conv_bias", True),
+            "projection_bias": config.flag("use_bias"),
+            "chunk_size": config.integer("chunk_size", 256),
+            "gated_norm": True}}

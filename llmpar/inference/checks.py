@@ -5,7 +5,6 @@ from __future__ import annotations
 from llmpar.errors import Problem
 from llmpar.positions import SERVED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
-from llmpar.spec.model import ARCHITECTURE_FIELDS
 
 
 def inference_problems(spec: Spec) -> list[Problem]:
@@ -15,7 +14,8 @@ def inference_problems(spec: Spec) -> list[Problem]:
         return []
     problems = []
     if not model.has_architecture:
-        missing = [name for name in ARCHITECTURE_FIELDS if getattr(model, name) is None]
+        missing = [name for name in model.architecture_fields
+                   if getattr(model, name) is None]
         problems.append(Problem("$.model", "inference needs the architecture to size the KV "
                                 f"cache and the operations; missing: {', '.join(missing)}"))
     if inference.sliding_window and model.sliding_window is None:

@@ -42,6 +42,8 @@ def kv_elements_per_token(model: Model, tensor: int = 1) -> float:
         # DeepSeek sparse attention caches the indexer's key beside MLA's latent
         index = 0 if model.sparse_attention is None else model.sparse_attention.index_head_dim
         return float(model.latent_kv_width + index)
+    if not model.attends:  # no layer attends (Mamba-2): nothing per token
+        return 0.0
     assert model.head_dim is not None
     return 2 * kv_heads_per_rank(model, tensor) * model.head_dim
 

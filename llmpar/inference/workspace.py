@@ -25,7 +25,10 @@ LOGIT_BYTES = 4.0
 
 
 def attention_width(model: Model, tensor: int) -> float:
-    """Elements per token alive in one attention block on one tensor rank."""
+    """Elements per token alive in one attention block on one tensor rank (none in a model
+    whose layers never attend)."""
+    if not model.attends:
+        return 0.0
     assert model.num_attention_heads is not None and model.head_dim is not None
     query, output = model.query_width / tensor, model.attention_output_width / tensor
     if model.mla is None:
@@ -53,9 +56,9 @@ def moe_width(model: Model, tensor: int) -> float:
 
 def block_width(model: Model, tensor: int) -> float:
     """The widest block of the model, per token."""
-    assert model.ffn_hidden_size is not None
     widths = [attention_width(model, tensor)]
     if model.num_dense_layers:
+        assert model.ffn_hidden_size is not None
         widths.append(mlp_width(model, model.ffn_hidden_size, tensor))
     if model.moe is not None and model.num_moe_layers:
         widths.append(moe_width(model, tensor))

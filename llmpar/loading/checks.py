@@ -16,7 +16,7 @@ from llmpar.finetune.checks import finetune_problems
 from llmpar.inference.checks import inference_problems
 from llmpar.positions import TRAINED_POSITIONS, position_limit_problem
 from llmpar.spec import Spec
-from llmpar.spec.model import ALONE, ARCHITECTURE_FIELDS, Model
+from llmpar.spec.model import ALONE, EXPERTS_ALONE, Model
 from llmpar.strategy import Layout
 from llmpar.workload import workload_problems
 
@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 def model_problems(model: Model) -> list[Problem]:
     """A model is an architecture or a size, and its head counts divide."""
     problems = []
-    given = [name for name in ARCHITECTURE_FIELDS if getattr(model, name) is not None]
+    needed = model.architecture_fields
+    given = [name for name in needed if getattr(model, name) is not None]
     if model.parameters is None and not model.has_architecture:
-        missing = [name for name in ARCHITECTURE_FIELDS if name not in given]
+        missing = [name for name in needed if name not in given]
         problems.append(Problem("$.model", "give the architecture or `parameters`; "
                                 f"missing: {', '.join(missing)}"))
     if model.parameters is not None and model.has_architecture:
@@ -58,10 +59,7 @@ def mixer_problems(model: Model) -> list[Problem]:
     pattern = "".join(ALONE.get(letter, letter) for letter in given_pattern)
     path = "$.model.mixer_pattern"
     layers = model.num_layers
-    if model.moe is not None and set(given_pattern) & set(ALONE):
-        problems.append(Problem(path, "experts beside token mixers alone (lower-case "
-                                      "letters) are not modelled: the MoE layers would "
-                                      "follow no period of dense_layers and layer_frequency"))
+    problems += _placed_expert_problems(model)
     if pattern and layers is not None and layers % len(pattern):
         problems.append(Problem(path, f"its length ({len(pattern)}) must divide num_layers "
                                       f"({layers}): the pattern repeats from layer 0"))
@@ -95,6 +93,27 @@ def mixer_problems(model: Model) -> list[Problem]:
         problems.append(Problem("$.model.mamba.num_groups", (
             f"num_groups ({mamba.num_groups}) must divide num_heads ({mamba.num_heads})")))
     return problems
+
+
+def _placed_expert_problems(model: Model) -> list[Problem]:
+    """Experts beside single-module layers sit where mixer_pattern's "E" letters put them,
+    and only there."""
+    pattern, moe, path = model.mixer_pattern or "", model.moe, "$.model.mixer_pattern"
+    if EXPERTS_ALONE in pattern and moe is None:
+        return [Problem("$.model.moe", f"required: mixer_pattern ({pattern!r}) has "
+                                       f"{EXPERTS_ALONE!r} layers (the experts alone)")]
+    if moe is None:
+        return []
+    if EXPERTS_ALONE not in pattern and set(pattern) & set(ALONE):
+        return [Problem(path, "experts beside token mixers alone (lower-case letters) go in "
+                              f"{EXPERTS_ALONE!r} layers of the pattern: the MoE layers would "
+                              "follow no period of dense_layers and layer_frequency")]
+    if EXPERTS_ALONE in pattern and (moe.dense_layers, moe.layer_frequency) != (0, 1):
+        return [Problem("$.model.moe", f"mixer_pattern's {EXPERTS_ALONE!r} letters place the "
+                                       f"MoE layers: leave dense_layers (0) and "
+                                       f"layer_frequency (1) out, got "
+                                       f"{moe.dense_layers} and {moe.layer_frequency}")]
+    return []
 
 
 def moe_problems(model: Model) -> list[Problem]:

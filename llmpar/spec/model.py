@@ -16,11 +16,18 @@ POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_NORM_SCOPES = ("head", "projection")
 MIXERS = {"A": "attention", "L": "linear_attention", "M": "mamba", "P": "attention+mamba",
-          "-": "none"}
+          "-": "none", "E": "none"}
 """The letters of `Model.mixer_pattern`: the token mixer each layer has. "P" is attention and
 Mamba-2 side by side on the same input, their outputs summed (Falcon-H1's parallel hybrid
 layer, FalconH1DecoderLayer in transformers 5.24). "-" is a layer without a token mixer: its
-MLP alone, behind one norm (Nemotron-H's "-" block, NemotronHBlock in transformers 5.24)."""
+MLP alone, behind one norm (Nemotron-H's "-" block, NemotronHBlock in transformers 5.24).
+"E" is a layer of the experts alone (`[model.moe]`), behind one norm (Nemotron-H's "E" block,
+NemotronHMoE in transformers 5.24)."""
+EXPERTS_ALONE = "E"
+"""The letter of a layer that is its experts alone: with it in `Model.mixer_pattern` the
+pattern places the MoE layers, not `MoE.dense_layers` and `MoE.layer_frequency`."""
+MLP_ALONE = ("-", EXPERTS_ALONE)
+"""The letters of a layer that is an MLP (dense or experts) alone, without a token mixer."""
 ALONE = {"a": "A", "l": "L", "m": "M"}
 """Lower-case letters of `Model.mixer_pattern`: a layer that is its token mixer alone, behind
 one norm and without an MLP (Nemotron-H's "M" and "*" blocks, NemotronHBlock in transformers
@@ -48,7 +55,9 @@ ARCHITECTURE_FIELDS = (
     "ffn_hidden_size",
     "vocab_size",
 )
-"""The fields without which a model is only a size."""
+"""The fields without which a model is only a size (`Model.architecture_fields`: a model
+without attention layers needs no num_attention_heads, one without MLP layers no
+ffn_hidden_size)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -345,10 +354,13 @@ class Model:
     (`[model.mamba]`), "P" attention and Mamba-2 in parallel on the same input, their
     outputs summed (Falcon-H1); its length divides num_layers. Each of these layers has an
     MLP after its mixer. Single-module layers (Nemotron-H, Mamba-2 alone): "a", "l", "m" are
-    the mixer alone, without an MLP, and "-" is an MLP (or the experts) alone, without a
-    mixer; each has one norm. Qwen3-Next: "LLLA", Falcon-H1: "P", Nemotron-H-8B:
-    "m-m-m-ma-..." (its hybrid_override_pattern, "*" read as "a"), Mamba-2: "m"; None:
-    every layer attends. A model mixes attention with at most one recurrent kind."""
+    the mixer alone, without an MLP, "-" is a dense MLP alone and "E" the experts alone
+    (`[model.moe]`; the "E" layers are the MoE layers), without a mixer; each has one
+    norm. Qwen3-Next: "LLLA", Falcon-H1: "P", Nemotron-H-8B: "m-m-m-ma-..." (its
+    hybrid_override_pattern, "*" read as "a"), Nemotron 3 Nano: "mEmEmaE...", Mamba-2: "m";
+    None: every layer attends. A model mixes attention with at most one recurrent kind; a
+    model without attention layers needs no num_attention_heads, one without MLP layers no
+    ffn_hidden_size."""
     linear_attention: LinearAttention | None = None
     """The gated DeltaNet layers' sizes, with "L" layers in mixer_pattern."""
     mamba: Mamba | None = None
@@ -357,11 +369,20 @@ class Model:
     """DeepSeek sparse attention on every attention layer (DeepSeek-V3.2); None: dense."""
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether layer `index` (from 0) has experts instead of a dense MLP."""
-        moe = self.moe
+        """Whether layer `index` (from 0) has experts instead of a dense MLP: an "E" layer
+        of mixer_pattern when it has them, else by dense_layers and layer_frequency."""
+        moe, pattern = self.moe, self.mixer_pattern
         if moe is None or not self.has_mlp(index):
             return False
+        if self.experts_placed:
+            assert pattern is not None
+            return pattern[index % len(pattern)] == EXPERTS_ALONE
         return index >= moe.dense_layers and (index + 1) % moe.layer_frequency == 0
+
+    @property
+    def experts_placed(self) -> bool:
+        """Whether mixer_pattern places the MoE layers (its "E" letters)."""
+        return self.mixer_pattern is not None and EXPERTS_ALONE in self.mixer_pattern
 
     def has_mlp(self, index: int) -> bool:
         """Whether layer `index` (from 0) has an MLP (dense or experts): every layer but
@@ -374,7 +395,7 @@ class Model:
         """Whether some layer is one module alone: a token mixer without an MLP or an MLP
         without a mixer (mixer_pattern's lower-case letters and "-")."""
         pattern = self.mixer_pattern
-        return pattern is not None and bool(set(pattern) & {*ALONE, "-"})
+        return pattern is not None and bool(set(pattern) & {*ALONE, *MLP_ALONE})
 
     @property
     def layer_kinds_vary(self) -> bool:
@@ -400,16 +421,22 @@ class Model:
         if not self.single_module_layers:
             return 2 * count
         assert self.mixer_pattern is not None
-        return sum(number * (1 if letter in ALONE or letter == "-" else 2)
+        return sum(number * (1 if letter in ALONE or letter in MLP_ALONE else 2)
                    for letter, number in _letters_in(self.mixer_pattern, first, count))
 
     def moe_layers_in(self, first: int, count: int) -> int:
         """Layers with experts among `count` layers from `first`, in closed form: the
-        layers i >= dense_layers with (i + 1) a multiple of layer_frequency (the checks
-        refuse experts beside single-module layers)."""
+        pattern's "E" layers when it has them, else the layers i >= dense_layers with
+        (i + 1) a multiple of layer_frequency (the checks refuse experts beside other
+        single-module layers without "E")."""
         moe = self.moe
         if moe is None or count <= 0:
             return 0
+        if self.experts_placed:
+            assert self.mixer_pattern is not None
+            return sum(number for letter, number in _letters_in(self.mixer_pattern, first,
+                                                                 count)
+                       if letter == EXPERTS_ALONE)
         low, end = max(first, moe.dense_layers), first + count
         if end <= low:
             return 0
@@ -499,9 +526,24 @@ class Model:
         return self.mlp_layers_in(0, self.num_layers or 0) - self.num_moe_layers
 
     @property
+    def architecture_fields(self) -> tuple[str, ...]:
+        """The ARCHITECTURE_FIELDS this model needs: num_attention_heads only when some
+        layer attends, ffn_hidden_size only when some layer has an MLP (a Mamba-2 model,
+        Mamba2ForCausalLM, has neither)."""
+        layers, pattern = self.num_layers, self.mixer_pattern
+        if pattern is None or layers is None:
+            return ARCHITECTURE_FIELDS
+        unneeded = set()
+        if not self.mixers_in(0, layers).get("attention"):
+            unneeded.add("num_attention_heads")
+        if not self.mlp_layers_in(0, layers):
+            unneeded.add("ffn_hidden_size")
+        return tuple(name for name in ARCHITECTURE_FIELDS if name not in unneeded)
+
+    @property
     def has_architecture(self) -> bool:
-        """True when every architecture field is set (exact counts possible)."""
-        return all(getattr(self, name) is not None for name in ARCHITECTURE_FIELDS)
+        """True when every architecture field it needs is set (exact counts possible)."""
+        return all(getattr(self, name) is not None for name in self.architecture_fields)
 
     @property
     def gated(self) -> bool:
@@ -516,20 +558,33 @@ class Model:
         return pattern is None or (index + 1) % pattern != 0
 
     @property
+    def attends(self) -> bool:
+        """Whether the model has attention heads: a model whose layers never attend (a
+        Mamba-2 model) may leave num_attention_heads out, and its attention widths are 0."""
+        return self.num_attention_heads is not None
+
+    @property
     def qk_head_dim(self) -> int:
-        """Width of one query (and key) head: head_dim (MLA: qk_nope + qk_rope)."""
+        """Width of one query (and key) head: head_dim (MLA: qk_nope + qk_rope); 0 without
+        attention heads."""
+        if not self.attends:
+            return 0
         assert self.head_dim is not None
         return self.mla.qk_head_dim if self.mla is not None else self.head_dim
 
     @property
     def value_head_dim(self) -> int:
-        """Width of one value head: head_dim (MLA: v_head_dim)."""
+        """Width of one value head: head_dim (MLA: v_head_dim); 0 without attention heads."""
+        if not self.attends:
+            return 0
         assert self.head_dim is not None
         return self.mla.v_head_dim if self.mla is not None else self.head_dim
 
     @property
     def query_width(self) -> int:
-        """num_attention_heads * qk_head_dim: the width of Q."""
+        """num_attention_heads * qk_head_dim: the width of Q (0 without attention heads)."""
+        if not self.attends:
+            return 0
         assert self.num_attention_heads is not None
         return self.num_attention_heads * self.qk_head_dim
 
@@ -541,7 +596,7 @@ class Model:
         materializes them from the latent (every head has its own key); values are
         value_width wide, and the KV cache holds latent_kv_width per token.
         """
-        if self.mla is not None:
+        if self.mla is not None or not self.attends:
             return self.query_width
         assert self.num_kv_heads is not None and self.head_dim is not None
         return self.num_kv_heads * self.head_dim
@@ -557,6 +612,8 @@ class Model:
     @property
     def attention_output_width(self) -> int:
         """The input width of the attention output projection: heads x value head width."""
+        if not self.attends:
+            return 0
         assert self.num_attention_heads is not None
         return self.num_attention_heads * self.value_head_dim
 

@@ -19,6 +19,7 @@ from llmpar.footprint.inventory import (
     ActivationInventory,
     SavedTensor,
 )
+from llmpar.spec.model import ARCHITECTURE_FIELDS
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec
@@ -48,17 +49,22 @@ class ActivationUnavailable(Exception):
 ActivationModel = Callable[["Spec"], ActivationInventory]
 
 
-def require(spec: Spec, fields: tuple[str, ...], model_name: str) -> None:
-    """Raise ActivationUnavailable naming the model fields `model_name` needs and lacks."""
-    missing = [name for name in fields if getattr(spec.model, name) is None]
+def require(spec: Spec, fields: tuple[str, ...], model_name: str,
+            recurrent_inventory: bool = False) -> None:
+    """Raise ActivationUnavailable naming the model fields `model_name` needs and lacks;
+    `recurrent_inventory`: the model lists the model's recurrent and single-module layers
+    (else they are refused)."""
+    needed = set(spec.model.architecture_fields) | (set(fields) - set(ARCHITECTURE_FIELDS))
+    missing = [name for name in fields if name in needed and getattr(spec.model, name) is None]
     recurrent = spec.model.recurrent_mixer
-    if recurrent is not None and model_name not in ("coefficient", "fused"):
+    listed = recurrent_inventory or model_name in ("coefficient", "fused")
+    if recurrent is not None and not listed:
         raise ActivationUnavailable(
             f"activation model {model_name!r} has no inventory of the tensors the model's "
             f"{recurrent} layers keep for backward (their chunked scan's inputs and "
             "per-chunk states); activation_model = 'fused' lists them as the fused "
             "kernels keep them, 'coefficient' estimates them by size")
-    if spec.model.single_module_layers and model_name not in ("coefficient", "fused"):
+    if spec.model.single_module_layers and not listed:
         raise ActivationUnavailable(
             f"activation model {model_name!r} has no inventory of layers of one module (a "
             "token mixer or an MLP alone, mixer_pattern's lower-case letters and '-'); "
@@ -118,9 +124,8 @@ class Sizes:
 
 def sizes_of(spec: Spec) -> Sizes:
     model, training = spec.model, spec.training
-    assert model.hidden_size is not None and model.num_attention_heads is not None
-    assert model.vocab_size is not None
+    assert model.hidden_size is not None and model.vocab_size is not None
     return Sizes(b=("b", training.micro_batch_size), s=("s", training.sequence_length),
-                 h=("h", model.hidden_size), a=("a", model.num_attention_heads),
+                 h=("h", model.hidden_size), a=("a", model.num_attention_heads or 0),
                  vocab=("V", model.vocab_size),
                  d=bytes_per_element(spec.precision.activations))

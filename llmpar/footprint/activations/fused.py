@@ -294,12 +294,12 @@ def _layer(sizes: Sizes, model: Model, moe: bool,
            mixer: str = "attention", block: str = "") -> list[SavedTensor]:
     """One layer: its mixer and its MLP (block "none": the mixer alone; mixer "none":
     the MLP alone), each behind its norm."""
-    assert model.ffn_hidden_size is not None
     mlp: list[SavedTensor] = []
     if block != NO_MLP:
         if moe:
             mlp = _moe(sizes, model)
         else:
+            assert model.ffn_hidden_size is not None
             mlp = _mlp(sizes, model, sizes.tokens, "ffn", model.ffn_hidden_size, "mlp", "mlp")
         first = _first_projections(model, "mlp")
         if moe:

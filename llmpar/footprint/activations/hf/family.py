@@ -59,6 +59,9 @@ class Family:
     loss_upcast: bool = True
     """The loss runs on logits.float() (ForCausalLMLoss); BertForMaskedLM calls
     CrossEntropyLoss on the logits as they are."""
+    residual_fp32: bool = False
+    """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
+    input needs no upcast and its normalized x stays fp32 (weight * x.to(input_dtype))."""
 
 
 LLAMA = Family(name="llama")
@@ -76,6 +79,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma"),
     "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),
     "DeepseekV3ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3", router="deepseek"),
+    "Mamba2ForCausalLM": attrs.evolve(LLAMA, name="mamba2", rope=False, residual_fp32=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

@@ -22,6 +22,7 @@ from llmpar.footprint.activations.common import (
 from llmpar.footprint.activations.hf.attention import attention_tensors
 from llmpar.footprint.activations.hf.context import MEASURED, Context
 from llmpar.footprint.activations.hf.family import CLASS_IN_SOURCE, FAMILIES, family_of
+from llmpar.footprint.activations.hf.mamba import mamba_mixer_tensors
 from llmpar.footprint.activations.hf.mla import mla_tensors
 from llmpar.footprint.activations.hf.mlp import dense_mlp
 from llmpar.footprint.activations.hf.moe import moe_tensors
@@ -73,13 +74,34 @@ def unmeasured(model: Model, name: str) -> None:
             "'korthikanti'")
 
 
+def mixers_alone(model: Model) -> bool:
+    """Whether every layer is a Mamba-2 mixer alone as Mamba2ForCausalLM builds it (the one
+    recurrent layer kind whose torch path is measured: `mamba_mixer_tensors`)."""
+    return model.mixer_pattern == "m" and family_of(model).name == "mamba2"
+
+
+def _mamba_layer(ctx: Context, run: HfRun, name: str) -> list[SavedTensor]:
+    """Mamba2Block: its RMSNorm and the mixer, whose torch path runs the same for eager
+    and SDPA attention; transformers refuses SDPA for Mamba2ForCausalLM, which never
+    attends."""
+    if run.attention != "eager":
+        raise ActivationUnavailable(
+            f"{name}: transformers' Mamba2ForCausalLM has no SDPA path (its layers never "
+            "attend); use 'hf-eager', which runs the same mixer")
+    return _norm(ctx, "input norm") + mamba_mixer_tensors(ctx)
+
+
 def hf_inventory(spec: Spec, run: HfRun, name: str = "hf") -> ActivationInventory:
     """The inventory of `spec`'s model run by transformers the way `run` says."""
-    require(spec, ARCHITECTURE, name)
     model = spec.model
+    recurrent = mixers_alone(model)
+    require(spec, ARCHITECTURE, name, recurrent_inventory=recurrent)
     unmeasured(model, name)
     ctx = Context(sizes=sizes_of(spec), model=model, run=run, family=family_of(model))
     groups = []
+    if recurrent:
+        groups.append(LayerGroup(kind="none mamba", count=model.num_layers or 0,
+                                 tensors=tuple(_mamba_layer(ctx, run, name))))
     if model.num_dense_layers:
         groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
                                  tensors=tuple(layer_tensors(ctx, moe=False))))

@@ -13,6 +13,8 @@ files of transformers 5.24.0, measured with torch 2.13.0.
 
 from __future__ import annotations
 
+import attrs
+
 from llmpar.footprint.activations.common import (
     FP32_BYTES,
     INSIDE_TP,
@@ -90,7 +92,11 @@ def head_tensors(ctx: Context) -> list[SavedTensor]:
     model, s = ctx.model, ctx.sizes
     tensors = []
     if model.final_norm:
-        tensors += norm_tensors(ctx, "final norm", "h", s.h[1])
+        # an fp32 residual stream (Mamba2's residual_in_fp32) keeps the normalized x in
+        # fp32, as OLMo 2's norm does
+        norm_ctx = (attrs.evolve(ctx, family=attrs.evolve(ctx.family, norm="olmo2"))
+                    if ctx.family.residual_fp32 else ctx)
+        tensors += norm_tensors(norm_ctx, "final norm", "h", s.h[1])
     if model.mlm_head:
         tensors += [_hidden(ctx, "head transform input", "input of the MLM head's dense"),
                     _hidden(ctx, "head activation input", "kept by F.gelu")]
