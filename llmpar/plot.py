@@ -275,8 +275,8 @@ def pareto_figure(points: Sequence[ParetoPoint], labels: Sequence[str], title: s
 
 
 TIMELINE_MOMENTS = ("start", "warm-up end", "loss forward", "loss backward",
-                    "output layer backward", "layer backward", "cool-down end",
-                    "optimizer step")
+                    "output layer backward", "output layer reduce-scatter", "layer backward",
+                    "embeddings reduce-scatter", "cool-down end", "optimizer step")
 """The modelled moments of a step, in the order they happen on a stage."""
 TIMELINE_STAGES = 8
 """Stages drawn one line each; a deeper pipeline draws its first, last and peak stages."""
