@@ -339,7 +339,8 @@ class MemoryPeak:
     """NCCL's buffers of the process groups one GPU belongs to."""
     moment: str
     """The moment of the peak: "start", "warm-up end", "loss forward", "loss backward",
-    "output layer backward", "layer backward", "cool-down end" or "optimizer step"."""
+    "output layer backward", "output layer reduce-scatter", "layer backward",
+    "embeddings reduce-scatter", "cool-down end" or "optimizer step"."""
     stage: int
     """The pipeline stage whose GPUs reach it."""
     steady_bytes: int

@@ -278,16 +278,26 @@ TIMELINE_MOMENTS = ("start", "warm-up end", "loss forward", "loss backward",
                     "output layer backward", "layer backward", "cool-down end",
                     "optimizer step")
 """The modelled moments of a step, in the order they happen on a stage."""
+TIMELINE_BETWEEN = {"output layer reduce-scatter": 4.5, "embeddings reduce-scatter": 5.5}
+"""The moments only some stacks have (FSDP2's edge units' reduce-scatters), drawn between
+their neighbours in step order."""
+
+
+def _position(moment: str) -> float:
+    """Where a moment is drawn: its place in `TIMELINE_MOMENTS`, or `TIMELINE_BETWEEN`."""
+    return (TIMELINE_MOMENTS.index(moment) if moment in TIMELINE_MOMENTS
+            else TIMELINE_BETWEEN[moment])
 TIMELINE_STAGES = 8
 """Stages drawn one line each; a deeper pipeline draws its first, last and peak stages."""
 
 
-def timeline_series(moments: Sequence[MemoryMoment]) -> dict[int, list[tuple[int, float]]]:
-    """Per stage, (moment position in `TIMELINE_MOMENTS`, GiB) in step order."""
-    found: dict[int, list[tuple[int, float]]] = {}
+def timeline_series(moments: Sequence[MemoryMoment]
+                    ) -> dict[int, list[tuple[float, float]]]:
+    """Per stage, (moment position, `_position`, GiB) in step order."""
+    found: dict[int, list[tuple[float, float]]] = {}
     for moment in moments:
         found.setdefault(moment.stage, []).append(
-            (TIMELINE_MOMENTS.index(moment.moment), moment.allocated_bytes / GiB))
+            (_position(moment.moment), moment.allocated_bytes / GiB))
     return {stage: sorted(points) for stage, points in sorted(found.items())}
 
 
@@ -311,7 +321,7 @@ def timeline_figure(moments: Sequence[MemoryMoment], plan: Plan, title: str) -> 
     ax.axhline(plan.capacity_bytes / GiB, color="black", linestyle="dashed", linewidth=1,
                label="capacity")
     if peak is not None:
-        x = TIMELINE_MOMENTS.index(peak.moment)
+        x = _position(peak.moment)
         y = peak.allocated_bytes / GiB
         transients = sorted((b for b in peak.alive if b.transient), key=lambda b: -b.bytes)
         alive = "\n".join(f"+ {b.name} {b.bytes / GiB:,.2f} GiB" for b in transients[:3])
@@ -322,7 +332,8 @@ def timeline_figure(moments: Sequence[MemoryMoment], plan: Plan, title: str) -> 
                     (x, y), xytext=(0, 10), textcoords="offset points", fontsize=8,
                     va="bottom", ha="right" if x > len(TIMELINE_MOMENTS) / 2 else "left")
     used = sorted({x for stage in shown for x, _ in series[stage]})
-    ax.set_xticks(used, [_wrap(TIMELINE_MOMENTS[x], 12) for x in used], fontsize=8)
+    names = {_position(name): name for name in (*TIMELINE_MOMENTS, *TIMELINE_BETWEEN)}
+    ax.set_xticks(used, [_wrap(names[x], 12) for x in used], fontsize=8)
     ax.set_ylabel("allocated memory per GPU (GiB = 2^30 bytes)")
     ax.set_title(title)
     ax.set_ylim(0, max(plan.capacity_bytes, peak.allocated_bytes if peak else 0) / GiB * 1.3)

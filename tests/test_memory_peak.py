@@ -395,18 +395,21 @@ _LOADER.loader.exec_module(REPORT)
 
 
 @pytest.mark.parametrize("row", REPORT.rows(), ids=lambda r: (
+    f"{r['run'].get('profile', 'hf-trainer')}-{r['run'].get('world_size', 1)}-"
     f"{r['run'].get('attention', 'sdpa')}-{r['run'].get('optimizer', 'foreach')}-"
     f"{r['run'].get('dtype', 'bf16')}-b{r['run']['micro_batch_size']}-"
-    f"s{r['run']['sequence_length']}-{r['run']['recompute']}-m{r['run']['micro_batches']}"))
+    f"s{r['run']['sequence_length']}-{r['run']['recompute']}-m{r['run']['micro_batches']}"
+    + ("" if r['run'].get('reshard_after_forward', True) else "-kept")))
 def test_allocated_peak_matches_the_measured_step(row):
-    """Measured with validation/measure_peak.py (versions in the data file: live tensor
-    storages after every operator of the second step), the rows of
-    docs/validation-memory.md: each within the issue's worst case (8%), in the phase the
-    measurement peaks in (a backward peak at a backward moment, the optimizer step's at
-    the optimizer step)."""
+    """Measured with validation/measure_peak.py and validation/measure_peak_fsdp.py
+    (versions in the data files: live tensor storages after every operator of the second
+    step), the rows of docs/validation-memory.md: each within the issue's worst case (8%),
+    in the phase the measurement peaks in (a backward peak at a backward moment or an FSDP
+    unit's gradient reduce-scatter, the optimizer step's at the optimizer step)."""
     assert abs(row["error"]) < REPORT.WORST_TARGET, row
     backward = row["phase"].startswith("backward")
-    assert backward == ("backward" in row["moment"] or row["moment"] == "loss forward"), row
+    assert backward == ("backward" in row["moment"] or row["moment"] == "loss forward"
+                        or row["moment"].endswith("reduce-scatter")), row
 
 
 def test_per_profile_targets_hold_on_the_measured_steps():

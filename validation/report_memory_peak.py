@@ -25,6 +25,8 @@ import llmpar
 
 HERE = Path(__file__).resolve().parent
 MEASURED = HERE / "data" / "memory_peak.json"
+MEASURED_FSDP = HERE / "data" / "memory_peak_fsdp.json"
+"""validation/measure_peak_fsdp.py's FSDP2 steps (2 and 4 ranks, gloo on the CPU)."""
 SESSION = llmpar.Session(load_entry_points=False)
 MIB = 2**20
 MEDIAN_TARGET, WORST_TARGET = 0.03, 0.08
@@ -69,6 +71,42 @@ def measured_spec(config: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str
                          "tokens": 1e9}}
 
 
+def measured_fsdp_spec(config: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """The FSDP2 step validation/measure_peak_fsdp.py runs, as an llmpar spec: fp32
+    sharded weights, gradients and AdamW states (no master copy), bf16 activations and
+    compute (MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): the
+    profiles' `weight_gather_in_compute` gathers them in bf16), `parallel.data.fsdp` over
+    the run's ranks with its reshard_after_forward, under the profile its wrapping stands
+    for. The model is transformers' Llama, so its saved tensors follow the hf-sdpa
+    activation model (as the hf-trainer rows do); the profile's optimizer kernel is the
+    run's."""
+    from llmpar.hf.importer import model_table_from_hf
+
+    ranks = run["world_size"]
+    return {"model": model_table_from_hf(dict(config)),
+            "hardware": {"gpu": "h100-sxm", "num_gpus": ranks},
+            "precision": {"weights": "fp32", "gradients": "fp32", "activations": "bf16"},
+            "optimizer": {"name": "adamw-fp32-states", "states": [
+                {"name": "momentum", "dtype": "fp32"}, {"name": "variance", "dtype": "fp32"}]},
+            "parallel": {"data": {"degree": ranks, "fsdp": True,
+                                  "reshard_after_forward": run["reshard_after_forward"]}},
+            "training": {"sequence_length": run["sequence_length"],
+                         "micro_batch_size": run["micro_batch_size"],
+                         "global_batch_size": (run["micro_batch_size"] * run["micro_batches"]
+                                               * ranks),
+                         "recompute": run["recompute"], "tokens": 1e9,
+                         "framework": {"preset": run["profile"],
+                                       "activation_model": "hf-sdpa"}}}
+
+
+def fsdp_label(run: Mapping[str, Any]) -> str:
+    return (f"{run['world_size']} ranks, b {run['micro_batch_size']} x s "
+            f"{run['sequence_length']}, {run['micro_batches']} micro-batch"
+            f"{'es' if run['micro_batches'] > 1 else ''}, recompute {run['recompute']}, "
+            f"reshard_after_forward {str(run['reshard_after_forward']).lower()}, AdamW "
+            f"{run['optimizer']}, fp32 shards, bf16 compute")
+
+
 def label(run: Mapping[str, Any]) -> str:
     return (f"b {run['micro_batch_size']} x s {run['sequence_length']}, "
             f"{run['micro_batches']} micro-batch{'es' if run['micro_batches'] > 1 else ''}, "
@@ -89,6 +127,16 @@ def rows() -> list[dict[str, Any]]:
                       "measured": measured, "phase": run["peak_phase"],
                       "predicted": peak.allocated_bytes, "moment": peak.moment,
                       "error": peak.allocated_bytes / measured - 1})
+    fsdp = json.loads(MEASURED_FSDP.read_text())
+    for run in fsdp["runs"]:
+        plan = SESSION.evaluate(measured_fsdp_spec(fsdp["config"], run))
+        peak = plan.training.memory_peak
+        assert peak is not None
+        measured = run["peak_allocated_bytes"]
+        found.append({"run": run, "profile": f"{run['profile']} (sdpa)",
+                      "label": fsdp_label(run), "measured": measured,
+                      "phase": run["peak_phase"], "predicted": peak.allocated_bytes,
+                      "moment": peak.moment, "error": peak.allocated_bytes / measured - 1})
     return found
 
 
@@ -160,6 +208,24 @@ def main() -> int:
           f"{versions['python']}. llmpar evaluates the same configuration under the "
           "framework profile the run stands for (`validation/report_memory_peak.py`, "
           "`measured_spec`).\n")
+    fsdp = json.loads(MEASURED_FSDP.read_text())
+    print("`validation/measure_peak_fsdp.py` trains the same model under FSDP2 "
+          "(`fully_shard`) on 2 and 4 CPU processes (gloo), fp32 shards with "
+          "`MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`, the loss "
+          "outside the model as torchtitan computes it, and records every rank's allocated "
+          "peak of the second step with the same probe, which also counts FSDP2's storage "
+          "resizes (its unsharded parameters) and leaves out gloo's own staging inside a "
+          "collective (NCCL has none). Two wrappings: `fully_shard` on each decoder layer "
+          "and the model (the pytorch-fsdp2 profile, AdamW foreach), and torchtitan's "
+          "`apply_fsdp` (the embeddings, each layer, [norm, output] not resharded after "
+          "forward, then the model; the torchtitan profile, AdamW fused). The model is "
+          "transformers' Llama, so its saved tensors follow the hf-sdpa activation model "
+          "under both (`measured_fsdp_spec`). On the CPU FSDP2's streams and events are "
+          "no-ops, and it frees its all-gather outputs and reduce-scatter inputs at the same "
+          "points of the program as on CUDA (it never calls `record_stream`). Measured "
+          f"{fsdp['measured']} with torch {fsdp['versions']['torch']}, transformers "
+          f"{fsdp['versions']['transformers']}; the row is the rank with the largest "
+          "peak.\n")
     print("## Per profile\n")
     print(f"Targets: the allocated peak within {MEDIAN_TARGET:.0%} (median) and "
           f"{WORST_TARGET:.0%} (worst) of the measured peak, per framework profile.\n")
@@ -205,9 +271,11 @@ def main() -> int:
           "configuration llmpar can state whole (llama-recipes' and PyTorch issues' logs "
           "leave the sequence length or the model's architecture out, or train a model "
           "that is not a transformer), so they are not validated on this page. "
-          "Megatron-Core's and torchtitan's steps (Transformer Engine's buffers, the "
-          "vocabulary-parallel loss, pipeline schedules) cannot run on a CPU with plain "
-          "torch and transformers; their profiles have no measured rows here.")
+          "Megatron-Core's steps (Transformer Engine's buffers, the vocabulary-parallel "
+          "loss) and torchtitan's pipeline schedules and tensor parallelism cannot run on a "
+          "CPU with plain torch and transformers; the megatron-core, nemo and deepspeed "
+          "profiles have no measured rows here, and torchtitan's and pytorch-fsdp2's rows "
+          "are FSDP2 data parallelism alone.")
     return 0
 
 

@@ -9,7 +9,10 @@ alive then (`llmpar.evaluation.transients`).
     loss forward          ... + the logits and their fp32 copies (last stage)
     loss backward         ... + the loss's gradients (last stage)
     output layer backward ... + the logits' gradient, the output layer's weight gradient
+    output layer reduce-scatter ... + FSDP's reduce-scatter of [norm, output] (torchtitan)
     layer backward        ... + one layer's recomputed tensors and backward working set
+    embeddings reduce-scatter   states + buffers + FSDP's reduce-scatter of the unit
+                          holding the embeddings (the root unit's, or its own)
     cool-down end         states + buffers + one micro-batch's activations
     optimizer step        states + buffers + the optimizer's temporaries
 
@@ -89,6 +92,7 @@ BUFFER_SOURCE = "the strategies' communication buffers (gathered weights in flig
 STATE_NAMES = (("weights", "weights"), ("gradients", "gradients"),
                ("optimizer states", "optimizer"))
 ACTIVE_MOMENTS = ("warm-up end", "loss forward", "loss backward", "output layer backward",
+                  "output layer reduce-scatter",
                   "layer backward")
 """Moments at which the activations of every micro-batch in flight are alive."""
 
@@ -100,7 +104,8 @@ class MemoryMoment:
     stage: int
     moment: str
     """"start", "warm-up end", "loss forward", "loss backward", "output layer
-    backward", "layer backward", "cool-down end" or "optimizer step"."""
+    backward", "output layer reduce-scatter", "layer backward", "embeddings
+    reduce-scatter", "cool-down end" or "optimizer step"."""
     allocated_bytes: int
 
 
@@ -360,6 +365,84 @@ def edge_unit_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
             for moment, k in moments.items()}
 
 
+SCATTER_SOURCE = ("FSDP2's post-backward of a unit (foreach_reduce, torch/distributed/fsdp/"
+                  "_fully_shard/_fsdp_collectives.py, PyTorch 2.13): the unit's gradients are "
+                  "copied into a reduce-scatter input of the whole unit in reduce_dtype "
+                  "(foreach_reduce_scatter_copy_in) and reduce-scattered into a new shard "
+                  "(reduce_output), added to the sharded gradients where they exist; the "
+                  "unit is resharded first (FSDPParamGroup.post_backward); measured with "
+                  "validation/measure_peak_fsdp.py")
+SCATTER_MOMENTS: Mapping[str, Mapping[str, int]] = {
+    # moment -> blocks gathered then (of the two the buffers count)
+    "root": {"embeddings reduce-scatter": 0},
+    "separate": {"output layer reduce-scatter": 1, "embeddings reduce-scatter": 0},
+}
+"""The edge units' gradient reduce-scatters under each way of wrapping
+(`Framework.fsdp_edge_units`): torchtitan's [norm, output] unit right after the output
+layer's backward, beside the last block's prefetched gather; the unit holding the
+embeddings (torchtitan's own unit, or the root unit with the output layer) at the end of
+the backward, when every block is resharded and the activations are freed. Under
+"per-module" (DeepSpeed's bucketed reduce-scatters, Megatron-Core's buffers) none."""
+
+
+def reduce_scatter_blocks(spec: Spec, composition: Composition,
+                          parameters: Mapping[str, float], parts: KindParts, pipelined: bool,
+                          freed: Value) -> dict[str, list[Block]]:
+    """What an edge unit's gradient reduce-scatter holds beside the moment's steady state
+    (`SCATTER_MOMENTS`), by moment, on one GPU under the model-parallel splits: the
+    reduce-scatter input, the unit's unsharded parameters in the reduce format (the data
+    strategy's `reduce_dtype`, else the gradients'), less the gathered blocks the buffers
+    count that FSDP has freed by then; the gradient of the unit's largest weight in the
+    compute format (the gathered weights'), which the autograd engine still holds (measured);
+    and the new shard in the reduce format where the sharded gradients exist already (a
+    later micro-batch, or a profile that keeps them), or where none of the step's are
+    counted then (the output layer's, before the blocks'). None under a profile without
+    `Framework.reduce_scatter_copy_in`, where `edge_unit_blocks` gives none for want of a
+    weight shard, or where the stage keeps its weights gathered."""
+    profile = spec.training.profile
+    data = spec.parallel.get("data")
+    moments = SCATTER_MOMENTS.get(profile.fsdp_edge_units)
+    if moments is None or not profile.reduce_scatter_copy_in or not parts.layers or (
+            pipelined and profile.pipeline_keeps_unsharded) or not any(
+            strategy == "data" and shard.component == "weights"
+            for strategy, shard in composition.shards) or (
+            getattr(data, "reshard_after_forward", True) is False):
+        return {}
+    stated = getattr(data, "reduce_dtype", "gradients")
+    reduced = bytes_per_element(spec.gradients_dtype if stated == "gradients" else stated)
+    compute = bytes_per_element(spec.precision.weight_gather_under(profile))
+
+    def whole(groups: Sequence[str], size: float, sharded: bool = False) -> Value:
+        counts = {g: parameters[g] for g in groups if parameters.get(g)}
+        if not counts:
+            return 0.0
+        return composition.held(counts, size, "weights", without=None if sharded else "data")
+
+    block = whole([g for g in parameters if g not in EDGE_GROUPS], compute) / parts.layers
+    tied = bool(spec.model.tie_embeddings) and not parameters.get("head")
+    units: dict[str, tuple[str, ...]] = {}
+    if profile.fsdp_edge_units == "root" or tied:
+        units["embeddings reduce-scatter"] = EDGE_GROUPS
+    else:
+        units["embeddings reduce-scatter"] = ("embedding",)
+        if parts.has_loss:
+            units["output layer reduce-scatter"] = ("head",)
+    found: dict[str, list[Block]] = {}
+    for moment, groups in units.items():
+        if moment not in moments or not any(parameters.get(g) for g in groups):
+            continue
+        largest = max((g for g in groups if parameters.get(g)), key=lambda g: parameters[g])
+        shard = whole(groups, reduced, sharded=True)
+        new = shard if moment == "output layer reduce-scatter" else where(freed, 0.0, shard)
+        found[moment] = [
+            _block("reduce-scatter input (whole unit, reduce format)", rounded(maximum(
+                whole(groups, reduced) - (2 - moments[moment]) * block, 0.0)), SCATTER_SOURCE),
+            _block("unit's unsharded gradient (its largest weight)",
+                   rounded(whole([largest], compute)), SCATTER_SOURCE),
+            _block("reduce-scatter output (new gradient shard)", rounded(new), SCATTER_SOURCE)]
+    return found
+
+
 def gradients_freed(spec: Spec, composition: Composition) -> Value:
     """Whether no gradient is alive at the loss's moments: the profile frees them after
     each step (`Framework.zero_grad_frees_gradients`) and the step runs one micro-batch,
@@ -375,7 +458,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                  parts: KindParts, share: float, activation_source: str,
                  unsharded: tuple[list[Block], list[Block]] = ([], []),
                  kept: Sequence[Block] = (), freed: Value = False,
-                 edges: Mapping[str, Block] | None = None) -> list[Moment]:
+                 edges: Mapping[str, Block] | None = None,
+                 scatters: Mapping[str, Sequence[Block]] | None = None) -> list[Moment]:
     """The moments of a stage holding `states` (bytes on one GPU by component), the
     activations of `in_flight` micro-batches of `per_micro_batch` bytes each, and
     `buffers`; `parts` its kind's transients, `share` the optimizer step's foreach copy
@@ -385,8 +469,10 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
     stack keeps from one step to the next beside the states (`fp8_copy_blocks`); `freed`
     (`gradients_freed`): the loss's moments hold no gradients (the layer backward keeps
     them all, an upper bound of the layers' gradients made by then); `edges`
-    (`edge_unit_blocks`): the embeddings' and output layer's gathered weights by moment."""
+    (`edge_unit_blocks`): the embeddings' and output layer's gathered weights by moment;
+    `scatters` (`reduce_scatter_blocks`): the edge units' gradient reduce-scatters."""
     edges = edges or {}
+    scatters = scatters or {}
     steady = [_block(name, states[key], STATE_SOURCE, transient=False)
               for name, key in STATE_NAMES]
     fixed_blocks = steady + ([_block("buffers", buffers, BUFFER_SOURCE, transient=False)]
@@ -453,9 +539,20 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                   moment("loss backward", loss_alive, backward),
                   moment("output layer backward", output_alive,
                          _parts(composition, parts.output_backward))]
+        if "output layer reduce-scatter" in scatters:
+            found.append(moment("output layer reduce-scatter", output_alive,
+                                scatters["output layer reduce-scatter"]))
     if parts.has_layers:
         found.append(_layer_moment(composition, parts, layer_alive, total(layer_alive),
                                    edges.get("layer backward")))
+    if "embeddings reduce-scatter" in scatters:
+        # a micro-batch's backward is over: the others in flight keep their activations
+        others = [] if per_micro_batch is None else [Block(
+            name="activations (the other micro-batches in flight)", size=activations - one,
+            source=activation_source, transient=False,
+            reserved=maximum(activations - one, held * maximum(in_flight - 1, 0.0)))]
+        found.append(moment("embeddings reduce-scatter", base[:len(fixed_blocks)] + others
+                            + persistent, scatters["embeddings reduce-scatter"]))
     cooled = base[:len(fixed_blocks)]
     if per_micro_batch is not None:
         cooled = cooled + [Block(name="activations (one micro-batch)", size=one,
@@ -532,7 +629,10 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                                                pipelined),
                               fp8_copy_blocks(spec, composition, parameters[position]), freed,
                               edge_unit_blocks(spec, composition, parameters[position],
-                                               _kind_parts(facts, position), pipelined)):
+                                               _kind_parts(facts, position), pipelined),
+                              reduce_scatter_blocks(spec, composition, parameters[position],
+                                                    _kind_parts(facts, position), pipelined,
+                                                    freed)):
             allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
             reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
     if spec.training.profile.expandable_segments:
@@ -569,7 +669,11 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                               fp8_copy_blocks(spec, composition, parameters[position]),
                               gradients_freed(spec, composition),
                               edge_unit_blocks(spec, composition, parameters[position],
-                                               _kind_parts(facts, position), len(stages) > 1)):
+                                               _kind_parts(facts, position), len(stages) > 1),
+                              reduce_scatter_blocks(spec, composition, parameters[position],
+                                                    _kind_parts(facts, position),
+                                                    len(stages) > 1,
+                                                    gradients_freed(spec, composition))):
             found.append(MemoryMoment(stage=stage.index, moment=m.name,
                                       allocated_bytes=int(m.allocated)))
     return tuple(found)
@@ -594,7 +698,10 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                               fp8_copy_blocks(spec, composition, parameters[position]),
                               freed, edge_unit_blocks(spec, composition, parameters[position],
                                                       _kind_parts(facts, position),
-                                                      len(records) > 1)):
+                                                      len(records) > 1),
+                              reduce_scatter_blocks(spec, composition, parameters[position],
+                                                    _kind_parts(facts, position),
+                                                    len(records) > 1, freed)):
             reserved = max(reserved, int(m.reserved))
             size = int(m.allocated)
             if best is None or size > best[0] or (size == best[0] and index < best[1]):

@@ -294,6 +294,16 @@ class Framework:
     which write both orientations in one pass (its fused cast-transpose) and keep them for
     the backward, so nothing is cast twice. Read by the casts' time
     (`llmpar.evaluation.casts`)."""
+    reduce_scatter_copy_in: bool = False
+    """The data strategy's FSDP units (`fsdp_edge_units` "root" or "separate") reduce
+    their gradients as PyTorch FSDP2 does: each unit's post-backward copies its unsharded
+    gradients into a reduce-scatter input of the whole unit in the reduce format and
+    reduce-scatters it into a new shard (foreach_reduce_scatter_copy_in and reduce_output
+    in foreach_reduce, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, PyTorch
+    2.13), so the memory peak counts the edge units' reduce-scatters as moments of their
+    own (`llmpar.evaluation.peak.reduce_scatter_blocks`; measured with
+    validation/measure_peak_fsdp.py). False: not counted (FSDP1's flat parameter reduces
+    its flat gradient itself; DeepSpeed and Megatron-Core reduce in buckets)."""
     weight_gather_in_compute: bool = False
     """The data strategy's weight all-gathers cast each shard to the compute format
     first, so that the gathers and the gathered weights are in `[precision] compute`

@@ -163,7 +163,8 @@ class DataConfig:
     again for its backward pass (PyTorch FSDP2's `fully_shard(reshard_after_forward=True)`,
     its default; DeepSpeed ZeRO-3 always does). False keeps them gathered from the forward
     to the backward: one all-gather per micro-batch instead of two, and each GPU holds the
-    stage's unsharded weights, less the shard it keeps, on top of its states."""
+    stage's whole unsharded weights (in the gathers' format, in FSDP2's gather buffers
+    beside the shard it keeps) on top of its states."""
     gradient_sync: GradientSync = attrs.field(default="every-micro-batch",
                                               validator=one_of(*GRADIENT_SYNCS))
     """ZeRO-3: when the gradients are reduce-scattered. "every-micro-batch" (FSDP2's and
@@ -504,8 +505,9 @@ class DataParallel(Strategy[DataConfig]):
             collectives=_collectives(config, ctx, stage, copies),
             buffer_bytes=where(stage == 3, where(
                 stack_keeps_stage_unsharded(ctx), 0.0,
-                _fsdp_buffer_bytes(ctx, config) + _held_unsharded_bytes(
-                    config, ctx, dense, expert)) + _secondary_partition_bytes(config, ctx),
+                where(keeps_weights_gathered(config), 0.0, _fsdp_buffer_bytes(ctx, config))
+                + _held_unsharded_bytes(config, ctx, dense, expert))
+                + _secondary_partition_bytes(config, ctx),
                 0.0),
             notes=notes, mechanisms=_mechanisms(config, stage, copies, dense),
         )
@@ -845,24 +847,32 @@ def _fsdp_buffer_bytes(ctx: StrategyContext, config: DataConfig) -> float:
 
 def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
                           expert: Any) -> Any:
-    """What the FSDP settings hold beyond the states: the stage's gathered weights
-    (reshard_after_forward = false) and accumulated gradients (gradient_sync =
-    "last-micro-batch"), each unsharded less the shard the states already count, over
-    `dense` and `expert` shard ranks. It joins the transform's buffers, so the peak stays
-    states + activations + buffers (llmpar.evaluation.memory.memory_core)."""
-    def unsharded(counts: Mapping[str, float]) -> Any:
-        return (parameters_per_gpu(ctx, False, counts) * (1 - 1 / dense)
-                + parameters_per_gpu(ctx, True, counts) * (1 - 1 / expert))
+    """What the FSDP settings hold beyond the states, over `dense` and `expert` shard
+    ranks: under reshard_after_forward = false the stage's whole gathered weights, in the
+    format the gathers carry (FSDP2 gathers into buffers of its own beside the sharded
+    parameter, whatever the formats: FSDPParam.all_gather_outputs and
+    _sharded_param_data, torch/distributed/fsdp/_fully_shard/_fsdp_param.py, PyTorch
+    2.13; measured with validation/measure_peak_fsdp.py), which hold the running and the
+    prefetched layer too (no `_fsdp_buffer_bytes` beside them); under gradient_sync =
+    "last-micro-batch" the accumulated unsharded gradients less the shard the states
+    count (the sharded gradients are made from them at the last micro-batch). It joins
+    the transform's buffers, so the peak stays states + activations + buffers
+    (llmpar.evaluation.memory.memory_core)."""
+    def unsharded(counts: Mapping[str, float], less_shard: bool) -> Any:
+        dense_share, expert_share = (1 - 1 / dense, 1 - 1 / expert) if less_shard else (1, 1)
+        return (parameters_per_gpu(ctx, False, counts) * dense_share
+                + parameters_per_gpu(ctx, True, counts) * expert_share)
 
     spec = ctx.spec
     gather_format = spec.precision.weight_gather_under(spec.training.profile)
     weights = where(keeps_weights_gathered(config), bytes_per_element(gather_format), 0.0)
     gradients = where(syncs_last_micro_batch(config), bytes_per_element(spec.gradients_dtype), 0.0)
     if ctx.footprint.finetune is None:
-        return unsharded(ctx.footprint.parameters_by_group) * (weights + gradients)
+        counts = ctx.footprint.parameters_by_group
+        return unsharded(counts, False) * weights + unsharded(counts, True) * gradients
     # Weights as stored (a quantized fine-tuning base), gradients of trainable parameters.
-    return (unsharded(ctx.footprint.stored_weights_by_group) * weights
-            + unsharded(ctx.trainable_by_group) * gradients)
+    return (unsharded(ctx.footprint.stored_weights_by_group, False) * weights
+            + unsharded(ctx.trainable_by_group, True) * gradients)
 
 
 @hookimpl

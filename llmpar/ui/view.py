@@ -50,7 +50,8 @@ def memory_view(plan: Plan) -> dict[str, Any]:
                        for s in plan.stages] if len(plan.stages) > 1 else []}
 
 
-MOMENT_ORDER = ("start", *ACTIVE_MOMENTS, "cool-down end", "optimizer step")
+MOMENT_ORDER = ("start", *ACTIVE_MOMENTS, "embeddings reduce-scatter", "cool-down end",
+                "optimizer step")
 """The moments of a step in the order they happen (`llmpar.evaluation.peak`)."""
 
 
