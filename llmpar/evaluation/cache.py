@@ -97,6 +97,8 @@ class EvaluationCache:
 
     @staticmethod
     def footprint_key(spec: Spec) -> Hashable:
+        """What the footprint depends on; hashed for several caches per evaluation, so
+        these frozen parts of a spec keep their hash once computed (`cache_hash`)."""
         return spec.model, spec.precision, spec.training, spec.finetune
 
     def validation_families(self) -> tuple[Family, ...]:

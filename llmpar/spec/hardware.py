@@ -12,7 +12,7 @@ ARCHITECTURES = ("", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 COLLECTIVE_ALGORITHMS = ("ring", "nccl")
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Gpu:
     """One accelerator. Peak rates are dense (no structured sparsity)."""
 

@@ -90,7 +90,7 @@ class OptimizerState:
         return self.bytes_per_element() * fraction
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Optimizer:
     """An optimizer's memory: the states it keeps for every trainable parameter."""
 
