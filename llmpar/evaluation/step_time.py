@@ -422,7 +422,8 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                      _shape_loss(spec, composition, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
                      _casts(spec, composition, facts, costs),
-                     _issue(spec, composition, facts, materialized_scores, cache, stages))
+                     _issue(spec, composition, facts, materialized_scores, cache, stages),
+                     rates=None if cache is None else cache.rates(gpu))
 
 
 def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
@@ -478,7 +479,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
               stages: int, costs: tuple[Cost, ...], host: HostTime, bubble: Value,
               shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0,
               casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0),
-              issue_per_micro_batch: Value = 0.0) -> TimeCore:
+              issue_per_micro_batch: Value = 0.0, rates: Rates | None = None) -> TimeCore:
+    """`rates`: the GPU's (`rates_of`), where a session keeps them."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -486,7 +488,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = executed_flops(facts, composition)
     attention = facts.attention_hardware_flops_per_step
-    rates = rates_of(gpu)
+    rates = rates_of(gpu) if rates is None else rates
     linear_rate, attention_rate = product_rates(spec, rates)
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
