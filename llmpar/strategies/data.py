@@ -264,14 +264,20 @@ def parameters_per_gpu(ctx: StrategyContext, experts: bool,
     layout = ctx.layout
     total = 0.0
     given = ctx.footprint.parameters_by_group if counts is None else counts
+    pipeline = layout.degree("pipeline")
+    if experts:
+        expert = pipeline * (layout.degree("expert") * expert_tensor_degree(layout))
+    else:
+        tensor = pipeline * layout.degree("tensor")
     for group, count in given.items():
         if (group in EXPERT_GROUPS) != experts:
             continue
-        divisor = layout.degree("pipeline")
-        if group in EXPERT_GROUPS:
-            divisor *= layout.degree("expert") * expert_tensor_degree(layout)
+        if experts:
+            divisor = expert
         elif group in TENSOR_SPLIT_GROUPS or group == "all":
-            divisor *= layout.degree("tensor")
+            divisor = tensor
+        else:
+            divisor = pipeline
         total += count / divisor
     return total
 
