@@ -140,7 +140,7 @@ class Composition:
     def sum_of(self, field: str) -> Value:
         """A Transform field summed over the strategies (buffers, bubbles, FLOPs...)."""
         if field not in self._sums:  # transforms are frozen: each field summed once
-            self._sums[field] = sum((getattr(t, field) for t in self.transforms), start=0.0)
+            self._sums[field] = sum([getattr(t, field) for t in self.transforms], start=0.0)
         return self._sums[field]
 
     def micro_batches_per_step(self) -> Value:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from llmpar.arrays import Value, largest, maximum, rounded, where
+from llmpar.arrays import Value, is_array, largest, maximum, rounded, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
@@ -83,8 +83,11 @@ class MemoryCore:
         best, found = self.totals[0], values[0]
         for total, value in zip(self.totals[1:], values[1:]):
             better = total > best
-            found = where(better, value, found)
-            best = where(better, total, best)
+            if is_array(better):
+                found = where(better, value, found)
+                best = where(better, total, best)
+            elif better:  # one layout: `where` of a plain condition
+                found, best = value, total
         return found
 
 
@@ -199,8 +202,9 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                            spec.optimizer.bytes_per_parameter(precision.weights)}),
     ]
     if inventory is not None:
-        layers = sum(row.layers * row.bytes for row in rows if row.per_layer)
-        outside = sum(row.bytes for row in rows if not row.per_layer)
+        # one pass over the rows each (a row is per layer where it names a layer kind)
+        layers = sum([row.layers * row.bytes for row in rows if row.layer_kind])
+        outside = sum([row.bytes for row in rows if not row.layer_kind])
         found.append(Derivation(
             quantity="activations_bytes", value=peak.activations_bytes, unit="bytes",
             rule=("(stage layers' saved tensors + embedding/output tensors it holds) * "

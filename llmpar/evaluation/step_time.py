@@ -168,13 +168,15 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
     selection = collective.parameter_groups
     total: Value = 0.0
     copies = composition.copies
+    component, strategy = collective.component, collective.strategy
     for members, held in zip(kinds.members, parameters):
+        stages = len(members)
         for group, count in held.items():
             if selection.applies_to(group):
                 if copies:
-                    count = count * composition.copied(collective.component, group)
-                total = total + len(members) * count / composition.divisor(
-                    collective.component, group, without=collective.strategy)
+                    count = count * composition.copied(component, group)
+                total = total + stages * count / composition.divisor(component, group,
+                                                                     without=strategy)
     return total / len(kinds.kind_of)
 
 
@@ -289,9 +291,9 @@ def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]
         share = hideable[id(c)] * (1 - scale)
         return share if kind == "compute" else minimum(share, work * (1 - c.piece))
 
-    return tuple(c.with_exposed(c.seconds - hidden(c),
-                                where(c.collective.overlap > 0, window, 0.0))
-                 if id(c) in hideable else c for c in costs)
+    return tuple([c.with_exposed(c.seconds - hidden(c),
+                                 where(c.collective.overlap > 0, window, 0.0))
+                  if id(c) in hideable else c for c in costs])
 
 
 def _capped(costs: Sequence[Cost], work: Value) -> tuple[Cost, ...]:
@@ -309,8 +311,10 @@ def hide_costs(costs: Sequence[Cost], windows: Mapping[str, Value]) -> tuple[Cos
     """Hide what overlaps behind the work it can overlap (`overlap_windows`): each window
     shared by the collectives that hide behind it, and all of them together at most
     the compute; then charge what hiding takes from the work (`contended`)."""
+    behind = {c.collective.hides_behind for c in costs}
     for kind, work in windows.items():
-        costs = _windowed(costs, kind, work)
+        if kind in behind:  # a window nothing hides behind changes nothing
+            costs = _windowed(costs, kind, work)
     return contended(_capped(costs, windows["compute"]))
 
 
