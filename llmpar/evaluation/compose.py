@@ -103,7 +103,7 @@ class Composition:
     def offloaded(self, parameters: Mapping[str, float], bytes_per_parameter: float,
                   component: str) -> Value:
         """The part of `held` that strategies keep in host memory instead."""
-        moved = [o for o in self.offloads if o.component == component]
+        moved = [o for o in self.offloads if o.component == component] if self.offloads else ()
         if not moved:
             return 0.0
         total: Value = 0.0

@@ -128,7 +128,7 @@ def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stag
     per_parameter = bytes_per_parameter(spec)
     for position, members in enumerate(kinds.members):
         tags = facts.stage_tags[position] if facts.stage_tags else None
-        in_flight = largest(stages[i].micro_batches_in_flight for i in members)
+        in_flight = largest([stages[i].micro_batches_in_flight for i in members])
         kind = kind_memory(composition, parameters[position], per_parameter, tags,
                            in_flight, None if counts is None else counts[position])
         if facts.offloaded_tags:
@@ -164,8 +164,9 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
     for stage, kind_index in zip(stages, kinds.kind_of):
         weights, gradients, optimizer, fixed, host, per_micro_batch = shared[kind_index]
         in_flight = stage.micro_batches_in_flight
-        activations = None if per_micro_batch is None else int(rounded(per_micro_batch
-                                                                        * in_flight))
+        # one layout: Python's round, as `rounded` takes for a plain number
+        activations = None if per_micro_batch is None else int(round(per_micro_batch
+                                                                      * in_flight))
         records.append(StageMemory(
             stage=stage.index, layers=stage.num_layers, weights_bytes=weights,
             gradients_bytes=gradients, optimizer_bytes=optimizer,
@@ -174,7 +175,11 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
             host_bytes=host))
     peak_kind = core.at_peak(list(range(len(core.kinds))))
     members = kinds.members[int(peak_kind)]
-    peak = max(members, key=lambda i: (stages[i].micro_batches_in_flight, -i))
+    peak = members[0]  # the most micro-batches in flight, the first stage of those
+    for i in members[1:]:
+        if ((stages[i].micro_batches_in_flight, -i)
+                > (stages[peak].micro_batches_in_flight, -peak)):
+            peak = i
     return tuple(records), peak
 
 

@@ -277,7 +277,7 @@ def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]
     if not chosen:
         return tuple(costs)
     window = work * (1 - _smallest_piece(chosen))
-    hideable = {id(c): (c.seconds - c.exposed) * (1 - c.piece) for c in chosen}
+    hideable = {c: (c.seconds - c.exposed) * (1 - c.piece) for c in chosen}  # by identity
     scale: Value = 0.0
     if kind != "compute":  # the step's compute caps all hiding together (`hide_costs`)
         total = sum(hideable.values(), start=0.0)
@@ -288,12 +288,12 @@ def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]
     # kind none hides more than the work after its own first piece, whatever the others
     # sharing the window would allow (the step's compute is shared in proportion instead).
     def hidden(c: Cost) -> Value:
-        share = hideable[id(c)] * (1 - scale)
+        share = hideable[c] * (1 - scale)
         return share if kind == "compute" else minimum(share, work * (1 - c.piece))
 
     return tuple([c.with_exposed(c.seconds - hidden(c),
                                  where(c.collective.overlap > 0, window, 0.0))
-                  if id(c) in hideable else c for c in costs])
+                  if c in hideable else c for c in costs])
 
 
 def _capped(costs: Sequence[Cost], work: Value) -> tuple[Cost, ...]:
