@@ -61,7 +61,10 @@ class Composition:
         for strategy, shard in self._shards_of[component]:
             if strategy != without and shard.applies_to(group):
                 found = found * shard.divisor
-        self._group_divisors(component, without)[group] = found
+        key = (component, without)
+        if key not in self._divisors:
+            self._divisors[key] = {}
+        self._divisors[key][group] = found
         return found
 
     def copied(self, component: str, group: str) -> Value:
