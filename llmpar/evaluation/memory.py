@@ -100,8 +100,11 @@ def kind_memory(composition: Composition, parameters: Mapping[str, float],
         size = per_parameter[component]
         counted = parameters if counts is None else counts[component]
         held[component] = composition.held(counted, size, component)
-        offloaded[component] = composition.offloaded(counted, size, component)
-        moved = rounded(offloaded[component])
+        if composition.offloads:
+            offloaded[component] = composition.offloaded(counted, size, component)
+            moved = rounded(offloaded[component])
+        else:  # nothing offloaded: `offloaded` is 0.0, rounded 0
+            offloaded[component], moved = 0.0, 0
         states[component] = rounded(held[component]) - moved
         host = host + moved
     activations = None

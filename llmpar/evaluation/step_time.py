@@ -239,20 +239,24 @@ def overlap_windows(compute: Value, attention: Value, backward_share: Value,
             "projections": projections}
 
 
-def weight_gradient_share(facts: TrainingFacts, composition: Composition) -> Value:
+def weight_gradient_share(facts: TrainingFacts, composition: Composition,
+                          executed: Value | None = None) -> Value:
     """The weight-gradient products' share of the executed FLOPs: half the backward of the
-    executed model FLOPs, as much as the forward (1 part in 1 + 2)."""
-    executed = executed_flops(facts, composition)
+    executed model FLOPs, as much as the forward (1 part in 1 + 2). `executed`:
+    `executed_flops`, where the caller has it."""
+    executed = executed_flops(facts, composition) if executed is None else executed
     weight_gradients = facts.executed_model_flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
     positive = executed > 0
     return where(positive, weight_gradients / where(positive, executed, 1.0), 0.0)
 
 
-def backward_share(facts: TrainingFacts, composition: Composition) -> Value:
+def backward_share(facts: TrainingFacts, composition: Composition,
+                   executed: Value | None = None) -> Value:
     """The backward pass's share of the executed FLOPs: all but the forward pass of the
     executed model FLOPs (1 part in 1 + 2; executed, so that a counting convention does not
-    move the window); recomputation runs within the backward pass."""
-    executed = executed_flops(facts, composition)
+    move the window); recomputation runs within the backward pass. `executed`:
+    `executed_flops`, where the caller has it."""
+    executed = executed_flops(facts, composition) if executed is None else executed
     forward = facts.executed_model_flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
     positive = executed > 0
     return where(positive, 1 - forward / where(positive, executed, 1.0), 0.0)
@@ -521,8 +525,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     elementwise = elementwise + cast
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, attention / n / attention_rate,
-                              backward_share(facts, composition), m,
-                              weight_gradient_share(facts, composition), matmul)
+                              backward_share(facts, composition, hardware), m,
+                              weight_gradient_share(facts, composition, hardware), matmul)
     costs = hide_costs(costs, windows)
     exposed = sum((c.exposed for c in costs), start=0.0)
     states = [k.states for k in memory.kinds]
