@@ -195,7 +195,7 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
     precision = spec.precision
     trained = parameters_total if trainable_total is None else trainable_total
     states = spec.optimizer.kept_states(precision.weights)
-    listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
+    listed = " + ".join([f"{s.name} ({s.dtype})" for s in states]) or "no states"
     rule = "sum over parameter groups held by the stage of N_g * {} / (shards applying to g)"
     found = [
         Derivation(quantity="weights_bytes", value=peak.weights_bytes, unit="bytes",
