@@ -35,6 +35,7 @@ class Composition:
         self._sums: dict[str, Value] = {}
         self._tag_divisors: dict[frozenset[str], Value] = {}
         self._active: tuple[tuple[Collective, Value], ...] | None = None
+        self._split: ProductSplit | None = None
         self._tags: dict[str, Value] = {}
         for transform in self.transforms:
             for split in transform.activation_splits:
@@ -177,6 +178,8 @@ class Composition:
     def product_split(self) -> ProductSplit:
         """The transforms' splits of each GPU's matrix products, composed: factors
         multiply; the last expert width stated wins."""
+        if self._split is not None:  # asked for by each model of the products' shapes
+            return self._split
         width = tokens = experts = 1
         steps: Value = 1
         expert_width = None
@@ -189,5 +192,6 @@ class Composition:
             experts *= split.experts
             steps = steps * split.attention_steps
             expert_width = split.expert_width if split.expert_width is not None else expert_width
-        return ProductSplit(width=width, tokens=tokens, attention_steps=steps, experts=experts,
-                            expert_width=expert_width)
+        self._split = ProductSplit(width=width, tokens=tokens, attention_steps=steps,
+                                   experts=experts, expert_width=expert_width)
+        return self._split

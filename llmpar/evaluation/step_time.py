@@ -426,21 +426,21 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
     stages = len(kinds.kind_of)
+    shape = rank_shape(spec, composition)
     return _modelled(spec, composition, facts, memory, stages, costs, host, bubble,
-                     _shape_loss(spec, composition, facts, materialized_scores, cache),
+                     _shape_loss(spec, shape, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
                      _casts(spec, composition, facts, costs),
-                     _issue(spec, composition, facts, materialized_scores, cache, stages),
+                     _issue(spec, shape, facts, materialized_scores, cache, stages),
                      rates=None if cache is None else cache.rates(gpu))
 
 
-def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
+def _issue(spec: Spec, shape: RankShape, facts: TrainingFacts,
            materialized_scores: bool, cache: EvaluationCache | None, stages: int) -> Value:
-    """Host seconds to issue one micro-batch's kernels on one GPU (0 for a profile that
-    states no host time of its launches)."""
+    """Host seconds to issue one micro-batch's kernels on one GPU of `shape` (0 for a
+    profile that states no host time of its launches)."""
     if not issues_host_time(spec.training.profile):
         return 0.0
-    shape = rank_shape(spec, composition)
     fraction = facts.recomputed_fraction
 
     def compute() -> Value:
@@ -453,10 +453,10 @@ def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
     return cache.shape_loss(key, compute)
 
 
-def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
+def _shape_loss(spec: Spec, shape: RankShape, facts: TrainingFacts,
                 materialized_scores: bool, cache: EvaluationCache | None) -> Value:
-    """What one micro-batch's products lose to their shapes, along the pipeline."""
-    shape = rank_shape(spec, composition)
+    """What one micro-batch's products of `shape` lose to their shapes, along the
+    pipeline."""
     gpu, recompute, fraction = spec.hardware.gpu, spec.training.recompute, \
         facts.recomputed_fraction
 
