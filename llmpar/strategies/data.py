@@ -264,6 +264,8 @@ def parameters_per_gpu(ctx: StrategyContext, experts: bool,
     layout = ctx.layout
     total = 0.0
     given = ctx.footprint.parameters_by_group if counts is None else counts
+    if experts and EXPERT_GROUPS.isdisjoint(given):
+        return total  # no expert group: nothing to add
     pipeline = layout.degree("pipeline")
     if experts:
         expert = pipeline * (layout.degree("expert") * expert_tensor_degree(layout))
@@ -575,8 +577,9 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies
     # steps over the expert ranks (folded into the tensor ranks when experts split over
     # fewer of them).
     dense_stride = data_context_stride(layout)
-    expert_stride = expert_group_stride(layout) * layout.degree("expert")
     has_experts = not EXPERT_GROUPS.isdisjoint(ctx.footprint.parameters_by_group)
+    # (only a model with experts has expert-data collectives)
+    expert_stride = expert_group_stride(layout) * layout.degree("expert") if has_experts else 1
     layers = layers_per_stage(spec, layout)
     windows = _Windows(bucket_parameters=bucket_parameters(dense),
                        layers=layers if layers >= 1 else None)
