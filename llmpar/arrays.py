@@ -45,7 +45,12 @@ def largest(values: Iterable[Value]) -> Value:
     """The elementwise maximum of several values."""
     found: Value = None
     for value in values:
-        found = value if found is None else maximum(found, value)
+        if found is None:
+            found = value
+        elif isinstance(found, np.ndarray) or isinstance(value, np.ndarray):
+            found = np.maximum(found, value)
+        else:  # `maximum` of plain numbers, without a call per value
+            found = found if found >= value else value
     return found
 
 

@@ -15,7 +15,6 @@ context ranks), so it adds nothing to the strides of the others.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -128,15 +127,18 @@ def stride(order: tuple[str, ...], degrees: Mapping[str, int], strategy: str,
     """Rank distance between members of `strategy`'s group: the product of the degrees
     of the axes placed inside it, nested axes excepted (their ranks are the others').
     A strategy outside the order sits outside all of it."""
-    skip = frozenset(nested)
-    inner = order[: order.index(strategy)] if strategy in order else order
-    return math.prod(degrees.get(name, 1) for name in inner if name not in skip)
+    skip = nested if isinstance(nested, frozenset) else frozenset(nested)
+    found = 1  # the product of the inner degrees, in order
+    for name in order[: order.index(strategy)] if strategy in order else order:
+        if name not in skip:
+            found *= degrees.get(name, 1)
+    return found
 
 
 def block_stride(order: tuple[str, ...], degrees: Mapping[str, int], strategies: Iterable[str],
                  nested: Iterable[str]) -> int:
     """Where a block of adjacent axes starts: the stride of its innermost one."""
-    return min(stride(order, degrees, name, nested) for name in strategies)
+    return min([stride(order, degrees, name, nested) for name in strategies])
 
 
 

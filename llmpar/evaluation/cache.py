@@ -19,7 +19,8 @@ from llmpar.evaluation.stages import stage_inventory
 from llmpar.footprint.activations import ActivationModel
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import ActivationInventory
-from llmpar.spec import Hardware, Spec
+from llmpar.roofline import Rates, rates_of
+from llmpar.spec import Gpu, Hardware, Spec
 from llmpar.strategy import Collective, Stage
 from llmpar.trust import Family, load_families
 
@@ -81,6 +82,7 @@ class EvaluationCache:
         self._rows = Bounded(size)
         self._peaks = Bounded(size)
         self._checked = Bounded(size)
+        self._rates = Bounded(size)
 
     def checked(self, spec: Spec, compute: Callable[[], T]) -> T:
         """What checking `spec` gave (its layout), kept for the very object checked: a
@@ -97,6 +99,8 @@ class EvaluationCache:
 
     @staticmethod
     def footprint_key(spec: Spec) -> Hashable:
+        """What the footprint depends on; hashed for several caches per evaluation, so
+        these frozen parts of a spec keep their hash once computed (`cache_hash`)."""
         return spec.model, spec.precision, spec.training, spec.finetune
 
     def validation_families(self) -> tuple[Family, ...]:
@@ -126,6 +130,10 @@ class EvaluationCache:
         """The stages' kinds and each kind's parameters, by the stages' layers."""
         key = (self.footprint_key(spec), layers_of(stages))
         return self._structures.get(key, compute)
+
+    def rates(self, gpu: Gpu) -> Rates:
+        """The GPU's rates (`llmpar.roofline.rates_of`), by the GPU alone."""
+        return self._rates.get(gpu, lambda: rates_of(gpu))
 
     def shape_loss(self, key: Hashable, compute: Callable[[], float]) -> float:
         """What products lose to their shapes (`llmpar.evaluation.matmuls`), by the spec's

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from llmpar.arrays import Value, logical_or, where
 from llmpar.finetune.footprint import beside
-from llmpar.strategy import Collective, ProductSplit, Transform
+from llmpar.strategy import COMPONENTS, Collective, ProductSplit, Shard, Transform
 
 
 class Composition:
@@ -27,7 +27,15 @@ class Composition:
         self.offloads = [o for t in self.transforms for o in t.offloads]
         self.host_work = [w for t in self.transforms for w in t.host_work]
         self.frozen_weights = [w for t in self.transforms for w in t.frozen_weights]
-        self._divisors: dict[tuple[str, str, str | None], Value] = {}
+        # Each component's shards, in order: a divisor multiplies only its component's.
+        self._shards_of: dict[str, list[tuple[str, Shard]]] = {c: [] for c in COMPONENTS}
+        for strategy, shard in self.shards:
+            self._shards_of[shard.component].append((strategy, shard))
+        self._divisors: dict[tuple[str, str | None], dict[str, Value]] = {}
+        self._sums: dict[str, Value] = {}
+        self._tag_divisors: dict[frozenset[str], Value] = {}
+        self._active: tuple[tuple[Collective, Value], ...] | None = None
+        self._split: ProductSplit | None = None
         self._tags: dict[str, Value] = {}
         for transform in self.transforms:
             for split in transform.activation_splits:
@@ -36,18 +44,28 @@ class Composition:
     def divisor(self, component: str, group: str, without: str | None = None) -> Value:
         """What `component` of `group` is divided by on one GPU: the product of the
         divisors of every shard that applies (but those of strategy `without`)."""
-        key = (component, group, without)
-        found = self._divisors.get(key)
-        if found is None:  # asked many times per evaluation: computed once per key
-            found = self._divisors[key] = self._compute(component, group, without)
+        try:
+            return self._divisors[(component, without)][group]
+        except KeyError:
+            return self._compute(component, group, without)
+
+    def _group_divisors(self, component: str, without: str | None = None) -> dict[str, Value]:
+        """`divisor` by group, of the groups asked for so far (asked many times per
+        evaluation: each computed once)."""
+        found = self._divisors.get((component, without))
+        if found is None:
+            found = self._divisors[(component, without)] = {}
         return found
 
     def _compute(self, component: str, group: str, without: str | None) -> Value:
         found: Value = 1
-        for strategy, shard in self.shards:
-            if shard.component == component and strategy != without and (
-                    shard.applies_to(group)):
+        for strategy, shard in self._shards_of[component]:
+            if strategy != without and shard.applies_to(group):
                 found = found * shard.divisor
+        key = (component, without)
+        if key not in self._divisors:
+            self._divisors[key] = {}
+        self._divisors[key][group] = found
         return found
 
     def copied(self, component: str, group: str) -> Value:
@@ -62,14 +80,16 @@ class Composition:
              component: str, without: str | None = None) -> Value:
         """Bytes of `component` one GPU holds of `parameters`, each group under its
         shards and copies."""
-        copies = [c for c in self.copies if c.component == component]
+        copies = [c for c in self.copies if c.component == component] if self.copies else ()
+        divisors = self._group_divisors(component, without)
         total: Value = 0.0
         for group, count in parameters.items():
             size = count * bytes_per_parameter
             for copy in copies:
                 if copy.applies_to(group):
                     size = size * copy.copies
-            total = total + size / self.divisor(component, group, without)
+            total = total + size / (divisors[group] if group in divisors
+                                    else self._compute(component, group, without))
         return total
 
     def frozen_held(self, parameters: Mapping[str, float]) -> Value:
@@ -87,7 +107,7 @@ class Composition:
     def offloaded(self, parameters: Mapping[str, float], bytes_per_parameter: float,
                   component: str) -> Value:
         """The part of `held` that strategies keep in host memory instead."""
-        moved = [o for o in self.offloads if o.component == component]
+        moved = [o for o in self.offloads if o.component == component] if self.offloads else ()
         if not moved:
             return 0.0
         total: Value = 0.0
@@ -106,7 +126,13 @@ class Composition:
 
     def tag_divisor(self, tags: Iterable[str]) -> Value:
         """What a saved tensor carrying `tags` is divided by."""
-        return math.prod((self._tags[tag] for tag in tags if tag in self._tags), start=1)
+        try:  # the inventory's frozen sets of tags: asked once per tensor and kind
+            return self._tag_divisors[tags]  # type: ignore[index]
+        except (KeyError, TypeError):
+            found = math.prod((self._tags[tag] for tag in tags if tag in self._tags), start=1)
+            if isinstance(tags, frozenset):
+                self._tag_divisors[tags] = found
+            return found
 
     def split_bytes(self, tag_bytes: Mapping[frozenset[str], Value]) -> Value:
         """Activation bytes after every strategy's splits."""
@@ -117,7 +143,9 @@ class Composition:
 
     def sum_of(self, field: str) -> Value:
         """A Transform field summed over the strategies (buffers, bubbles, FLOPs...)."""
-        return sum((getattr(t, field) for t in self.transforms), start=0.0)
+        if field not in self._sums:  # transforms are frozen: each field summed once
+            self._sums[field] = sum([getattr(t, field) for t in self.transforms], start=0.0)
+        return self._sums[field]
 
     def micro_batches_per_step(self) -> Value:
         """The first transform's gradient accumulation that states one (by phase), or 1."""
@@ -126,9 +154,11 @@ class Composition:
                 return transform.micro_batches_per_step
         return 1
 
-    def active_collectives(self) -> list[tuple[Collective, Value]]:
+    def active_collectives(self) -> tuple[tuple[Collective, Value], ...]:
         """Every collective with a group of more than one GPU, and where it still runs:
         its calls per step, 0 where another strategy replaces it."""
+        if self._active is not None:  # asked for by the time and by the memory peak
+            return self._active
         replaced: dict[str, Value] = {}
         for transform in self.transforms:
             for name in transform.replaces:
@@ -142,11 +172,14 @@ class Composition:
                 calls = (collective.calls_per_step if gone is None
                          else where(gone, 0.0, collective.calls_per_step))
                 found.append((collective, calls))
-        return found
+        self._active = tuple(found)
+        return self._active
 
     def product_split(self) -> ProductSplit:
         """The transforms' splits of each GPU's matrix products, composed: factors
         multiply; the last expert width stated wins."""
+        if self._split is not None:  # asked for by each model of the products' shapes
+            return self._split
         width = tokens = experts = 1
         steps: Value = 1
         expert_width = None
@@ -159,5 +192,6 @@ class Composition:
             experts *= split.experts
             steps = steps * split.attention_steps
             expert_width = split.expert_width if split.expert_width is not None else expert_width
-        return ProductSplit(width=width, tokens=tokens, attention_steps=steps, experts=experts,
-                            expert_width=expert_width)
+        self._split = ProductSplit(width=width, tokens=tokens, attention_steps=steps,
+                                   experts=experts, expert_width=expert_width)
+        return self._split

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from llmpar.arrays import Value, largest, maximum, rounded, where
+from llmpar.arrays import Value, is_array, largest, maximum, rounded, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import StageKinds, TrainingFacts
@@ -83,8 +83,11 @@ class MemoryCore:
         best, found = self.totals[0], values[0]
         for total, value in zip(self.totals[1:], values[1:]):
             better = total > best
-            found = where(better, value, found)
-            best = where(better, total, best)
+            if is_array(better):
+                found = where(better, value, found)
+                best = where(better, total, best)
+            elif better:  # one layout: `where` of a plain condition
+                found, best = value, total
         return found
 
 
@@ -97,8 +100,11 @@ def kind_memory(composition: Composition, parameters: Mapping[str, float],
         size = per_parameter[component]
         counted = parameters if counts is None else counts[component]
         held[component] = composition.held(counted, size, component)
-        offloaded[component] = composition.offloaded(counted, size, component)
-        moved = rounded(offloaded[component])
+        if composition.offloads:
+            offloaded[component] = composition.offloaded(counted, size, component)
+            moved = rounded(offloaded[component])
+        else:  # nothing offloaded: `offloaded` is 0.0, rounded 0
+            offloaded[component], moved = 0.0, 0
         states[component] = rounded(held[component]) - moved
         host = host + moved
     activations = None
@@ -125,7 +131,7 @@ def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stag
     per_parameter = bytes_per_parameter(spec)
     for position, members in enumerate(kinds.members):
         tags = facts.stage_tags[position] if facts.stage_tags else None
-        in_flight = largest(stages[i].micro_batches_in_flight for i in members)
+        in_flight = largest([stages[i].micro_batches_in_flight for i in members])
         kind = kind_memory(composition, parameters[position], per_parameter, tags,
                            in_flight, None if counts is None else counts[position])
         if facts.offloaded_tags:
@@ -161,8 +167,9 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
     for stage, kind_index in zip(stages, kinds.kind_of):
         weights, gradients, optimizer, fixed, host, per_micro_batch = shared[kind_index]
         in_flight = stage.micro_batches_in_flight
-        activations = None if per_micro_batch is None else int(rounded(per_micro_batch
-                                                                        * in_flight))
+        # one layout: Python's round, as `rounded` takes for a plain number
+        activations = None if per_micro_batch is None else int(round(per_micro_batch
+                                                                      * in_flight))
         records.append(StageMemory(
             stage=stage.index, layers=stage.num_layers, weights_bytes=weights,
             gradients_bytes=gradients, optimizer_bytes=optimizer,
@@ -171,7 +178,11 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
             host_bytes=host))
     peak_kind = core.at_peak(list(range(len(core.kinds))))
     members = kinds.members[int(peak_kind)]
-    peak = max(members, key=lambda i: (stages[i].micro_batches_in_flight, -i))
+    peak = members[0]  # the most micro-batches in flight, the first stage of those
+    for i in members[1:]:
+        if ((stages[i].micro_batches_in_flight, -i)
+                > (stages[peak].micro_batches_in_flight, -peak)):
+            peak = i
     return tuple(records), peak
 
 
@@ -184,7 +195,7 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
     precision = spec.precision
     trained = parameters_total if trainable_total is None else trainable_total
     states = spec.optimizer.kept_states(precision.weights)
-    listed = " + ".join(f"{s.name} ({s.dtype})" for s in states) or "no states"
+    listed = " + ".join([f"{s.name} ({s.dtype})" for s in states]) or "no states"
     rule = "sum over parameter groups held by the stage of N_g * {} / (shards applying to g)"
     found = [
         Derivation(quantity="weights_bytes", value=peak.weights_bytes, unit="bytes",
@@ -199,8 +210,9 @@ def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,
                            spec.optimizer.bytes_per_parameter(precision.weights)}),
     ]
     if inventory is not None:
-        layers = sum(row.layers * row.bytes for row in rows if row.per_layer)
-        outside = sum(row.bytes for row in rows if not row.per_layer)
+        # one pass over the rows each (a row is per layer where it names a layer kind)
+        layers = sum([row.layers * row.bytes for row in rows if row.layer_kind])
+        outside = sum([row.bytes for row in rows if not row.layer_kind])
         found.append(Derivation(
             quantity="activations_bytes", value=peak.activations_bytes, unit="bytes",
             rule=("(stage layers' saved tensors + embedding/output tensors it holds) * "

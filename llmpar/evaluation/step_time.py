@@ -173,13 +173,15 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
     selection = collective.parameter_groups
     total: Value = 0.0
     copies = composition.copies
+    component, strategy = collective.component, collective.strategy
     for members, held in zip(kinds.members, parameters):
+        stages = len(members)
         for group, count in held.items():
             if selection.applies_to(group):
                 if copies:
-                    count = count * composition.copied(collective.component, group)
-                total = total + len(members) * count / composition.divisor(
-                    collective.component, group, without=collective.strategy)
+                    count = count * composition.copied(component, group)
+                total = total + stages * count / composition.divisor(component, group,
+                                                                     without=strategy)
     return total / len(kinds.kind_of)
 
 
@@ -242,20 +244,24 @@ def overlap_windows(compute: Value, attention: Value, backward_share: Value,
             "projections": projections}
 
 
-def weight_gradient_share(facts: TrainingFacts, composition: Composition) -> Value:
+def weight_gradient_share(facts: TrainingFacts, composition: Composition,
+                          executed: Value | None = None) -> Value:
     """The weight-gradient products' share of the executed FLOPs: half the backward of the
-    executed model FLOPs, as much as the forward (1 part in 1 + 2)."""
-    executed = executed_flops(facts, composition)
+    executed model FLOPs, as much as the forward (1 part in 1 + 2). `executed`:
+    `executed_flops`, where the caller has it."""
+    executed = executed_flops(facts, composition) if executed is None else executed
     weight_gradients = facts.executed_model_flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
     positive = executed > 0
     return where(positive, weight_gradients / where(positive, executed, 1.0), 0.0)
 
 
-def backward_share(facts: TrainingFacts, composition: Composition) -> Value:
+def backward_share(facts: TrainingFacts, composition: Composition,
+                   executed: Value | None = None) -> Value:
     """The backward pass's share of the executed FLOPs: all but the forward pass of the
     executed model FLOPs (1 part in 1 + 2; executed, so that a counting convention does not
-    move the window); recomputation runs within the backward pass."""
-    executed = executed_flops(facts, composition)
+    move the window); recomputation runs within the backward pass. `executed`:
+    `executed_flops`, where the caller has it."""
+    executed = executed_flops(facts, composition) if executed is None else executed
     forward = facts.executed_model_flops_per_step / (1.0 + BACKWARD_TO_FORWARD)
     positive = executed > 0
     return where(positive, 1 - forward / where(positive, executed, 1.0), 0.0)
@@ -280,7 +286,7 @@ def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]
     if not chosen:
         return tuple(costs)
     window = work * (1 - _smallest_piece(chosen))
-    hideable = {id(c): (c.seconds - c.exposed) * (1 - c.piece) for c in chosen}
+    hideable = {c: (c.seconds - c.exposed) * (1 - c.piece) for c in chosen}  # by identity
     scale: Value = 0.0
     if kind != "compute":  # the step's compute caps all hiding together (`hide_costs`)
         total = sum(hideable.values(), start=0.0)
@@ -291,12 +297,12 @@ def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]
     # kind none hides more than the work after its own first piece, whatever the others
     # sharing the window would allow (the step's compute is shared in proportion instead).
     def hidden(c: Cost) -> Value:
-        share = hideable[id(c)] * (1 - scale)
+        share = hideable[c] * (1 - scale)
         return share if kind == "compute" else minimum(share, work * (1 - c.piece))
 
-    return tuple(c.with_exposed(c.seconds - hidden(c),
-                                where(c.collective.overlap > 0, window, 0.0))
-                 if id(c) in hideable else c for c in costs)
+    return tuple([c.with_exposed(c.seconds - hidden(c),
+                                 where(c.collective.overlap > 0, window, 0.0))
+                  if c in hideable else c for c in costs])
 
 
 def _capped(costs: Sequence[Cost], work: Value) -> tuple[Cost, ...]:
@@ -314,8 +320,10 @@ def hide_costs(costs: Sequence[Cost], windows: Mapping[str, Value]) -> tuple[Cos
     """Hide what overlaps behind the work it can overlap (`overlap_windows`): each window
     shared by the collectives that hide behind it, and all of them together at most
     the compute; then charge what hiding takes from the work (`contended`)."""
+    behind = {c.collective.hides_behind for c in costs}
     for kind, work in windows.items():
-        costs = _windowed(costs, kind, work)
+        if kind in behind:  # a window nothing hides behind changes nothing
+            costs = _windowed(costs, kind, work)
     return contended(_capped(costs, windows["compute"]))
 
 
@@ -423,21 +431,22 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                         host=host, bubble_fraction=bubble, exposed_host=exposed_host, mfu=mfu,
                         mfu_source=source)
     stages = len(kinds.kind_of)
+    shape = rank_shape(spec, composition)
     return _modelled(spec, composition, facts, memory, stages, costs, host, bubble,
-                     _shape_loss(spec, composition, facts, materialized_scores, cache),
+                     _shape_loss(spec, shape, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
                      _casts(spec, composition, facts, costs),
-                     _issue(spec, composition, facts, materialized_scores, cache, stages),
-                     None if materialized_scores else kernel_rates(spec))
+                     _issue(spec, shape, facts, materialized_scores, cache, stages),
+                     None if materialized_scores else kernel_rates(spec),
+                     rates=None if cache is None else cache.rates(gpu))
 
 
-def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
+def _issue(spec: Spec, shape: RankShape, facts: TrainingFacts,
            materialized_scores: bool, cache: EvaluationCache | None, stages: int) -> Value:
-    """Host seconds to issue one micro-batch's kernels on one GPU (0 for a profile that
-    states no host time of its launches)."""
+    """Host seconds to issue one micro-batch's kernels on one GPU of `shape` (0 for a
+    profile that states no host time of its launches)."""
     if not issues_host_time(spec.training.profile):
         return 0.0
-    shape = rank_shape(spec, composition)
     fraction = facts.recomputed_fraction
 
     def compute() -> Value:
@@ -450,10 +459,10 @@ def _issue(spec: Spec, composition: Composition, facts: TrainingFacts,
     return cache.shape_loss(key, compute)
 
 
-def _shape_loss(spec: Spec, composition: Composition, facts: TrainingFacts,
+def _shape_loss(spec: Spec, shape: RankShape, facts: TrainingFacts,
                 materialized_scores: bool, cache: EvaluationCache | None) -> Value:
-    """What one micro-batch's products lose to their shapes, along the pipeline."""
-    shape = rank_shape(spec, composition)
+    """What one micro-batch's products of `shape` lose to their shapes, along the
+    pipeline."""
     gpu, recompute, fraction = spec.hardware.gpu, spec.training.recompute, \
         facts.recomputed_fraction
 
@@ -485,8 +494,10 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
               shape_loss_per_micro_batch: Value, dequantized_per_pass: Value = 0.0,
               casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0),
               issue_per_micro_batch: Value = 0.0,
-              kernel: tuple[AttentionKernelRate, AttentionKernelRate] | None = None
-              ) -> TimeCore:
+              kernel: tuple[AttentionKernelRate, AttentionKernelRate] | None = None,
+              rates: Rates | None = None) -> TimeCore:
+    """`kernel`: attention's (forward, backward) rates where it runs at its kernel's;
+    `rates`: the GPU's (`rates_of`), where a session keeps them."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -494,7 +505,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     shape_loss = shape_loss_per_micro_batch / stages * m
     hardware = executed_flops(facts, composition)
     attention = facts.attention_hardware_flops_per_step
-    rates = rates_of(gpu)
+    rates = rates_of(gpu) if rates is None else rates
     linear_rate, attention_rate = product_rates(spec, rates)
     # The slowest stage paces the pipeline, the busiest rank the collectives it waits in.
     busiest = 1.0 + composition.sum_of("busiest_rank_extra_work")
@@ -531,8 +542,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     elementwise = elementwise + cast
     compute = matmul + elementwise / bandwidth
     windows = overlap_windows(compute, attention_window,
-                              backward_share(facts, composition), m,
-                              weight_gradient_share(facts, composition), matmul)
+                              backward_share(facts, composition, hardware), m,
+                              weight_gradient_share(facts, composition, hardware), matmul)
     costs = hide_costs(costs, windows)
     exposed = sum((c.exposed for c in costs), start=0.0)
     states = [k.states for k in memory.kinds]

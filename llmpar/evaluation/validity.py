@@ -12,6 +12,9 @@ from llmpar.loading.limits import MAX_STAGES
 from llmpar.spec import Spec
 from llmpar.strategy import Transform
 
+PLAIN = frozenset((int, float))
+"""The types of a plain number (not bool, not numpy's)."""
+
 
 def bad_number(value: Any, *, at_least: float = 0.0, at_most: float | None = None) -> bool:
     """Not a finite number (or array of them) within [at_least, at_most]."""
@@ -51,7 +54,7 @@ def _plainly_fine(transform: Transform, name: str) -> bool:
         sizes += (w.seconds_per_parameter, w.passes_per_step)
         shares.append(w.overlap)
     numbers = sizes + ones + shares
-    if not all(type(v) in (int, float) for v in numbers):
+    if not PLAIN.issuperset(map(type, numbers)):
         return False
     try:
         return (min(sizes, default=0) >= 0 and min(ones, default=1) >= 1
@@ -142,12 +145,18 @@ def _stage_problems(transform: Transform, spec: Spec) -> list[str]:
     problems = []
     if [s.index for s in stages] != list(range(len(stages))):
         problems.append(f"stage indices {[s.index for s in stages]} are not 0..{len(stages) - 1}")
+    held = [stage.micro_batches_in_flight for stage in stages]
+    try:  # plain, >= 0 and finite each (a sum of non-negative numbers is finite only then)
+        plain = (PLAIN.issuperset(map(type, held)) and min(held) >= 0
+                 and math.isfinite(math.fsum(held)))
+    except OverflowError:  # an integer beyond any float: each one is checked below
+        plain = False
     first = 0
     for stage in stages:
         if stage.first_layer != first or stage.num_layers < 1:
             problems.append(f"stage {stage.index} starts at layer {stage.first_layer} with "
                             f"{stage.num_layers} layers; expected to start at {first}")
-        if bad_number(stage.micro_batches_in_flight):
+        if not plain and bad_number(stage.micro_batches_in_flight):
             problems.append(f"stage {stage.index}: micro_batches_in_flight "
                             f"{stage.micro_batches_in_flight!r}")
         first = stage.first_layer + stage.num_layers

@@ -64,6 +64,8 @@ def unchecked(instance: Any, **changes: Any) -> Any:
     copy = object.__new__(cls)
     for field in attrs.fields(cls):
         object.__setattr__(copy, field.name, changes.get(field.name, getattr(instance, field.name)))
+    if "_attrs_cached_hash" in getattr(cls, "__slots__", ()):  # `cache_hash`: none kept yet
+        object.__setattr__(copy, "_attrs_cached_hash", None)
     return copy
 
 

@@ -80,7 +80,7 @@ def _as_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Finetune:
     """`[finetune]`: what a training run updates. Absent (or `method = "full"`): every
     parameter, as in pre-training."""

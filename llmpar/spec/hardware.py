@@ -64,7 +64,7 @@ class AttentionKernelRate:
         return self.compute_efficiency * width * keys / (keys + self.half_keys)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Gpu:
     """One accelerator. Peak rates are dense (no structured sparsity)."""
 

@@ -243,7 +243,7 @@ def _default_head_dim(model: Model) -> int | None:
     return hidden // heads
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Model:
     """A decoder (or encoder) transformer.
 

@@ -90,7 +90,7 @@ class OptimizerState:
         return self.bytes_per_element() * fraction
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Optimizer:
     """An optimizer's memory: the states it keeps for every trainable parameter."""
 
@@ -108,11 +108,11 @@ class Optimizer:
     def kept_states(self, weights_dtype: str) -> tuple[OptimizerState, ...]:
         """States present when weights are stored as `weights_dtype`."""
         weight_size = bytes_per_element(weights_dtype)
-        return tuple(
+        return tuple([
             state
             for state in self.states
             if not (state.master and bytes_per_element(state.dtype) <= weight_size)
-        )
+        ])
 
     def bytes_per_parameter(self, weights_dtype: str,
                             shapes: WeightShapes | None = None) -> float:
@@ -120,7 +120,7 @@ class Optimizer:
 
         `shapes` makes factored states exact (see `OptimizerState.bytes_per_parameter`).
         """
-        return sum(s.bytes_per_parameter(shapes) for s in self.kept_states(weights_dtype))
+        return sum([s.bytes_per_parameter(shapes) for s in self.kept_states(weights_dtype)])
 
     def gradients_dtype(self, precision_gradients: str) -> str:
         """The gradients' format: this optimizer's own, else `[precision] gradients`."""

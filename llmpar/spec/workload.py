@@ -57,7 +57,7 @@ AttentionFlops = Literal["full", "causal"]
 ATTENTION_FLOP_CONVENTIONS: tuple[AttentionFlops, ...] = typing.get_args(AttentionFlops)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Precision:
     """Storage formats; `compute` picks which peak rate of the GPU applies."""
 
@@ -158,7 +158,7 @@ class Goodput:
     its states to host memory, over `[hardware] host_bandwidth_bytes_per_s`."""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Training:
     """One training run: shape of a step and length of the run."""
 

@@ -265,14 +265,22 @@ def parameters_per_gpu(ctx: StrategyContext, experts: bool,
     layout = ctx.layout
     total = 0.0
     given = ctx.footprint.parameters_by_group if counts is None else counts
+    if experts and EXPERT_GROUPS.isdisjoint(given):
+        return total  # no expert group: nothing to add
+    pipeline = layout.degree("pipeline")
+    if experts:
+        expert = pipeline * (layout.degree("expert") * expert_tensor_degree(layout))
+    else:
+        tensor = pipeline * layout.degree("tensor")
     for group, count in given.items():
         if (group in EXPERT_GROUPS) != experts:
             continue
-        divisor = layout.degree("pipeline")
-        if group in EXPERT_GROUPS:
-            divisor *= layout.degree("expert") * expert_tensor_degree(layout)
+        if experts:
+            divisor = expert
         elif group in TENSOR_SPLIT_GROUPS or group == "all":
-            divisor *= layout.degree("tensor")
+            divisor = tensor
+        else:
+            divisor = pipeline
         total += count / divisor
     return total
 
@@ -502,7 +510,7 @@ class DataParallel(Strategy[DataConfig]):
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
             shards=_shards(stage, dense, expert, persistent_groups(config, ctx)),
-            collectives=_collectives(config, ctx, stage, copies),
+            collectives=_collectives(config, ctx, stage, copies, (dense, expert)),
             buffer_bytes=where(stage == 3, where(
                 stack_keeps_stage_unsharded(ctx), 0.0,
                 where(keeps_weights_gathered(config), 0.0, _fsdp_buffer_bytes(ctx, config))
@@ -540,13 +548,13 @@ def _shards(stage: Any, dense: Any, expert: Any,
     return tuple(shards)
 
 
-def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any,
-                 copies: Any) -> tuple[Collective, ...]:
+def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, copies: Any,
+                 degrees: tuple[Any, Any] | None = None) -> tuple[Collective, ...]:
     """The data-parallel collectives. Group sizes are plain integers, so where a search
     node's replica counts vary (its shard degrees), each count states its own set, with
     stage -1 (no stage's collectives run) where another count applies."""
     if not is_array(copies):
-        return _collectives_of(config, ctx, stage, copies)
+        return _collectives_of(config, ctx, stage, copies, degrees)
     found: tuple[Collective, ...] = ()
     for count in np.unique(copies).tolist():
         found += _collectives_of(config, ctx, where(copies == count, stage, -1), int(count))
@@ -558,11 +566,12 @@ def reduce_format(config: DataConfig, spec: Spec) -> str:
     return spec.gradients_dtype if config.reduce_dtype == "gradients" else config.reduce_dtype
 
 
-def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
-                    copies: int) -> tuple[Collective, ...]:
-    """The collectives over `copies` replicas of the states."""
+def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies: int,
+                    degrees: tuple[Any, Any] | None = None) -> tuple[Collective, ...]:
+    """The collectives over `copies` replicas of the states (`degrees`: their
+    `hybrid_degrees`, where the caller has them)."""
     spec, layout = ctx.spec, ctx.layout
-    dense, expert = hybrid_degrees(ctx, copies)
+    dense, expert = hybrid_degrees(ctx, copies) if degrees is None else degrees
     grad_size = bytes_per_element(reduce_format(config, spec))
     weight_size = bytes_per_element(spec.precision.weight_gather_under(spec.training.profile))
     m = micro_batches_per_step(spec, layout)
@@ -570,8 +579,9 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
     # steps over the expert ranks (folded into the tensor ranks when experts split over
     # fewer of them).
     dense_stride = data_context_stride(layout)
-    expert_stride = expert_group_stride(layout) * layout.degree("expert")
-    has_experts = any(g in EXPERT_GROUPS for g in ctx.footprint.parameters_by_group)
+    has_experts = not EXPERT_GROUPS.isdisjoint(ctx.footprint.parameters_by_group)
+    # (only a model with experts has expert-data collectives)
+    expert_stride = expert_group_stride(layout) * layout.degree("expert") if has_experts else 1
     layers = layers_per_stage(spec, layout)
     windows = _Windows(bucket_parameters=bucket_parameters(dense),
                        layers=layers if layers >= 1 else None)
@@ -595,8 +605,8 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any,
                                              common, copies))
     # One layout states only the collectives its stage runs; a search node states each
     # wherever it may run (calls 0 elsewhere), and none that runs nowhere in it.
-    return tuple(Collective(**fields) for fields in found
-                 if anywhere(fields["calls_per_step"] != 0))
+    return tuple([Collective(**fields) for fields in found
+                  if anywhere(fields["calls_per_step"] != 0)])
 
 
 @attrs.frozen

@@ -30,7 +30,7 @@ too when they are tied, to keep the tied gradient in sync, as Megatron-LM does).
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -173,19 +173,29 @@ DualPipeV, PP = 2p), beyond p."""
 
 def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
     """Micro-batches whose activations stage `stage` holds at its peak."""
+    return stages_in_flight(config, m, (stage,))[0]
+
+
+def stages_in_flight(config: PipelineConfig, m: Any, stages: Iterable[int]) -> list[Any]:
+    """`in_flight` of each of `stages`, the schedule read once."""
     p, v, schedule = config.degree, config.virtual_stages, config.schedule
     if isinstance(schedule, str) and not is_array(m):  # one layout: Python's arithmetic
         if schedule == "gpipe":
-            return float(m)
+            return [float(m) for _ in stages]
         if schedule in DUAL_IN_FLIGHT:
-            return p + DUAL_IN_FLIGHT[schedule]
+            return [p + DUAL_IN_FLIGHT[schedule] for _ in stages]
         factor = 1 + (p - 1) / (p * v) if schedule == "interleaved" else 1.0
-        return min(m, p - stage) * factor
-    held = minimum(m, p - stage) * where(schedule == "interleaved", 1 + (p - 1) / (p * v), 1.0)
-    held = where(schedule == "gpipe", m, held) * 1.0
-    for name, extra in DUAL_IN_FLIGHT.items():
-        held = where(schedule == name, p + extra, held)
-    return held
+        # min(m, p - stage): the first of the two where they tie, as `min` takes
+        return [(m if m <= p - stage else p - stage) * factor for stage in stages]
+    interleaved = where(schedule == "interleaved", 1 + (p - 1) / (p * v), 1.0)
+    found = []
+    for stage in stages:
+        held = minimum(m, p - stage) * interleaved
+        held = where(schedule == "gpipe", m, held) * 1.0
+        for name, extra in DUAL_IN_FLIGHT.items():
+            held = where(schedule == name, p + extra, held)
+        found.append(held)
+    return found
 
 
 def paired_chunk_share(schedule: Any, p: int, m: Any) -> Any:
@@ -211,7 +221,14 @@ def distinct_mirrors(config: PipelineConfig) -> bool:
     them). A search node's stages cannot differ by schedule: the search tries DualPipe
     only on its own (`_schedules`), where a node of several schedules would cost it as
     two copies of each rank's own stage (with a warning)."""
-    return bool(np.all(np.asarray(config.schedule) == "dualpipe")) and config.degree > 1
+    return config.degree > 1 and everywhere(config.schedule, "dualpipe")
+
+
+def everywhere(schedule: Any, name: str) -> bool:
+    """Whether the schedule is `name` (for every layout of an array of them)."""
+    if isinstance(schedule, str):
+        return schedule == name
+    return bool(np.all(np.asarray(schedule) == name))
 
 
 def with_mirrors(stages: list[Stage]) -> list[Stage]:
@@ -307,13 +324,14 @@ class PipelineParallel(Strategy[PipelineConfig]):
         # DualPipeV's V ends on rank 0, which holds the first chunk and the last. The stages
         # cannot differ within a search node, so the search tries DualPipeV only on its own
         # (`_schedules`; the rules refuse it beside other schedules in one node).
-        v_shape = bool(np.all(np.asarray(config.schedule) == "dualpipev"))
+        v_shape = everywhere(config.schedule, "dualpipev")
         counts = stage_layer_counts(config, spec.model.num_layers or p)
+        held = stages_in_flight(config, m, range(len(counts)))
         for index, count in enumerate(counts):
             last = index == (0 if v_shape else p - 1)
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
                                 has_embedding=index == 0 or (last and tied), has_head=last,
-                                micro_batches_in_flight=in_flight(config, index, m)))
+                                micro_batches_in_flight=held[index]))
             first += count
         mirrored = distinct_mirrors(config)
         if mirrored:
