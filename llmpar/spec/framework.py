@@ -94,8 +94,8 @@ def _activation_model_name(_instance: object, attribute: object, value: str | No
 class Framework:
     """A framework profile (`specs/frameworks/`): what a training stack runs, so that the
     defaults of a spec follow the stack. A spec that names none runs under
-    `DEFAULT_FRAMEWORK` (megatron-core), which keeps llmpar's numbers as they were before
-    profiles existed."""
+    `DEFAULT_FRAMEWORK` (megatron-core: Transformer Engine's fused attention, timed by its
+    kernel); `megatron-core-legacy` redoes llmpar's numbers from before that default."""
 
     name: str = "megatron-core"
     """Preset name or a label."""
@@ -384,8 +384,7 @@ def profile_gpu(framework: Framework, gpu: Gpu) -> Gpu:
 
 
 DEFAULT_FRAMEWORK = Framework(
-    name="megatron-core", attention_kernel="cudnn", attention_timing="matmul",
-    activation_model="korthikanti",
+    name="megatron-core", attention_kernel="cudnn", attention_timing="kernel",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
