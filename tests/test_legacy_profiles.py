@@ -138,3 +138,19 @@ def test_calibration_under_a_profile_table_fits_the_gpu_the_table_names():
                      "step_seconds": made.training.step_seconds})
     result = llmpar.calibrate({"runs": runs})
     assert dict(result.fitted)["matmul_efficiency"] == pytest.approx(0.5, abs=0.002)
+
+
+def test_a_short_profile_name_stands_for_the_profile_not_its_variants():
+    """"megatron" begins megatron-core and megatron-core-legacy: the profile, not its
+    legacy variant (framework profiles only; a model's short name stays ambiguous)."""
+    from llmpar.loading.presets import alias_candidates
+
+    plan = llmpar.evaluate(H100_EXAMPLE, {"training.framework": "megatron"})
+    assert plan.training.framework == "megatron-core"
+    names = ["megatron-core", "megatron-core-legacy", "nemo", "nemo-legacy"]
+    assert alias_candidates("megatron", names, variants=True) == ["megatron-core"]
+    assert alias_candidates("megatron", names) == ["megatron-core", "megatron-core-legacy"]
+    assert alias_candidates("h100", ["h100-pcie", "h100-sxm"], variants=True) == [
+        "h100-pcie", "h100-sxm"]
+    with pytest.raises(SpecError):
+        llmpar.evaluate(H100_EXAMPLE, {"model": "glm"})
