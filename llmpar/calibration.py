@@ -239,6 +239,10 @@ def _with(spec: Spec, efficiency: float, overhead: str | None) -> Spec:
     """`spec` at `efficiency`, with the overhead being fitted set to 0 (it is added)."""
     gpu = attrs.evolve(spec.hardware.gpu, matmul_efficiency=efficiency)
     training = spec.training
+    if gpu.name in training.profile.matmul_efficiency:  # the fit replaces the profile's
+        table = {k: e for k, e in training.profile.matmul_efficiency.items() if k != gpu.name}
+        training = attrs.evolve(training, framework=attrs.evolve(training.profile,
+                                                                 matmul_efficiency=table))
     if overhead is not None:
         training = attrs.evolve(training, framework=_with_overhead(training.profile,
                                                                    overhead, 0.0))

@@ -21,7 +21,7 @@ import attrs
 from llmpar.dtypes import BYTES_PER_ELEMENT
 from llmpar.spec import Gpu
 
-DEFAULT_MATMUL_EFFICIENCY = 0.675
+DEFAULT_MATMUL_EFFICIENCY = 0.674
 DEFAULT_MEMORY_EFFICIENCY = 0.8
 DEFAULT_SOURCE = ("llmpar.roofline defaults (the a100-sxm-80gb preset's: matmul "
                   "calibrated on published A100 training runs, memory assumed)")

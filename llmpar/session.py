@@ -34,6 +34,7 @@ from llmpar.launch.target import Launch, PlannedLaunchTarget
 from llmpar.loading.checks import checked_layout, nested_axes
 from llmpar.loading.converter import make_converter
 from llmpar.loading.dump import spec_to_dict
+from llmpar.loading.framework import with_profile_efficiencies
 from llmpar.loading.loader import load
 from llmpar.loading.presets import PresetCatalog, catalog_of
 from llmpar.loading.reader import SpecSource, with_text
@@ -203,7 +204,8 @@ class Session:
         try:
             if isinstance(source, Spec) and not overrides:
                 # A spec object this session checked before (frozen) checks the same.
-                return source, self.cache.checked(source, lambda: self._layout_of(source))
+                spec = with_profile_efficiencies(source)
+                return spec, self.cache.checked(spec, lambda: self._layout_of(spec))
             table = spec_to_dict(source) if isinstance(source, Spec) else source
             spec = load(table, self.presets, self.strategies, self.converter, overrides,
                         self.activation_models, self.workloads)

@@ -161,11 +161,15 @@ def test_gemma_2_soft_capping_has_no_sdpa_estimate():
     assert any("soft-capping" in w for w in plan.warnings)
 
 
-def test_old_import_path_and_default_are_unchanged():
+def test_old_import_path_and_the_defaults():
+    """The default profile (megatron-core, Transformer Engine's cuDNN attention) keeps no
+    scores; its legacy profile keeps Korthikanti et al.'s accounting."""
     assert ACTIVATION_MODELS["korthikanti"] is korthikanti
     assert ACTIVATION_MODELS["coefficient"] is coefficient
-    assert llmpar.load_spec({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}}
-                            ).training.activation_model == "korthikanti"
+    table = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}}
+    assert llmpar.load_spec(table).training.activation_model == "fused"
+    legacy = {**table, "training": {"framework": "megatron-core-legacy"}}
+    assert llmpar.load_spec(legacy).training.activation_model == "korthikanti"
 
 
 # Mixtral 8x7B (validation/data/mixtral-8x7b.json, torch 2.13.0 / transformers 5.24.0, CPU,

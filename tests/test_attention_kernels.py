@@ -21,6 +21,10 @@ H100_BANDWIDTH = 3.35e12
 """H100 SXM5 datasheet: 3.35 TB/s (specs/gpus/h100-sxm.toml)."""
 H100_PEAK = 989.4e12
 """H100 SXM5 datasheet: 989.4 TFLOP/s dense bf16 (specs/gpus/h100-sxm.toml)."""
+H100_MATMUL: float = tomllib.loads(
+    (Path(__file__).resolve().parents[1] / "specs" / "gpus" / "h100-sxm.toml").read_text()
+)["matmul_efficiency"]
+"""specs/gpus/h100-sxm.toml's matmul_efficiency, what a null engine runs every product at."""
 NULL_ENGINE = {"name": "null", "version": "0", "source": "a profile that adds nothing",
                "step_overhead_seconds": 0.0}
 LLAMA_8B = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
@@ -145,7 +149,7 @@ def _plan(spec: dict, engine: dict | None, **inference: object) -> llmpar.Plan:
 
 
 def test_a_kernel_at_the_gpus_efficiencies_changes_nothing():
-    gpu = {"name": "same", "memory_efficiency": 0.8, "compute_efficiency": 0.613}
+    gpu = {"name": "same", "memory_efficiency": 0.8, "compute_efficiency": H100_MATMUL}
     plain = _plan(LLAMA_8B, NULL_ENGINE)
     same = _plan(LLAMA_8B, _engine(decode_attention=gpu, prefill_attention=gpu))
     assert same.tpot_seconds == pytest.approx(plain.tpot_seconds, rel=1e-12)
@@ -182,7 +186,8 @@ def test_prefill_attention_runs_at_the_kernels_share_for_its_keys_by_hand():
     # Llama-3-8B, one 4,096-token prompt: every product compute-bound (attention does 512
     # FLOPs a byte: 2 x 32 heads x 256 per pair, 4,096 cache bytes per 128-query tile).
     # Causal attention has 4,096 x 4,097 / 2 pairs a layer and each query attends 4,097 / 2
-    # keys on average: the kernel's share 0.637 x k / (k + 235) replaces the GPU's 0.613.
+    # keys on average: the kernel's share 0.637 x k / (k + 235) replaces the GPU's
+    # matmul_efficiency.
     kernel = {"name": "fa", "compute_efficiency": 0.637, "half_keys": 235}
 
     def prefill(engine: dict, prompt: int) -> llmpar.plan.InferencePhase:
@@ -193,11 +198,20 @@ def test_prefill_attention_runs_at_the_kernels_share_for_its_keys_by_hand():
     share = 0.637 * keys / (keys + 235)
     assert measured.memory_seconds == base.memory_seconds
     assert measured.compute_seconds - base.compute_seconds == pytest.approx(
-        flops / H100_PEAK * (1 / share - 1 / 0.613), rel=1e-9)
-    # Shorter prompts: fewer keys per query, a smaller share, a slower attention per FLOP.
-    slower = [prefill(_engine(prefill_attention=kernel), prompt).seconds
-              / prefill(NULL_ENGINE, prompt).seconds for prompt in (1024, 4096, 16384)]
-    assert slower == sorted(slower, reverse=True)
+        flops / H100_PEAK * (1 / share - 1 / H100_MATMUL), rel=1e-9)
+    # Shorter prompts: fewer keys per query, a smaller share, a slower attention per FLOP
+    # (the share each prompt's extra compute time implies, as above; the whole prefill's
+    # slowdown also weighs attention's part of it, which grows with the prompt).
+    shares = []
+    for prompt in (1024, 4096, 16384):
+        extra = (prefill(_engine(prefill_attention=kernel), prompt).compute_seconds
+                 - prefill(NULL_ENGINE, prompt).compute_seconds)
+        pair_flops = 32 * prompt * (prompt + 1) / 2 * 2 * 32 * 256
+        shares.append(1 / (extra * H100_PEAK / pair_flops + 1 / H100_MATMUL))
+    keys = [(prompt + 1) / 2 for prompt in (1024, 4096, 16384)]
+    # compute-bound from 4,096 tokens on (above): the law itself; at 1,024 smaller still
+    assert shares[1:] == pytest.approx([0.637 * k / (k + 235) for k in keys[1:]], rel=1e-9)
+    assert shares == sorted(shares)
 
 
 def test_latent_attention_decodes_through_its_own_kernel_only():

@@ -221,14 +221,17 @@ def test_a_spec_round_trips_with_its_profile():
     assert llmpar.load_spec(dump_spec(spec)) == spec
 
 
-def test_concepts_quotes_the_step_times_of_two_profiles():
-    """docs/concepts.md's "Software stack" quotes these two step times."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text()
+def test_concepts_quotes_the_step_times_of_three_profiles():
+    """docs/concepts.md's "Software stack" quotes these three step times."""
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "concepts.md")
+                    .read_text().split())
     path = EXAMPLES / "llama-3-8b-fsdp-8-h100.toml"
     megatron = llmpar.evaluate(path).step_seconds
     titan = llmpar.evaluate(path, {"training.framework": "torchtitan"}).step_seconds
+    legacy = llmpar.evaluate(path, {"training.framework": "megatron-core-legacy"}).step_seconds
     assert f"takes {megatron:.1f} s a step under `megatron-core`" in text
-    assert f"and {titan:.1f} s under `torchtitan`" in text
+    assert f"{titan:.1f} s under `torchtitan`" in text
+    assert f"{legacy:.1f} s under `megatron-core-legacy`" in text
 
 
 def test_a_search_gives_layouts_the_profiles_defaults():

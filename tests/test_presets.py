@@ -89,9 +89,9 @@ def test_a_plan_fits_in_what_the_device_reports_less_the_headroom():
 
 
 def test_a_run_between_the_datasheet_and_the_reported_memory_fits():
-    # 12K tokens of Llama-3-8B on 8 H100 with FSDP and selective recomputation: 81.6 GB
+    # 14K tokens of Llama-3-8B on 8 H100 with FSDP and selective recomputation: 84.8 GB
     # per GPU, more than the datasheet's 80 GB and less than the 85.5 GB the device reports.
-    spec = {**H100, "training": {"sequence_length": 12_288, "global_batch_size": 8,
+    spec = {**H100, "training": {"sequence_length": 14_336, "global_batch_size": 8,
                                  "recompute": "selective"}}
     plan = llmpar.evaluate(spec)
     assert 80e9 < plan.total_bytes <= plan.capacity_bytes and plan.steady_state_fits

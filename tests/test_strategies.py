@@ -39,7 +39,7 @@ S, B, H, A = 2048, 1, 12288, 96
     ],
 )
 def test_korthikanti_table_2(parallel, recompute, expected):
-    plan = plan_for(parallel, recompute=recompute)
+    plan = plan_for(parallel, recompute=recompute, activation_model="korthikanti")
     assert layer_bytes(plan) == pytest.approx(expected, rel=1e-12)
 
 

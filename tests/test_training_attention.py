@@ -7,6 +7,7 @@ backward passes with it (llmpar.evaluation.attention)."""
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ from llmpar.footprint.baseline import baseline_footprint
 FIT = load_script("fit_attention_kernels")
 H100_PEAK = 989.4e12
 """H100 SXM5 datasheet: 989.4 TFLOP/s dense bf16 (specs/gpus/h100-sxm.toml)."""
-H100_MATMUL = 0.613
+H100_MATMUL: float = tomllib.loads(
+    (Path(__file__).resolve().parents[1] / "specs" / "gpus" / "h100-sxm.toml").read_text()
+)["matmul_efficiency"]
 """specs/gpus/h100-sxm.toml's matmul_efficiency."""
 
 
@@ -137,19 +140,43 @@ def test_attention_runs_forward_and_backward_at_the_kernels_rates_by_hand():
     assert kernel.hardware_flops_per_step == matmul.hardware_flops_per_step
 
 
-def test_megatron_cores_default_keeps_attention_at_the_matmul_rate():
-    # megatron-core times attention at matmul_efficiency (its efficiencies were calibrated
-    # so), and its default activation model materializes the scores, which the kernel law
-    # never prices: neither its default nor the kernel timing moves the step.
+def test_megatron_cores_default_times_attention_by_its_cudnn_kernel():
+    # megatron-core runs Transformer Engine's fused attention (cuDNN on the H100): no scores
+    # kept, attention at the kernel's measured rates, without a warning where the GPU
+    # states them.
     default = _plan(None)
-    timed = _plan({"preset": "megatron-core", "attention_timing": "kernel"})
-    assert default.activation_model == "korthikanti"
-    assert timed.step_seconds == default.step_seconds
-    # With the fused activation model cuDNN's measured rate takes over.
-    fused = _plan({"preset": "megatron-core", "attention_timing": "kernel"},
-                  activation_model="fused")
-    plain = _plan(None, activation_model="fused")
-    assert fused.step_seconds != plain.step_seconds
+    assert default.activation_model == "fused"
+    assert default.derivation("step_seconds").inputs["attention_kernel"] == "cudnn"
+    matmul = _plan({"preset": "megatron-core", "attention_timing": "matmul"})
+    assert matmul.step_seconds != default.step_seconds
+    assert not [w for w in default.warnings if "attention kernel" in w]
+
+
+def test_the_legacy_profile_keeps_attention_at_the_matmul_rate():
+    # megatron-core-legacy's activation model materializes the scores, which the kernel
+    # law never prices: timing its attention by the kernel moves nothing.
+    legacy = _plan("megatron-core-legacy")
+    timed = _plan({"preset": "megatron-core-legacy", "attention_timing": "kernel"})
+    assert legacy.activation_model == "korthikanti"
+    assert timed.step_seconds == legacy.step_seconds
+    assert "attention_kernel" not in legacy.derivation("step_seconds").inputs
+
+
+def test_a_gpu_without_the_profiles_kernel_rate_says_attention_ran_at_the_matmul_rate():
+    # The A100 states FlashAttention-2's rates, not cuDNN's: megatron-core's attention
+    # falls back to matmul_efficiency there, and the plan warns, naming the kernel it has.
+    a100 = _plan(None, gpu="a100-sxm-80gb")
+    matmul = _plan({"preset": "megatron-core", "attention_timing": "matmul"},
+                   gpu="a100-sxm-80gb")
+    assert a100.step_seconds == matmul.step_seconds
+    (warning,) = [w for w in a100.warnings if "attention kernel" in w]
+    assert "'a100-sxm-80gb' states no measured rate of the cudnn attention kernel" in warning
+    assert "flash-attention-2" in warning
+    flash = _plan({"preset": "megatron-core", "attention_kernel": "flash-attention-2"},
+                  gpu="a100-sxm-80gb")
+    assert flash.step_seconds != a100.step_seconds
+    assert not [w for w in flash.warnings if "attention kernel" in w]
+    assert not [w for w in matmul.warnings if "attention kernel" in w]
 
 
 def test_a_kernel_the_gpu_states_no_rate_for_runs_at_the_matmul_rate():
@@ -215,7 +242,8 @@ def test_the_step_says_which_kernel_timed_attention():
     derivation = _plan("torchtitan").derivation("step_seconds")
     assert derivation.inputs["attention_kernel"] == "flash-attention-2"
     assert "fit_attention_kernels.py" in derivation.source
-    assert "attention_kernel" not in _plan(None).derivation("step_seconds").inputs
+    assert "attention_kernel" not in _plan("megatron-core-legacy").derivation(
+        "step_seconds").inputs
 
 
 def test_concepts_quotes_the_long_context_step_with_and_without_the_kernel():

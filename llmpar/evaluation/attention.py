@@ -60,18 +60,23 @@ MEASURED_AS: Mapping[str, str] = MappingProxyType({
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
+def _timed_by_kernel(spec: Spec) -> bool:
+    """The profile times attention by its kernel, and the law applies to this model's
+    attention (16-bit, no recurrent mixers or sparse indexer among its FLOPs; a model
+    given by its size alone has no attention of its own: 6ND counts none)."""
+    model = spec.model
+    return (spec.training.profile.attention_timing == "kernel" and model.has_architecture
+            and model.recurrent_mixer is None and model.sparse_attention is None
+            and math_format(spec.precision.attention_format) in SIXTEEN_BIT)
+
+
 def kernel_rates(spec: Spec) -> tuple[AttentionKernelRate, AttentionKernelRate] | None:
     """The (forward, backward) rates the step's attention runs at, or None where it runs
     at matmul_efficiency (the profile times it so, the GPU states no rate for its kernel,
     attention is not 16-bit, or the model's attention FLOPs hold other kernels')."""
-    profile = spec.training.profile
-    if profile.attention_timing != "kernel":
+    if not _timed_by_kernel(spec):
         return None
-    model = spec.model
-    if (model.mixer_pattern is not None or model.sparse_attention is not None
-            or math_format(spec.precision.attention_format) not in SIXTEEN_BIT):
-        return None
-    gpu = spec.hardware.gpu
+    profile, gpu = spec.training.profile, spec.hardware.gpu
     for kernel in dict.fromkeys((profile.attention_kernel,
                                  MEASURED_AS.get(profile.attention_kernel, ""))):
         forward = gpu.attention_rate(kernel, "forward")
@@ -79,6 +84,19 @@ def kernel_rates(spec: Spec) -> tuple[AttentionKernelRate, AttentionKernelRate] 
         if forward is not None and backward is not None:
             return forward, backward
     return None
+
+
+def kernel_fallback_warning(spec: Spec) -> str | None:
+    """Where the profile times fused attention by its kernel but the GPU states no rate
+    for that kernel: attention then runs at matmul_efficiency, which the plan says."""
+    if not _timed_by_kernel(spec) or kernel_rates(spec) is not None:
+        return None
+    gpu, kernel = spec.hardware.gpu, spec.training.profile.attention_kernel
+    measured = sorted({rate.kernel for rate in gpu.attention_kernels})
+    stated = (f" (it states {', '.join(measured)}: set training.framework's "
+              "attention_kernel to one of them if the stack runs it)") if measured else ""
+    return (f"{gpu.name!r} states no measured rate of the {kernel} attention kernel"
+            f"{stated}: attention is timed at its matmul_efficiency")
 
 
 def keys_per_query(spec: Spec, shape: RankShape) -> Value:

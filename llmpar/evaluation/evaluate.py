@@ -16,6 +16,7 @@ import attrs
 
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
+from llmpar.evaluation.attention import kernel_fallback_warning
 from llmpar.evaluation.cache import EvaluationCache, layers_of
 from llmpar.evaluation.casts import weight_copy_bytes
 from llmpar.evaluation.compose import Composition
@@ -220,6 +221,10 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
                         f"memory per GPU at its peak (steady state {peak.steady_bytes / 2**30:,.2f}"
                         f" GiB), has {capacity / 2**30:,.2f} GiB")
     warnings += product_format_warnings(spec)
+    fallback = kernel_fallback_warning(spec)
+    if (fallback is not None and time.time_model == "modelled"
+            and footprint.attention_kernel != "eager"):  # fused attention, as time_core has it
+        warnings.append(fallback)
     for transform in transforms:
         warnings += [f"{transform.strategy}: {text}" for text in transform.warnings]
     return warnings

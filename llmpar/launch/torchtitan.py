@@ -148,6 +148,10 @@ def _recompute(spec: Spec, ledger: Ledger, notes: list[str]) -> dict[str, Any]:
         notes.append("torchtitan's selective (op) checkpointing keeps the matrix products' "
                      "and attention's outputs and recomputes the rest, not only the "
                      "attention scores the plan's selective recomputation drops")
+        if training.activation_model == "fused":  # the import reads it as the op policy
+            ledger.cannot("training.recompute", "torchtitan has no module-level selective "
+                          "recomputation (Megatron-Core's core_attn); its op policy "
+                          "recomputes another set of tensors", "selective")
         return {"mode": "selective", "selective_ac_option": "op"}
     return {"mode": training.recompute}
 

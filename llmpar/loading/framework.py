@@ -10,7 +10,8 @@ import attrs
 
 from llmpar.errors import Problem, did_you_mean
 from llmpar.footprint.activations import ACTIVATION_MODELS
-from llmpar.spec.framework import Framework
+from llmpar.spec import Spec
+from llmpar.spec.framework import Framework, profile_gpu
 
 FRAMEWORK_PATH = "$.training.framework"
 PARALLEL_DEFAULTS = (("reshard_after_forward", "data", "reshard_after_forward"),
@@ -63,3 +64,16 @@ def with_framework_defaults(framework: Framework | None, raw: Mapping[str, Any],
         found[name] = profile_config(framework, name, config,
                                      tuple(given) if isinstance(given, Mapping) else ())
     return found
+
+
+def with_profile_efficiencies(spec: Spec) -> Spec:
+    """`spec` with its GPU at the matrix efficiencies its framework profile was calibrated
+    with, where the profile names the GPU (`Framework.matmul_efficiency`); the same object
+    otherwise. Applied wherever a spec is checked, so the time model reads one GPU."""
+    training = spec.training
+    if training is None or training.framework is None:
+        return spec
+    gpu = profile_gpu(training.framework, spec.hardware.gpu)
+    if gpu is spec.hardware.gpu:
+        return spec
+    return attrs.evolve(spec, hardware=attrs.evolve(spec.hardware, gpu=gpu))

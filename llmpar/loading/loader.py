@@ -16,6 +16,7 @@ from llmpar.loading.framework import (
     FRAMEWORK_PATH,
     activation_model_problems,
     with_framework_defaults,
+    with_profile_efficiencies,
 )
 from llmpar.loading.limits import read_text
 from llmpar.loading.presets import PresetCatalog, PresetNotFound, is_preset_name
@@ -440,7 +441,7 @@ def structure_spec(
                 training=training, inference=inference, parallel=parallel,
                 rank_order=rank_order, search=search, finetune=finetune, workload=workload,
                 source=label)
-    return spec, []
+    return with_profile_efficiencies(spec), []
 
 
 def _activation_model_problems(table: Mapping[str, Any],

@@ -54,13 +54,16 @@ def _boundaries(name: str) -> set[int]:
     return ends
 
 
-def alias_candidates(name: str, names: Iterable[str]) -> list[str]:
+def alias_candidates(name: str, names: Iterable[str], variants: bool = False) -> list[str]:
     """The presets among `names` that the short name `name` stands for, sorted.
 
     Case and separators ('-', '.', '_') do not count ("Llama3.1-70B" is llama-3.1-70b); a
     name also stands for every preset it begins up to a separator ("h100" for h100-sxm and
     h100-pcie, "qwen3-30b" for qwen3-30b-a3b, never "h10" for h100-sxm). A name that spells
-    a preset in full stands for that one only.
+    a preset in full stands for that one only. With `variants` (framework profiles, whose
+    variants are the same stack: megatron-core-legacy, llmpar calibrate's "-calibrated"), a
+    name whose presets are one preset and names that begin with it up to a separator stands
+    for that preset ("megatron" for megatron-core).
     """
     key = _plain(name)
     if len(key) < 2:
@@ -68,8 +71,14 @@ def alias_candidates(name: str, names: Iterable[str]) -> list[str]:
     same = sorted(other for other in names if _plain(other) == key)
     if same:
         return same
-    return sorted(other for other in names
-                  if _plain(other).startswith(key) and len(key) in _boundaries(other))
+    found = sorted(other for other in names
+                   if _plain(other).startswith(key) and len(key) in _boundaries(other))
+    base = min(found, key=len, default=None)
+    if variants and base is not None and len(found) > 1 and all(
+            _plain(other).startswith(_plain(base)) and len(_plain(base)) in _boundaries(other)
+            for other in found if other != base):
+        return [base]
+    return found
 
 
 @attrs.frozen
@@ -130,7 +139,8 @@ class PresetCatalog:
         if found is not None:
             return found
         known = tuple(self.names(kind))
-        candidates = tuple(alias_candidates(name, known)) if kind in ALIASED_KINDS else ()
+        candidates = (tuple(alias_candidates(name, known, variants=kind == "frameworks"))
+                      if kind in ALIASED_KINDS else ())
         if len(candidates) == 1:
             found = self._file(kind, candidates[0])
             if found is not None:

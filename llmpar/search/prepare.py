@@ -13,6 +13,7 @@ from llmpar.errors import Problem, SpecError
 from llmpar.evaluation.timing import train_tokens
 from llmpar.loading.checks import model_problems, training_problems
 from llmpar.loading.dump import spec_to_dict
+from llmpar.loading.framework import with_profile_efficiencies
 from llmpar.loading.loader import structure_spec
 from llmpar.loading.reader import SpecSource, apply_overrides, read_source
 from llmpar.search.arithmetic import FACTOR_LIMIT
@@ -74,7 +75,7 @@ def read_spec(session: Session, source: SpecSource | Spec,
     raw = apply_overrides(raw, overrides)
     spec: Spec | None
     if isinstance(source, Spec) and not overrides:
-        spec = source
+        spec = with_profile_efficiencies(source)
     else:
         spec, problems = structure_spec(raw, session.presets, session.strategies,
                                         session.converter, label, session.activation_models,

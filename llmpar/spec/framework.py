@@ -10,6 +10,7 @@ from typing import Literal
 import attrs
 
 from llmpar.spec import validators as v
+from llmpar.spec.hardware import Gpu
 from llmpar.spec.quantities import Bytes, Seconds
 
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
@@ -70,6 +71,18 @@ default): "around 400MB" at the first CUDA operation (pytorch/pytorch issue #109
 maintainer's answer, 2023, CUDA 12); over 1000 MB before lazy loading (issue #107667)."""
 
 
+def _efficiencies_by_gpu(_instance: object, attribute: object,
+                         value: Mapping[str, float]) -> None:
+    """Each key a GPU preset's name, each value a share of its dense peak in (0, 1]."""
+    name = getattr(attribute, "name", "matmul_efficiency")
+    for gpu, efficiency in value.items():
+        if not isinstance(gpu, str) or not gpu:
+            raise v.FieldError(name, f"keys must name a GPU preset, got {gpu!r}")
+        if (isinstance(efficiency, bool) or not isinstance(efficiency, float | int)
+                or not 0 < efficiency <= 1):
+            raise v.FieldError(f"{name}.{gpu}", f"must be in (0, 1], got {efficiency!r}")
+
+
 def _activation_model_name(_instance: object, attribute: object, value: str | None) -> None:
     """A name (the loader checks it against the session's activation models)."""
     if value is not None and (not isinstance(value, str) or not value):
@@ -81,8 +94,8 @@ def _activation_model_name(_instance: object, attribute: object, value: str | No
 class Framework:
     """A framework profile (`specs/frameworks/`): what a training stack runs, so that the
     defaults of a spec follow the stack. A spec that names none runs under
-    `DEFAULT_FRAMEWORK` (megatron-core), which keeps llmpar's numbers as they were before
-    profiles existed."""
+    `DEFAULT_FRAMEWORK` (megatron-core: Transformer Engine's fused attention, timed by its
+    kernel); `megatron-core-legacy` redoes llmpar's numbers from before that default."""
 
     name: str = "megatron-core"
     """Preset name or a label."""
@@ -335,6 +348,19 @@ class Framework:
     aten/src/ATen/cuda/CublasHandlePool.cpp). cuDNN's workspaces are taken per call from
     the same allocator and given back, so no persistent buffer is counted for them."""
 
+    matmul_efficiency: dict[str, float] = attrs.field(factory=dict, hash=False,
+                                                      validator=_efficiencies_by_gpu)
+    """The `matmul_efficiency` this profile was calibrated with, by GPU preset name
+    (`[matmul_efficiency] "h100-sxm" = 0.613`): a spec whose GPU is named here runs at
+    it instead of the GPU's own (`Gpu.matmul_efficiency`, also one the spec states for
+    its GPU), for the whole time model, and the step time's derivation says so. What a
+    profile calibrated under another accounting of the step carries so that its numbers
+    can be redone (`megatron-core-legacy`); `llmpar calibrate` replaces the entry of the
+    GPU it fits. Empty: every GPU at its own."""
+    fp8_matmul_efficiency: dict[str, float] = attrs.field(factory=dict, hash=False,
+                                                          validator=_efficiencies_by_gpu)
+    """As `matmul_efficiency`, for `Gpu.fp8_matmul_efficiency` (products in fp8)."""
+
     def blas_workspace_for(self, architecture: str) -> int:
         """The cuBLAS workspace on a GPU of `architecture` (`Gpu.architecture`)."""
         if self.blas_workspace_bytes is not None:
@@ -349,9 +375,26 @@ class Framework:
         return KERNEL_ACTIVATION_MODELS[self.attention_kernel]
 
 
+def profile_gpu(framework: Framework, gpu: Gpu) -> Gpu:
+    """`gpu` with the matrix efficiencies `framework` was calibrated with where it names
+    the GPU (`Framework.matmul_efficiency`, `fp8_matmul_efficiency`); the same object where
+    it names none or the GPU already states them."""
+    bf16 = framework.matmul_efficiency.get(gpu.name, gpu.matmul_efficiency)
+    fp8 = framework.fp8_matmul_efficiency.get(gpu.name, gpu.fp8_matmul_efficiency)
+    if bf16 == gpu.matmul_efficiency and fp8 == gpu.fp8_matmul_efficiency:
+        return gpu
+    replaced = [f"{key} {value}" for key, value, own in (
+        ("matmul_efficiency", bf16, gpu.matmul_efficiency),
+        ("fp8_matmul_efficiency", fp8, gpu.fp8_matmul_efficiency)) if value != own]
+    return attrs.evolve(
+        gpu, matmul_efficiency=bf16, fp8_matmul_efficiency=fp8,
+        efficiency_source=f"{', '.join(replaced)} from framework profile {framework.name!r} "
+                          f"(the efficiencies it was calibrated with on {gpu.name!r}); the "
+                          f"GPU preset's: {gpu.efficiency_source}")
+
+
 DEFAULT_FRAMEWORK = Framework(
-    name="megatron-core", attention_kernel="cudnn", attention_timing="matmul",
-    activation_model="korthikanti",
+    name="megatron-core", attention_kernel="cudnn", attention_timing="kernel",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "

@@ -239,7 +239,8 @@ class Training:
     presets frameworks`), or a table (`preset = "..."` or `file = "x.toml"` plus fields
     to override, or the whole profile). It sets the defaults that follow the stack: the
     activation model (from its attention kernel), its overlaps and its host overheads.
-    Unset: "megatron-core", whose defaults are llmpar's numbers before profiles."""
+    Unset: "megatron-core" (fused attention timed by its kernel); "megatron-core-legacy"
+    gives llmpar's numbers from before that default."""
     activation_model: str = attrs.field(
         default=attrs.Factory(lambda self: self.profile.default_activation_model,
                               takes_self=True),
@@ -247,7 +248,8 @@ class Training:
     """How activations are counted: "korthikanti" (Korthikanti et al. 2022), "fused"
     (FlashAttention and fused kernels), "hf-eager" / "hf-sdpa" (what Hugging Face
     transformers keeps), or "coefficient" (the founding document's k*b*s*L*h*d).
-    Default: the framework profile's (megatron-core: "korthikanti")."""
+    Default: the framework profile's (megatron-core: "fused", from its cuDNN kernel;
+    megatron-core-legacy: "korthikanti")."""
     activation_coefficient: float = attrs.field(default=30.0, validator=v.positive)
     """The founding document's k (measured there at about 30)."""
     attention_flops: AttentionFlops = attrs.field(
