@@ -21,7 +21,8 @@ NOT_ARCHITECTURES = {"peft_counts.json": "tests/test_finetune.py",
                      "memory_peak.json": "tests/test_memory_peak.py",
                      "finetune_peak.json": "tests/test_finetune_validation.py",
                      "compiled_loss.json": "tests/test_chunked_cross_entropy.py",
-                     "memory_peak_fsdp.json": "tests/test_memory_peak.py"}
+                     "memory_peak_fsdp.json": "tests/test_memory_peak.py",
+                     "legacy_profiles.json": "tests/test_legacy_profiles.py"}
 """Measurements in validation/data/ that are not of one architecture, and their tests."""
 MEASURED = sorted(path for path in (VALIDATION / "data").glob("*.json")
                   if path.name not in NOT_ARCHITECTURES)
