@@ -163,11 +163,11 @@ def test_the_legacy_profile_keeps_attention_at_the_matmul_rate():
 
 
 def test_a_gpu_without_the_profiles_kernel_rate_says_attention_ran_at_the_matmul_rate():
-    # The A100 states FlashAttention-2's rates, not cuDNN's: megatron-core's attention
-    # falls back to matmul_efficiency there, and the plan warns, naming the kernel it has.
-    a100 = _plan(None, gpu="a100-sxm-80gb")
-    matmul = _plan({"preset": "megatron-core", "attention_timing": "matmul"},
-                   gpu="a100-sxm-80gb")
+    # The A100 states FlashAttention-2's rates, not cuDNN's: a profile that runs cuDNN
+    # there falls back to matmul_efficiency, and the plan warns, naming the kernel it has.
+    cudnn = {"preset": "megatron-core", "attention_kernel_by_architecture": {"ampere": "cudnn"}}
+    a100 = _plan(cudnn, gpu="a100-sxm-80gb")
+    matmul = _plan({**cudnn, "attention_timing": "matmul"}, gpu="a100-sxm-80gb")
     assert a100.step_seconds == matmul.step_seconds
     (warning,) = [w for w in a100.warnings if "attention kernel" in w]
     assert "'a100-sxm-80gb' states no measured rate of the cudnn attention kernel" in warning
@@ -177,6 +177,55 @@ def test_a_gpu_without_the_profiles_kernel_rate_says_attention_ran_at_the_matmul
     assert flash.step_seconds != a100.step_seconds
     assert not [w for w in flash.warnings if "attention kernel" in w]
     assert not [w for w in matmul.warnings if "attention kernel" in w]
+
+
+def test_megatron_core_runs_flash_attention_2_before_hopper():
+    # Transformer Engine prefers cuDNN's fused attention from compute capability 9.0 on
+    # only; on the A100 its FlashAttention-2 backend runs, at the A100's measured rates.
+    a100 = _plan(None, gpu="a100-sxm-80gb")
+    flash = _plan({"preset": "megatron-core", "attention_kernel": "flash-attention-2"},
+                  gpu="a100-sxm-80gb")
+    assert a100.step_seconds == flash.step_seconds
+    assert a100.derivation("step_seconds").inputs["attention_kernel"] == "flash-attention-2"
+    assert not [w for w in a100.warnings if "attention kernel" in w]
+    # An Ada GPU states no FlashAttention-2 rate: the warning names the kernel that runs.
+    (warning,) = [w for w in _plan(None, gpu="l40s").warnings if "attention kernel" in w]
+    assert "of the flash-attention-2 attention kernel" in warning
+    # The H100 keeps cuDNN.
+    assert _plan(None).derivation("step_seconds").inputs["attention_kernel"] == "cudnn"
+
+
+@pytest.mark.parametrize(("table", "path"), [
+    ({"pascal": "flash-attention-2"}, "$.training.framework.attention_kernel_by_architecture"),
+    ({"ampere": "flash"}, "$.training.framework.attention_kernel_by_architecture.ampere"),
+])
+def test_bad_kernel_by_architecture_names_its_key(table, path):
+    framework = {"preset": "megatron-core", "attention_kernel_by_architecture": table}
+    with pytest.raises(llmpar.SpecError) as error:
+        llmpar.load_spec({"model": "llama-3-8b", "hardware": {"gpu": "a100-sxm-80gb"},
+                          "training": {"framework": framework}})
+    assert [p.path for p in error.value.problems] == [path]
+
+
+DERIVED = [(measured, gpu) for measured, gpus in FIT.DERIVED_FROM.items() for gpu in gpus]
+
+
+@pytest.mark.parametrize(("measured", "gpu"), DERIVED, ids=lambda x: x)
+def test_a_gpu_of_a_measured_architecture_carries_its_laws_scaled_by_its_gemms(measured, gpu):
+    # The other Hopper parts and the other A100s: the measured GPU's laws, each share of
+    # the peak scaled by the presets' matmul_efficiency ratio, and said to be derived.
+    theirs, ours = _gpu(measured), _gpu(gpu)
+    assert ours.architecture == theirs.architecture
+    scale = ours.matmul_efficiency / theirs.matmul_efficiency
+    assert {(r.kernel, r.direction) for r in ours.attention_kernels} == {
+        (r.kernel, r.direction) for r in theirs.attention_kernels}
+    for rate in ours.attention_kernels:
+        source = theirs.attention_rate(rate.kernel, rate.direction)
+        assert source is not None
+        assert rate.compute_efficiency == min(1.0, round(source.compute_efficiency * scale, 3))
+        assert (rate.half_keys, rate.half_width) == (source.half_keys, source.half_width)
+        assert rate.source.startswith("derived, not measured on this GPU")
+    assert ours.architecture in {"hopper", "ampere"}
 
 
 def test_a_kernel_the_gpu_states_no_rate_for_runs_at_the_matmul_rate():

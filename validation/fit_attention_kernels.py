@@ -35,9 +35,17 @@ product work depends on the ratio of the GPU's non-matrix to matrix throughput, 
 is about the same on both (A100: 19.5 TFLOP/s fp32 against 312 fp16, 16x, the
 FlashAttention-2 paper's Sec. 3.1; H100 SXM5: 66.9 against 989.4, 14.8x, its datasheet).
 
+GPUs of a measured GPU's architecture that have no measurement of their own (the other
+Hopper parts, the other A100s; `DERIVED_FROM`) take its laws with the share of the peak
+scaled by their preset's matmul_efficiency over the measured GPU's: the same kernel code
+on the same SM design reaches the same fraction of what the GPU's dense GEMMs reach, the
+rule the presets' matmul_efficiency was itself carried over by (each preset's
+efficiency_source). Derived, not measured: the preset's efficiency_uncertainty applies.
+
 Usage:
   python validation/fit_attention_kernels.py           # the fits and their worst rows
   python validation/fit_attention_kernels.py --toml    # the presets' rows, as TOML
+  python validation/fit_attention_kernels.py --write   # rewrite the derived presets' rows
 """
 
 from __future__ import annotations
@@ -61,6 +69,10 @@ WIDTH = 128
 BACKWARD_PARTS = 2.5
 """The backward's FLOPs over the forward's as the papers count them (5 products against 2)."""
 WIDTHS = range(0, 301)
+GPUS = ROOT / "specs" / "gpus"
+DERIVED_FROM = {"h100-sxm": ("h100-pcie", "h20", "h200-sxm", "h800-sxm"),
+                "a100-sxm-80gb": ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb")}
+"""Presets without attention measurements, by the measured GPU of their architecture."""
 
 
 @attrs.frozen
@@ -165,7 +177,7 @@ def fits() -> list[Fit]:
     return found
 
 
-def toml_rows(found: Sequence[Fit], gpu: str) -> str:
+def toml_rows(found: Sequence[Fit], gpu: str, scale: float = 1.0, source: str = "") -> str:
     lines = []
     for f in found:
         if f.gpu != gpu:
@@ -173,18 +185,57 @@ def toml_rows(found: Sequence[Fit], gpu: str) -> str:
         lines.append("[[attention_kernels]]")
         lines.append(f'kernel = "{f.kernel}"')
         lines.append(f'direction = "{f.direction}"')
-        lines.append(f"compute_efficiency = {f.compute_efficiency}")
+        lines.append(f"compute_efficiency = {min(1.0, round(f.compute_efficiency * scale, 3))}")
         lines.append(f"half_keys = {int(f.half_keys)}")
         lines.append(f"half_width = {int(f.half_width)}")
+        if source:
+            lines.append(f'source = "{source}"')
         lines.append("")
     return "\n".join(lines)
+
+
+def preset(name: str) -> dict:
+    return tomllib.loads((GPUS / f"{name}.toml").read_text())
+
+
+def derived_scale(measured: str, gpu: str) -> float:
+    """The derived GPU's share of its peak over the measured one's (matmul_efficiency)."""
+    return preset(gpu)["matmul_efficiency"] / preset(measured)["matmul_efficiency"]
+
+
+def derived_source(measured: str, gpu: str) -> str:
+    theirs, ours = preset(measured)["matmul_efficiency"], preset(gpu)["matmul_efficiency"]
+    return (f"derived, not measured on this GPU: {measured}'s law for the kernel "
+            f"(validation/fit_attention_kernels.py), its share of the peak scaled by this "
+            f"preset's matmul_efficiency over {measured}'s ({ours} / {theirs}), the same kernel "
+            f"on the same architecture; expect this preset's efficiency_uncertainty or more")
+
+
+def derived_rows(found: Sequence[Fit], gpu: str) -> str:
+    (measured,) = [m for m, derived in DERIVED_FROM.items() if gpu in derived]
+    return toml_rows(found, measured, derived_scale(measured, gpu),
+                     derived_source(measured, gpu))
+
+
+def write_derived(found: Sequence[Fit]) -> None:
+    """Rewrite each derived preset's `[[attention_kernels]]` rows (kept at its end)."""
+    for gpu in (g for derived in DERIVED_FROM.values() for g in derived):
+        path = GPUS / f"{gpu}.toml"
+        text = path.read_text()
+        head = text.split("\n[[attention_kernels]]")[0].rstrip("\n")
+        path.write_text(head + "\n\n" + derived_rows(found, gpu).rstrip("\n") + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--toml", action="store_true", help="print the presets' rows")
+    parser.add_argument("--write", action="store_true",
+                        help="rewrite the derived presets' rows (DERIVED_FROM)")
     args = parser.parse_args()
     found = fits()
+    if args.write:
+        write_derived(found)
+        return
     if args.toml:
         for gpu in dict.fromkeys(f.gpu for f in found):
             print(f"# {gpu}\n{toml_rows(found, gpu)}")

@@ -76,9 +76,9 @@ def kernel_rates(spec: Spec) -> tuple[AttentionKernelRate, AttentionKernelRate] 
     attention is not 16-bit, or the model's attention FLOPs hold other kernels')."""
     if not _timed_by_kernel(spec):
         return None
-    profile, gpu = spec.training.profile, spec.hardware.gpu
-    for kernel in dict.fromkeys((profile.attention_kernel,
-                                 MEASURED_AS.get(profile.attention_kernel, ""))):
+    gpu = spec.hardware.gpu
+    runs = spec.training.profile.attention_kernel_on(gpu.architecture)
+    for kernel in dict.fromkeys((runs, MEASURED_AS.get(runs, ""))):
         forward = gpu.attention_rate(kernel, "forward")
         backward = gpu.attention_rate(kernel, "backward")
         if forward is not None and backward is not None:
@@ -91,7 +91,8 @@ def kernel_fallback_warning(spec: Spec) -> str | None:
     for that kernel: attention then runs at matmul_efficiency, which the plan says."""
     if not _timed_by_kernel(spec) or kernel_rates(spec) is not None:
         return None
-    gpu, kernel = spec.hardware.gpu, spec.training.profile.attention_kernel
+    gpu = spec.hardware.gpu
+    kernel = spec.training.profile.attention_kernel_on(gpu.architecture)
     measured = sorted({rate.kernel for rate in gpu.attention_kernels})
     stated = (f" (it states {', '.join(measured)}: set training.framework's "
               "attention_kernel to one of them if the stack runs it)") if measured else ""

@@ -10,7 +10,7 @@ from typing import Literal
 import attrs
 
 from llmpar.spec import validators as v
-from llmpar.spec.hardware import Gpu
+from llmpar.spec.hardware import ARCHITECTURES, FUSED_ATTENTION_KERNELS, Gpu
 from llmpar.spec.quantities import Bytes, Seconds
 
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
@@ -83,6 +83,20 @@ def _efficiencies_by_gpu(_instance: object, attribute: object,
             raise v.FieldError(f"{name}.{gpu}", f"must be in (0, 1], got {efficiency!r}")
 
 
+def _kernels_by_architecture(_instance: object, attribute: object,
+                             value: Mapping[str, str]) -> None:
+    """Each key a GPU architecture (`Gpu.architecture`), each value a fused kernel."""
+    name = getattr(attribute, "name", "attention_kernel_by_architecture")
+    for architecture, kernel in value.items():
+        if architecture not in ARCHITECTURES or not architecture:
+            raise v.FieldError(name, f"keys must be one of {', '.join(ARCHITECTURES[1:])}, "
+                                     f"got {architecture!r}")
+        if kernel not in FUSED_ATTENTION_KERNELS:
+            raise v.FieldError(f"{name}.{architecture}",
+                               f"must be one of {', '.join(FUSED_ATTENTION_KERNELS)}, "
+                               f"got {kernel!r}")
+
+
 def _activation_model_name(_instance: object, attribute: object, value: str | None) -> None:
     """A name (the loader checks it against the session's activation models)."""
     if value is not None and (not isinstance(value, str) or not value):
@@ -118,6 +132,13 @@ class Framework:
     product at matmul_efficiency, the accounting the A100 and H100 matmul_efficiency
     were calibrated under). Attention that materializes its scores (an activation
     model that keeps them) is timed as its batched products either way."""
+    attention_kernel_by_architecture: dict[str, str] = attrs.field(
+        factory=dict, hash=False, validator=_kernels_by_architecture)
+    """The fused kernel the stack runs instead of `attention_kernel` on a GPU of that
+    architecture (`[attention_kernel_by_architecture] ampere = "flash-attention-2"`): what
+    a kernel-timed step (`attention_timing = "kernel"`) is timed at there. The activation
+    model still follows `attention_kernel` (every fused kernel keeps the same tensors).
+    Empty: `attention_kernel` on every GPU."""
     activation_model: str | None = attrs.field(default=None, validator=_activation_model_name)
     """The activation model the stack's tensors follow, where it is not the one its
     attention kernel implies (e.g. "hf-sdpa": what Hugging Face transformers models keep
@@ -361,6 +382,10 @@ class Framework:
                                                           validator=_efficiencies_by_gpu)
     """As `matmul_efficiency`, for `Gpu.fp8_matmul_efficiency` (products in fp8)."""
 
+    def attention_kernel_on(self, architecture: str) -> str:
+        """The attention kernel the stack runs on a GPU of `architecture`."""
+        return self.attention_kernel_by_architecture.get(architecture, self.attention_kernel)
+
     def blas_workspace_for(self, architecture: str) -> int:
         """The cuBLAS workspace on a GPU of `architecture` (`Gpu.architecture`)."""
         if self.blas_workspace_bytes is not None:
@@ -397,6 +422,7 @@ DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", attention_timing="kernel",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
+    attention_kernel_by_architecture={"ampere": "flash-attention-2", "ada": "flash-attention-2"},
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's
