@@ -209,7 +209,7 @@ def test_training_tensor_collectives_count_modules_not_layers():
     assert blocks_per_stage(plain, layout) == 32
 
 
-@pytest.mark.parametrize("activation_model", ["hf-eager", "hf-sdpa", "korthikanti"])
+@pytest.mark.parametrize("activation_model", ["korthikanti"])
 def test_activation_models_without_single_module_inventories_say_so(activation_model):
     plan = SESSION.evaluate({"model": "nemotron-h-8b", "hardware": GPU,
                              "training": {"sequence_length": 2048,

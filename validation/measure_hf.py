@@ -74,6 +74,9 @@ ATTN_IMPLS = ("eager", "sdpa")
 #   flop_seqs        s for the FLOP runs (b=1)
 #   inventory        keep the per-tensor listing at INVENTORY_SHAPE
 #   force_attn       bypass transformers' own attention-implementation check (see gemma-2)
+#   layer_pattern    (config key, unit): the layers are given as a pattern of one letter per
+#                    layer (Nemotron-H's hybrid_override_pattern); the runs of "1 and 2 layers"
+#                    repeat the unit once and twice (per layer = per unit)
 MOE_EXTRA = {
     # The experts "eager" loop (a Python loop over the hit experts), measured at one shape:
     # FlopCounterMode does not count aten._grouped_mm (used by the default "grouped_mm" experts
@@ -153,6 +156,39 @@ ARCHS: dict[str, dict] = {
     # Mamba-2 mixers alone (no attention: eager and sdpa run the same code); FLOPs are
     # measure_flops.py's
     "mamba-codestral-7b": {"variants": [{"variant": "main", "flop_seqs": ()}]},
+    # Nemotron-H's Mamba-2 layers alone ("M" per layer: NemotronHMamba2Mixer's torch path);
+    # FLOPs are measure_flops.py's
+    # and its experts ("E") and attention ("*") alone, and the three as one unit ("ME*")
+    "nemotron-3-nano-30b-a3b": {
+        "variants": [
+            {"variant": "mamba_layers", "layer_pattern": ("hybrid_override_pattern", "M"),
+             "flop_seqs": ()},
+            {"variant": "experts_layers", "layer_pattern": ("hybrid_override_pattern", "E"),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "attention_layers", "layer_pattern": ("hybrid_override_pattern", "*"),
+             "flop_seqs": ()},
+            {"variant": "hybrid_units", "layer_pattern": ("hybrid_override_pattern", "ME*"),
+             "experts": ["grouped_mm"], "flop_seqs": (), "inventory": False},
+        ]
+    },
+    # Granite 4.0-H's two layer kinds (GraniteMoeHybridDecoderLayer: a Mamba-2 mixer or an
+    # attention, then the experts and the shared MLP), each alone
+    "granite-4.0-h-small": {
+        "variants": [
+            {"variant": "mamba_layers", "layer_pattern": ("layer_types", ["mamba"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "attention_layers", "layer_pattern": ("layer_types", ["attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+        ]
+    },
+    # Falcon-H1's parallel hybrid: every layer an attention and a Mamba-2 mixer side by side,
+    # then the MLP, with its muP multipliers
+    "falcon-h1-0.5b": {"variants": [{"variant": "main", "flop_seqs": ()}]},
+    # Nemotron-H's MLP alone ("-", squared ReLU)
+    "nemotron-h-8b": {
+        "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
+                      "flop_seqs": ()}]
+    },
     "bert-large": {
         "bert": True,
         "variants": [
@@ -172,7 +208,15 @@ GROUP_RULES: list[tuple[str, str]] = [
     ("attention", r"\.attention\.self\.|\.attention\.output\.dense\."),
     # Mamba-2 mixers (Mamba2ForCausalLM: every block's one module is `mixer`)
     ("mamba", r"\.mixer\.(in_proj|out_proj|conv1d|norm)\.|\.mixer\.(dt_bias|A_log|D)$"),
-    ("embedding", r"^backbone\.embeddings\."),
+    # Nemotron-H: every block's one module is `mixer`, of the kind its layer is
+    ("attention", r"\.mixer\.[qkvo]_proj\."),
+    ("mlp", r"\.mixer\.(up|down)_proj\."),
+    ("embedding", r"^(model|backbone)\.embeddings\."),
+    # Granite 4: the Mamba-2 mixer `mamba`, the shared MLP beside the experts, the router
+    ("mamba", r"\.mamba\."),
+    ("shared_experts", r"\.shared_mlp\."),
+    ("router", r"\.block_sparse_moe\.router\."),
+    ("experts", r"\.block_sparse_moe\.experts\."),
     ("experts", r"\.experts\."),  # routed experts (fused 3-D tensors in transformers 5)
     ("shared_experts", r"\.shared_experts?\."),
     ("router", r"\.(gate|router)\.(weight|bias|e_score_correction_bias)$"),
@@ -182,6 +226,7 @@ GROUP_RULES: list[tuple[str, str]] = [
     ),
     ("norms", r"(norm|LayerNorm|\.ln_\d+\.|\.ln_f\.)"),
     ("mlp", r"\.(mlp|intermediate)\.|\.output\.dense\."),
+    ("mlp", r"\.feed_forward\."),  # Falcon-H1's MLP
     ("head", r"^(lm_head|cls)\."),
     ("pooler", r"pooler\."),
 ]
@@ -912,6 +957,10 @@ def measure_variant(name: str, spec: dict, pub: dict, var: dict, log) -> dict:
     changes = {
         lkey: {"published": pub.get(lkey), "used": list(LAYER_COUNTS)},
     }
+    pattern = var.get("layer_pattern")
+    if pattern is not None:
+        changes[pattern[0]] = {"published": pub.get(pattern[0]),
+                               "used": {str(L): pattern[1] * L for L in LAYER_COUNTS}}
     for k, v in overrides.items():
         changes[k] = {
             "published": pub.get(
@@ -941,7 +990,9 @@ def measure_variant(name: str, spec: dict, pub: dict, var: dict, log) -> dict:
         "errors": [],
     }
     for L in LAYER_COUNTS:
-        cfg = make_config(pub, {**overrides, lkey: L}, remove)
+        by_pattern = ({pattern[0]: pattern[1] * L, lkey: len(pattern[1]) * L}
+                      if pattern is not None else {})
+        cfg = make_config(pub, {**overrides, lkey: L, **by_pattern}, remove)
         torch.manual_seed(SEED)
         t0 = time.time()
         try:

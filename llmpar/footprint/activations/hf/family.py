@@ -18,8 +18,8 @@ import attrs
 
 from llmpar.spec.model import Model
 
-NORMS = ("llama", "olmo2", "gemma", "layernorm")
-ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek")
+NORMS = ("llama", "olmo2", "gemma", "fp32-weight", "layernorm")
+ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax")
 
 
 @attrs.frozen(kw_only=True)
@@ -31,8 +31,9 @@ class Family:
     """llama: x.float() -> x * rsqrt(mean(x^2)) -> weight * x_hat.to(dtype), keeping the
     fp32 input, rsqrt and the normalized x in the activations' dtype; olmo2: weight *
     x_hat before the cast, keeping x_hat in fp32; gemma: x_hat * (1 + weight.float()),
-    keeping x_hat in fp32 and the fp32 (1 + weight); layernorm: ATen's native_layer_norm
-    keeping its input, mean and rstd."""
+    keeping x_hat in fp32 and the fp32 (1 + weight); fp32-weight: (weight.float() *
+    x_hat).to(dtype) (NemotronHRMSNorm), keeping x_hat and the weight's copy in fp32;
+    layernorm: ATen's native_layer_norm keeping its input, mean and rstd."""
     fused_qkv: bool = False
     """Q, K and V are slices of one projection's output (GPT-2 c_attn, Phi-3 qkv_proj)."""
     rope: bool = True
@@ -50,7 +51,8 @@ class Family:
     router: str = "softmax-cast"
     """softmax-fp32: Mixtral's softmax(logits.float()) with fp32 routing weights;
     softmax-cast: Qwen-MoE's softmax(dtype=float) cast back to the activations' dtype;
-    deepseek: an fp32 router, sigmoid scores and group-limited top-k."""
+    deepseek: an fp32 router, sigmoid scores and group-limited top-k; topk-softmax:
+    Granite's top-k of the fp32 logits, then softmax over the k, cast back."""
     norm_topk: bool = True
     """The top-k routing weights are renormalized in place (Mixtral always; Qwen3-MoE and
     DeepSeek-V3 by their published norm_topk_prob)."""
@@ -80,6 +82,11 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),
     "DeepseekV3ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3", router="deepseek"),
     "Mamba2ForCausalLM": attrs.evolve(LLAMA, name="mamba2", rope=False, residual_fp32=True),
+    "NemotronHForCausalLM": attrs.evolve(LLAMA, name="nemotron-h", norm="fp32-weight",
+                                         rope=False, router="deepseek"),
+    "GraniteMoeHybridForCausalLM": attrs.evolve(LLAMA, name="granite-moe-hybrid",
+                                                router="topk-softmax", norm_topk=False),
+    "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

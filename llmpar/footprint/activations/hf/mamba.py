@@ -17,7 +17,12 @@ merge (one sequence in one chunk) and copies otherwise: then B, C and the discre
 kept once more and the states read by C are a copy of c states, not a view of all c + 1.
 The gated RMSNorm (MambaRMSNormGated) runs in fp32: the gate's fp32 copy and silu of it,
 the scan output (a view of the padded output for one sequence), the gated product, its
-normalized groups and their rsqrt; the output projection keeps its bf16 input. Two masks
+normalized groups and their rsqrt; without it (FalconH1Mixer with mamba_rms_norm = false,
+modeling_falcon_h1.py) the scan output is gated by silu(z) in bf16. The output projection
+keeps its bf16 input. NemotronHMamba2Mixer and GraniteMoeHybridMambaLayer run the same
+code; FalconH1Mixer too, but for its muP multipliers (its input scaled by
+ssm_in_multiplier, a copy in_proj keeps instead of the norm's output; in_proj's output
+times the mup_vector buffer, which keeps nothing more). Two masks
 of Q x Q and of (c + 1) x (c + 1) booleans and A = -exp(A_log) are kept once per layer.
 Exact at one sequence of 128, 256 and 512 tokens and at two of 128 and 512; two of 256
 tokens come out 1.4% over (a copy the einsum avoids that this rule counts)."""
@@ -25,6 +30,7 @@ tokens come out 1.4% over (a copy the einsum avoids that this rule counts)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from llmpar.footprint.activations.common import (
     FP32_BYTES,
@@ -38,12 +44,32 @@ from llmpar.footprint.inventory import SavedTensor
 BOOL_BYTES = 1.0
 
 
+def _gating(ctx: Context, fp32: Callable[..., SavedTensor]) -> list[SavedTensor]:
+    """The scan output's gate: the gated RMSNorm in fp32 (MambaRMSNormGated: the gate's
+    fp32 copy and silu of it, the gated product, its normalized groups and their rsqrt),
+    or without it (Falcon-H1's mamba_rms_norm = false: scan_output * silu(z)) silu(z) in
+    the activations' dtype, whose input z is in_proj's output, already kept."""
+    mamba, sizes = ctx.model.mamba, ctx.sizes
+    assert mamba is not None
+    inner, s = mamba.inner_width, sizes.s
+    if not mamba.gated_norm:
+        return [ctx.per_token("silu(z)", "kept by the gating product", "d_in", inner, ctx.d,
+                              INSIDE_TP)]
+    return [
+        fp32("gate z (fp32) and silu(z)", "kept by silu and the gating product", s,
+             ("2*d_in", 2 * inner)),
+        fp32("gated product and its normalized groups", "kept by pow, rsqrt's product and "
+             "the weight's product", s, ("2*d_in", 2 * inner)),
+        fp32("gated norm rsqrt", "per group", s, ("G", mamba.num_groups)),
+    ]
+
+
 def mamba_mixer_tensors(ctx: Context) -> list[SavedTensor]:
     """One Mamba2Mixer's saved tensors on the torch path (see the module docstring)."""
     mamba, sizes = ctx.model.mamba, ctx.sizes
     assert mamba is not None
     b, s = sizes.b, sizes.s
-    heads, head_dim, groups = mamba.num_heads, mamba.head_dim, mamba.num_groups
+    heads, head_dim = mamba.num_heads, mamba.head_dim
     state, chunk, taps = mamba.state_size, mamba.chunk_size, mamba.conv_kernel_size
     inner, conv = mamba.inner_width, mamba.conv_width
     chunks = math.ceil(s[1] / chunk)
@@ -85,13 +111,9 @@ def mamba_mixer_tensors(ctx: Context) -> list[SavedTensor]:
         fp32("states read by C", "a view of the chunk states, or a copy of c of them", h, (
             ("c+1", chunks + 1) if view else c), n, p),
         fp32("inter-chunk output C.states", "kept by the product with the decay", padded, h, p),
-        fp32("gate z (fp32) and silu(z)", "kept by silu and the gating product", s,
-             ("2*d_in", 2 * inner)),
         fp32("scan output (fp32)", "kept by the gating product; a view of the padded "
              "output for one sequence", padded if b[1] == 1 else s, ("d_in", inner)),
-        fp32("gated product and its normalized groups", "kept by pow, rsqrt's product and "
-             "the weight's product", s, ("2*d_in", 2 * inner)),
-        fp32("gated norm rsqrt", "per group", s, ("G", groups)),
+        *_gating(ctx, fp32),
         ctx.per_token("output projection input", "input of out_proj", "d_in", inner, d,
                       INSIDE_TP),
     ]

@@ -120,7 +120,9 @@ def config_used(data: Mapping[str, Any], variant: str, layers: int,
                 root: Path | None = None) -> dict[str, Any]:
     """The config.json values the measurement built `layers` layers from: the published
     config.json (data["published_config_file"], relative to `root`, the repository) with
-    the variant's changes, else the config transformers reports (whose key names can
+    the variant's changes (a change given by layer count, a pattern of one letter per
+    layer repeating a unit `layers` times, takes the value for `layers` and says the
+    number of layers), else the config transformers reports (whose key names can
     differ from config.json's)."""
     found = _variant(data, variant)
     published = data.get("published_config_file")
@@ -128,14 +130,22 @@ def config_used(data: Mapping[str, Any], variant: str, layers: int,
     if path is None or not path.is_file():
         return dict(found["configs_used"][str(layers)])
     config = dict(load(path))
-    for key, change in found.get("changes_from_published", {}).items():
+    changes = found.get("changes_from_published", {})
+    for key, change in changes.items():
         used = change.get("used")
         if used == REMOVED:
             config.pop(key, None)
         elif key in LAYER_KEYS:
             config[key] = layers
+        elif isinstance(used, Mapping):  # by layer count (a layer pattern's letters)
+            config[key] = used[str(layers)]
         else:
             config[key] = used
+    patterns = [change["used"][str(layers)] for change in changes.values()
+                if isinstance(change.get("used"), Mapping)]
+    for key in LAYER_KEYS:  # a pattern of one letter per layer says their number
+        if patterns and key in config:
+            config[key] = len(patterns[0])
     return config
 
 

@@ -74,17 +74,65 @@ def unmeasured(model: Model, name: str) -> None:
             "'korthikanti'")
 
 
+MAMBA2_TORCH_PATH = ("mamba2", "nemotron-h")
+"""The families whose Mamba-2 mixer runs the torch path `mamba_mixer_tensors` lists
+(Mamba2Mixer; NemotronHMamba2Mixer, the same code in transformers 5.24.0 but for its
+config keys and dt's lower clamp at time_step_min, which keeps nothing more)."""
+
+
 def mixers_alone(model: Model) -> bool:
-    """Whether every layer is a Mamba-2 mixer alone as Mamba2ForCausalLM builds it (the one
-    recurrent layer kind whose torch path is measured: `mamba_mixer_tensors`)."""
-    return model.mixer_pattern == "m" and family_of(model).name == "mamba2"
+    """Whether every layer is a Mamba-2 mixer alone (behind one norm) as Mamba2ForCausalLM
+    or NemotronHForCausalLM builds it ("M" layers only): the recurrent layer kind whose
+    torch path is measured (`mamba_mixer_tensors`)."""
+    return (set(model.mixer_pattern or "") == {"m"}
+            and family_of(model).name in MAMBA2_TORCH_PATH)
+
+
+HYBRID_FAMILIES = ("nemotron-h", "granite-moe-hybrid", "falcon-h1")
+"""The hybrids whose every layer kind is listed: Nemotron-H's single-module blocks
+(NemotronHBlock: one norm, then a Mamba-2 mixer "M", an attention "*", an MLP "-" or the
+experts "E"), Granite 4.0-H's two-module blocks (GraniteMoeHybridDecoderLayer: a Mamba-2
+mixer or an attention, then the experts beside a shared MLP) and Falcon-H1's parallel
+blocks (FalconH1DecoderLayer: the Mamba-2 mixer and the attention on the same normed
+input, each on its own scaled copy, then the MLP)."""
+
+
+def listed_hybrid(model: Model) -> bool:
+    """Whether the model is a hybrid of `HYBRID_FAMILIES` whose layers' mixers are all
+    Mamba-2 mixers and attentions (hybrid_kinds_in's names: "moe mamba", "none attention")."""
+    if family_of(model).name not in HYBRID_FAMILIES or not model.layer_kinds_vary:
+        return False
+    kinds = model.hybrid_kinds_in(0, len(model.mixer_pattern or ""))
+    return {kind.split(" ", 1)[1] for kind in kinds} <= {"mamba", "attention", "none",
+                                                          "attention+mamba"}
+
+
+def _hybrid_layer(ctx: Context, run: HfRun, name: str, kind: str) -> list[SavedTensor]:
+    """One layer of a listed hybrid, of `kind` ("moe mamba": its MLP, then its mixer): the
+    input norm, the mixer, the post-mixer norm and the MLP, or a single module's norm and
+    module (no residual cast in either)."""
+    block, mixer = kind.split(" ", 1)
+    if mixer == "none":
+        return _norm(ctx, "input norm") + (moe_tensors(ctx) if block == "moe"
+                                           else dense_mlp(ctx))
+    if mixer == "attention+mamba":
+        tensors = _mamba_layer(ctx, run, name) + attention_tensors(ctx)
+    elif mixer == "mamba":
+        tensors = _mamba_layer(ctx, run, name)
+    else:
+        tensors = _norm(ctx, "input norm") + attention_tensors(ctx)
+    if block == "none":
+        return tensors
+    return (tensors + _norm(ctx, "post-attention norm")
+            + (moe_tensors(ctx) if block == "moe" else dense_mlp(ctx)))
 
 
 def _mamba_layer(ctx: Context, run: HfRun, name: str) -> list[SavedTensor]:
-    """Mamba2Block: its RMSNorm and the mixer, whose torch path runs the same for eager
-    and SDPA attention; transformers refuses SDPA for Mamba2ForCausalLM, which never
-    attends."""
-    if run.attention != "eager":
+    """Mamba2Block (NemotronHBlock of an "M" layer; GraniteMoeHybridDecoderLayer up to
+    its mixer): the RMSNorm and the mixer, whose torch path runs the same for eager and
+    SDPA attention; transformers refuses SDPA for Mamba2ForCausalLM, which never attends,
+    and accepts it for the hybrids."""
+    if run.attention != "eager" and ctx.family.name == "mamba2":
         raise ActivationUnavailable(
             f"{name}: transformers' Mamba2ForCausalLM has no SDPA path (its layers never "
             "attend); use 'hf-eager', which runs the same mixer")
@@ -95,19 +143,25 @@ def hf_inventory(spec: Spec, run: HfRun, name: str = "hf") -> ActivationInventor
     """The inventory of `spec`'s model run by transformers the way `run` says."""
     model = spec.model
     recurrent = mixers_alone(model)
-    require(spec, ARCHITECTURE, name, recurrent_inventory=recurrent)
+    single = not recurrent and listed_hybrid(model)
+    require(spec, ARCHITECTURE, name, recurrent_inventory=recurrent or single)
     unmeasured(model, name)
     ctx = Context(sizes=sizes_of(spec), model=model, run=run, family=family_of(model))
     groups = []
     if recurrent:
         groups.append(LayerGroup(kind="none mamba", count=model.num_layers or 0,
                                  tensors=tuple(_mamba_layer(ctx, run, name))))
-    if model.num_dense_layers:
-        groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
-                                 tensors=tuple(layer_tensors(ctx, moe=False))))
-    if model.num_moe_layers:
-        groups.append(LayerGroup(kind="moe", count=model.num_moe_layers,
-                                 tensors=tuple(layer_tensors(ctx, moe=True))))
+    elif single:
+        groups += [LayerGroup(kind=kind, count=count,
+                              tensors=tuple(_hybrid_layer(ctx, run, name, kind)))
+                   for kind, count in model.hybrid_kinds_in(0, model.num_layers or 0).items()]
+    else:
+        if model.num_dense_layers:
+            groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
+                                     tensors=tuple(layer_tensors(ctx, moe=False))))
+        if model.num_moe_layers:
+            groups.append(LayerGroup(kind="moe", count=model.num_moe_layers,
+                                     tensors=tuple(layer_tensors(ctx, moe=True))))
     fixed = (tuple(attrs.evolve(t, placement="embedding") for t in embedding_tensors(ctx))
              + tuple(shared_tensors(ctx))
              + tuple(attrs.evolve(t, placement="head") for t in head_tensors(ctx)))

@@ -4,13 +4,14 @@
 Routers: Mixtral softmax(logits.float()), top-k, renormalized in place, fp32 weights;
 Qwen-MoE softmax(dtype=float), top-k, renormalized when norm_topk_prob, cast back;
 DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k, gathered and
-renormalized fp32 weights. Only what the loss's graph reaches stays alive after the
-forward: a branch that yields only indices is freed with it.
+renormalized fp32 weights; Granite 4.0-H (GraniteMoeHybridTopKRouter) the top-k of the
+fp32 logits, softmax over those k, cast back. Only what the loss's graph reaches stays
+alive after the forward: a branch that yields only indices is freed with it.
 Experts: the grouped_mm implementation (integrations/moe.py, transformers' default)
 sorts the token copies by expert and runs two grouped matmuls; the eager loop runs one
 F.linear per expert. Sources: modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_deepseek_v3.py and integrations/moe.py of transformers 5.24.0, measured with
-torch 2.13.0.
+modeling_deepseek_v3.py, modeling_granitemoehybrid.py and integrations/moe.py of
+transformers 5.24.0, measured with torch 2.13.0.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def _tokens(ctx: Context, name: str, reason: str, extra: tuple[tuple[str, int], 
 
 
 def _weight_bytes(ctx: Context) -> float:
-    """Routing weights: fp32 for Mixtral and DeepSeek, cast back for Qwen-MoE."""
-    return ctx.d if ctx.family.router == "softmax-cast" else FP32_BYTES
+    """Routing weights: fp32 for Mixtral and DeepSeek, cast back for Qwen-MoE and
+    Granite."""
+    return ctx.d if ctx.family.router in ("softmax-cast", "topk-softmax") else FP32_BYTES
 
 
 def router_tensors(ctx: Context) -> list[SavedTensor]:
@@ -58,6 +60,14 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
             _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
             _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
                     INDEX_BYTES),
+            *renormalized,
+        ]
+    if ctx.family.router == "topk-softmax":
+        return [
+            _tokens(ctx, "top-k indices", "kept by topk of the fp32 logits", (k,),
+                    INDEX_BYTES),
+            _tokens(ctx, "top-k probabilities (fp32)", "kept by the softmax over the k",
+                    (k,), FP32_BYTES),
             *renormalized,
         ]
     return [

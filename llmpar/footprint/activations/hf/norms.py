@@ -18,7 +18,8 @@ def norm_tensors(ctx: Context, label: str, symbol: str, width: int,
     to fp32, whose copy pow and mul keep, and keeps the rsqrt per row; then the
     normalized x in the activations' dtype (Llama: weight * x_hat.to(dtype)) or in fp32
     (OLMo 2: (weight * x_hat).to(dtype); Gemma: x_hat * (1 + weight.float()), which also
-    keeps the fp32 (1 + weight)); that normalized x is kept only for the weight's
+    keeps the fp32 (1 + weight); Nemotron-H: (weight.float() * x_hat).to(dtype), which
+    keeps the weight's fp32 copy); that normalized x is kept only for the weight's
     gradient (the product saves an operand only where the other one requires a
     gradient), so a frozen norm (its weight in parameter group `group`) does not keep
     it. LayerNorm (GPT-2, BERT) is ATen's native_layer_norm:
@@ -48,9 +49,12 @@ def norm_tensors(ctx: Context, label: str, symbol: str, width: int,
         saved(f"{label} normalized", "x * rsqrt, kept by the product with the weight", full,
               normalized_bytes, splits, weights=frozenset({group}), weights_only=True),
     ]
-    if family == "gemma":
+    if family in ("gemma", "fp32-weight"):
         weight_width = width // heads[1] if heads else width
-        tensors.append(saved(f"{label} 1 + weight (fp32)", "Gemma scales by 1 + weight",
-                             ((symbol if not heads else "d_head", weight_width),), FP32_BYTES,
-                             frozenset()))
+        name, reason = ((f"{label} 1 + weight (fp32)", "Gemma scales by 1 + weight")
+                        if family == "gemma" else
+                        (f"{label} weight (fp32)", "the weight's fp32 copy, kept by the "
+                         "product with x_hat"))
+        tensors.append(saved(name, reason, ((symbol if not heads else "d_head",
+                                             weight_width),), FP32_BYTES, frozenset()))
     return tensors
