@@ -96,6 +96,8 @@ from llmpar.strategy import (
     Strategy,
     StrategyContext,
     Transform,
+    checked_collective,
+    checked_shard,
 )
 
 ZERO_STAGE = "data.zero_stage"
@@ -541,10 +543,10 @@ def _shards(stage: Any, dense: Any, expert: Any,
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
         reason = f"ZeRO-{level} and above shard {component} across data ranks"
         whole = persistent if component == "weights" else frozenset()
-        shards.append(Shard(component=component, divisor=where(stage >= level, dense, 1),
-                            reason=reason, excluded=EXPERT_GROUPS | whole))
-        shards.append(Shard(component=component, divisor=where(stage >= level, expert, 1),
-                            reason=reason, groups=EXPERT_GROUPS))
+        shards.append(checked_shard(component=component, divisor=where(stage >= level, dense, 1),
+                                    reason=reason, excluded=EXPERT_GROUPS | whole))
+        shards.append(checked_shard(component=component, divisor=where(stage >= level, expert, 1),
+                                    reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
 
 
@@ -605,7 +607,7 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies
                                              common, copies))
     # One layout states only the collectives its stage runs; a search node states each
     # wherever it may run (calls 0 elsewhere), and none that runs nowhere in it.
-    return tuple([Collective(**fields) for fields in found
+    return tuple([checked_collective(**fields) for fields in found
                   if anywhere(fields["calls_per_step"] != 0)])
 
 
