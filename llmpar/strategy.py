@@ -208,6 +208,40 @@ class Collective:
     DeepSeek-V3 technical report, arXiv:2412.19437, Sec. 3.4)."""
 
 
+def _fields_setter(cls: type) -> Callable[..., None]:
+    """An `__init__` for instances of `cls` that sets the same fields with the same
+    defaults as its own, without its validators: attrs' generated code for a frozen,
+    slotted class of those fields (each set with `object.__setattr__`), made once."""
+    fields = attrs.fields(cls)
+    assert not any(a.converter or a.on_setattr or a.alias != a.name for a in fields)
+    twin = attrs.make_class(f"_{cls.__name__}Fields",
+                            {a.name: attrs.field(default=a.default, kw_only=True)
+                             for a in fields}, frozen=True, slots=True)
+    init: Callable[..., None] = vars(twin)["__init__"]
+    return init
+
+
+_SET_SHARD = _fields_setter(Shard)
+_SET_COLLECTIVE = _fields_setter(Collective)
+
+
+def checked_shard(**fields: Any) -> Shard:
+    """`Shard(**fields)` for fields the caller has checked already (a built-in strategy's,
+    in the evaluation's hot path): the same record, without running the validators,
+    which stay for the values of third-party strategies."""
+    shard: Shard = object.__new__(Shard)
+    _SET_SHARD(shard, **fields)
+    return shard
+
+
+def checked_collective(**fields: Any) -> Collective:
+    """`Collective(**fields)` for fields the caller has checked already, as
+    `checked_shard`."""
+    collective: Collective = object.__new__(Collective)
+    _SET_COLLECTIVE(collective, **fields)
+    return collective
+
+
 @attrs.frozen(kw_only=True)
 class Offload(GroupSelection):
     """Keep one model-state component in host (CPU) memory instead of GPU memory.

@@ -399,3 +399,32 @@ def test_host_memory_of_a_node_is_checked():
     plan = session.evaluate(with_tohost(small))
     assert any("host memory per node" in w and "8 GPUs" in w for w in plan.warnings)
     assert not any("host memory" in w for w in session.evaluate(with_tohost(SEVEN_B)).warnings)
+
+
+def test_the_built_in_strategies_records_are_the_checked_constructors_records():
+    """`checked_shard` and `checked_collective` (a built-in strategy's records, built
+    without validators) make the record the public constructor makes, defaults included,
+    and refuse a field the class lacks or a required one left out; the public classes
+    still reject a bad value, as a third-party strategy's."""
+    from llmpar.strategy import GroupSelection, checked_collective, checked_shard
+
+    experts = frozenset({"experts"})
+    shard = dict(component="weights", divisor=8, reason="toy", excluded=experts)
+    assert checked_shard(**shard) == Shard(**shard)
+    assert hash(checked_shard(**shard)) == hash(Shard(**shard))
+    fields = dict(strategy="data", name="toy", operation="all-gather", group_size=8,
+                  calls_per_step=2.0, pieces=32, bytes_per_parameter=2.0,
+                  component="weights", parameter_groups=GroupSelection(groups=experts))
+    built = checked_collective(**fields)
+    assert built == Collective(**fields)
+    assert attrs.asdict(built, recurse=False) == attrs.asdict(Collective(**fields),
+                                                              recurse=False)
+    assert built.hides_behind == "compute" and built.kernel == "" and built.overlap == 0.0
+    with pytest.raises(TypeError):
+        checked_collective(**fields, buckets=2)
+    with pytest.raises(TypeError):
+        checked_shard(component="weights", reason="toy")
+    with pytest.raises(ValueError):
+        Shard(component="weights", divisor=0.5, reason="toy")
+    with pytest.raises(ValueError):
+        Collective(**{**fields, "operation": "broadcast"})

@@ -174,14 +174,20 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
     total: Value = 0.0
     copies = composition.copies
     component, strategy = collective.component, collective.strategy
+    # Each group's divisor (None: not selected), once for all the kinds of stage.
+    divisors: dict[str, Value] = {}
     for members, held in zip(kinds.members, parameters):
         stages = len(members)
         for group, count in held.items():
-            if selection.applies_to(group):
+            divisor = divisors.get(group, divisors)
+            if divisor is divisors:
+                divisor = divisors[group] = (composition.divisor(
+                    component, group, without=strategy) if selection.applies_to(group)
+                    else None)
+            if divisor is not None:
                 if copies:
                     count = count * composition.copied(component, group)
-                total = total + stages * count / composition.divisor(component, group,
-                                                                     without=strategy)
+                total = total + stages * count / divisor
     return total / len(kinds.kind_of)
 
 

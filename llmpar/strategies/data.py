@@ -96,6 +96,8 @@ from llmpar.strategy import (
     Strategy,
     StrategyContext,
     Transform,
+    checked_collective,
+    checked_shard,
 )
 
 ZERO_STAGE = "data.zero_stage"
@@ -511,14 +513,24 @@ class DataParallel(Strategy[DataConfig]):
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
             shards=_shards(stage, dense, expert, persistent_groups(config, ctx)),
             collectives=_collectives(config, ctx, stage, copies, (dense, expert)),
-            buffer_bytes=where(stage == 3, where(
-                stack_keeps_stage_unsharded(ctx), 0.0,
-                where(keeps_weights_gathered(config), 0.0, _fsdp_buffer_bytes(ctx, config))
-                + _held_unsharded_bytes(config, ctx, dense, expert))
-                + _secondary_partition_bytes(config, ctx),
-                0.0),
+            buffer_bytes=_buffer_bytes(config, ctx, stage, dense, expert),
             notes=notes, mechanisms=_mechanisms(config, stage, copies, dense),
         )
+
+
+def _buffer_bytes(config: DataConfig, ctx: StrategyContext, stage: Any, dense: Any,
+                  expert: Any) -> Any:
+    """ZeRO-3's buffers: the gathered weights in flight, what the FSDP settings hold and
+    hpZ's secondary partition; none below stage 3 (one layout's stage below 3 takes 0
+    at once, without the formulas whose values it would drop)."""
+    if not is_array(stage) and stage != 3:
+        return 0.0
+    return where(stage == 3, where(
+        stack_keeps_stage_unsharded(ctx), 0.0,
+        where(keeps_weights_gathered(config), 0.0, _fsdp_buffer_bytes(ctx, config))
+        + _held_unsharded_bytes(config, ctx, dense, expert))
+        + _secondary_partition_bytes(config, ctx),
+        0.0)
 
 
 def _mechanisms(config: DataConfig, stage: Any, copies: Any,
@@ -541,10 +553,10 @@ def _shards(stage: Any, dense: Any, expert: Any,
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
         reason = f"ZeRO-{level} and above shard {component} across data ranks"
         whole = persistent if component == "weights" else frozenset()
-        shards.append(Shard(component=component, divisor=where(stage >= level, dense, 1),
-                            reason=reason, excluded=EXPERT_GROUPS | whole))
-        shards.append(Shard(component=component, divisor=where(stage >= level, expert, 1),
-                            reason=reason, groups=EXPERT_GROUPS))
+        shards.append(checked_shard(component=component, divisor=where(stage >= level, dense, 1),
+                                    reason=reason, excluded=EXPERT_GROUPS | whole))
+        shards.append(checked_shard(component=component, divisor=where(stage >= level, expert, 1),
+                                    reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
 
 
@@ -605,7 +617,7 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies
                                              common, copies))
     # One layout states only the collectives its stage runs; a search node states each
     # wherever it may run (calls 0 elsewhere), and none that runs nowhere in it.
-    return tuple([Collective(**fields) for fields in found
+    return tuple([checked_collective(**fields) for fields in found
                   if anywhere(fields["calls_per_step"] != 0)])
 
 
@@ -877,6 +889,9 @@ def _held_unsharded_bytes(config: DataConfig, ctx: StrategyContext, dense: Any,
     gather_format = spec.precision.weight_gather_under(spec.training.profile)
     weights = where(keeps_weights_gathered(config), bytes_per_element(gather_format), 0.0)
     gradients = where(syncs_last_micro_batch(config), bytes_per_element(spec.gradients_dtype), 0.0)
+    plain = not any(map(is_array, (weights, gradients, dense, expert)))
+    if plain and weights == 0 and gradients == 0:
+        return 0.0  # one layout that holds neither: the products by 0 below, at once
     if ctx.footprint.finetune is None:
         counts = ctx.footprint.parameters_by_group
         return unsharded(counts, False) * weights + unsharded(counts, True) * gradients

@@ -69,6 +69,7 @@ from llmpar.strategy import (
     Strategy,
     StrategyContext,
     Transform,
+    checked_collective,
 )
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "zero-bubble", "dualpipe", "dualpipev"]
@@ -349,14 +350,14 @@ class PipelineParallel(Strategy[PipelineConfig]):
         calls = 2 * m * chunks
         paired = _pairs_chunks(config.schedule)
         overlapped = logical_or(config.overlap_p2p, paired)
-        sends = Collective(strategy=self.name, name=SEND_RECV, operation="send-recv",
-                           buffer_bytes=self._boundary_bytes(config, ctx), group_size=2,
-                           group_stride=layout.stride(self.name), calls_per_step=calls,
-                           reason="activations forward and their gradients backward, per "
-                                  "micro-batch and stage boundary" + (
-                                      ", behind another micro-batch's compute"
-                                      if overlapped is True else ""),
-                           **_overlapped_sends(overlapped, calls))
+        sends = checked_collective(strategy=self.name, name=SEND_RECV, operation="send-recv",
+                                   buffer_bytes=self._boundary_bytes(config, ctx), group_size=2,
+                                   group_stride=layout.stride(self.name), calls_per_step=calls,
+                                   reason="activations forward and their gradients backward, per "
+                                          "micro-batch and stage boundary" + (
+                                              ", behind another micro-batch's compute"
+                                              if overlapped is True else ""),
+                                   **_overlapped_sends(overlapped, calls))
         notes: tuple[str, ...] = ()
         if not is_array(config.schedule) and config.schedule in PAIRING_SCHEDULES:
             share = paired_chunk_share(config.schedule, p, m)
@@ -405,12 +406,12 @@ class PipelineParallel(Strategy[PipelineConfig]):
         t = ctx.layout.degree("tensor")
         if t == 1 or not config.scatter_gather:
             return ()
-        return (Collective(strategy=self.name, name=BOUNDARY_ALL_GATHER,
-                           operation="all-gather",
-                           buffer_bytes=hidden_state_bytes(ctx.spec, ctx.layout), group_size=t,
-                           group_stride=ctx.layout.stride("tensor"),
-                           calls_per_step=where(sequence_parallel(ctx.layout), 0.0, calls),
-                           reason="rebuild the received boundary tensor from its slices"),)
+        return (checked_collective(
+            strategy=self.name, name=BOUNDARY_ALL_GATHER, operation="all-gather",
+            buffer_bytes=hidden_state_bytes(ctx.spec, ctx.layout), group_size=t,
+            group_stride=ctx.layout.stride("tensor"),
+            calls_per_step=where(sequence_parallel(ctx.layout), 0.0, calls),
+            reason="rebuild the received boundary tensor from its slices"),)
 
 
 def _overlapped_sends(overlapped: Any, calls: Any) -> dict[str, Any]:
@@ -469,13 +470,13 @@ def _mirror_exchange(config: PipelineConfig, ctx: StrategyContext) -> tuple[Coll
     dual = config.schedule == "dualpipe"
     if not anywhere(dual):
         return ()
-    return (Collective(strategy="pipeline", name=MIRROR_EXCHANGE, operation="send-recv",
-                       group_size=config.degree, group_stride=ctx.layout.stride("pipeline"),
-                       calls_per_step=where(dual, 1.0, 0.0),
-                       bytes_per_parameter=bytes_per_element(ctx.spec.gradients_dtype),
-                       component="gradients",
-                       reason="DualPipe: sum the gradients of the two copies of each stage "
-                              "with the mirror rank, once per step"),)
+    return (checked_collective(strategy="pipeline", name=MIRROR_EXCHANGE, operation="send-recv",
+                               group_size=config.degree, group_stride=ctx.layout.stride("pipeline"),
+                               calls_per_step=where(dual, 1.0, 0.0),
+                               bytes_per_parameter=bytes_per_element(ctx.spec.gradients_dtype),
+                               component="gradients",
+                               reason="DualPipe: sum the gradients of the two copies of each stage "
+                                      "with the mirror rank, once per step"),)
 
 
 @hookimpl

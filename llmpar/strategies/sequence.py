@@ -38,6 +38,7 @@ from llmpar.strategy import (
     Strategy,
     StrategyContext,
     Transform,
+    checked_collective,
 )
 
 ALL_GATHER = "sequence.all-gather"
@@ -123,23 +124,23 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                                reason="norm and dropout regions split by "
                                                       "sequence"),),
             collectives=(
-                Collective(name=ALL_GATHER, operation="all-gather", calls_per_step=calls,
-                           reason="gather the sequence before each split block",
-                           **{**common, "buffer_bytes": gathered_bytes(spec, layout)},
-                           **_pipelined(config, pieces=t)),
-                Collective(name=REDUCE_SCATTER, operation="reduce-scatter",
-                           calls_per_step=calls - backward - saved,
-                           reason="scatter each split block's output by sequence", **common,
-                           **_pipelined(config, pieces=config.overlap_splits,
-                                        compute_share=config.overlap_compute_share)),
-                Collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
-                           operation="reduce-scatter", calls_per_step=backward,
-                           overlap=1.0 if config.overlap_backward else 0.0,
-                           hides_behind="weight-gradients",
-                           reason="input gradients of the Q/K/V and first MLP projections "
-                                  "(backward)" + (", behind the weight gradients"
-                                                  if config.overlap_backward else ""),
-                           **common),
+                checked_collective(name=ALL_GATHER, operation="all-gather", calls_per_step=calls,
+                                   reason="gather the sequence before each split block",
+                                   **{**common, "buffer_bytes": gathered_bytes(spec, layout)},
+                                   **_pipelined(config, pieces=t)),
+                checked_collective(name=REDUCE_SCATTER, operation="reduce-scatter",
+                                   calls_per_step=calls - backward - saved,
+                                   reason="scatter each split block's output by sequence", **common,
+                                   **_pipelined(config, pieces=config.overlap_splits,
+                                                compute_share=config.overlap_compute_share)),
+                checked_collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
+                                   operation="reduce-scatter", calls_per_step=backward,
+                                   overlap=1.0 if config.overlap_backward else 0.0,
+                                   hides_behind="weight-gradients",
+                                   reason="input gradients of the Q/K/V and first MLP projections "
+                                          "(backward)" + (", behind the weight gradients"
+                                                          if config.overlap_backward else ""),
+                                   **common),
             ) + _amax_all_reduces(spec, calls, t, layout.stride("tensor")),
             added_activation_bytes=kept, mechanisms=_mechanisms(config),
             replaces=(LAYER_OUTPUT, INPUT_GRADIENT), replaces_where=on)
@@ -190,12 +191,12 @@ def _amax_all_reduces(spec: Spec, calls: Any, t: int, stride: int) -> tuple[Coll
     tensor_to_amax). Each is one fp32 on the critical path of its cast: latency."""
     if amax_reads(spec, spec.precision.linear_format) == 0.0:
         return ()
-    return (Collective(name=AMAX_ALL_REDUCE, strategy="sequence", operation="all-reduce",
-                       buffer_bytes=AMAX_BYTES, calls_per_step=calls, group_size=t,
-                       group_stride=stride,
-                       reason="the amax of each sequence-split tensor cast to fp8 under "
-                              "current per-tensor scaling: column-parallel inputs "
-                              "(forward), row-parallel output gradients (backward)"),)
+    return (checked_collective(name=AMAX_ALL_REDUCE, strategy="sequence", operation="all-reduce",
+                               buffer_bytes=AMAX_BYTES, calls_per_step=calls, group_size=t,
+                               group_stride=stride,
+                               reason="the amax of each sequence-split tensor cast to fp8 under "
+                                      "current per-tensor scaling: column-parallel inputs "
+                                      "(forward), row-parallel output gradients (backward)"),)
 
 
 def _pipelined(config: SequenceConfig, pieces: int,

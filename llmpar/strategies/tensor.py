@@ -41,10 +41,11 @@ from llmpar.strategy import (
     Layout,
     ProductSplit,
     Rule,
-    Shard,
     Strategy,
     StrategyContext,
     Transform,
+    checked_collective,
+    checked_shard,
 )
 
 LAYER_OUTPUT = "tensor.layer-output"
@@ -187,23 +188,25 @@ class TensorParallel(Strategy[TensorConfig]):
         experts = expert_tensor_degree(ctx.layout)
         adapters = adapter_divisors(ctx, t, experts)
         for component in COMPONENTS:
-            shards.append(Shard(component=component, divisor=t, reason="split over tensor ranks",
-                                groups=TENSOR_SPLIT_GROUPS - {"attention", "mamba"}
-                                - EXPERT_GROUPS))
-            shards.append(Shard(component=component, divisor=attention,
-                                reason="heads split over tensor ranks", groups=frozenset(
-                                    {"attention"})))
+            shards.append(checked_shard(component=component, divisor=t,
+                                        reason="split over tensor ranks",
+                                        groups=TENSOR_SPLIT_GROUPS - {"attention", "mamba"}
+                                        - EXPERT_GROUPS))
+            shards.append(checked_shard(component=component, divisor=attention,
+                                        reason="heads split over tensor ranks", groups=frozenset(
+                                            {"attention"})))
             if ctx.spec.model.mamba is not None:
-                shards.append(Shard(component=component, divisor=mamba_divisor(ctx.spec, t),
-                                    reason="SSM heads split over tensor ranks",
-                                    groups=frozenset({"mamba"})))
+                shards.append(checked_shard(component=component, divisor=mamba_divisor(ctx.spec, t),
+                                            reason="SSM heads split over tensor ranks",
+                                            groups=frozenset({"mamba"})))
             if experts > 1:
-                shards.append(Shard(component=component, divisor=experts,
-                                    reason="routed experts split over expert tensor ranks",
-                                    groups=EXPERT_GROUPS - {EXPERT_ADAPTERS}))
-            shards += [Shard(component=component, divisor=divisor, groups=frozenset({group}),
-                             reason="LoRA's split factor: B of column-parallel layers, A of "
-                                    "row-parallel ones (PEFT's LoraParallelLinear)")
+                shards.append(checked_shard(component=component, divisor=experts,
+                                            reason="routed experts split over expert tensor ranks",
+                                            groups=EXPERT_GROUPS - {EXPERT_ADAPTERS}))
+            shards += [checked_shard(component=component, divisor=divisor,
+                                     groups=frozenset({group}),
+                                     reason="LoRA's split factor: B of column-parallel layers, "
+                                            "A of row-parallel ones (PEFT's LoraParallelLinear)")
                        for group, divisor in adapters.items()]
         warnings = []
         kv = ctx.spec.model.num_kv_heads
@@ -251,17 +254,18 @@ class TensorParallel(Strategy[TensorConfig]):
                                       buffer_bytes=hidden_state_bytes(spec, layout),
                                       group_size=t, group_stride=layout.stride(self.name))
         return (
-            Collective(name=LAYER_OUTPUT, calls_per_step=layer_collective_calls(spec, layout)
-                       - backward, reason="attention and MLP outputs (forward, and again "
-                                          "when recomputed), their output gradients "
-                                          "(backward)", **common),
-            Collective(name=INPUT_GRADIENT, calls_per_step=backward,
-                       overlap=1.0 if config.overlap_backward else 0.0,
-                       hides_behind="weight-gradients",
-                       reason="input gradients of the Q/K/V and first MLP projections "
-                              "(backward)" + (", behind the weight gradients"
-                                              if config.overlap_backward else ""),
-                       **common),
+            checked_collective(name=LAYER_OUTPUT,
+                               calls_per_step=layer_collective_calls(spec, layout) - backward,
+                               reason="attention and MLP outputs (forward, and again when "
+                                      "recomputed), their output gradients (backward)",
+                               **common),
+            checked_collective(name=INPUT_GRADIENT, calls_per_step=backward,
+                               overlap=1.0 if config.overlap_backward else 0.0,
+                               hides_behind="weight-gradients",
+                               reason="input gradients of the Q/K/V and first MLP projections "
+                                      "(backward)" + (", behind the weight gradients"
+                                                      if config.overlap_backward else ""),
+                               **common),
         )
 
 
