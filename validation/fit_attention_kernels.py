@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -60,14 +61,14 @@ import attrs
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmpar.evaluation.attention import BACKWARD_PARTS  # noqa: E402
+from llmpar.footprint.flops import FUSED_ATTENTION_TILE_TOKENS as TILE  # noqa: E402
+from llmpar.spec.hardware import ATTENTION_WIDTH as WIDTH  # noqa: E402
+
 KERNELS = ROOT / "validation" / "published" / "kernels"
 FILES = ("attention_training_h100.toml", "attention_training_a100.toml")
-TILE = 128
-"""Query rows and key columns per tile (llmpar.footprint.flops.FUSED_ATTENTION_TILE_TOKENS)."""
-WIDTH = 128
-"""The head width the law's e is stated at (llmpar.spec.hardware.ATTENTION_WIDTH)."""
-BACKWARD_PARTS = 2.5
-"""The backward's FLOPs over the forward's as the papers count them (5 products against 2)."""
 WIDTHS = range(0, 301)
 GPUS = ROOT / "specs" / "gpus"
 DERIVED_FROM = {"h100-sxm": ("h100-pcie", "h20", "h200-sxm", "h800-sxm"),
