@@ -11,9 +11,9 @@ from pathlib import Path
 
 import attrs
 import pytest
+from inventories import fused_groups
 
 import llmpar
-from llmpar.footprint.baseline import baseline_footprint
 from llmpar.footprint.parameters import count_parameters
 
 SESSION = llmpar.Session(load_entry_points=False)
@@ -93,16 +93,6 @@ def test_mamba2_serving_keeps_states_and_no_tokens():
         return plan.kv_cache_bytes
     state = 2 * 64 * (128 * 64 * 128 + 3 * (8192 + 2 * 8 * 128)) * 2
     assert cache(1024) == cache(8192) == state
-
-
-def fused_groups(name: str, **parallel) -> dict[str, llmpar.footprint.inventory.LayerGroup]:
-    spec = SESSION.load_spec({"model": name, "hardware": {**GPU, "num_gpus": 4},
-                              "training": {"sequence_length": 4096,
-                                           "activation_model": "fused"},
-                              "parallel": parallel})
-    inventory = baseline_footprint(spec).activations
-    assert inventory is not None
-    return {group.kind: group for group in inventory.groups}
 
 
 def test_fused_inventory_of_mixers_alone_and_its_tensor_split():

@@ -12,6 +12,7 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from inventories import fused_groups
 
 import llmpar
 from llmpar.footprint.baseline import baseline_footprint
@@ -132,16 +133,6 @@ def test_serving_keeps_tokens_in_the_attention_layers_and_states_in_the_mamba_la
     tokens = 2 * 4 * 1025 * 2 * 8 * 128 * 2
     state = 2 * 24 * (128 * 64 * 128 + 3 * 10240) * 2
     assert plan.kv_cache_bytes == tokens + state
-
-
-def fused_groups(name: str, **parallel) -> dict[str, llmpar.footprint.inventory.LayerGroup]:
-    spec = SESSION.load_spec({"model": name, "hardware": {**GPU, "num_gpus": 4},
-                              "training": {"sequence_length": 4096,
-                                           "activation_model": "fused"},
-                              "parallel": parallel})
-    inventory = baseline_footprint(spec).activations
-    assert inventory is not None
-    return {group.kind: group for group in inventory.groups}
 
 
 def test_fused_single_module_layers_keep_their_module_behind_one_norm():
