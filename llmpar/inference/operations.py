@@ -6,7 +6,7 @@ parallelism splits the weights. Bytes: each weight read once per step, the KV ca
 attention, activations read and written once per operation. Per layer:
 - attention projections: Q, K, V and output (MLA: its down, up and output projections);
 - attention: Q.K^T and scores.V over the (query, key) pairs the causal mask and the
-  window leave; FlashAttention reads K and V once per tile of FLASH_QUERY_TILE queries
+  window leave; FlashAttention reads K and V once per tile of FUSED_ATTENTION_TILE_TOKENS queries
   (Dao 2023, FlashAttention-2, arXiv:2307.08691, Sec. 3.1); decode reads each sequence's
   cache once for all the query heads sharing it. A serving engine's attention kernel
   (`llmpar.inference.engine.attention_kernel`) sets its shares of bandwidth and peak and a
@@ -42,6 +42,7 @@ import attrs
 
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.flops import (
+    FUSED_ATTENTION_TILE_TOKENS,
     mixer_matmul_weights,
     mlp_matmul_weights,
     recurrent_mixer_flops_per_token,
@@ -67,8 +68,6 @@ from llmpar.spec.model import NO_MIXER, mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
 
-FLASH_QUERY_TILE = 128
-"""Queries per FlashAttention tile (block size Br of FlashAttention-2 for head dim 128)."""
 NORM_PASSES = 8
 """Passes of h per token and layer over norms and residual adds (2 fused add-norms x 4)."""
 
@@ -417,7 +416,7 @@ def indexer(serving: Serving, step: Step) -> Operation:
     sparse = model.sparse_attention
     assert sparse is not None
     pairs = attention_pairs(step, None, serving.degree("context"))
-    tile = min(step.queries, FLASH_QUERY_TILE)
+    tile = min(step.queries, FUSED_ATTENTION_TILE_TOKENS)
     key = sparse.index_head_dim * bytes_per_element(serving.inference.kv_cache)
     return Operation(name="indexer", flops=pairs * 2 * sparse.index_heads
                      * (sparse.index_head_dim + 1), bytes=pairs / tile * key,
@@ -432,7 +431,7 @@ def attention(serving: Serving, step: Step, window: int | None) -> Operation:
         window = model.sparse_attention.top_k
     pairs = attention_pairs(step, window, serving.degree("context"))
     per_token = c.kv_bytes_per_token
-    tile = min(step.queries, FLASH_QUERY_TILE)
+    tile = min(step.queries, FUSED_ATTENTION_TILE_TOKENS)
     io = step.tokens * c.attention_width / t * c.act_bytes
     name = "attention" if window is None else f"attention (window {window:,})"
     if model.sparse_attention is not None:
