@@ -48,6 +48,13 @@ from llmpar.footprint.flops import (
     recurrent_mixer_flops_per_token,
 )
 from llmpar.footprint.parameters import attention_matmul_weights, indexer_matmul_weights
+from llmpar.inference.elementwise import (
+    activation,
+    product_io_passes,
+    quantization,
+    separate_activation,
+    separate_quantization,
+)
 from llmpar.inference.engine import (
     attention_kernel,
     gemm_compute_efficiency,
@@ -193,6 +200,17 @@ class OperationConstants:
     """The depth share of the attention projections' products under `gemm`."""
     mlp_depth: float = 1.0
     """The depth share of a dense MLP's products under `gemm`."""
+    activation: bool = False
+    """Whether the MLPs' activation is an operation of its own (`separate_activation`)."""
+    quantization: bool = False
+    """Whether the block-FP8 products' inputs are quantized by an operation of their own
+    (`separate_quantization`)."""
+    projection_inputs: float = 0.0
+    """Input elements per token of one layer's attention products (their depths)."""
+    mlp_inner: float = 0.0
+    """A dense MLP's intermediates per token on one tensor rank (`mlp_width`)."""
+    mlp_down: float = 0.0
+    """A dense MLP's down-projection input per token on one tensor rank."""
 
 
 PROJECTION_CALLS_MLA = 4
@@ -282,7 +300,8 @@ def operation_constants(serving: Serving) -> OperationConstants:
         prefill_kernel=attention_kernel(serving, "prefill") if engine else None,
         decode_kernel=attention_kernel(serving, "decode") if engine else None,
         mlp_weights=mlp_matmul_weights(model, ffn) / t if ffn is not None else 0.0,
-        mlp_width=(2 * model.hidden_size + 2 * mlp_width(model, ffn, t)
+        mlp_width=(2 * model.hidden_size
+                   + product_io_passes(serving) * mlp_width(model, ffn, t)
                    if ffn is not None else 0.0),
         mlp_bytes=_per_layer(serving, "mlp", model.num_dense_layers),
         norm_module_bytes=_norm_module_bytes(serving),
@@ -293,7 +312,12 @@ def operation_constants(serving: Serving) -> OperationConstants:
         projection_depth=(gemm_depth_factor(gemm, projection_matrices(model, t))
                           if gemm is not None and attends else 1.0),
         mlp_depth=(gemm_depth_factor(gemm, mlp_matrices(model, ffn, t))
-                   if gemm is not None and ffn is not None else 1.0))
+                   if gemm is not None and ffn is not None else 1.0),
+        activation=separate_activation(serving), quantization=separate_quantization(serving),
+        projection_inputs=(sum(depth for _, depth in projection_matrices(model, t))
+                           if attends else 0.0),
+        mlp_inner=mlp_width(model, ffn, t) if ffn is not None else 0.0,
+        mlp_down=ffn / t if ffn is not None else 0.0)
 
 
 def constants_of(serving: Serving) -> OperationConstants:
@@ -507,6 +531,14 @@ class MoeConstants:
     """The kernel for the shared experts (the blocks' weights); None: none."""
     shared_depth: float = 1.0
     """The depth share of the shared experts' products under `shared_gemm`."""
+    expert_inner: float = 0.0
+    """A routed expert's intermediates per (token, expert) pair (`mlp_width`, 1/x)."""
+    expert_down: float = 0.0
+    """A routed expert's down-projection input per pair (its inner width, 1/x)."""
+    shared_inner: float = 0.0
+    """The shared experts' intermediates per token on one tensor rank."""
+    shared_down: float = 0.0
+    """The shared experts' down-projection input per token on one tensor rank."""
 
 
 def moe_constants(serving: Serving) -> MoeConstants | None:
@@ -530,7 +562,8 @@ def moe_constants(serving: Serving) -> MoeConstants | None:
         router_bytes=_per_layer(serving, "router", layers),
         expert_bytes=_per_layer(serving, "experts", layers) / (moe.num_experts / e),
         share=_expert_share(serving), expert_weights=mlp_matmul_weights(model, width),
-        expert_tensor=x, expert_width=2 * h + 2 * mlp_width(model, width, x),
+        expert_tensor=x,
+        expert_width=2 * h + product_io_passes(serving) * mlp_width(model, width, x),
         routed=routed, routed_reads=routed_reads,
         shared=moe.num_shared_experts * mlp_matmul_weights(model, shared_width) / t,
         shared_bytes=_per_layer(serving, "shared_experts", layers),
@@ -540,7 +573,10 @@ def moe_constants(serving: Serving) -> MoeConstants | None:
                       if routed_gemm is not None else 1.0),
         shared_gemm=shared_gemm,
         shared_depth=(gemm_depth_factor(shared_gemm, mlp_matrices(model, shared_inner, t))
-                      if shared_gemm is not None and shared_inner else 1.0))
+                      if shared_gemm is not None and shared_inner else 1.0),
+        expert_inner=mlp_width(model, width, x), expert_down=width / x,
+        shared_inner=moe.num_shared_experts * mlp_width(model, shared_width, t),
+        shared_down=shared_inner / t)
 
 
 def moe_ops(serving: Serving, step: Step) -> list[Operation]:
@@ -579,6 +615,49 @@ def norms(serving: Serving, step: Step, modules: int = 2) -> Operation:
                      dtype=serving.spec.precision.activations)
 
 
+def elementwise_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
+    """The engine's elementwise kernels of one layer of `kind` beside its products
+    (`llmpar.inference.elementwise`): the MLPs' activations and the quantization of the
+    block-FP8 products' inputs."""
+    c = constants_of(serving)
+    if not (c.activation or c.quantization):
+        return []
+    model, act, dtype = serving.spec.model, c.act_bytes, serving.spec.precision.activations
+    assert model.hidden_size is not None
+    n, h, found = step.tokens, model.hidden_size, []
+    if c.quantization and c.gemm is not None and "attention" in mixer_parts(kind.mixer):
+        found.append(quantization("projection inputs quantization",
+                                  n * c.projection_inputs, act, dtype))
+    if not kind.mlp:
+        return found
+    if not kind.moe:
+        if c.activation:
+            found.append(activation("mlp activation", n, c.mlp_inner, model.gated, act, dtype))
+        if c.quantization and c.gemm is not None:
+            found.append(quantization("mlp inputs quantization", n * (h + c.mlp_down), act,
+                                      dtype))
+        return found
+    moe, m = model.moe, c.moe
+    assert moe is not None and m is not None
+    pairs = n * moe.experts_per_token * m.share
+    routed = c.quantization and m.routed_gemm is not None
+    # decode: DeepEP's low-latency dispatch quantizes the tokens and the masked path's
+    # activation writes the down input in FP8 (`llmpar.inference.elementwise`)
+    fused = routed and step.phase == "decode"
+    if c.activation:
+        found.append(activation("routed experts activation", pairs, m.expert_inner,
+                                model.gated, act, dtype, fused_quantization=fused))
+        if m.shared_inner:
+            found.append(activation("shared experts activation", n, m.shared_inner,
+                                    model.gated, act, dtype))
+    values = n * h + pairs * m.expert_down if routed and not fused else 0.0
+    if c.quantization and m.shared_gemm is not None and m.shared_inner:
+        values += n * (h + m.shared_down)
+    if values:
+        found.append(quantization("experts inputs quantization", values, act, dtype))
+    return found
+
+
 def layer_modules(kind: LayerKind) -> int:
     """Modules of a layer of `kind`, each behind its norm: its token mixers (one norm for
     Falcon-H1's two side by side) and its MLP."""
@@ -598,7 +677,8 @@ def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
         mixers += [projections(serving, step), attention(serving, step, kind.window)]
         if serving.spec.model.sparse_attention is not None:
             mixers.append(indexer(serving, step))
-    return [*mixers, *block, norms(serving, step, layer_modules(kind))]
+    return [*mixers, *block, *elementwise_ops(serving, step, kind),
+            norms(serving, step, layer_modules(kind))]
 
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:

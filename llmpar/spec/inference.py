@@ -192,6 +192,16 @@ class Engine:
     or `expert_weights` "fp8" with `weights_group_size` its group_size): projections,
     MLPs, shared and routed experts; None: those read at the fp8 share of
     weight_memory_efficiency and compute at the GPU's matmul_efficiency."""
+    activation_kernel: bool = False
+    """Whether the activation between an MLP's (or an expert's) two products runs as a
+    kernel of its own: it reads the first product's output (gate and up) from HBM and
+    writes its 16-bit result for the second to read, a memory-bound pass beside the
+    products rather than inside them (`llmpar.inference.elementwise`). False: the plan
+    counts those bytes in the products'."""
+    quantization_kernel: bool = False
+    """Whether, with block_fp8_gemm, each product's 16-bit input is quantized to FP8 by a
+    kernel of its own (reading it, writing 1 byte a value and a 4-byte scale per group of
+    128) before the product (`llmpar.inference.elementwise`). False: not counted."""
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens one step processes at most under continuous batching (vLLM's
     max_num_batched_tokens, SGLang's chunked_prefill_size): the default prefill chunk."""
