@@ -122,7 +122,9 @@ def test_deepseek_v3_decode_quantizes_the_routed_experts_in_the_dispatch_and_act
 
 
 def test_the_shipped_profiles_state_the_kernels_their_sources_name():
-    assert _profile("sglang")["activation_kernel"] and _profile("sglang")["quantization_kernel"]
+    sglang = _profile("sglang")
+    assert sglang["activation_kernel"] and sglang["quantization_kernel"]
+    assert sglang["expert_permutation_kernel"]
     assert _profile("vllm")["activation_kernel"] and "quantization_kernel" not in _profile("vllm")
     for name in ("trt-llm", "deepseek-infra"):  # not published: nothing counted
         assert "activation_kernel" not in _profile(name)
@@ -132,3 +134,36 @@ def test_a_flag_that_is_not_a_boolean_names_its_key():
     with pytest.raises(llmpar.SpecError) as error:
         _plan({**NULL_ENGINE, "activation_kernel": "often"})
     assert [p.path for p in error.value.problems] == ["$.inference.engine.activation_kernel"]
+
+
+def test_a_deepep_prefill_permutes_its_routed_tokens_by_hand():
+    # DeepSeek-V3 (config.json: hidden 7,168, 8 of 256 experts a token, 58 MoE layers of
+    # 61) on 16 GPUs under EP16 behind DeepEP, one 1,024-token prompt a GPU: each GPU
+    # computes 1,024 x 8 (token, expert) pairs a layer and receives the distinct tokens
+    # among them, pairs x 16 (1 - (15/16)^8) / 8. The scatter reads each received token
+    # in FP8 with a 4-byte scale per 128 values and writes a copy per pair; the gather
+    # reads each pair's bf16 output and writes each token's sum.
+    spec = {"model": "deepseek-v3", "hardware": {"cluster": "dgx-h100", "num_gpus": 16},
+            "inference": {"batch_size": 1, "prompt_tokens": 1024, "generated_tokens": 2,
+                          "weights": "fp8", "weights_group_size": 16384},
+            "parallel": {"expert": {"degree": 16, "dispatcher": "deepep"},
+                         "data": {"degree": 16}}}
+    engine = {**NULL_ENGINE, "block_fp8_gemm": _profile("sglang")["block_fp8_gemm"]}
+
+    def plan(parallel: dict, **flags: bool) -> llmpar.Plan:
+        inference = {**spec["inference"], "engine": {**engine, **flags}}
+        return llmpar.evaluate({**spec, "inference": inference, "parallel": parallel})
+
+    deepep = spec["parallel"]
+    plain, permuted = plan(deepep), plan(deepep, expert_permutation_kernel=True)
+    pairs = 1024 * 8
+    received = pairs * 16 * (1 - (15 / 16) ** 8) / 8
+    hidden = 7168
+    moved = 58 * ((received + pairs) * hidden * (1 + 4 / 128) + (pairs + received) * hidden * 2)
+    assert permuted.phases[0].bytes - plain.phases[0].bytes == pytest.approx(moved, rel=1e-9)
+    # decode's low-latency dispatch delivers per-expert blocks: nothing permuted
+    assert permuted.phases[1].bytes == plain.phases[1].bytes
+    # without DeepEP's dispatch the flag does nothing
+    nccl = {**deepep, "expert": {"degree": 16}}
+    assert (plan(nccl, expert_permutation_kernel=True).phases[0].bytes
+            == plan(nccl).phases[0].bytes)

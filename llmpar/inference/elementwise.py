@@ -22,6 +22,18 @@ operation here).
   (forward_deepgemm_masked) fuses the activation and the down input's quantization in one
   kernel (silu_and_mul_masked_post_quant_fwd), which writes the FP8 values at once.
 
+- Expert permutation: a prefill's tokens arrive by DeepEP's normal dispatch once per GPU,
+  with the local experts each picked; DeepGEMM's contiguous grouped product wants one
+  block of rows per expert, so SGLang's ep_scatter reads each received token once (FP8
+  values and scales) and writes a copy per local expert, and after the down projection
+  ep_gather reads each copy's 16-bit output and writes each token's weighted sum
+  (python/sglang/srt/layers/moe/ep_moe/kernels.py; DeepEPMoE.forward_deepgemm_contiguous).
+  Decode's low-latency dispatch delivers the tokens in per-expert blocks already
+  (forward_deepgemm_masked): nothing to permute. A GPU receives each token that picked at
+  least one of its experts: of the k copies of a token over e expert ranks, e (1 - (1 -
+  1/e)^k) distinct ranks under uniform routing (`llmpar.strategies.expert`), so
+  `received_tokens` = pairs x e (1 - (1 - 1/e)^k) / k.
+
 The products' own bytes then leave out the round trip the activation makes
 (`product_io_passes`), so the bytes of a step stay what they were; what changes is that
 the pass no longer hides under a compute-bound product.
@@ -44,6 +56,15 @@ def separate_activation(serving: Serving) -> bool:
     """Whether the engine runs the activation as a kernel of its own."""
     engine = serving.inference.engine
     return engine is not None and engine.activation_kernel
+
+
+def separate_permutation(serving: Serving) -> bool:
+    """Whether the engine permutes a prefill's routed tokens by kernels of their own (only
+    behind DeepEP's dispatch)."""
+    engine = serving.inference.engine
+    expert = serving.spec.parallel.get("expert")
+    return (engine is not None and engine.expert_permutation_kernel
+            and getattr(expert, "dispatcher", "all-to-all") == "deepep")
 
 
 def separate_quantization(serving: Serving) -> bool:
@@ -81,3 +102,21 @@ def quantization(name: str, values: float, act_bytes: float, dtype: str) -> Oper
     """Quantizing `values` 16-bit inputs to FP8 before their products."""
     return Operation(name=name, flops=0.0, bytes=values * quantized_bytes_per_value(act_bytes),
                      dtype=dtype)
+
+
+def received_tokens(pairs: float, experts_per_token: int, expert_ranks: int) -> float:
+    """Distinct tokens one GPU receives for `pairs` (token, expert) pairs of its experts:
+    each token's k copies land on e (1 - (1 - 1/e)^k) distinct ranks of e (uniform
+    routing, as `llmpar.strategies.expert` counts a token's destinations)."""
+    k, e = experts_per_token, expert_ranks
+    return pairs * e * (1 - (1 - 1 / e) ** k) / k
+
+
+def permutation(name: str, pairs: float, received: float, hidden: int, act_bytes: float,
+                dtype: str) -> Operation:
+    """Scatter and gather of one MoE layer's routed tokens: the received tokens read once
+    in FP8 with their scales and a copy written per pair; each pair's output read in 16
+    bits and each token's sum written."""
+    fp8 = hidden * (FP8_BYTES + SCALE_BYTES / QUANTIZATION_GROUP)
+    moved = (received + pairs) * fp8 + (pairs + received) * hidden * act_bytes
+    return Operation(name=name, flops=0.0, bytes=moved, dtype=dtype)

@@ -50,9 +50,12 @@ from llmpar.footprint.flops import (
 from llmpar.footprint.parameters import attention_matmul_weights, indexer_matmul_weights
 from llmpar.inference.elementwise import (
     activation,
+    permutation,
     product_io_passes,
     quantization,
+    received_tokens,
     separate_activation,
+    separate_permutation,
     separate_quantization,
 )
 from llmpar.inference.engine import (
@@ -211,6 +214,9 @@ class OperationConstants:
     """A dense MLP's intermediates per token on one tensor rank (`mlp_width`)."""
     mlp_down: float = 0.0
     """A dense MLP's down-projection input per token on one tensor rank."""
+    permutation: bool = False
+    """Whether a prefill's routed tokens are permuted by operations of their own
+    (`separate_permutation`)."""
 
 
 PROJECTION_CALLS_MLA = 4
@@ -314,6 +320,7 @@ def operation_constants(serving: Serving) -> OperationConstants:
         mlp_depth=(gemm_depth_factor(gemm, mlp_matrices(model, ffn, t))
                    if gemm is not None and ffn is not None else 1.0),
         activation=separate_activation(serving), quantization=separate_quantization(serving),
+        permutation=separate_permutation(serving),
         projection_inputs=(sum(depth for _, depth in projection_matrices(model, t))
                            if attends else 0.0),
         mlp_inner=mlp_width(model, ffn, t) if ffn is not None else 0.0,
@@ -620,7 +627,7 @@ def elementwise_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Opera
     (`llmpar.inference.elementwise`): the MLPs' activations and the quantization of the
     block-FP8 products' inputs."""
     c = constants_of(serving)
-    if not (c.activation or c.quantization):
+    if not (c.activation or c.quantization or c.permutation):
         return []
     model, act, dtype = serving.spec.model, c.act_bytes, serving.spec.precision.activations
     assert model.hidden_size is not None
@@ -655,6 +662,10 @@ def elementwise_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Opera
         values += n * (h + m.shared_down)
     if values:
         found.append(quantization("experts inputs quantization", values, act, dtype))
+    if c.permutation and m.routed_gemm is not None and step.phase == "prefill" and pairs:
+        received = received_tokens(pairs, moe.experts_per_token, serving.degree("expert"))
+        found.append(permutation("routed experts permutation", pairs, received, h, act,
+                                 dtype))
     return found
 
 

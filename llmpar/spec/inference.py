@@ -202,6 +202,13 @@ class Engine:
     """Whether, with block_fp8_gemm, each product's 16-bit input is quantized to FP8 by a
     kernel of its own (reading it, writing 1 byte a value and a 4-byte scale per group of
     128) before the product (`llmpar.inference.elementwise`). False: not counted."""
+    expert_permutation_kernel: bool = False
+    """Whether, with block_fp8_gemm and DeepEP's dispatch (`[parallel.expert] dispatcher =
+    "deepep"`), a prefill's routed experts run on their tokens permuted into one block of
+    rows per expert by kernels of their own: a scatter reading each received token once
+    and writing a copy per local expert it picked (FP8 with its scales), and a gather
+    reading each copy's output and writing each token's weighted sum in 16 bits
+    (`llmpar.inference.elementwise`). False: not counted."""
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens one step processes at most under continuous batching (vLLM's
     max_num_batched_tokens, SGLang's chunked_prefill_size): the default prefill chunk."""
