@@ -4,7 +4,12 @@
 The data: validation/published/kernels/attention_training_*.toml, the bar labels of the
 FlashAttention-2 paper (A100) and the FlashAttention-3 paper (H100), each a kernel's
 forward or backward TFLOP/s over sequence lengths 512 to 16k, head width 64 or 128,
-with or without the causal mask, at 16k tokens a call. The law
+with or without the causal mask, at 16k tokens a call; NVIDIA cudnn-frontend's training
+SDPA benchmark on the B200 (cuDNN, FlashAttention-2, torch SDPA's flash backend; causal)
+and the GB200 (cuDNN); AITER's flash attention on the MI355X, as HipKittens measured it.
+Those files fit from `fit_min_sequence` on (shorter calls are host-bound) and leave out a
+series marked `fitted = false`; where a kernel was measured at head width 128 alone, its
+half width w comes from another fit (`CARRIED_WIDTH`). The law
 (`llmpar.spec.hardware.AttentionKernelRate`): the share of the peak one call reaches is
 
     e x k / (k + h) x d (128 + w) / (128 (d + w))
@@ -68,12 +73,60 @@ from llmpar.footprint.flops import FUSED_ATTENTION_TILE_TOKENS as TILE  # noqa: 
 from llmpar.spec.hardware import ATTENTION_WIDTH as WIDTH  # noqa: E402
 
 KERNELS = ROOT / "validation" / "published" / "kernels"
-FILES = ("attention_training_h100.toml", "attention_training_a100.toml")
+FILES = ("attention_training_h100.toml", "attention_training_a100.toml",
+         "attention_training_b200.toml", "attention_training_gb200.toml",
+         "attention_training_mi355x.toml")
 WIDTHS = range(0, 301)
 GPUS = ROOT / "specs" / "gpus"
+CARRIED_WIDTH = {
+    # Measured at head width 128 alone: w from the same kernel's H100 fit (cuDNN's own;
+    # FlashAttention-2's sm80 code and torch SDPA's vendored copy of it, FlashAttention-2's).
+    ("b200", "cudnn", "forward"): ("h100-sxm", "cudnn", "forward"),
+    ("b200", "cudnn", "backward"): ("h100-sxm", "cudnn", "backward"),
+    ("b200", "flash-attention-2", "forward"): ("h100-sxm", "flash-attention-2", "forward"),
+    ("b200", "flash-attention-2", "backward"): ("h100-sxm", "flash-attention-2", "backward"),
+    ("b200", "sdpa-flash", "forward"): ("h100-sxm", "flash-attention-2", "forward"),
+    ("b200", "sdpa-flash", "backward"): ("h100-sxm", "flash-attention-2", "backward"),
+    ("gb200", "cudnn", "forward"): ("h100-sxm", "cudnn", "forward"),
+    ("gb200", "cudnn", "backward"): ("h100-sxm", "cudnn", "backward"),
+    # AITER's backward is measured at width 128 alone: its own forward's w, fitted on the
+    # width-64 rows (an upper bound: the backward runs 5 products per score, not 2).
+    ("mi355x", "aiter", "backward"): ("mi355x", "aiter", "forward"),
+}
+"""Where a kernel was measured at head width 128 alone, whose fit its half width comes from
+(gpu, kernel, pass): at width 128 the width term is 1 and the data leave w free."""
 DERIVED_FROM = {"h100-sxm": ("h100-pcie", "h20", "h200-sxm", "h800-sxm"),
-                "a100-sxm-80gb": ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb")}
-"""Presets without attention measurements, by the measured GPU of their architecture."""
+                "a100-sxm-80gb": ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb",
+                                  "l40s", "rtx-4090", "rtx-5090"),
+                "b200": ("b300",),
+                "mi355x": ("mi300x", "mi325x", "mi250x")}
+"""Presets without attention measurements, by the measured GPU whose kernel path they run:
+their architecture's, or the A100's FlashAttention-2 (sm80) kernels, which FlashAttention-2
+also runs on Ada (sm89) and consumer Blackwell (sm120) GPUs (`DERIVED_NOTES`)."""
+DERIVED_NOTES = {
+    "l40s": "FlashAttention-2 runs its sm80 kernels on Ada (sm89), so the A100's law; Ada "
+            "runs them at its own clocks and shared memory (100 KB an SM against the A100's "
+            "164 KB)",
+    "rtx-4090": "FlashAttention-2 runs its sm80 kernels on Ada (sm89), so the A100's law; "
+                "Ada runs them at its own clocks and shared memory (100 KB an SM against the "
+                "A100's 164 KB)",
+    "rtx-5090": "FlashAttention-2 runs its sm80 kernels on consumer Blackwell (sm120), which "
+                "has none of the B200's sm100 tensor memory or 2-CTA products, so the A100's "
+                "law, not the B200's; cuDNN's sm120 kernels are unmeasured",
+    "b300": "the B200's measured law (cuDNN 9.13.1, FlashAttention-2, torch SDPA's flash "
+            "backend) on the same Blackwell design (Blackwell Ultra, sm103)",
+    "mi300x": "no kernel-level attention data of a CDNA3 GPU was found: the MI355X's (CDNA4) "
+              "AITER law, one generation apart (CDNA4 doubles the matrix rate per CU and "
+              "changes the LDS), so expect at least +-25%",
+    "mi325x": "no kernel-level attention data of a CDNA3 GPU was found: the MI355X's (CDNA4) "
+              "AITER law, one generation apart (CDNA4 doubles the matrix rate per CU and "
+              "changes the LDS), so expect at least +-25%",
+    "mi250x": "no kernel-level attention data of a CDNA2 GPU was found: the MI355X's (CDNA4) "
+              "AITER law, two generations apart; AITER's assembly kernels target gfx942 and "
+              "gfx950 only, so on gfx90a the Composable Kernel or Triton code runs: expect "
+              "+-40% or more",
+}
+"""Why each derived preset takes its measured GPU's law, and how far to trust it."""
 
 
 @attrs.frozen
@@ -159,6 +212,15 @@ def fit(gpu: str, kernel: str, direction: str, rows: Sequence[Row], peak: float,
                peak_tflops=peak)
 
 
+def _fitted_rows(data: dict, kernel: dict, direction: str) -> tuple[Row, ...]:
+    """The rows of `direction` the law is fitted on: from `fit_min_sequence` on, where the
+    data file states one (shorter calls are bound by their host and launch time), and
+    none of a series the file marks `fitted = false` (its comment says why)."""
+    low = data.get("fit_min_sequence", 0)
+    kept = {**kernel, "rows": [row for row in kernel["rows"] if row.get("fitted", True)]}
+    return tuple(r for r in rows_of(data, kept, direction) if r.sequence >= low)
+
+
 def fits() -> list[Fit]:
     """Every kernel's forward and backward law, per GPU."""
     found: list[Fit] = []
@@ -175,6 +237,19 @@ def fits() -> list[Fit]:
                    rows_of(a100, kernel, "forward+backward"), a100["peak_tflops"],
                    widths=(carried,))
         found += [attrs.evolve(both, direction=direction) for direction in ("forward", "backward")]
+    for name in FILES[2:]:
+        data = table(name)
+        for kernel in data["kernel"]:
+            for direction in ("forward", "backward"):
+                rows = _fitted_rows(data, kernel, direction)
+                widths: Iterable[float] = WIDTHS
+                if all(r.head_dim >= WIDTH for r in rows):
+                    gpu, theirs, pass_ = CARRIED_WIDTH[(data["gpu"], kernel["name"], direction)]
+                    (source,) = [f for f in found if (f.gpu, f.kernel, f.direction)
+                                 == (gpu, theirs, pass_)]
+                    widths = (source.half_width,)
+                found.append(fit(data["gpu"], kernel["name"], direction, rows,
+                                 data["peak_tflops"], widths=widths))
     return found
 
 
@@ -206,10 +281,11 @@ def derived_scale(measured: str, gpu: str) -> float:
 
 def derived_source(measured: str, gpu: str) -> str:
     theirs, ours = preset(measured)["matmul_efficiency"], preset(gpu)["matmul_efficiency"]
+    path = DERIVED_NOTES.get(gpu, "the same kernel on the same architecture")
     return (f"derived, not measured on this GPU: {measured}'s law for the kernel "
             f"(validation/fit_attention_kernels.py), its share of the peak scaled by this "
-            f"preset's matmul_efficiency over {measured}'s ({ours} / {theirs}), the same kernel "
-            f"on the same architecture; expect this preset's efficiency_uncertainty or more")
+            f"preset's matmul_efficiency over {measured}'s ({ours} / {theirs}), {path}; "
+            f"expect this preset's efficiency_uncertainty or more")
 
 
 def derived_rows(found: Sequence[Fit], gpu: str) -> str:
@@ -218,13 +294,26 @@ def derived_rows(found: Sequence[Fit], gpu: str) -> str:
                      derived_source(measured, gpu))
 
 
+def measured_source(name: str) -> str:
+    return (f"validation/published/kernels/{name} ({table(name)['source']}), fitted by "
+            f"validation/fit_attention_kernels.py")
+
+
+def _write_rows(gpu: str, rows: str) -> None:
+    """Replace the preset's `[[attention_kernels]]` rows (kept at its end) with `rows`."""
+    path = GPUS / f"{gpu}.toml"
+    head = path.read_text().split("\n[[attention_kernels]]")[0].rstrip("\n")
+    path.write_text(head + "\n\n" + rows.rstrip("\n") + "\n")
+
+
 def write_derived(found: Sequence[Fit]) -> None:
-    """Rewrite each derived preset's `[[attention_kernels]]` rows (kept at its end)."""
+    """Rewrite the rows of each preset measured by a file after the H100's and A100's
+    (whose rows carry their own notes) and of each derived preset."""
+    for name in FILES[2:]:
+        gpu = table(name)["gpu"]
+        _write_rows(gpu, toml_rows(found, gpu, source=measured_source(name)))
     for gpu in (g for derived in DERIVED_FROM.values() for g in derived):
-        path = GPUS / f"{gpu}.toml"
-        text = path.read_text()
-        head = text.split("\n[[attention_kernels]]")[0].rstrip("\n")
-        path.write_text(head + "\n\n" + derived_rows(found, gpu).rstrip("\n") + "\n")
+        _write_rows(gpu, derived_rows(found, gpu))
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from llmpar.spec.hardware import ARCHITECTURES, FUSED_ATTENTION_KERNELS, Gpu
 from llmpar.spec.quantities import Bytes, Seconds
 
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
-                          "flash-attention-2", "flash-attention-3", "cudnn"]
+                          "flash-attention-2", "flash-attention-3", "cudnn", "aiter"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = typing.get_args(AttentionKernel)
 LossKernel = Literal["torch", "vocab-parallel"]
 LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
@@ -49,6 +49,9 @@ KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
     "flash-attention-2": "fused",
     "flash-attention-3": "fused",
     "cudnn": "fused",
+    # AMD's AITER flash attention (ROCm/aiter, flash_attn_func: FlashAttention-2's
+    # interface, its output and log-sum-exp kept for the backward).
+    "aiter": "fused",
 })
 """The activation model each attention kernel implies: the default of `[training]
 activation_model` under a profile with that kernel."""
@@ -121,8 +124,9 @@ class Framework:
                                                     validator=v.one_of(*ATTENTION_KERNELS))
     """The attention kernel the stack runs: "unfused-softmax" (Megatron's core attention,
     scores materialized), "eager" (Hugging Face eager), "sdpa-math", "sdpa-flash" (torch
-    SDPA's flash or memory-efficient backend), "flash-attention-2", "flash-attention-3" or
-    "cudnn". It selects the default `[training] activation_model`
+    SDPA's flash or memory-efficient backend), "flash-attention-2", "flash-attention-3",
+    "cudnn" or "aiter" (AMD's AITER flash attention, on Instinct GPUs). It selects the
+    default `[training] activation_model`
     (`KERNEL_ACTIVATION_MODELS`); an `activation_model` the spec states wins."""
     attention_timing: AttentionTiming = attrs.field(default="kernel",
                                                     validator=v.one_of(*ATTENTION_TIMINGS))
@@ -422,7 +426,8 @@ DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", attention_timing="kernel",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
-    attention_kernel_by_architecture={"ampere": "flash-attention-2", "ada": "flash-attention-2"},
+    attention_kernel_by_architecture={"ampere": "flash-attention-2", "ada": "flash-attention-2",
+                                      "cdna2": "aiter", "cdna3": "aiter", "cdna4": "aiter"},
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's
