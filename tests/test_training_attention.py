@@ -68,10 +68,15 @@ def test_the_law_reproduces_every_measured_row(fit):
     # forward law serves both masks and both widths: within 11.5%, the causal rows a few
     # percent below the keys and the executed tiles alone predict (the mask's own work on
     # the diagonal tiles), the unmasked ones above.
-    # The B200's, GB200's and MI355X's rows (causal and unmasked backward, one benchmark
-    # run each, a fall at the longest sequences the law does not model) within 10%.
+    # The B200's, GB200's, MI355X's and RTX 4090's rows (causal and unmasked backward, one
+    # benchmark run each, a fall at the longest sequences the law does not model) within
+    # 10%; the RTX 4090's forward within 16%: its bars exceed the preset's stated peak, and
+    # the law's share is capped at the whole of it.
     if fit.gpu in ("h100-sxm", "a100-sxm-80gb"):
         worst = 0.04 if fit.direction == "backward" or fit.gpu == "a100-sxm-80gb" else 0.115
+    elif (fit.gpu, fit.direction) == ("rtx-4090", "forward"):
+        worst = 0.16
+        assert fit.compute_efficiency == 1.0 and all(e < 0 for e in fit.errors())
     else:
         worst = 0.10
     assert max(abs(e) for e in fit.errors()) < worst

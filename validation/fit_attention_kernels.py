@@ -75,7 +75,7 @@ from llmpar.spec.hardware import ATTENTION_WIDTH as WIDTH  # noqa: E402
 KERNELS = ROOT / "validation" / "published" / "kernels"
 FILES = ("attention_training_h100.toml", "attention_training_a100.toml",
          "attention_training_b200.toml", "attention_training_gb200.toml",
-         "attention_training_mi355x.toml")
+         "attention_training_mi355x.toml", "attention_training_rtx4090.toml")
 WIDTHS = range(0, 301)
 GPUS = ROOT / "specs" / "gpus"
 CARRIED_WIDTH = {
@@ -95,24 +95,30 @@ CARRIED_WIDTH = {
 }
 """Where a kernel was measured at head width 128 alone, whose fit its half width comes from
 (gpu, kernel, pass): at width 128 the width term is 1 and the data leave w free."""
+CARRIED_KEYS = {
+    # One sequence length (2k) measured: the tile prologue's h from FlashAttention-2 on the
+    # A100, the same sm80 kernels.
+    ("rtx-4090", "flash-attention-2", "forward"): ("a100-sxm-80gb", "flash-attention-2",
+                                                   "forward"),
+    ("rtx-4090", "flash-attention-2", "backward"): ("a100-sxm-80gb", "flash-attention-2",
+                                                    "backward"),
+}
+"""Where a kernel was measured at one sequence length, whose fit its half keys come from."""
 DERIVED_FROM = {"h100-sxm": ("h100-pcie", "h20", "h200-sxm", "h800-sxm"),
-                "a100-sxm-80gb": ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb",
-                                  "l40s", "rtx-4090", "rtx-5090"),
+                "a100-sxm-80gb": ("a100-sxm-40gb", "a100-pcie-40gb", "a100-pcie-80gb"),
+                "rtx-4090": ("l40s", "rtx-5090"),
                 "b200": ("b300",),
                 "mi355x": ("mi300x", "mi325x", "mi250x")}
 """Presets without attention measurements, by the measured GPU whose kernel path they run:
-their architecture's, or the A100's FlashAttention-2 (sm80) kernels, which FlashAttention-2
-also runs on Ada (sm89) and consumer Blackwell (sm120) GPUs (`DERIVED_NOTES`)."""
+their architecture's, or the RTX 4090's FlashAttention-2 (sm80 kernels), which
+FlashAttention-2 also runs on consumer Blackwell (sm120) GPUs (`DERIVED_NOTES`)."""
 DERIVED_NOTES = {
-    "l40s": "FlashAttention-2 runs its sm80 kernels on Ada (sm89), so the A100's law; Ada "
-            "runs them at its own clocks and shared memory (100 KB an SM against the A100's "
-            "164 KB)",
-    "rtx-4090": "FlashAttention-2 runs its sm80 kernels on Ada (sm89), so the A100's law; "
-                "Ada runs them at its own clocks and shared memory (100 KB an SM against the "
-                "A100's 164 KB)",
+    "l40s": "the RTX 4090's measured FlashAttention-2 law on the same Ada design (AD102, "
+            "sm89), at the L40S's lower clocks and 350 W",
     "rtx-5090": "FlashAttention-2 runs its sm80 kernels on consumer Blackwell (sm120), which "
-                "has none of the B200's sm100 tensor memory or 2-CTA products, so the A100's "
-                "law, not the B200's; cuDNN's sm120 kernels are unmeasured",
+                "has none of the B200's sm100 tensor memory or 2-CTA products, so the RTX "
+                "4090's law (the same kernels on the consumer Ada part), not the B200's; "
+                "cuDNN's sm120 kernels are unmeasured",
     "b300": "the B200's measured law (cuDNN 9.13.1, FlashAttention-2, torch SDPA's flash "
             "backend) on the same Blackwell design (Blackwell Ultra, sm103)",
     "mi300x": "no kernel-level attention data of a CDNA3 GPU was found: the MI355X's (CDNA4) "
@@ -190,12 +196,18 @@ def rows_of(data: dict, kernel: dict, direction: str) -> tuple[Row, ...]:
     return tuple(found)
 
 
-def _line(rows: Sequence[Row], peak: float, w: float) -> tuple[float, float, float]:
-    """(e, h, sum of squared relative residuals) of the line at half width `w`."""
+def _line(rows: Sequence[Row], peak: float, w: float,
+          keys_half: float | None = None) -> tuple[float, float, float]:
+    """(e, h, sum of squared relative residuals) of the line at half width `w` (and at
+    half keys `keys_half` where given: one sequence length leaves h free)."""
     keys = np.array([r.keys for r in rows])
     width = np.array([min(1.0, r.head_dim * (WIDTH + w) / (WIDTH * (r.head_dim + w)))
                       for r in rows])
     inverse = 1 / (np.array([r.executed_tflops for r in rows]) / peak / width)
+    if keys_half is not None:
+        x = 1 + keys_half / keys
+        a = float(x @ inverse / (x @ x))
+        return 1 / a, keys_half, float(np.sum((a * x / inverse - 1) ** 2))
     design = np.vstack([np.ones_like(keys), 1 / keys]).T
     (a, b), *_ = np.linalg.lstsq(design, inverse, rcond=None)
     residual = float(np.sum(((design @ np.array([a, b])) / inverse - 1) ** 2))
@@ -203,13 +215,16 @@ def _line(rows: Sequence[Row], peak: float, w: float) -> tuple[float, float, flo
 
 
 def fit(gpu: str, kernel: str, direction: str, rows: Sequence[Row], peak: float,
-        widths: Iterable[float] = WIDTHS) -> Fit:
-    """The least-squares law of `rows`, its half width the best of `widths`."""
-    best = min(((_line(rows, peak, w), w) for w in widths), key=lambda found: found[0][2])
+        widths: Iterable[float] = WIDTHS, keys_half: float | None = None) -> Fit:
+    """The least-squares law of `rows`, its half width the best of `widths`; its share
+    capped at the whole stated peak (`AttentionKernelRate.compute_efficiency` is a share of
+    it: bars above it say the preset's peak is understated, and the law stays below them)."""
+    best = min(((_line(rows, peak, w, keys_half), w) for w in widths),
+               key=lambda found: found[0][2])
     (e, h, _), w = best
-    return Fit(gpu=gpu, kernel=kernel, direction=direction, compute_efficiency=round(e, 3),
-               half_keys=float(round(h)), half_width=float(w), rows=tuple(rows),
-               peak_tflops=peak)
+    return Fit(gpu=gpu, kernel=kernel, direction=direction,
+               compute_efficiency=min(1.0, round(e, 3)), half_keys=float(round(h)),
+               half_width=float(w), rows=tuple(rows), peak_tflops=peak)
 
 
 def _fitted_rows(data: dict, kernel: dict, direction: str) -> tuple[Row, ...]:
@@ -248,8 +263,14 @@ def fits() -> list[Fit]:
                     (source,) = [f for f in found if (f.gpu, f.kernel, f.direction)
                                  == (gpu, theirs, pass_)]
                     widths = (source.half_width,)
+                keys_half = None
+                if len({r.sequence for r in rows}) == 1:
+                    gpu, theirs, pass_ = CARRIED_KEYS[(data["gpu"], kernel["name"], direction)]
+                    (source,) = [f for f in found if (f.gpu, f.kernel, f.direction)
+                                 == (gpu, theirs, pass_)]
+                    keys_half = source.half_keys
                 found.append(fit(data["gpu"], kernel["name"], direction, rows,
-                                 data["peak_tflops"], widths=widths))
+                                 data["peak_tflops"], widths=widths, keys_half=keys_half))
     return found
 
 
