@@ -377,8 +377,10 @@ class Framework:
                                                       validator=_efficiencies_by_gpu)
     """The `matmul_efficiency` this profile was calibrated with, by GPU preset name
     (`[matmul_efficiency] "h100-sxm" = 0.613`): a spec whose GPU is named here runs at
-    it instead of the GPU's own (`Gpu.matmul_efficiency`, also one the spec states for
-    its GPU), for the whole time model, and the step time's derivation says so. What a
+    it instead of the GPU preset's (`Gpu.matmul_efficiency`), for the whole time model,
+    and the step time's derivation says so; a value the spec's own `[hardware.gpu]` table
+    states (inline or with `--set`) wins over it (the loaded spec's profile drops that
+    GPU's entry: `llmpar.loading.framework.without_stated_entries`). What a
     profile calibrated under another accounting of the step carries so that its numbers
     can be redone (`megatron-core-legacy`); `llmpar calibrate` replaces the entry of the
     GPU it fits. Empty: every GPU at its own."""
