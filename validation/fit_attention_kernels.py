@@ -6,10 +6,13 @@ FlashAttention-2 paper (A100) and the FlashAttention-3 paper (H100), each a kern
 forward or backward TFLOP/s over sequence lengths 512 to 16k, head width 64 or 128,
 with or without the causal mask, at 16k tokens a call; NVIDIA cudnn-frontend's training
 SDPA benchmark on the B200 (cuDNN, FlashAttention-2, torch SDPA's flash backend; causal)
-and the GB200 (cuDNN); AITER's flash attention on the MI355X, as HipKittens measured it.
-Those files fit from `fit_min_sequence` on (shorter calls are host-bound) and leave out a
-series marked `fitted = false`; where a kernel was measured at head width 128 alone, its
-half width w comes from another fit (`CARRIED_WIDTH`). The law
+and the GB200 (cuDNN); AITER's flash attention on the MI355X, as HipKittens measured it;
+FlashAttention-2 on the RTX 4090 at 2k tokens, from TileLang's notes. Those files fit from
+`fit_min_sequence` on (shorter calls are host-bound) and leave out a series marked
+`fitted = false`; where a kernel was measured at head width 128 alone, its half width w
+comes from another fit (`CARRIED_WIDTH`), and where at one sequence length alone, its
+half keys h (`CARRIED_KEYS`). A share above 1 of the preset's stated peak (the RTX 4090's
+forward: its board clocks above the rated boost) is capped at 1. The law
 (`llmpar.spec.hardware.AttentionKernelRate`): the share of the peak one call reaches is
 
     e x k / (k + h) x d (128 + w) / (128 (d + w))
@@ -40,17 +43,21 @@ product work depends on the ratio of the GPU's non-matrix to matrix throughput, 
 is about the same on both (A100: 19.5 TFLOP/s fp32 against 312 fp16, 16x, the
 FlashAttention-2 paper's Sec. 3.1; H100 SXM5: 66.9 against 989.4, 14.8x, its datasheet).
 
-GPUs of a measured GPU's architecture that have no measurement of their own (the other
-Hopper parts, the other A100s; `DERIVED_FROM`) take its laws with the share of the peak
+GPUs that have no measurement of their own (`DERIVED_FROM`: the other Hopper parts, the
+other A100s, the B300, the L40S, the RTX 5090, the CDNA3 and CDNA2 Instinct parts) take a
+measured GPU's laws, running the same kernel code (its architecture's, or per
+`DERIVED_NOTES` the same kernels on a neighbouring one), with the share of the peak
 scaled by their preset's matmul_efficiency over the measured GPU's: the same kernel code
-on the same SM design reaches the same fraction of what the GPU's dense GEMMs reach, the
+on a like SM design reaches the same fraction of what the GPU's dense GEMMs reach, the
 rule the presets' matmul_efficiency was itself carried over by (each preset's
-efficiency_source). Derived, not measured: the preset's efficiency_uncertainty applies.
+efficiency_source). Derived, not measured: the preset's efficiency_uncertainty applies,
+and each row's source says how far the design is from the measured one.
 
 Usage:
   python validation/fit_attention_kernels.py           # the fits and their worst rows
   python validation/fit_attention_kernels.py --toml    # the presets' rows, as TOML
-  python validation/fit_attention_kernels.py --write   # rewrite the derived presets' rows
+  python validation/fit_attention_kernels.py --write   # rewrite the presets' rows (all but
+                                                       # the H100's and A100's, hand-noted)
 """
 
 from __future__ import annotations
