@@ -174,6 +174,10 @@ def test_the_fsdp_example_is_timed_on_blackwell_and_on_mi300x(overrides, name):
     assert plan.time_model == "modelled" and plan.step_seconds is not None
     step = next(d for d in plan.derivations if d.quantity == "step_seconds")
     preset = gpu(name)
+    # Attention runs at the GPU's own kernel rows (cuDNN's on the B200, AITER's on the
+    # MI300X), not at the matmul rate with a warning.
+    assert step.inputs["attention_kernel"] == {"b200": "cudnn", "mi300x": "aiter"}[name]
+    assert not [w for w in plan.warnings if "attention kernel" in w]
     # The products run at this GPU's own rate, not the A100 defaults of llmpar.roofline.
     assert step.inputs["matmul_efficiency"] == preset.matmul_efficiency
     assert step.inputs["memory_efficiency"] == preset.memory_efficiency

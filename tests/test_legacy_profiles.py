@@ -77,6 +77,32 @@ def test_a_profile_table_replaces_the_named_gpus_efficiency_and_says_so():
     assert "matmul_efficiency 0.5 from framework profile 'megatron-core'" in step.source
 
 
+@pytest.mark.parametrize("stated", [
+    {"hardware.gpu.matmul_efficiency": 0.6},
+    {"hardware.gpu": {"preset": "h100-sxm", "matmul_efficiency": 0.6}},
+])
+def test_an_efficiency_the_spec_states_wins_over_the_profile_table(stated):
+    """The user's value, then the profile's table, then the GPU preset's: megatron-core-
+    legacy names the H100 (0.613), the preset states 0.641, the spec 0.6."""
+    legacy = {"training.framework": "megatron-core-legacy"}
+
+    def efficiency(plan: llmpar.Plan) -> object:
+        (step,) = [d for d in plan.derivations if d.quantity == "step_seconds"]
+        return step.inputs["matmul_efficiency"]
+
+    mine = llmpar.evaluate(H100_EXAMPLE, {**legacy, **stated})
+    assert efficiency(mine) == 0.6
+    assert efficiency(llmpar.evaluate(H100_EXAMPLE, legacy)) == 0.613
+    assert efficiency(llmpar.evaluate(H100_EXAMPLE, stated)) == 0.6
+    # Checked again as a Spec object, or written out and read back, it keeps 0.6; the
+    # fp8 table's entry, which the spec does not state, still applies.
+    spec = llmpar.load_spec(H100_EXAMPLE, {**legacy, **stated})
+    assert spec.hardware.gpu.matmul_efficiency == 0.6
+    assert "h100-sxm" not in spec.training.profile.matmul_efficiency
+    assert "h100-sxm" in spec.training.profile.fp8_matmul_efficiency
+    assert llmpar.evaluate(spec).training.step_seconds == mine.training.step_seconds
+
+
 def test_a_table_that_names_another_gpu_changes_nothing():
     plain = llmpar.evaluate(H100_EXAMPLE).to_dict()
     other = llmpar.evaluate(H100_EXAMPLE, _with_table({"a100-sxm-80gb": 0.5})).to_dict()

@@ -68,7 +68,17 @@ def test_the_law_reproduces_every_measured_row(fit):
     # forward law serves both masks and both widths: within 11.5%, the causal rows a few
     # percent below the keys and the executed tiles alone predict (the mask's own work on
     # the diagonal tiles), the unmasked ones above.
-    worst = 0.04 if fit.direction == "backward" or fit.gpu == "a100-sxm-80gb" else 0.115
+    # The B200's, GB200's, MI355X's and RTX 4090's rows (causal and unmasked backward, one
+    # benchmark run each, a fall at the longest sequences the law does not model) within
+    # 10%; the RTX 4090's forward within 16%: its bars exceed the preset's stated peak, and
+    # the law's share is capped at the whole of it.
+    if fit.gpu in ("h100-sxm", "a100-sxm-80gb"):
+        worst = 0.04 if fit.direction == "backward" or fit.gpu == "a100-sxm-80gb" else 0.115
+    elif (fit.gpu, fit.direction) == ("rtx-4090", "forward"):
+        worst = 0.16
+        assert fit.compute_efficiency == 1.0 and all(e < 0 for e in fit.errors())
+    else:
+        worst = 0.10
     assert max(abs(e) for e in fit.errors()) < worst
     if fit.direction == "forward" and fit.gpu == "h100-sxm":
         at_16k = {r.causal: e for r, e in zip(fit.rows, fit.errors())
@@ -188,9 +198,10 @@ def test_megatron_core_runs_flash_attention_2_before_hopper():
     assert a100.step_seconds == flash.step_seconds
     assert a100.derivation("step_seconds").inputs["attention_kernel"] == "flash-attention-2"
     assert not [w for w in a100.warnings if "attention kernel" in w]
-    # An Ada GPU states no FlashAttention-2 rate: the warning names the kernel that runs.
-    (warning,) = [w for w in _plan(None, gpu="l40s").warnings if "attention kernel" in w]
-    assert "of the flash-attention-2 attention kernel" in warning
+    # An Ada GPU runs FlashAttention-2's sm80 kernels, at the A100's law (derived).
+    l40s = _plan(None, gpu="l40s")
+    assert l40s.derivation("step_seconds").inputs["attention_kernel"] == "flash-attention-2"
+    assert not [w for w in l40s.warnings if "attention kernel" in w]
     # The H100 keeps cuDNN.
     assert _plan(None).derivation("step_seconds").inputs["attention_kernel"] == "cudnn"
 
@@ -215,7 +226,10 @@ def test_a_gpu_of_a_measured_architecture_carries_its_laws_scaled_by_its_gemms(m
     # The other Hopper parts and the other A100s: the measured GPU's laws, each share of
     # the peak scaled by the presets' matmul_efficiency ratio, and said to be derived.
     theirs, ours = _gpu(measured), _gpu(gpu)
-    assert ours.architecture == theirs.architecture
+    # The measured GPU's architecture, or (FIT.DERIVED_NOTES) the same kernel code on
+    # another: FlashAttention-2's sm80 kernels on Ada and consumer Blackwell, AITER's on
+    # the CDNA generations.
+    assert ours.architecture == theirs.architecture or gpu in FIT.DERIVED_NOTES
     scale = ours.matmul_efficiency / theirs.matmul_efficiency
     assert {(r.kernel, r.direction) for r in ours.attention_kernels} == {
         (r.kernel, r.direction) for r in theirs.attention_kernels}
@@ -225,7 +239,71 @@ def test_a_gpu_of_a_measured_architecture_carries_its_laws_scaled_by_its_gemms(m
         assert rate.compute_efficiency == min(1.0, round(source.compute_efficiency * scale, 3))
         assert (rate.half_keys, rate.half_width) == (source.half_keys, source.half_width)
         assert rate.source.startswith("derived, not measured on this GPU")
-    assert ours.architecture in {"hopper", "ampere"}
+        assert FIT.DERIVED_NOTES.get(gpu, "the same kernel on the same architecture") in rate.source
+    assert ours.architecture in {"hopper", "ampere", "ada", "blackwell", "cdna2", "cdna3"}
+
+
+def test_the_b200_and_mi355x_rows_are_their_kernel_files_rewritten_by_the_fit():
+    # `fit_attention_kernels.py --write` writes these presets' rows: the text it writes is
+    # the preset's, row for row (the derived presets' likewise: the test above).
+    for name in FIT.FILES[2:]:
+        gpu = FIT.table(name)["gpu"]
+        written = tomllib.loads(FIT.toml_rows(FITS, gpu, source=FIT.measured_source(name)))
+        assert written["attention_kernels"] == FIT.preset(gpu)["attention_kernels"]
+    for derived in FIT.DERIVED_FROM.values():
+        for gpu in derived:
+            written = tomllib.loads(FIT.derived_rows(FITS, gpu))
+            assert written["attention_kernels"] == FIT.preset(gpu)["attention_kernels"]
+
+
+def test_the_fits_leave_out_only_the_rows_their_files_say():
+    # Rows below a file's fit_min_sequence (host-bound calls) and series marked
+    # `fitted = false` are kept as data but not fitted; every other row is.
+    for name in FIT.FILES[2:]:
+        data = FIT.table(name)
+        for kernel in data["kernel"]:
+            for direction in ("forward", "backward"):
+                (found,) = [f for f in FITS if (f.gpu, f.kernel, f.direction)
+                            == (data["gpu"], kernel["name"], direction)]
+                expected = [r for r in FIT.rows_of(data, {"rows": [
+                    row for row in kernel["rows"] if row.get("fitted", True)]}, direction)
+                            if r.sequence >= data.get("fit_min_sequence", 0)]
+                assert list(found.rows) == expected and expected
+
+
+def test_blackwells_cudnn_runs_above_flash_attention_2s_sm80_kernels():
+    # On the B200 cuDNN's sm100 attention is about 3x FlashAttention-2's sm80 code
+    # (attention_training_b200.toml: 1332 against 425 TFLOP/s forward at 16k), and torch
+    # SDPA's vendored copy of FlashAttention-2 a few percent below the original.
+    gpu = _gpu("b200")
+    for direction in ("forward", "backward"):
+        cudnn, fa2, sdpa = (gpu.attention_rate(k, direction)
+                            for k in ("cudnn", "flash-attention-2", "sdpa-flash"))
+        assert cudnn and fa2 and sdpa
+        assert 2.5 < cudnn.efficiency(8256, 128) / fa2.efficiency(8256, 128) < 3.6
+        assert 0.85 < sdpa.efficiency(8256, 128) / fa2.efficiency(8256, 128) < 1.0
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300", "gb200", "mi300x", "mi325x", "mi355x",
+                                 "mi250x", "l40s", "rtx-4090"])
+def test_the_default_profile_times_attention_by_a_kernel_on_every_gpu_that_states_one(gpu):
+    plan = _plan(None, gpu=gpu)
+    assert plan.step_seconds is not None
+    assert not [w for w in plan.warnings if "attention kernel" in w]
+    matmul = _plan({"preset": "megatron-core", "attention_timing": "matmul"}, gpu=gpu)
+    assert plan.step_seconds != matmul.step_seconds
+
+
+def test_volta_keeps_the_matmul_rate_and_says_why():
+    # No FlashAttention on Volta (it needs compute capability 8.0): torch SDPA's math or
+    # memory-efficient kernel runs there, and no kernel-level rate of either is committed.
+    plan = llmpar.evaluate({
+        "model": "llama-3-8b", "hardware": {"gpu": "v100-sxm2-32gb", "num_gpus": 1},
+        "precision": {"compute": "fp16"},
+        "training": {"sequence_length": 4096, "global_batch_size": 1, "micro_batch_size": 1,
+                     "framework": "torchtitan"}})
+    (warning,) = [w for w in plan.warnings if "attention kernel" in w]
+    assert "Volta" in warning and "compute capability 8.0" in warning
 
 
 def test_a_kernel_the_gpu_states_no_rate_for_runs_at_the_matmul_rate():

@@ -58,6 +58,13 @@ MEASURED_AS: Mapping[str, str] = MappingProxyType({
 })
 """The measured kernel a profile's `attention_kernel` runs, where it is another's code."""
 SIXTEEN_BIT = ("bf16", "fp16")
+UNMEASURED: Mapping[str, str] = MappingProxyType({
+    "volta": "no fused attention kernel of this architecture is measured: FlashAttention-2 "
+             "and cuDNN's fused attention need compute capability 8.0 (Ampere) or later "
+             "(FlashAttention-2's README; the cuDNN frontend's SDPA support matrix), so on "
+             "Volta torch SDPA runs its math or memory-efficient (xFormers-derived) kernel",
+})
+"""Why a GPU architecture states no attention rate at all, added to the fallback warning."""
 
 
 def _timed_by_kernel(spec: Spec) -> bool:
@@ -96,8 +103,9 @@ def kernel_fallback_warning(spec: Spec) -> str | None:
     measured = sorted({rate.kernel for rate in gpu.attention_kernels})
     stated = (f" (it states {', '.join(measured)}: set training.framework's "
               "attention_kernel to one of them if the stack runs it)") if measured else ""
+    why = f" ({UNMEASURED[gpu.architecture]})" if gpu.architecture in UNMEASURED else ""
     return (f"{gpu.name!r} states no measured rate of the {kernel} attention kernel"
-            f"{stated}: attention is timed at its matmul_efficiency")
+            f"{stated}{why}: attention is timed at its matmul_efficiency")
 
 
 def keys_per_query(spec: Spec, shape: RankShape) -> Value:

@@ -14,6 +14,8 @@ from llmpar.spec import Spec
 from llmpar.spec.framework import Framework, profile_gpu
 
 FRAMEWORK_PATH = "$.training.framework"
+PROFILE_EFFICIENCIES = ("matmul_efficiency", "fp8_matmul_efficiency")
+"""The GPU's efficiencies a profile can state by GPU (`Framework.matmul_efficiency`)."""
 PARALLEL_DEFAULTS = (("reshard_after_forward", "data", "reshard_after_forward"),
                      ("tensor_overlap_backward", "tensor", "overlap_backward"),
                      ("tensor_overlap_backward", "sequence", "overlap_backward"))
@@ -77,3 +79,30 @@ def with_profile_efficiencies(spec: Spec) -> Spec:
     if gpu is spec.hardware.gpu:
         return spec
     return attrs.evolve(spec, hardware=attrs.evolve(spec.hardware, gpu=gpu))
+
+
+def stated_efficiencies(hardware: Any) -> frozenset[str]:
+    """The efficiencies (`PROFILE_EFFICIENCIES`) a spec's own `[hardware.gpu]` table states
+    (inline, or set with `--set hardware.gpu.matmul_efficiency=...`), as against the ones
+    its GPU preset states."""
+    gpu = hardware.get("gpu") if isinstance(hardware, Mapping) else None
+    if not isinstance(gpu, Mapping):
+        return frozenset()
+    return frozenset(key for key in PROFILE_EFFICIENCIES if key in gpu)
+
+
+def without_stated_entries(training: Any, gpu: str, stated: Collection[str]) -> Any:
+    """`training` with its profile's entries for `gpu` dropped from the tables of the
+    efficiencies the spec states itself (`stated_efficiencies`): a value the user states
+    wins over the profile's table, which wins over the GPU preset's. The spec then carries
+    the profile as it applies, so checking it again (a Spec object) keeps the user's value;
+    the same object where nothing is dropped."""
+    framework = getattr(training, "framework", None)
+    if framework is None or not stated:
+        return training
+    changes = {key: {name: value for name, value in getattr(framework, key).items()
+                     if name != gpu}
+               for key in stated if gpu in getattr(framework, key)}
+    if not changes:
+        return training
+    return attrs.evolve(training, framework=attrs.evolve(framework, **changes))

@@ -15,8 +15,10 @@ from llmpar.loading.converter import structure
 from llmpar.loading.framework import (
     FRAMEWORK_PATH,
     activation_model_problems,
+    stated_efficiencies,
     with_framework_defaults,
     with_profile_efficiencies,
+    without_stated_entries,
 )
 from llmpar.loading.limits import read_text
 from llmpar.loading.presets import PresetCatalog, PresetNotFound, is_preset_name
@@ -437,6 +439,8 @@ def structure_spec(
 
     if problems:
         return None, problems
+    training = without_stated_entries(training, hardware.gpu.name,
+                                      stated_efficiencies(raw.get("hardware")))
     spec = Spec(model=model, hardware=hardware, optimizer=optimizer, precision=precision,
                 training=training, inference=inference, parallel=parallel,
                 rank_order=rank_order, search=search, finetune=finetune, workload=workload,

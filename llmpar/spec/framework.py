@@ -14,7 +14,7 @@ from llmpar.spec.hardware import ARCHITECTURES, FUSED_ATTENTION_KERNELS, Gpu
 from llmpar.spec.quantities import Bytes, Seconds
 
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
-                          "flash-attention-2", "flash-attention-3", "cudnn"]
+                          "flash-attention-2", "flash-attention-3", "cudnn", "aiter"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = typing.get_args(AttentionKernel)
 LossKernel = Literal["torch", "vocab-parallel"]
 LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
@@ -49,6 +49,9 @@ KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
     "flash-attention-2": "fused",
     "flash-attention-3": "fused",
     "cudnn": "fused",
+    # AMD's AITER flash attention (ROCm/aiter, flash_attn_func: FlashAttention-2's
+    # interface, its output and log-sum-exp kept for the backward).
+    "aiter": "fused",
 })
 """The activation model each attention kernel implies: the default of `[training]
 activation_model` under a profile with that kernel."""
@@ -121,8 +124,9 @@ class Framework:
                                                     validator=v.one_of(*ATTENTION_KERNELS))
     """The attention kernel the stack runs: "unfused-softmax" (Megatron's core attention,
     scores materialized), "eager" (Hugging Face eager), "sdpa-math", "sdpa-flash" (torch
-    SDPA's flash or memory-efficient backend), "flash-attention-2", "flash-attention-3" or
-    "cudnn". It selects the default `[training] activation_model`
+    SDPA's flash or memory-efficient backend), "flash-attention-2", "flash-attention-3",
+    "cudnn" or "aiter" (AMD's AITER flash attention, on Instinct GPUs). It selects the
+    default `[training] activation_model`
     (`KERNEL_ACTIVATION_MODELS`); an `activation_model` the spec states wins."""
     attention_timing: AttentionTiming = attrs.field(default="kernel",
                                                     validator=v.one_of(*ATTENTION_TIMINGS))
@@ -373,8 +377,10 @@ class Framework:
                                                       validator=_efficiencies_by_gpu)
     """The `matmul_efficiency` this profile was calibrated with, by GPU preset name
     (`[matmul_efficiency] "h100-sxm" = 0.613`): a spec whose GPU is named here runs at
-    it instead of the GPU's own (`Gpu.matmul_efficiency`, also one the spec states for
-    its GPU), for the whole time model, and the step time's derivation says so. What a
+    it instead of the GPU preset's (`Gpu.matmul_efficiency`), for the whole time model,
+    and the step time's derivation says so; a value the spec's own `[hardware.gpu]` table
+    states (inline or with `--set`) wins over it (the loaded spec's profile drops that
+    GPU's entry: `llmpar.loading.framework.without_stated_entries`). What a
     profile calibrated under another accounting of the step carries so that its numbers
     can be redone (`megatron-core-legacy`); `llmpar calibrate` replaces the entry of the
     GPU it fits. Empty: every GPU at its own."""
@@ -422,7 +428,8 @@ DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", attention_timing="kernel",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
-    attention_kernel_by_architecture={"ampere": "flash-attention-2", "ada": "flash-attention-2"},
+    attention_kernel_by_architecture={"ampere": "flash-attention-2", "ada": "flash-attention-2",
+                                      "cdna2": "aiter", "cdna3": "aiter", "cdna4": "aiter"},
     source="specs/frameworks/megatron-core.toml (the profile a spec that names none runs "
            "under)")
 """The profile a spec that names none runs under: specs/frameworks/megatron-core.toml's

@@ -10,9 +10,13 @@ from llmpar.dtypes import math_format
 from llmpar.spec import validators as v
 from llmpar.spec.quantities import ByteRate, Bytes, FlopRate, MemorySize, Seconds
 
-ARCHITECTURES = ("", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+ARCHITECTURES = ("", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
+                 "cdna2", "cdna3", "cdna4")
+"""GPU designs (`Gpu.architecture`): NVIDIA's by name, AMD Instinct's by CDNA generation
+(MI250X: CDNA2, MI300X and MI325X: CDNA3, MI355X: CDNA4)."""
 COLLECTIVE_ALGORITHMS = ("ring", "nccl")
-FUSED_ATTENTION_KERNELS = ("sdpa-flash", "flash-attention-2", "flash-attention-3", "cudnn")
+FUSED_ATTENTION_KERNELS = ("sdpa-flash", "flash-attention-2", "flash-attention-3", "cudnn",
+                          "aiter")
 """The framework profiles' attention kernels that never materialize the scores
 (`llmpar.spec.framework.ATTENTION_KERNELS`): the ones a measured rate can be stated for."""
 ATTENTION_PASSES = ("forward", "backward")
@@ -44,7 +48,7 @@ class AttentionKernelRate:
 
     kernel: str = attrs.field(validator=v.one_of(*FUSED_ATTENTION_KERNELS))
     """The attention kernel (`[training] framework`'s `attention_kernel`): "flash-attention-2",
-    "flash-attention-3", "cudnn" or "sdpa-flash"."""
+    "flash-attention-3", "cudnn", "sdpa-flash" or "aiter" (AMD's AITER flash attention)."""
     direction: str = attrs.field(validator=v.one_of(*ATTENTION_PASSES))
     """The pass: "forward" or "backward" (the backward's FLOPs 2.5x the forward's)."""
     compute_efficiency: float = attrs.field(validator=v.fraction)
