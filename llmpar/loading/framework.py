@@ -16,7 +16,8 @@ from llmpar.spec.framework import Framework, profile_gpu
 FRAMEWORK_PATH = "$.training.framework"
 PARALLEL_DEFAULTS = (("reshard_after_forward", "data", "reshard_after_forward"),
                      ("tensor_overlap_backward", "tensor", "overlap_backward"),
-                     ("tensor_overlap_backward", "sequence", "overlap_backward"))
+                     ("tensor_overlap_backward", "sequence", "overlap_backward"),
+                     ("tensor_overlap_kernels", "sequence", "overlap_kernels"))
 """(profile field, strategy, that strategy's config field) a profile sets by default."""
 
 
