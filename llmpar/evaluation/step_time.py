@@ -215,7 +215,7 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
         seconds = (0.0 if per_call is None else per_call) * calls
         exposed = seconds * (1 - collective.overlap)
         serial = collective.serial_seconds_per_call  # on the critical path, all of it
-        if is_array(serial) or serial:
+        if serial.__class__ is not float or serial:  # an array, or not 0.0
             seconds, exposed = seconds + serial * calls, exposed + serial * calls
         found.append(Cost(collective, buffer, calls, tier, seconds, exposed,
                           per_call is not None, piece_share(collective, buffer)))

@@ -148,7 +148,7 @@ class SequenceParallel(Strategy[SequenceConfig]):
                                    reason="scatter each split block's output by sequence", **common,
                                    **_pipelined(config, spec, t, pieces=config.overlap_splits,
                                                 compute_share=config.overlap_compute_share,
-                                                reduced_bytes=hidden_state_bytes(spec, layout))),
+                                                reduced_bytes=common["buffer_bytes"])),
                 checked_collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
                                    operation="reduce-scatter", calls_per_step=backward,
                                    overlap=1.0 if config.overlap_backward else 0.0,
