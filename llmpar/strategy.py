@@ -180,6 +180,11 @@ class Collective:
     multiprocessors a communication kernel occupies beside the product it overlaps): each
     second it hides slows that work by this much of a second. 0 (the default): copy
     engines or a negligible share."""
+    serial_seconds_per_call: Any = attrs.field(default=0.0, validator=_at_least(0.0))
+    """GPU seconds each call adds on the critical path beside its transfers, as the
+    kernels that run it work (a reduce-scatter done as an exchange of partial sums and
+    then a local reduction kernel; the extra launches of a product decomposed into
+    chunks): counted in its seconds, all of it exposed. 0 (the default): none."""
     pieces: Any = attrs.field(default=None, validator=_at_least(1))
     """The calls behind one window run in this many pieces in turn, each as soon as the
     work before it has produced (or needs) it: gradient buckets, or one layer's weights.

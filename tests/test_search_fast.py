@@ -47,6 +47,12 @@ SPACES = {
         training={"sequence_length": 512, "global_batch_size": 24, "framework": "torchtitan"},
         search={"micro_batch_sizes": [1, 2], "recompute": ["none", "full"],
                 "values": {"data.zero": [1, 3]}}),
+    # PyTorch's SymmetricMemory kernels behind the products (torchtitan's AsyncTP): the
+    # chunks' launches and the reduce-scatters' reductions on the critical path
+    "pipelined-tp-overlap-symmetric-memory": small_spec(
+        hardware={"cluster": "dgx-h100", "num_gpus": 8, "gpus_per_node": 4},
+        training={"sequence_length": 512, "global_batch_size": 24, "framework": "torchtitan"},
+        parallel={"sequence": {"comm_overlap": "pipelined"}}),
     "eager-attention-scores": small_spec(
         training={"sequence_length": 512, "global_batch_size": 24,
                   "activation_model": "hf-eager"}),

@@ -81,3 +81,65 @@ def test_a_collective_cannot_take_the_whole_gpu():
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         Collective(strategy="x", name="x.y", operation="all-reduce", group_size=2,
                    compute_share=1.0)
+
+
+# PyTorch's SymmetricMemory kernels (torchtitan's AsyncTP): `overlap_kernels`.
+A100_FIXED_SECONDS = 6e-6  # specs/gpus/a100-sxm-80gb.toml matmul_fixed_seconds
+A100_HBM_BYTES_PER_S = 2039e9 * 0.8  # its HBM bandwidth x memory_efficiency
+
+
+def symmetric(**sequence: Any) -> llmpar.Plan:
+    return plan_of(comm_overlap="pipelined", overlap_kernels="symmetric-memory", **sequence)
+
+
+def test_transformer_engine_kernels_are_the_default_without_a_profile():
+    assert plan_of(comm_overlap="pipelined", overlap_kernels="userbuffers").to_dict() == (
+        plan_of(comm_overlap="pipelined").to_dict())
+
+
+def test_the_torchtitan_profile_runs_pytorch_symmetric_memory():
+    overrides = {"training.framework": "torchtitan", "parallel.sequence.comm_overlap": "pipelined"}
+    stated = dict(overrides, **{"parallel.sequence.overlap_kernels": "symmetric-memory"})
+    assert SESSION.evaluate(EXAMPLE, overrides).to_dict() == (
+        SESSION.evaluate(EXAMPLE, stated).to_dict())
+
+
+def test_a_symmetric_memory_all_gather_pays_only_its_chunks_launches():
+    # t = 8 chunks of each product, 7 more launches than one product, nothing of the
+    # transfer exposed (the copy engines move each chunk while the previous one computes)
+    (gather,) = by_name(symmetric(), "sequence.all-gather")
+    (inline,) = by_name(plan_of(), "sequence.all-gather")
+    launches = gather.calls_per_step * 7 * A100_FIXED_SECONDS
+    assert gather.pieces is None and gather.hides_behind == "projections"
+    assert gather.exposed_seconds == pytest.approx(launches)
+    assert gather.seconds == pytest.approx(inline.seconds + launches)
+
+
+def test_a_symmetric_memory_reduce_scatter_pays_its_reduction_kernel():
+    # the reduction reads the t stacked partial sums (the whole buffer) and writes 1/t
+    (scatter,) = by_name(symmetric(), "sequence.reduce-scatter")
+    per_call = 7 * A100_FIXED_SECONDS + (1 + 1 / 8) * scatter.buffer_bytes / A100_HBM_BYTES_PER_S
+    assert scatter.exposed_seconds == pytest.approx(scatter.calls_per_step * per_call, rel=1e-6)
+
+
+@pytest.mark.parametrize("key, value", [("overlap_compute_share", 0.5), ("overlap_splits", 2)])
+def test_copy_engines_take_no_share_and_make_no_splits(key, value):
+    assert symmetric(**{key: value}).step_seconds == symmetric().step_seconds
+
+
+def test_symmetric_memory_changes_nothing_without_the_pipelined_overlap():
+    assert plan_of(overlap_kernels="symmetric-memory").to_dict() == plan_of().to_dict()
+
+
+def test_an_unknown_kernel_is_named():
+    with pytest.raises(llmpar.SpecError) as error:
+        plan_of(comm_overlap="pipelined", overlap_kernels="nccl")
+    (problem,) = error.value.problems
+    assert problem.path == "$.parallel.sequence.overlap_kernels" and "one of" in problem.message
+
+
+def test_a_collective_cannot_add_negative_serial_seconds():
+    from llmpar.strategy import Collective
+    with pytest.raises(ValueError, match=">= 0"):
+        Collective(strategy="x", name="x.y", operation="all-reduce", group_size=2,
+                   serial_seconds_per_call=-1.0)

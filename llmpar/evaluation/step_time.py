@@ -213,9 +213,12 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
             buffer = collective.bytes_per_parameter * per_parameter[key]
         per_call, tier = (cost_model or seconds_of)(collective, spec.hardware, buffer)
         seconds = (0.0 if per_call is None else per_call) * calls
-        found.append(Cost(collective, buffer, calls, tier, seconds,
-                          seconds * (1 - collective.overlap), per_call is not None,
-                          piece_share(collective, buffer)))
+        exposed = seconds * (1 - collective.overlap)
+        serial = collective.serial_seconds_per_call  # on the critical path, all of it
+        if serial.__class__ is not float or serial:  # an array, or not 0.0
+            seconds, exposed = seconds + serial * calls, exposed + serial * calls
+        found.append(Cost(collective, buffer, calls, tier, seconds, exposed,
+                          per_call is not None, piece_share(collective, buffer)))
     return tuple(found)
 
 

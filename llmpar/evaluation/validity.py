@@ -44,7 +44,7 @@ def _plainly_fine(transform: Transform, name: str) -> bool:
     for c in transform.collectives:
         if c.strategy != name or c.bytes_per_parameter is not None and c.component is None:
             return False
-        sizes += (c.buffer_bytes, c.calls_per_step)
+        sizes += (c.buffer_bytes, c.calls_per_step, c.serial_seconds_per_call)
         shares += (c.overlap, c.compute_share)
         if c.bytes_per_parameter is not None:
             sizes.append(c.bytes_per_parameter)
@@ -131,6 +131,9 @@ def _collective_problems(transform: Transform, name: str, n: int) -> list[str]:
                                                   or c.component is None):
             problems.append(f"collective {c.name!r}: bytes_per_parameter "
                             f"{c.bytes_per_parameter!r} needs a component and a number >= 0")
+        if bad_number(c.serial_seconds_per_call):
+            problems.append(f"collective {c.name!r}: serial_seconds_per_call "
+                            f"{c.serial_seconds_per_call!r} is not a finite number >= 0")
         if bad_number(c.overlap, at_most=1):
             problems.append(f"collective {c.name!r}: overlap {c.overlap!r} outside [0, 1]")
     return problems + _collective_groups(transform, n)

@@ -18,7 +18,8 @@ PROFILE_EFFICIENCIES = ("matmul_efficiency", "fp8_matmul_efficiency")
 """The GPU's efficiencies a profile can state by GPU (`Framework.matmul_efficiency`)."""
 PARALLEL_DEFAULTS = (("reshard_after_forward", "data", "reshard_after_forward"),
                      ("tensor_overlap_backward", "tensor", "overlap_backward"),
-                     ("tensor_overlap_backward", "sequence", "overlap_backward"))
+                     ("tensor_overlap_backward", "sequence", "overlap_backward"),
+                     ("tensor_overlap_kernels", "sequence", "overlap_kernels"))
 """(profile field, strategy, that strategy's config field) a profile sets by default."""
 
 

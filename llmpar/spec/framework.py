@@ -33,6 +33,10 @@ ATTENTION_TIMINGS: tuple[AttentionTiming, ...] = typing.get_args(AttentionTiming
 Fp8Scaling = Literal["delayed", "current"]
 FP8_SCALINGS: tuple[Fp8Scaling, ...] = typing.get_args(Fp8Scaling)
 """How a per-tensor fp8 cast finds its scale (`[precision] fp8_scaling`)."""
+TensorOverlapKernels = Literal["userbuffers", "symmetric-memory"]
+TENSOR_OVERLAP_KERNELS: tuple[TensorOverlapKernels, ...] = typing.get_args(TensorOverlapKernels)
+"""The kernels that run pipelined tensor-parallel communication
+(`[parallel.sequence] overlap_kernels`)."""
 
 KERNEL_ACTIVATION_MODELS: Mapping[str, str] = MappingProxyType({
     # Megatron's unfused core attention (scores materialized, softmax fused with scale and
@@ -251,6 +255,12 @@ class Framework:
     """The stack's default of `[parallel.tensor]` and `[parallel.sequence]`
     `overlap_backward` (input-gradient reductions behind the weight-gradient products),
     applied where the spec does not set it; unset: the strategies' own default."""
+    tensor_overlap_kernels: TensorOverlapKernels | None = attrs.field(
+        default=None, validator=attrs.validators.optional(v.one_of(*TENSOR_OVERLAP_KERNELS)))
+    """The stack's default of `[parallel.sequence] overlap_kernels` (what runs the
+    collectives of `comm_overlap = "pipelined"`): "userbuffers" (Transformer Engine's,
+    under Megatron-Core and NeMo) or "symmetric-memory" (PyTorch's micro-pipelined
+    SymmetricMemory ops, torchtitan's AsyncTP); unset: the strategy's own default."""
     kernel_overhead_seconds: Seconds = attrs.field(default=Seconds(0.0),
                                                    validator=v.non_negative)
     """Host time each matrix-product or attention kernel launch costs that the GPU waits

@@ -17,10 +17,13 @@ import attrs
 from llmpar.arrays import anywhere, is_array, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.evaluation.casts import PER_TENSOR_FORMATS, amax_reads
+from llmpar.evaluation.matmuls import launch_seconds
 from llmpar.footprint.inventory import SPLIT_SEQUENCE
 from llmpar.hookspecs import hookimpl
+from llmpar.roofline import rates_of
 from llmpar.search.dimension import Point, SearchDimension
 from llmpar.spec import Spec
+from llmpar.spec.framework import TENSOR_OVERLAP_KERNELS, TensorOverlapKernels
 from llmpar.spec.validators import one_of, positive, share_below_one
 from llmpar.strategies.common import (
     backward_input_gradient_calls,
@@ -72,8 +75,20 @@ class SequenceConfig:
     `--tp-comm-overlap` with Transformer Engine's userbuffers; torchtitan's AsyncTP; both
     need sequence parallelism). An all-gather runs as a ring exchange, one chunk per
     tensor rank, over the copy engines; a reduce-scatter in `overlap_splits` chunks on
-    `overlap_compute_share` of the GPU. One chunk of each stays exposed. "none": on the
-    critical path."""
+    `overlap_compute_share` of the GPU. One chunk of each stays exposed (as
+    `overlap_kernels` run them). "none": on the critical path."""
+    overlap_kernels: TensorOverlapKernels = attrs.field(default="userbuffers",
+                                                        validator=one_of(*TENSOR_OVERLAP_KERNELS))
+    """What runs the collectives of `comm_overlap = "pipelined"` (the framework profile's
+    `tensor_overlap_kernels` by default). "userbuffers": Transformer Engine's (Megatron-LM,
+    NeMo), as `comm_overlap` describes. "symmetric-memory": PyTorch's micro-pipelined
+    SymmetricMemory ops that torch.compile's micro-pipeline pass puts in place of an
+    all-gather and the product after it, or a product and the reduce-scatter after it
+    (torchtitan's AsyncTP): each product runs in t chunks of the tokens, one per tensor
+    rank, the local one first; the copies run on the copy engines (no share of the GPU)
+    while the other chunks compute, so no chunk's transfer waits with nothing beside it;
+    each chunk pays a product's launch and first tile, and a reduce-scatter ends in a
+    local reduction kernel over the t partial sums."""
     overlap_splits: int = attrs.field(default=4, validator=positive)
     """Chunks of a pipelined reduce-scatter (Transformer Engine's `num_splits`; NeMo's H100
     configurations use 4)."""
@@ -127,12 +142,13 @@ class SequenceParallel(Strategy[SequenceConfig]):
                 checked_collective(name=ALL_GATHER, operation="all-gather", calls_per_step=calls,
                                    reason="gather the sequence before each split block",
                                    **{**common, "buffer_bytes": gathered_bytes(spec, layout)},
-                                   **_pipelined(config, pieces=t)),
+                                   **_pipelined(config, spec, t, pieces=t)),
                 checked_collective(name=REDUCE_SCATTER, operation="reduce-scatter",
                                    calls_per_step=calls - backward - saved,
                                    reason="scatter each split block's output by sequence", **common,
-                                   **_pipelined(config, pieces=config.overlap_splits,
-                                                compute_share=config.overlap_compute_share)),
+                                   **_pipelined(config, spec, t, pieces=config.overlap_splits,
+                                                compute_share=config.overlap_compute_share,
+                                                reduced_bytes=common["buffer_bytes"])),
                 checked_collective(name=INPUT_GRADIENT_REDUCE_SCATTER,
                                    operation="reduce-scatter", calls_per_step=backward,
                                    overlap=1.0 if config.overlap_backward else 0.0,
@@ -199,15 +215,50 @@ def _amax_all_reduces(spec: Spec, calls: Any, t: int, stride: int) -> tuple[Coll
                                       "(forward), row-parallel output gradients (backward)"),)
 
 
-def _pipelined(config: SequenceConfig, pieces: int,
-               compute_share: float = 0.0) -> dict[str, Any]:
-    """How a layer collective overlaps its products under `comm_overlap = "pipelined"`:
-    in `pieces` chunks behind the layers' matrix products (one chunk exposed), taking
-    `compute_share` of the GPU while it hides; nothing otherwise."""
+def _pipelined(config: SequenceConfig, spec: Spec, t: int, pieces: int,
+               compute_share: float = 0.0, reduced_bytes: Any = None) -> dict[str, Any]:
+    """How a layer collective overlaps its products under `comm_overlap = "pipelined"`,
+    behind the layers' matrix products; nothing otherwise. Transformer Engine's
+    userbuffers: in `pieces` chunks (one exposed), taking `compute_share` of the GPU
+    while it hides. PyTorch's SymmetricMemory: `_symmetric_memory_serial_seconds`."""
     if config.comm_overlap == "none":
         return {}
-    return dict(overlap=1.0, hides_behind="projections", pieces=pieces,
-                compute_share=compute_share)
+    if config.overlap_kernels == "userbuffers":
+        return dict(overlap=1.0, hides_behind="projections", pieces=pieces,
+                    compute_share=compute_share)
+    return dict(overlap=1.0, hides_behind="projections",
+                serial_seconds_per_call=_symmetric_memory_serial_seconds(spec, t, reduced_bytes))
+
+
+def _symmetric_memory_serial_seconds(spec: Spec, t: int, reduced_bytes: Any) -> Any:
+    """GPU seconds each pipelined call adds on the critical path under PyTorch's
+    SymmetricMemory ops (torch/distributed/_symmetric_memory/__init__.py, PyTorch 2.5,
+    as torchtitan's AsyncTP runs them through torch/_inductor/fx_passes/micro_pipeline_tp.py).
+
+    `fused_all_gather_matmul` (`_pipelined_all_gather_and_consume`) multiplies the local
+    shard first, while that shard is copied into the rank's peer-visible buffer, then
+    for each of the t - 1 other ranks copies its shard (`Tensor.copy_` of a peer buffer:
+    the copy engines) and multiplies it, alternating two streams so a copy runs beside
+    the previous chunk's product. `fused_matmul_reduce_scatter`
+    (`_pipelined_produce_and_all2all`) computes the partial product of each other rank's
+    rows into a double buffer that rank pulls while the next chunk computes, the local
+    chunk last, then reduces the t partial sums with `torch.sum` over the stacked
+    [t, tokens/t, n] buffer. So no transfer waits with nothing beside it (no exposed
+    piece, no share of the SMs), but:
+    - each product runs as t products of tokens/t rows, each paying the GEMM law's
+      launch and first tile (`llmpar.evaluation.matmuls.launch_seconds`), t - 1 more
+      than the whole product (one product per call, as llmpar's inventory groups Q/K/V
+      and the MLP's input projections; an upper bound where the two streams start a
+      chunk during the previous one's last wave);
+    - each reduce-scatter's reduction reads the whole stacked buffer (`reduced_bytes`, the
+      reduce-scatter's buffer in the activations' format) and writes 1/t of it, a
+      memory-bound kernel at the GPU's HBM bandwidth and memory efficiency (the roofline,
+      Williams et al. 2009) on the compute stream after the last chunk."""
+    rates = rates_of(spec.hardware.gpu)
+    launches = (t - 1) * launch_seconds(spec, rates)
+    if reduced_bytes is None or not spec.hardware.gpu.hbm_bandwidth_bytes_per_s:
+        return launches
+    return launches + (1 + 1 / t) * reduced_bytes / (rates.bandwidth * rates.memory_efficiency)
 
 
 @hookimpl
