@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 import llmpar
+from llmpar.footprint.activations.common import sizes_of
 from llmpar.footprint.activations.hf import HfRun, hf_inventory
 from llmpar.footprint.activations.hf import measured as M
 from llmpar.footprint.activations.hf.context import Context
@@ -45,8 +46,8 @@ def test_each_layer_kind_is_exact(key):
     assert comparison.fixed_bytes == run.fixed_bytes + rope_residual(run)
 
 
-def spec(model: object = "qwen3-next-80b-a3b", s: int = 256, b: int = 1) -> llmpar.Spec:
-    return llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+def spec(s: int = 256, b: int = 1) -> llmpar.Spec:
+    return llmpar.load_spec({"model": "qwen3-next-80b-a3b", "hardware": {"gpu": "h100-sxm"},
                              "precision": {"activations": "bf16", "weights": "bf16"},
                              "training": {"sequence_length": s, "micro_batch_size": b}})
 
@@ -86,7 +87,7 @@ def test_gated_deltanet_by_hand(b, s):
                     + s * v + s * heads + s * 2 * v)
     per_layer = 4 * 2 * heads + q * q
     given = spec(s=s, b=b)
-    ctx = Context(sizes=llmpar.footprint.activations.common.sizes_of(given),
+    ctx = Context(sizes=sizes_of(given),
                   model=given.model, run=HfRun(), family=family_of(given.model))
     counted = sum(t.bytes for t in gated_deltanet_tensors(ctx))
     assert counted == bf16 + fp32 + per_layer
@@ -125,3 +126,24 @@ def test_the_whole_model_is_its_measured_layer_kinds_and_outside():
         fixed = RUNS["linear_attention_layers", attention, 1, 256].fixed_bytes
         assert inventory.total_bytes == (fixed + 2 * 256 * 256 * 2
                                          + sum(counts[k] * per_layer[k] for k in counts))
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_every_tensor_is_tagged(attention):
+    # scores (s x s) only in the attention layers; every per-token tensor splits with the
+    # context; none is split both by heads and by sequence parallelism; the recurrent
+    # state and the chunked scan's tensors split by heads with tensor parallelism
+    from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
+
+    inventory = hf_inventory(spec(s=512), HfRun(attention=attention))
+    for group in inventory.groups:
+        for t in group.tensors:
+            symbols = [symbol for symbol, _ in t.shape]
+            assert t.attention_score == (symbols.count("s") == 2), t.name
+            if "s" in symbols:
+                assert SPLIT_CONTEXT in t.splits, t.name
+            if "H_v" in symbols:
+                assert SPLIT_TENSOR in t.splits, t.name
+            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
+        scores = [t for t in group.tensors if t.attention_score]
+        assert bool(scores) == (group.kind == "moe attention" and attention == "eager")
