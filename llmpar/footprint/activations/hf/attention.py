@@ -222,9 +222,10 @@ def core_tensors(ctx: Context, operands_eager: list[SavedTensor]) -> list[SavedT
 
 
 def output_gate(ctx: Context, tensors: list[SavedTensor]) -> list[SavedTensor]:
-    """Qwen3-Next's gated attention (Qiu et al. 2025, "Gated Attention for Large Language
-    Models", arXiv:2505.06708, Eq. 5; Qwen3NextAttention): the output, made contiguous,
-    times sigmoid of the gate half of q_proj's output. The product keeps both, and the
+    """Qwen3-Next's gated attention (Qwen3NextAttention.forward in modeling_qwen3_next.py,
+    transformers 5.24.0; Qiu et al. 2025, "Gated Attention for Large Language Models",
+    arXiv:2505.06708): the output, made contiguous, times sigmoid of the gate half of
+    q_proj's output. The product keeps both, and the
     output projection keeps the product instead of the output."""
     if not ctx.model.attention_output_gate:
         return tensors

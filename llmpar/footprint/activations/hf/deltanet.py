@@ -7,8 +7,8 @@ The input projections keep their input; the convolution keeps its input (q, k an
 concatenated) and its padded output (s + kernel - 1 positions, kept by silu); beta =
 sigmoid(b) keeps its output; the decay g = -exp(A_log) * softplus(a + dt_bias) keeps
 exp(A_log) and its negation (per layer), softplus's input and its output in fp32. The
-chunked delta rule (Yang, Kautz and Hatamizadeh 2024, "Gated Delta Networks",
-arXiv:2412.06464, Sec. 3.3) runs in fp32 with q and k repeated to every value head, on
+chunked delta rule (the chunkwise form of Yang, Kautz and Hatamizadeh 2024, "Gated Delta
+Networks", arXiv:2412.06464) runs in fp32 with q and k repeated to every value head, on
 sequences padded to whole chunks (c = ceil(s / Q) chunks of Q = chunk_size, S = c Q
 positions): the L2 norms of q and k keep their fp32 inputs and rsqrt; beta in fp32; the
 padded v and k (kept by the products with beta) and k * beta; the within-chunk decays
