@@ -323,7 +323,8 @@ def test_a_whole_hybrid_is_its_measured_layer_kinds_and_outside():
 
 
 def test_recurrent_mixers_without_a_measured_torch_path_stay_refused():
-    # Qwen3-Next's gated DeltaNet (its torch chunked path) is not measured: hf-eager says so
+    # Qwen3.5's gated DeltaNet (Qwen3_5GatedDeltaNet, its torch chunked path) is not
+    # measured: hf-eager says so
     with pytest.raises(Exception, match="no inventory of the tensors the model's "
                        "linear_attention layers"):
-        hf_inventory_of("qwen3-next-80b-a3b", "hf-eager")
+        hf_inventory_of("qwen3.5-27b", "hf-eager")

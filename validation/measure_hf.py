@@ -184,6 +184,21 @@ ARCHS: dict[str, dict] = {
     # Falcon-H1's parallel hybrid: every layer an attention and a Mamba-2 mixer side by side,
     # then the MLP, with its muP multipliers
     "falcon-h1-0.5b": {"variants": [{"variant": "main", "flop_seqs": ()}]},
+    # Qwen3-Next's two layer kinds (Qwen3NextDecoderLayer: a gated DeltaNet, on the torch
+    # path of the chunked gated delta rule, or a gated attention, then the experts beside a
+    # gated shared expert), each alone, with 32 of the 512 routed experts (the saved tensors
+    # of the experts do not depend on their number but for the int32 offsets); FLOPs are
+    # measure_flops.py's
+    "qwen3-next-80b-a3b": {
+        "variants": [
+            {"variant": "linear_attention_layers", "overrides": {"num_experts": 32},
+             "layer_pattern": ("layer_types", ["linear_attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "attention_layers", "overrides": {"num_experts": 32},
+             "layer_pattern": ("layer_types", ["full_attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
@@ -212,6 +227,10 @@ GROUP_RULES: list[tuple[str, str]] = [
     ("attention", r"\.mixer\.[qkvo]_proj\."),
     ("mlp", r"\.mixer\.(up|down)_proj\."),
     ("embedding", r"^(model|backbone)\.embeddings\."),
+    # Qwen3-Next: the gated DeltaNet `linear_attn` (its gated norm included) and the
+    # shared expert's sigmoid gate
+    ("linear_attention", r"\.linear_attn\."),
+    ("shared_experts", r"\.shared_expert_gate\."),
     # Granite 4: the Mamba-2 mixer `mamba`, the shared MLP beside the experts, the router
     ("mamba", r"\.mamba\."),
     ("shared_experts", r"\.shared_mlp\."),
@@ -234,6 +253,7 @@ _COMPILED_RULES = [(g, re.compile(p)) for g, p in GROUP_RULES]
 GROUPS = [
     "embedding",
     "attention",
+    "linear_attention",
     "mamba",
     "mlp",
     "experts",

@@ -61,8 +61,8 @@ EXTRA_RULES = [
     ("router", r"\.feed_forward\.router\.(weight|bias)$"),
     ("mlp", r"\.feed_forward\."),
 ]
-ALL_GROUPS = [*GROUPS[:2], "linear_attention", *GROUPS[2:]]
-"""measure_hf.py's groups and the recurrent mixers', in llmpar's order."""
+ALL_GROUPS = list(GROUPS)
+"""measure_hf.py's groups (the recurrent mixers' among them), in llmpar's order."""
 RULES = [(group, re.compile(pattern)) for group, pattern in EXTRA_RULES + GROUP_RULES]
 MODEL_TYPES = {"kimi_k2": "deepseek_v3"}
 """model_types transformers does not register, and the one whose code the checkpoint runs."""

@@ -73,10 +73,12 @@ def _gated_deltanet_layers(config: HfConfig, moe: dict[str, Any] | None) -> dict
               "key_head_dim": config.integer("linear_key_head_dim", 128),
               "value_head_dim": config.integer("linear_value_head_dim", 128),
               "conv_kernel_size": config.integer("linear_conv_kernel_dim", 4)}
-    return {**decoder_table(config, tie_default=False), **attention_biases(config),
-            "qk_norm": True, "attention_output_gate": True, "moe": moe,
-            "mixer_pattern": mixer_pattern(config, "layer_types", kinds, QWEN3_NEXT_KINDS),
-            "linear_attention": linear}
+    table = {**decoder_table(config, tie_default=False), **attention_biases(config),
+             "qk_norm": True, "attention_output_gate": True, "moe": moe,
+             "mixer_pattern": mixer_pattern(config, "layer_types", kinds, QWEN3_NEXT_KINDS)}
+    if "linear_attention" in kinds:  # a model of full-attention layers alone has none
+        table["linear_attention"] = linear
+    return table
 
 
 def _shared_expert_moe(config: HfConfig, sparse_step: bool) -> dict[str, Any]:

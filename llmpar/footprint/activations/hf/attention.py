@@ -13,6 +13,8 @@ integrations/sdpa_attention.py of transformers 5.24.0, measured with torch 2.13.
 
 from __future__ import annotations
 
+import attrs
+
 from llmpar.footprint.activations.common import (
     FP32_BYTES,
     INSIDE_TP,
@@ -167,14 +169,15 @@ def _flash(ctx: Context) -> list[SavedTensor]:
         saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
               INSIDE_TP),
         _width(ctx, "attention output", "kept by SDPA", "a*d_v", model.attention_output_width,
-               weights=O_WEIGHTS if not (ctx.family.fused_qkv and ctx.family.rope) else
-               frozenset()),
+               weights=O_WEIGHTS if not (ctx.family.fused_qkv and ctx.family.rope
+                                         or ctx.family.rope_concat) else frozenset()),
     ]
-    if ctx.family.fused_qkv and ctx.family.rope:
+    if ctx.family.fused_qkv and ctx.family.rope or ctx.family.rope_concat:
         # The CPU kernel lays its output out like the query. A query sliced from a fused
-        # projection comes out of RoPE as a new b x a x s x d tensor (Phi-3), so the output
-        # projection needs a transposed copy; otherwise (a b x s x a x d layout) the
-        # transposed output is already contiguous and is the output projection's input.
+        # projection comes out of RoPE as a new b x a x s x d tensor (Phi-3), as does one
+        # RoPE concatenates (Qwen3-Next), so the output projection needs a transposed
+        # copy; otherwise (a b x s x a x d layout) the transposed output is already
+        # contiguous and is the output projection's input.
         tensors.append(_width(ctx, "output projection input", "the output transposed and "
                               "made contiguous", "a*d_v", model.attention_output_width,
                               weights=O_WEIGHTS, weights_only=True))
@@ -218,6 +221,25 @@ def core_tensors(ctx: Context, operands_eager: list[SavedTensor]) -> list[SavedT
                ctx.model.attention_output_width, weights=O_WEIGHTS, weights_only=True)]
 
 
+def output_gate(ctx: Context, tensors: list[SavedTensor]) -> list[SavedTensor]:
+    """Qwen3-Next's gated attention (Qwen3NextAttention.forward in modeling_qwen3_next.py,
+    transformers 5.24.0; Qiu et al. 2025, "Gated Attention for Large Language Models",
+    arXiv:2505.06708): the output, made contiguous, times sigmoid of the gate half of
+    q_proj's output. The product keeps both, and the
+    output projection keeps the product instead of the output."""
+    if not ctx.model.attention_output_gate:
+        return tensors
+    *core, output = tensors
+    width = ctx.model.attention_output_width
+    return [*core,
+            attrs.evolve(output, reason="kept by the product with the gate", weights=frozenset(),
+                         weights_only=False),
+            _width(ctx, "output gate sigmoid(g)", "kept by sigmoid and the product", "a*d_v",
+                   width),
+            _width(ctx, "gated output", "input of the output projection", "a*d_v", width,
+                   weights=O_WEIGHTS, weights_only=True)]
+
+
 def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
     """GPT-2, BERT and Phi-3 drop out each residual branch: on the CPU the mask is the
     scaled Bernoulli noise in the activations' dtype (ATen _dropout_impl); CUDA's fused
@@ -232,7 +254,7 @@ def attention_tensors(ctx: Context) -> list[SavedTensor]:
     """A standard (not MLA) attention block, from its input to its output projection."""
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
                             ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True)]
-    return (inputs + _qk_norms(ctx) + core_tensors(ctx, _operands_eager(ctx))
+    return (inputs + _qk_norms(ctx) + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
             + residual_dropout(ctx, "attention"))
 
 

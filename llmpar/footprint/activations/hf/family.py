@@ -61,6 +61,10 @@ class Family:
     loss_upcast: bool = True
     """The loss runs on logits.float() (ForCausalLMLoss); BertForMaskedLM calls
     CrossEntropyLoss on the logits as they are."""
+    rope_concat: bool = False
+    """RoPE rotates a part of each head and concatenates the rest (apply_rotary_pos_emb
+    of Qwen3-Next, after GLM's): q comes out a new b x a x s x d tensor, so SDPA's
+    output is laid out the same and transposed by a copy."""
     residual_fp32: bool = False
     """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
     input needs no upcast and its normalized x stays fp32 (weight * x.to(input_dtype))."""
@@ -87,6 +91,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "GraniteMoeHybridForCausalLM": attrs.evolve(LLAMA, name="granite-moe-hybrid",
                                                 router="topk-softmax", norm_topk=False),
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
+    "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
+                                         rope_concat=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

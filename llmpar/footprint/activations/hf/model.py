@@ -21,6 +21,7 @@ from llmpar.footprint.activations.common import (
 )
 from llmpar.footprint.activations.hf.attention import attention_tensors
 from llmpar.footprint.activations.hf.context import MEASURED, Context
+from llmpar.footprint.activations.hf.deltanet import gated_deltanet_tensors
 from llmpar.footprint.activations.hf.family import CLASS_IN_SOURCE, FAMILIES, family_of
 from llmpar.footprint.activations.hf.mamba import mamba_mixer_tensors
 from llmpar.footprint.activations.hf.mla import mla_tensors
@@ -88,23 +89,26 @@ def mixers_alone(model: Model) -> bool:
             and family_of(model).name in MAMBA2_TORCH_PATH)
 
 
-HYBRID_FAMILIES = ("nemotron-h", "granite-moe-hybrid", "falcon-h1")
+HYBRID_FAMILIES = ("nemotron-h", "granite-moe-hybrid", "falcon-h1", "qwen3-next")
 """The hybrids whose every layer kind is listed: Nemotron-H's single-module blocks
 (NemotronHBlock: one norm, then a Mamba-2 mixer "M", an attention "*", an MLP "-" or the
 experts "E"), Granite 4.0-H's two-module blocks (GraniteMoeHybridDecoderLayer: a Mamba-2
 mixer or an attention, then the experts beside a shared MLP) and Falcon-H1's parallel
 blocks (FalconH1DecoderLayer: the Mamba-2 mixer and the attention on the same normed
-input, each on its own scaled copy, then the MLP)."""
+input, each on its own scaled copy, then the MLP) and Qwen3-Next's (Qwen3NextDecoderLayer:
+a gated DeltaNet or a gated attention, then the experts beside a gated shared expert)."""
 
 
 def listed_hybrid(model: Model) -> bool:
     """Whether the model is a hybrid of `HYBRID_FAMILIES` whose layers' mixers are all
-    Mamba-2 mixers and attentions (hybrid_kinds_in's names: "moe mamba", "none attention")."""
+    Mamba-2 mixers, gated DeltaNets and attentions (hybrid_kinds_in's names: "moe mamba",
+    "none attention", "moe linear_attention")."""
     if family_of(model).name not in HYBRID_FAMILIES or not model.layer_kinds_vary:
         return False
     kinds = model.hybrid_kinds_in(0, len(model.mixer_pattern or ""))
     return {kind.split(" ", 1)[1] for kind in kinds} <= {"mamba", "attention", "none",
-                                                          "attention+mamba"}
+                                                          "attention+mamba",
+                                                          "linear_attention"}
 
 
 def _hybrid_layer(ctx: Context, run: HfRun, name: str, kind: str) -> list[SavedTensor]:
@@ -119,6 +123,8 @@ def _hybrid_layer(ctx: Context, run: HfRun, name: str, kind: str) -> list[SavedT
         tensors = _mamba_layer(ctx, run, name) + attention_tensors(ctx)
     elif mixer == "mamba":
         tensors = _mamba_layer(ctx, run, name)
+    elif mixer == "linear_attention":
+        tensors = _norm(ctx, "input norm") + gated_deltanet_tensors(ctx)
     else:
         tensors = _norm(ctx, "input norm") + attention_tensors(ctx)
     if block == "none":

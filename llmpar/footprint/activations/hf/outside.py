@@ -66,10 +66,12 @@ def embedding_tensors(ctx: Context) -> list[SavedTensor]:
 def shared_tensors(ctx: Context) -> list[SavedTensor]:
     """Built once per forward and used by every layer (every pipeline stage keeps its
     own): RoPE's cos and sin, s x head_dim each for position_ids of shape 1 x s, and an
-    SDPA mask."""
+    SDPA mask. RoPE's are kept only where a layer attends: the rotary embedding of a
+    model whose layers are all recurrent (Qwen3-Next's gated DeltaNets alone) is
+    computed and never used."""
     model, s = ctx.model, ctx.sizes
     tensors = []
-    if model.position_embedding == "rope":
+    if model.position_embedding == "rope" and model.num_attention_layers:
         width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
         assert width is not None
         size = FP32_BYTES if ctx.family.rope_fp32 else ctx.d
