@@ -5,9 +5,12 @@ their tensors' tags."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
+from validation_scripts import load_script
 
 import llmpar
 from llmpar.footprint.activation_models import (
@@ -217,3 +220,16 @@ def test_deepseek_v3_mla_and_moe_layer(key, measured):
     inventory = hf_inventory(spec(model, s, b), HfRun(attention=attention))
     assert [g.kind for g in inventory.groups] == ["moe"]
     assert inventory.total_bytes - 8 * b * s == measured
+
+
+def test_the_activation_validation_page_is_current():
+    """docs/validation.md is what validation/report_activations.py prints today (the
+    page's last line links the plot the script draws when matplotlib is installed)."""
+    report = load_script("report_activations")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert report.main(["--no-png"]) == 0
+    plot_line = "\n![predicted against measured bytes per layer](validation-activations.png)\n"
+    page = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
+    assert page == printed.getvalue() + plot_line, (
+        "regenerate: python validation/report_activations.py > docs/validation.md")

@@ -55,8 +55,9 @@ layer. Versions: {versions}, on the CPU.
 
 ## The activation models
 
-- `korthikanti` (the default): Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.1 per
-  tensor, 16-bit activations, 1-byte dropout masks, as Megatron-LM's GPT block keeps them.
+- `korthikanti` (the `megatron-core-legacy` profile's default): Korthikanti et al. 2022
+  (arXiv:2205.05198) Sec. 4.1 per tensor, 16-bit activations, 1-byte dropout masks, as
+  Megatron-LM's GPT block keeps them.
 - `coefficient`: the founding document's M = k * b * s * L * h * d with k = 30.
 - `hf-eager` and `hf-sdpa`: what Hugging Face transformers keeps, mechanism by mechanism
   (`llmpar/footprint/activations/hf/`): RMSNorm's fp32 upcast input, fp32 rsqrt and
@@ -83,8 +84,8 @@ layer. Versions: {versions}, on the CPU.
 - `fused`: a Megatron-Core / torchtitan-style stack: FlashAttention-2 (arXiv:2307.08691)
   keeping Q, K, V, O and the fp32 log-sum-exp; fused norms keeping input and fp32 rstd;
   no dropout; fused SwiGLU keeping its two inputs; fused cross-entropy without an fp32
-  copy of the logits; Megatron-Core MoE permutation. The right model for such training;
-  the default stays `korthikanti`.
+  copy of the logits; Megatron-Core MoE permutation. The right model for such training,
+  and the default (the `megatron-core` profile's, from its cuDNN attention).
 
 ## How CUDA differs from the measured CPU run
 
