@@ -10,7 +10,7 @@ framework profile the run stands for, and prints every row with its error and, p
 profile, the median and worst absolute error against the targets of the memory issue
 (median within 3%, worst within 8%). Nothing is fitted: every row is validation. The same
 rows are a test (tests/test_memory_peak.py). Published logs follow: vLLM's start-up
-memory profile, and Megatron-LM's memory regression tests on a DGX H100
+memory profile, and Megatron-LM's memory regression tests on a DGX H100 and a DGX A100
 (validation/published/memory/; tests/test_megatron_memory.py).
 """
 
@@ -186,8 +186,8 @@ def published_rows() -> list[dict[str, Any]]:
     return found
 
 
-MEGATRON = HERE / "published" / "memory" / "megatron_functional_tests_h100.toml"
-"""Megatron-Core's memory regression tests on a DGX H100: the golden values of
+MEGATRON = HERE / "published" / "memory" / "megatron_functional_tests.toml"
+"""Megatron-Core's memory regression tests on a DGX H100 and a DGX A100: the golden values of
 mem-allocated-bytes and mem-max-allocated-bytes (its header states the source and the
 assumptions)."""
 
@@ -210,7 +210,7 @@ def megatron_spec(run: Mapping[str, Any]) -> dict[str, Any]:
                       "ffn_activation": "gelu", "vocab_size": run["padded_vocab_size"],
                       "norm": "layernorm", "position_embedding": "learned",
                       "max_position_embeddings": run["sequence_length"], "linear_bias": True},
-            "hardware": {"gpu": "h100-sxm",
+            "hardware": {"gpu": run["gpu"],
                          "num_gpus": run["tensor"] * run["pipeline"] * run["data"]},
             "precision": {"gradients": "fp32"},
             "training": {"sequence_length": run["sequence_length"],
@@ -326,13 +326,15 @@ def main() -> int:
           "allowance's and the GPU preset's numbers (llmpar.inference.overhead, "
           "specs/gpus/), not changed here.")
     print("\n## Published logs: Megatron-Core's memory regression tests\n")
-    print("Megatron-Core's CI trains two 7B GPT configurations on one DGX H100 (8 x H100 "
-          "80GB) for 25 iterations and compares `torch.cuda.memory_stats()` with golden "
+    print("Megatron-Core's CI trains two 7B GPT configurations on one DGX H100 and one DGX "
+          "A100 (8 GPUs of 80 GB) for 25 iterations and compares `torch.cuda.memory_stats()` "
+          "with golden "
           "values: `mem-allocated-bytes` (allocated after the iteration: what stays "
           "between steps) and `mem-max-allocated-bytes` (`max_memory_allocated()`). Rows "
-          "from `validation/published/memory/megatron_functional_tests_h100.toml` "
+          "from `validation/published/memory/megatron_functional_tests.toml` "
           "(NVIDIA/Megatron-LM tests/functional_tests/test_cases/gpt/, golden values of "
-          "commit 6e091e1b, Transformer Engine 2.16; its header states the defaults taken "
+          "commit 6e091e1b for the H100, Transformer Engine 2.16, and adc69dba for the "
+          "A100; its header states the defaults taken "
           "from Megatron-LM's arguments and the assumptions), against llmpar's timeline of "
           "the last pipeline stage, the rank that writes them (`megatron_rows`). The "
           "tests log no reserved memory.\n")
@@ -341,7 +343,7 @@ def main() -> int:
     print("| profile | rows | median abs. error | worst abs. error | targets |")
     print("|---|---:|---:|---:|---|")
     holds = statistics.median(peaks) <= MEDIAN_TARGET and max(peaks) <= WORST_TARGET
-    print(f"| megatron-core (cudnn), max allocated | {len(peaks)} | "
+    print(f"| megatron-core (fused attention), max allocated | {len(peaks)} | "
           f"{statistics.median(peaks) * 100:.2f}% | {max(peaks) * 100:.2f}% | "
           f"{'hold' if holds else 'missed'} |\n")
     print("| run | quantity | logged | llmpar | moment | error |")
@@ -358,9 +360,12 @@ def main() -> int:
           "`get_pp_rank_microbatches`), but the output layer's tensors of one micro-batch "
           "only. What stays between steps is the weights (bf16), the fp32 gradient buffer "
           "and the distributed optimizer's fp32 shards (12 bytes per parameter at data "
-          "parallelism 2); the logs hold 0.4 GiB (TP4) and 1.3 GiB (PP4's last stage) more, "
-          "which no mechanism here explains (the cuBLAS and Transformer Engine workspaces "
-          "are tens of MiB).")
+          "parallelism 2); the logs hold "
+          + ", ".join(f"{(r['measured'] - r['predicted']) / GIB:.2f} GiB "
+                      f"({r['run']['gpu']}, {r['run']['test']})"
+                      for r in logged if r["quantity"] == "allocated between steps")
+          + " more, which no mechanism here explains (the cuBLAS and Transformer Engine "
+          "workspaces are tens of MiB).")
     print("\n## Not measured here\n")
     print("Training's reserved memory (`max_memory_reserved()`: the caching allocator's "
           "rounding and segments, or its expandable segments) and device memory "
