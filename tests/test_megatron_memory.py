@@ -118,3 +118,21 @@ def test_hidden_dropout_must_be_a_probability():
         llmpar.evaluate("specs/examples/llama-3-8b-tp8-sp-a100.toml",
                         {"training.hidden_dropout": 1.0})
     assert "hidden_dropout" in str(raised.value)
+
+
+def test_megatron_launch_states_hidden_dropout_and_import_reads_it():
+    """Megatron-LM trains with --hidden-dropout 0.1 unless told (arguments.py): the launch
+    always gives the spec's value, so the run keeps the masks the plan counts (none by
+    default), and the import reads it back; a value outside [0, 1) names the flag."""
+    from llmpar.launch.megatron import read_arguments
+
+    session = llmpar.Session()
+    example = "specs/examples/gpt3-175b-1024-a100.toml"
+    plain = session.launch(example, "megatron")
+    assert "--hidden-dropout 0.0" in plain.command
+    launch = session.launch(example, "megatron", {"training.hidden_dropout": 0.1})
+    assert read_arguments(launch.files[0].text, "x").settings["training.hidden_dropout"] == 0.1
+    with pytest.raises(llmpar.SpecError) as raised:
+        read_arguments(launch.files[0].text.replace("--hidden-dropout 0.1",
+                                                    "--hidden-dropout 1.5"), "x")
+    assert "--hidden-dropout" in str(raised.value)
