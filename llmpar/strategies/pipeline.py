@@ -185,7 +185,7 @@ def interleaved_chunks(p: Any, v: Any, stage: int) -> Any:
     return 2 * (p - stage - 1) + (v - 1) * p + 1
 
 
-def head_in_flight(config: PipelineConfig, m: Any) -> Any:
+def head_in_flight(config: PipelineConfig, m: Any, last: Any) -> Any:
     """Micro-batches whose output-layer and loss tensors the last rank holds at its peak
     under the interleaved schedule: one. Its forward of the last chunk for a micro-batch
     is followed by that chunk's backward of the same micro-batch (Megatron-Core
@@ -193,11 +193,14 @@ def head_in_flight(config: PipelineConfig, m: Any) -> Any:
     by chunk over groups of microbatch_group_size_per_vp_stage = p micro-batches, the
     backwards over the chunks in reverse, and the last rank's warm-up, (v-1)p forwards,
     ends just before its last chunk). None under the other schedules (the stage's own
-    count: 1F1B's last stage holds one micro-batch anyway, GPipe's all)."""
-    if not anywhere(config.schedule == "interleaved"):
+    count: 1F1B's last stage holds one micro-batch anyway, GPipe's all). `last`: the last
+    rank's micro-batches in flight (`stages_in_flight`)."""
+    schedule = config.schedule
+    if isinstance(schedule, str):
+        return 1.0 if schedule == "interleaved" else None
+    if not anywhere(schedule == "interleaved"):
         return None
-    held = stages_in_flight(config, m, (config.degree - 1,))[0]
-    return where(config.schedule == "interleaved", minimum(m, 1) * 1.0, held)
+    return where(schedule == "interleaved", minimum(m, 1) * 1.0, last)
 
 
 def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
@@ -357,7 +360,7 @@ class PipelineParallel(Strategy[PipelineConfig]):
         v_shape = everywhere(config.schedule, "dualpipev")
         counts = stage_layer_counts(config, spec.model.num_layers or p)
         held = stages_in_flight(config, m, range(len(counts)))
-        head = head_in_flight(config, m)
+        head = head_in_flight(config, m, held[-1])
         for index, count in enumerate(counts):
             last = index == (0 if v_shape else p - 1)
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
