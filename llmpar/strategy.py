@@ -296,6 +296,10 @@ class Stage:
     micro_batches_in_flight: Any
     """Micro-batches whose activations the stage holds at its peak (a number, or an
     array in the vectorised form)."""
+    head_micro_batches_in_flight: Any = None
+    """Micro-batches whose output-layer and loss tensors the stage holds then, where the
+    schedule holds fewer of them than of its layers' (the interleaved schedule's last
+    rank: only its last chunk computes the loss); None: `micro_batches_in_flight`."""
     mirror: Stage | None = None
     """A second stage the same GPUs hold, with its own layers and micro-batches in
     flight: DualPipe's rank i holds stage i and its mirror p-1-i (DeepSeek-V3 report,

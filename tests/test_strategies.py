@@ -60,6 +60,51 @@ def test_interleaved_first_stage_holds_1_plus_p_minus_1_over_pv():
         1 + (p - 1) / (p * v), rel=1e-6)
 
 
+@pytest.mark.parametrize(("p", "v", "m"), [(4, 8, 4), (8, 3, 16), (4, 2, 8), (2, 4, 2)])
+def test_interleaved_ranks_hold_their_warm_up_chunks(p, v, m):
+    """Megatron-Core's interleaved schedule (megatron/core/pipeline_parallel/schedules.py
+    get_pp_rank_microbatches): rank r runs 2(p-r-1) + (v-1)p chunk forwards (at most all
+    m*v) before its first backward and holds one more, each chunk 1/v of its layers; the
+    last rank holds nearly p micro-batches, not 1F1B's one. Hand-count of the schedule
+    table for p = 4, v = 8, m = 4 (Megatron's gpt3_7b_tp1_pp4_memory_speed test): the last
+    rank's 28 warm-up forwards and one more, 29/8 micro-batches."""
+    plan = plan_for({"pipeline": {"degree": p, "schedule": "interleaved", "virtual_stages": v},
+                     "tensor": {"degree": 8}, "sequence": {}}, num_gpus=8 * p,
+                    global_batch_size=m, recompute="selective")
+    held = {s.stage: s.micro_batches_in_flight for s in plan.stages}
+    for rank in range(p):
+        chunks = min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1)
+        assert held[rank] == pytest.approx(chunks / v)
+        assert held[rank] <= m
+    if (p, v, m) == (4, 8, 4):
+        assert held[p - 1] == pytest.approx(29 / 8)
+
+
+def test_interleaved_last_rank_holds_the_output_layer_of_one_micro_batch():
+    """The interleaved schedule's last rank runs each micro-batch's last chunk and at
+    once its backward (Megatron-Core get_schedule_table): its layers' tensors of
+    (2(p-r-1) + (v-1)p + 1)/v micro-batches, the output layer's and loss's of one. GPT-3
+    175B, p = 4, v = 2, m = 8, no other split: the last stage's activations are 1F1B's
+    layers at 7/2 micro-batches plus its head tensors once."""
+    from llmpar.evaluation.facts import head_tag_bytes
+    from llmpar.footprint.baseline import baseline_footprint
+
+    p, v, m = 4, 2, 8
+    parallel = {"pipeline": {"degree": p, "schedule": "interleaved", "virtual_stages": v}}
+    interleaved = plan_for(parallel, num_gpus=p, global_batch_size=m, recompute="selective")
+    flat = plan_for({"pipeline": {"degree": p}}, num_gpus=p, global_batch_size=m,
+                    recompute="selective")
+    spec = llmpar.Session()._checked({"model": GPT3, "hardware": {
+        "cluster": "dgx-a100", "num_gpus": 1}, "training": {
+        "sequence_length": 2048, "micro_batch_size": 1, "recompute": "selective"}}, None)[0]
+    head = sum(head_tag_bytes(baseline_footprint(spec).activations).values())
+    last, one = interleaved.stages[-1], flat.stages[-1]
+    assert one.micro_batches_in_flight == 1
+    assert last.micro_batches_in_flight == pytest.approx((0 + (v - 1) * p + 1) / v)
+    layers = one.activations_bytes - head
+    assert last.activations_bytes == pytest.approx(layers * 5 / 2 + head, rel=1e-9)
+
+
 @pytest.mark.parametrize(("stage", "per_gpu_gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_zero_paper_7_5b_on_64_gpus(stage, per_gpu_gb):
     # Rajbhandari et al. 2020, Fig. 1: Psi = 7.5B, N_d = 64, K = 12.

@@ -56,6 +56,17 @@ def tag_bytes(inventory: ActivationInventory) -> dict[frozenset[str], float]:
     return found
 
 
+def head_tag_bytes(inventory: ActivationInventory | None) -> dict[frozenset[str], float]:
+    """The output layer's and the loss's part of `tag_bytes` (`SavedTensor.placement`
+    "head"): what a schedule may hold for fewer micro-batches than the layers'
+    (`Stage.head_micro_batches_in_flight`)."""
+    found: dict[frozenset[str], float] = {}
+    for tensor in () if inventory is None else inventory.fixed:
+        if tensor.placement == "head":
+            found[tensor.splits] = found.get(tensor.splits, 0.0) + tensor.bytes
+    return found
+
+
 def layer_tag_bytes(inventory: ActivationInventory) -> dict[frozenset[str], float]:
     """The layers' part of `tag_bytes` (not the embedding's or output layer's tensors)."""
     return tag_bytes(attrs.evolve(inventory, fixed=()))
@@ -188,6 +199,9 @@ class TrainingFacts:
     may leave in the compute format (`Framework.fp8_output_layer`)."""
     peak_parts: tuple[KindParts, ...] = ()
     """Each kind of stage's transient buffers before splits (`llmpar.evaluation.peak`)."""
+    head_tags: tuple[TagBytes, ...] = ()
+    """Each kind's output-layer and loss tensors of one micro-batch, unsplit, by tags
+    (empty for a kind without the output layer): part of `stage_tags`."""
 
 
 def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
@@ -222,6 +236,8 @@ def training_facts(spec: Spec, footprint: Footprint, stages: Sequence[Stage],
     return TrainingFacts(
         stage_tags=stage_tags, full_tags=full, recomputed_fraction=fraction,
         offloaded_tags=offloaded, transit_tags=transit,
+        head_tags=tuple(head_tag_bytes(inventory) if stage.has_head else {}
+                        for stage, inventory in zip(kinds.representatives, staged)),
         rerun_tags=rerun_tags(spec, activations),
         peak_parts=tuple(kind_parts(spec, footprint, stage, stage_parameters(
             spec, footprint, stage), inventory, *layer_kinds(spec, stage),

@@ -61,6 +61,10 @@ class KindMemory:
     frozen: Value = 0.0
     """Rounded bytes of other models' weights (a workload's frozen reference), counted
     with the weights but outside the optimizer's states and traffic."""
+    head_correction: Value = 0.0
+    """Bytes the output layer's and loss's tensors take off `in_flight` micro-batches'
+    activations where the schedule holds fewer of them (`Stage.head_micro_batches_in_flight`);
+    `activations` is one micro-batch's share of the rest."""
 
     @property
     def states_bytes(self) -> Value:
@@ -134,6 +138,14 @@ def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stag
         in_flight = largest([stages[i].micro_batches_in_flight for i in members])
         kind = kind_memory(composition, parameters[position], per_parameter, tags,
                            in_flight, None if counts is None else counts[position])
+        head = stages[members[0]].head_micro_batches_in_flight
+        if head is not None and kind.activations is not None and facts.head_tags and (
+                facts.head_tags[position]):
+            # the output layer's tensors held for `head` micro-batches, not `in_flight`
+            correction = composition.split_bytes(facts.head_tags[position]) * (
+                head - in_flight)
+            kind = attrs.evolve(kind, activations=kind.activations + correction / in_flight,
+                                head_correction=correction)
         if facts.offloaded_tags:
             kind = attrs.evolve(kind, host=kind.host + rounded(
                 composition.split_bytes(facts.offloaded_tags[position]) * in_flight))

@@ -459,7 +459,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
                  unsharded: tuple[list[Block], list[Block]] = ([], []),
                  kept: Sequence[Block] = (), freed: Value = False,
                  edges: Mapping[str, Block] | None = None,
-                 scatters: Mapping[str, Sequence[Block]] | None = None) -> list[Moment]:
+                 scatters: Mapping[str, Sequence[Block]] | None = None,
+                 head_correction: Value = 0.0) -> list[Moment]:
     """The moments of a stage holding `states` (bytes on one GPU by component), the
     activations of `in_flight` micro-batches of `per_micro_batch` bytes each, and
     `buffers`; `parts` its kind's transients, `share` the optimizer step's foreach copy
@@ -470,7 +471,9 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
     (`gradients_freed`): the loss's moments hold no gradients (the layer backward keeps
     them all, an upper bound of the layers' gradients made by then); `edges`
     (`edge_unit_blocks`): the embeddings' and output layer's gathered weights by moment;
-    `scatters` (`reduce_scatter_blocks`): the edge units' gradient reduce-scatters."""
+    `scatters` (`reduce_scatter_blocks`): the edge units' gradient reduce-scatters;
+    `head_correction` (`KindMemory.head_correction`): the output layer's tensors of the
+    micro-batches in flight the schedule does not hold."""
     edges = edges or {}
     scatters = scatters or {}
     steady = [_block(name, states[key], STATE_SOURCE, transient=False)
@@ -488,7 +491,8 @@ def kind_moments(composition: Composition, states: Mapping[str, Value],
     if per_micro_batch is not None:
         active = active + [Block(name="activations", size=activations,
                                  source=activation_source, transient=False,
-                                 reserved=maximum(activations, rounded(in_flight * held)))]
+                                 reserved=maximum(activations, rounded(
+                                     in_flight * held + head_correction)))]
     active = active + persistent
     weights, gradients = unsharded
     warming = active + weights
@@ -632,7 +636,8 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                                                _kind_parts(facts, position), pipelined),
                               reduce_scatter_blocks(spec, composition, parameters[position],
                                                     _kind_parts(facts, position), pipelined,
-                                                    freed)):
+                                                    freed),
+                              head_correction=kind.head_correction):
             allocated = m.allocated if allocated is None else maximum(allocated, m.allocated)
             reserved = m.reserved if reserved is None else maximum(reserved, m.reserved)
     if spec.training.profile.expandable_segments:
@@ -673,7 +678,8 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                               reduce_scatter_blocks(spec, composition, parameters[position],
                                                     _kind_parts(facts, position),
                                                     len(stages) > 1,
-                                                    gradients_freed(spec, composition))):
+                                                    gradients_freed(spec, composition)),
+                              head_correction=kind.head_correction):
             found.append(MemoryMoment(stage=stage.index, moment=m.name,
                                       allocated_bytes=int(m.allocated)))
     return tuple(found)
@@ -701,7 +707,8 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                                                       len(records) > 1),
                               reduce_scatter_blocks(spec, composition, parameters[position],
                                                     _kind_parts(facts, position),
-                                                    len(records) > 1, freed)):
+                                                    len(records) > 1, freed),
+                              head_correction=kind.head_correction):
             reserved = max(reserved, int(m.reserved))
             size = int(m.allocated)
             if best is None or size > best[0] or (size == best[0] and index < best[1]):

@@ -39,9 +39,17 @@ LOSS_SOURCE = (
     "nll_loss_backward allocates a gradient of its input's size; logits.float() "
     "(_to_copy) keeps no tensor, its backward casts the gradient back")
 VOCAB_PARALLEL_SOURCE = (
-    "Megatron-Core megatron/core/tensor_parallel/cross_entropy.py: "
-    "_VocabParallelCrossEntropy subtracts the max into a new fp32 tensor, exponentiates "
-    "in place and saves it; backward turns the saved softmax into the gradient in place")
+    "Megatron-Core megatron/core/tensor_parallel/cross_entropy.py (core_r0.8.0 on, commit "
+    "9634c0e4 'Reduce logit memory pressure by using in-place operation'): "
+    "_VocabParallelCrossEntropy upcasts the logits (calculate_logits_max: .float()), "
+    "subtracts the max and exponentiates in place and saves that tensor; backward turns "
+    "the saved softmax into the gradient in place and the autograd engine casts it to the "
+    "logits' dtype (torch/csrc/autograd/engine.cpp validate_outputs)")
+VOCAB_PARALLEL_COPY_SOURCE = (
+    "Megatron-Core megatron/core/tensor_parallel/cross_entropy.py before core_r0.8.0: "
+    "_VocabParallelCrossEntropy subtracts the max from logits.float() into a new fp32 "
+    "tensor, exponentiates in place and saves it; backward turns the saved softmax into "
+    "the gradient in place")
 FUSED_SOURCE = ("a fused cross-entropy (Megatron-Core cross_entropy_loss_fusion) keeps the "
                 "softmax in the logits' dtype and writes the gradient in place")
 CHUNKED_SOURCE = (
@@ -172,11 +180,20 @@ def _loss_parts(spec: Spec) -> tuple[tuple[Part, ...], tuple[Part, ...]]:
                      COMPILED_SOURCE),
                     ("one chunk's gradient of the logits", d * chunk, COMPILED_SOURCE))
     elif profile.loss_kernel == "vocab-parallel":
+        # fp32 logits: .float() returns them, the softmax is made in them and the
+        # gradient returned needs no cast
         forward = (("logits", d, VOCAB_PARALLEL_SOURCE),
-                   ("logits.float()", upcast, VOCAB_PARALLEL_SOURCE),
-                   ("softmax (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE))
+                   ("logits.float(), turned softmax in place (fp32, kept)", upcast,
+                    VOCAB_PARALLEL_SOURCE))
         backward = (("softmax turned gradient (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_SOURCE),
-                    ("gradient of the logits", d, VOCAB_PARALLEL_SOURCE))
+                    ("gradient of the logits", d if upcast else 0.0, VOCAB_PARALLEL_SOURCE))
+    elif profile.loss_kernel == "vocab-parallel-copy":
+        forward = (("logits", d, VOCAB_PARALLEL_COPY_SOURCE),
+                   ("logits.float()", upcast, VOCAB_PARALLEL_COPY_SOURCE),
+                   ("softmax (fp32, kept)", FP32_BYTES, VOCAB_PARALLEL_COPY_SOURCE))
+        backward = (("softmax turned gradient (fp32, kept)", FP32_BYTES,
+                     VOCAB_PARALLEL_COPY_SOURCE),
+                    ("gradient of the logits", d, VOCAB_PARALLEL_COPY_SOURCE))
     elif profile.cross_entropy_chunks > 1:
         # one chunk of b x ceil(s / n) tokens of the b x s at a time (Tensor.chunk)
         chunks = profile.cross_entropy_chunks

@@ -67,6 +67,21 @@ class Words:
             return None
         return number
 
+    def probability(self, flag: str) -> float | None:
+        """A probability in [0, 1), such as a dropout's."""
+        value = self.text(flag)
+        if value is None:
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            self.problems.append(Problem(f"$.{flag}", f"expected a number, got {value!r}"))
+            return None
+        if not 0 <= number < 1:
+            self.problems.append(Problem(f"$.{flag}", f"must be in [0, 1), got {number}"))
+            return None
+        return number
+
     def choice(self, flag: str, choices: Mapping[str, str | None]) -> str | None:
         value = self.text(flag)
         if value is not None and value not in choices:

@@ -342,7 +342,9 @@ def _training_arguments(spec: Spec, layout: Layout, ledger: Ledger,
     ledger.take("training.sequence_length", "training.micro_batch_size",
                 "training.global_batch_size", "training.tokens", "training.tokens_per_parameter",
                 "training.recompute", "training.recompute_layers",
-                "training.activation_offload_layers")
+                "training.activation_offload_layers", "training.hidden_dropout")
+    # always given: Megatron-LM's own default is 0.1 (arguments.py), llmpar's 0
+    args.append(("--hidden-dropout", str(training.hidden_dropout)))
     steps = steps_of(spec, layout)
     if steps is not None:
         args.append(("--train-iters", str(steps)))
@@ -426,7 +428,7 @@ VALUED = frozenset({
     "--qk-pos-emb-head-dim", "--v-head-dim", "--seq-length", "--micro-batch-size",
     "--global-batch-size", "--train-iters", "--train-samples", "--recompute-granularity",
     "--recompute-method", "--recompute-num-layers", "--cpu-offloading-num-layers",
-    "--optimizer",
+    "--optimizer", "--hidden-dropout",
 })
 """The arguments with values llmpar reads."""
 
@@ -662,6 +664,8 @@ def _read_training(reader: Words, settings: dict[str, Any], base: Spec | None) -
                                            f"got {count}"))
     if (offloaded := reader.integer("--cpu-offloading-num-layers")) is not None:
         settings["training.activation_offload_layers"] = offloaded
+    if (dropout := reader.probability("--hidden-dropout")) is not None:
+        settings["training.hidden_dropout"] = dropout
     if reader.switch("--bf16"):
         dtype = "bf16"
     elif reader.switch("--fp16"):

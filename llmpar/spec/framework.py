@@ -16,7 +16,7 @@ from llmpar.spec.quantities import Bytes, Seconds
 AttentionKernel = Literal["unfused-softmax", "eager", "sdpa-math", "sdpa-flash",
                           "flash-attention-2", "flash-attention-3", "cudnn", "aiter"]
 ATTENTION_KERNELS: tuple[AttentionKernel, ...] = typing.get_args(AttentionKernel)
-LossKernel = Literal["torch", "vocab-parallel"]
+LossKernel = Literal["torch", "vocab-parallel", "vocab-parallel-copy"]
 LOSS_KERNELS: tuple[LossKernel, ...] = typing.get_args(LossKernel)
 OptimizerKernel = Literal["foreach", "fused"]
 OPTIMIZER_KERNELS: tuple[OptimizerKernel, ...] = typing.get_args(OptimizerKernel)
@@ -158,10 +158,12 @@ class Framework:
     loss_kernel: LossKernel = attrs.field(default="torch", validator=v.one_of(*LOSS_KERNELS))
     """How an unfused cross-entropy runs on the fp32 copy of the logits: "torch"
     (`torch.nn.functional.cross_entropy` = log_softmax + nll_loss: backward allocates the
-    gradient of the log-probabilities and of the logits, both fp32) or "vocab-parallel"
+    gradient of the log-probabilities and of the logits, both fp32), "vocab-parallel"
     (Megatron-Core's `vocab_parallel_cross_entropy`, megatron/core/tensor_parallel/
-    cross_entropy.py: the softmax is saved and its gradient computed in place). Read by
-    the memory peak only."""
+    cross_entropy.py from core_r0.8.0 on: the fp32 copy of the logits becomes the saved
+    softmax in place, and its gradient in place) or "vocab-parallel-copy" (the same before
+    core_r0.8.0: the max is subtracted into a second fp32 tensor, alive beside the copy in
+    the loss's forward). Read by the memory peak only."""
     cross_entropy_chunks: int = attrs.field(default=1, validator=v.positive)
     """Token chunks an unfused cross-entropy runs over one at a time (1: the whole
     logits at once). torchtune's `CEWithChunkedOutputLoss(num_output_chunks=8)`

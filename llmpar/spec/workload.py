@@ -234,6 +234,18 @@ class Training:
     forward and back before its backward, over `[hardware] host_bandwidth_bytes_per_s`,
     behind the other layers' compute; the last layer of a stage is never offloaded
     (its backward starts at once). Default: none."""
+    hidden_dropout: float = attrs.field(default=0.0, validator=v.share_below_one)
+    """Dropout probability on the residual stream: after the embedding and after each
+    layer's attention and MLP (Megatron-LM's `--hidden-dropout`, whose default is 0.1:
+    megatron/training/arguments.py; 0 in Llama-style pretraining and torchtitan). Above
+    0, each dropout keeps a mask of one byte per element of b x s x h for the backward
+    (Korthikanti et al. 2022, Sec. 4.1; Megatron-Core's fused bias-dropout-add,
+    megatron/core/fusions/fused_bias_dropout.py, runs torch's dropout, whose backward
+    needs its boolean mask). Read by the "fused" activation model; "korthikanti" always
+    counts these masks (its Table 2 has dropout), the Hugging Face models follow the
+    model's code. Attention dropout needs no mask under a fused attention kernel, which
+    regenerates it from the random generator's state in the backward (Dao et al. 2022,
+    FlashAttention, arXiv:2205.14135, Sec. 3.1). Default 0."""
     framework: Framework | None = None
     """The software stack: a framework profile's name (`specs/frameworks/`, `llmpar
     presets frameworks`), or a table (`preset = "..."` or `file = "x.toml"` plus fields

@@ -6,9 +6,13 @@ micro-batches per step and v virtual stages per GPU:
   all m micro-batches' activations.
 - "1f1b" (PipeDream-Flush; Narayanan et al. 2021, arXiv:2104.04473, Sec. 2.2.1):
   bubble (p-1)/m; stage i holds min(m, p-i) micro-batches.
-- "interleaved" (same paper, Sec. 2.2.2): bubble (p-1)/(v*m); the first stage
-  holds 1 + (p-1)/(p*v) times the activations of 1F1B's (Korthikanti et al. 2022,
-  Sec. 4.2.3), the others scaled alike.
+- "interleaved" (same paper, Sec. 2.2.2): bubble (p-1)/(v*m); rank i runs
+  2(p-i-1) + (v-1)p chunk forwards before its first backward and holds one more, at
+  most all m*v (Megatron-Core megatron/core/pipeline_parallel/schedules.py
+  get_pp_rank_microbatches, microbatch_group_size_per_vp_stage = p by default): each
+  chunk 1/v of the rank's layers, so min(m, (2(p-i-1) + (v-1)p + 1)/v) micro-batches,
+  on the first rank 1 + (p-1)/(p*v) times 1F1B's p (Korthikanti et al. 2022, Sec.
+  4.2.3) where m > p.
 - "zero-bubble" (ZB-H1, Qi et al. 2023, arXiv:2401.10241, Sec. 3): splitting the
   weight-gradient pass fills a third of 1F1B's bubble: (p-1)/(3m), at 1F1B's memory.
 - "dualpipe" (DeepSeek-AI 2024, DeepSeek-V3 technical report, arXiv:2412.19437, Sec.
@@ -172,6 +176,33 @@ worth: DualPipe, PP = p) or over the 2p half-rank chunks (p + 1/2 ranks' worth:
 DualPipeV, PP = 2p), beyond p."""
 
 
+def interleaved_chunks(p: Any, v: Any, stage: int) -> Any:
+    """Model chunks whose activations rank `stage` holds at its peak under the
+    interleaved schedule, before the cap of m*v: its warm-up forwards, 2(p-stage-1) +
+    (v-1)p, and the first steady forward (Megatron-Core megatron/core/pipeline_parallel/
+    schedules.py: get_pp_rank_microbatches and max_outstanding_backprops = warm-up + 1,
+    microbatch_group_size_per_vp_stage = p, its default)."""
+    return 2 * (p - stage - 1) + (v - 1) * p + 1
+
+
+def head_in_flight(config: PipelineConfig, m: Any, last: Any) -> Any:
+    """Micro-batches whose output-layer and loss tensors the last rank holds at its peak
+    under the interleaved schedule: one. Its forward of the last chunk for a micro-batch
+    is followed by that chunk's backward of the same micro-batch (Megatron-Core
+    megatron/core/pipeline_parallel/schedules.py get_schedule_table: forwards run chunk
+    by chunk over groups of microbatch_group_size_per_vp_stage = p micro-batches, the
+    backwards over the chunks in reverse, and the last rank's warm-up, (v-1)p forwards,
+    ends just before its last chunk). None under the other schedules (the stage's own
+    count: 1F1B's last stage holds one micro-batch anyway, GPipe's all). `last`: the last
+    rank's micro-batches in flight (`stages_in_flight`)."""
+    schedule = config.schedule
+    if isinstance(schedule, str):
+        return 1.0 if schedule == "interleaved" else None
+    if not anywhere(schedule == "interleaved"):
+        return None
+    return where(schedule == "interleaved", minimum(m, 1) * 1.0, last)
+
+
 def in_flight(config: PipelineConfig, stage: int, m: Any) -> Any:
     """Micro-batches whose activations stage `stage` holds at its peak."""
     return stages_in_flight(config, m, (stage,))[0]
@@ -185,13 +216,14 @@ def stages_in_flight(config: PipelineConfig, m: Any, stages: Iterable[int]) -> l
             return [float(m) for _ in stages]
         if schedule in DUAL_IN_FLIGHT:
             return [p + DUAL_IN_FLIGHT[schedule] for _ in stages]
-        factor = 1 + (p - 1) / (p * v) if schedule == "interleaved" else 1.0
+        if schedule == "interleaved":
+            return [min(float(m), interleaved_chunks(p, v, stage) / v) for stage in stages]
         # min(m, p - stage): the first of the two where they tie, as `min` takes
-        return [(m if m <= p - stage else p - stage) * factor for stage in stages]
-    interleaved = where(schedule == "interleaved", 1 + (p - 1) / (p * v), 1.0)
+        return [(m if m <= p - stage else p - stage) * 1.0 for stage in stages]
     found = []
     for stage in stages:
-        held = minimum(m, p - stage) * interleaved
+        held = where(schedule == "interleaved",
+                     minimum(m, interleaved_chunks(p, v, stage) / v), minimum(m, p - stage))
         held = where(schedule == "gpipe", m, held) * 1.0
         for name, extra in DUAL_IN_FLIGHT.items():
             held = where(schedule == name, p + extra, held)
@@ -328,11 +360,13 @@ class PipelineParallel(Strategy[PipelineConfig]):
         v_shape = everywhere(config.schedule, "dualpipev")
         counts = stage_layer_counts(config, spec.model.num_layers or p)
         held = stages_in_flight(config, m, range(len(counts)))
+        head = head_in_flight(config, m, held[-1])
         for index, count in enumerate(counts):
             last = index == (0 if v_shape else p - 1)
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
                                 has_embedding=index == 0 or (last and tied), has_head=last,
-                                micro_batches_in_flight=held[index]))
+                                micro_batches_in_flight=held[index],
+                                head_micro_batches_in_flight=head if last else None))
             first += count
         mirrored = distinct_mirrors(config)
         if mirrored:

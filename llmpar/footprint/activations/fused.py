@@ -10,8 +10,12 @@ Engine, torchtitan), tensor by tensor.
   FusedLayerNorm/FusedRMSNorm): each keeps its input and the fp32 rstd per row (and
   the fp32 mean for LayerNorm); the next linear keeps the normalized output
   (Transformer Engine LayerNormLinear saves ln_out for the weight gradient).
-- No dropout (hidden_dropout = attention_dropout = 0, as Llama-style pretraining and
-  torchtitan run), so no masks.
+- No dropout by default (hidden_dropout = attention_dropout = 0, as Llama-style
+  pretraining and torchtitan run), so no masks; `[training] hidden_dropout` above 0
+  adds a one-byte mask of b x s x h after the embedding and after each layer's
+  attention and MLP (Megatron-Core's bias-dropout-add; Korthikanti et al. 2022, Sec.
+  4.1). Attention dropout inside the fused kernel keeps no mask (FlashAttention,
+  arXiv:2205.14135, Sec. 3.1: the backward regenerates it).
 - SwiGLU is one fused op (Megatron-Core bias_swiglu_impl, Transformer Engine swiglu)
   keeping its two inputs, the gate and up halves of fc1's output; fc2 keeps its input.
   A GELU MLP keeps fc1's output and fc2's input.
@@ -43,6 +47,7 @@ from llmpar.footprint.activations.common import (
     ARCHITECTURE,
     FP32_BYTES,
     INSIDE_TP,
+    MASK_BYTES,
     OUTSIDE_TP,
     TOKEN_ID_BYTES,
     TOKENS_ONLY,
@@ -52,7 +57,7 @@ from llmpar.footprint.activations.common import (
     sizes_of,
 )
 from llmpar.footprint.inventory import ActivationInventory, LayerGroup, SavedTensor
-from llmpar.spec.model import NO_MLP, mixer_parts
+from llmpar.spec.model import NO_MIXER, NO_MLP, mixer_parts
 
 if TYPE_CHECKING:
     from llmpar.spec import Spec
@@ -103,6 +108,13 @@ def _norm(sizes: Sizes, model: Model, label: str, symbol: str = "h",
 def _hidden(sizes: Sizes, name: str, reason: str, module: str = "",
             weights: frozenset[str] = frozenset()) -> SavedTensor:
     return _wide(sizes, name, reason, "h", sizes.h[1], sizes.d, OUTSIDE_TP, module, weights)
+
+
+def _dropout_mask(sizes: Sizes, after: str) -> SavedTensor:
+    """The boolean mask of a dropout on the residual stream (`[training]
+    hidden_dropout`), one byte per element."""
+    return _wide(sizes, f"{after} dropout mask", f"dropout after the {after}", "h",
+                 sizes.h[1], MASK_BYTES, OUTSIDE_TP)
 
 
 def _norm_output(model: Model) -> str:
@@ -290,10 +302,23 @@ def _mixers(sizes: Sizes, model: Model, mixer: str) -> list[SavedTensor]:
     return tensors
 
 
-def _layer(sizes: Sizes, model: Model, moe: bool,
-           mixer: str = "attention", block: str = "") -> list[SavedTensor]:
+def _layer(sizes: Sizes, model: Model, moe: bool, mixer: str = "attention", block: str = "",
+           dropout: bool = False) -> list[SavedTensor]:
     """One layer: its mixer and its MLP (block "none": the mixer alone; mixer "none":
-    the MLP alone), each behind its norm."""
+    the MLP alone), each behind its norm; with `dropout`, the mask of the dropout after
+    each of them."""
+    tensors = _modules(sizes, model, moe, mixer, block)
+    if not dropout:
+        return tensors
+    masks = [_dropout_mask(sizes, "attention")] if mixer != NO_MIXER else []
+    if block != NO_MLP:
+        masks.append(_dropout_mask(sizes, "MLP"))
+    return tensors + masks
+
+
+def _modules(sizes: Sizes, model: Model, moe: bool, mixer: str,
+             block: str) -> list[SavedTensor]:
+    """`_layer`'s tensors before its dropout masks."""
     mlp: list[SavedTensor] = []
     if block != NO_MLP:
         if moe:
@@ -333,11 +358,14 @@ def _single_module(sizes: Sizes, model: Model,
     return _norm(sizes, model, "input norm") + module
 
 
-def _outside(sizes: Sizes, model: Model) -> tuple[SavedTensor, ...]:
+def _outside(sizes: Sizes, model: Model, dropout: bool = False) -> tuple[SavedTensor, ...]:
     lookup = _inputs_of("embedding")  # nn.Embedding keeps its indices for its weight
     embedding = [saved("token ids", "input of the embedding lookup", sizes.tokens,
                        TOKEN_ID_BYTES, TOKENS_ONLY, placement="embedding", weights=lookup,
                        weights_only=True)]
+    if dropout:  # Megatron-Core's LanguageModelEmbedding.embedding_dropout
+        embedding.append(attrs.evolve(_dropout_mask(sizes, "embedding"),
+                                      placement="embedding"))
     if model.position_embedding == "learned":
         embedding.append(saved("position ids", "input of the position embedding lookup",
                                sizes.tokens, TOKEN_ID_BYTES, TOKENS_ONLY,
@@ -372,19 +400,23 @@ def fused(spec: Spec) -> ActivationInventory:
     require(spec, ARCHITECTURE, "fused")
     model = spec.model
     sizes = sizes_of(spec)
+    dropout = spec.training.hidden_dropout > 0
     groups = []
     if model.layer_kinds_vary:  # a hybrid model: a group per (MLP, mixer) kind
         for kind, count in model.hybrid_kinds_in(0, model.num_layers or 0).items():
             block, mixer = kind.split(" ", 1)
             groups.append(LayerGroup(kind=kind, count=count, tensors=tuple(
-                _layer(sizes, model, moe=block == "moe", mixer=mixer, block=block))))
+                _layer(sizes, model, moe=block == "moe", mixer=mixer, block=block,
+                       dropout=dropout))))
         return ActivationInventory(model="fused", groups=tuple(groups),
-                                   fixed=_outside(sizes, model), source=SOURCE)
+                                   fixed=_outside(sizes, model, dropout), source=SOURCE)
     if model.num_dense_layers:
         groups.append(LayerGroup(kind="dense", count=model.num_dense_layers,
-                                 tensors=tuple(_layer(sizes, model, moe=False))))
+                                 tensors=tuple(_layer(sizes, model, moe=False,
+                                                      dropout=dropout))))
     if model.num_moe_layers:
         groups.append(LayerGroup(kind="moe", count=model.num_moe_layers,
-                                 tensors=tuple(_layer(sizes, model, moe=True))))
+                                 tensors=tuple(_layer(sizes, model, moe=True,
+                                                      dropout=dropout))))
     return ActivationInventory(model="fused", groups=tuple(groups),
-                               fixed=_outside(sizes, model), source=SOURCE)
+                               fixed=_outside(sizes, model, dropout), source=SOURCE)
