@@ -83,6 +83,7 @@ class EvaluationCache:
         self._peaks = Bounded(size)
         self._checked = Bounded(size)
         self._rates = Bounded(size)
+        self._last_layers: tuple[Sequence[Stage], tuple[tuple[object, ...], ...]] | None = None
 
     def checked(self, spec: Spec, compute: Callable[[], T]) -> T:
         """What checking `spec` gave (its layout), kept for the very object checked: a
@@ -115,7 +116,7 @@ class EvaluationCache:
 
     def facts(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
               kinds: StageKinds, global_batch: int) -> TrainingFacts:
-        key = (self.footprint_key(spec), layers_of(stages), global_batch)
+        key = (self.footprint_key(spec), self.layers_key(stages), global_batch)
         return self._facts.get(key, lambda: training_facts(spec, footprint, stages, kinds,
                                                            global_batch))
 
@@ -128,8 +129,19 @@ class EvaluationCache:
                   compute: Callable[[], tuple[StageKinds, tuple[dict[str, float], ...]]]
                   ) -> tuple[StageKinds, tuple[dict[str, float], ...]]:
         """The stages' kinds and each kind's parameters, by the stages' layers."""
-        key = (self.footprint_key(spec), layers_of(stages))
+        key = (self.footprint_key(spec), self.layers_key(stages))
         return self._structures.get(key, compute)
+
+    def layers_key(self, stages: Sequence[Stage]) -> tuple[tuple[object, ...], ...]:
+        """`layers_of(stages)`, once per evaluation: the structure, the training facts and
+        the memory peak of one evaluation key on the same stages (the very object, which
+        a frozen tuple of frozen stages cannot change)."""
+        last = self._last_layers
+        if last is not None and last[0] is stages:
+            return last[1]
+        key = layers_of(stages)
+        self._last_layers = (stages, key)
+        return key
 
     def rates(self, gpu: Gpu) -> Rates:
         """The GPU's rates (`llmpar.roofline.rates_of`), by the GPU alone."""
