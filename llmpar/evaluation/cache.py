@@ -19,8 +19,9 @@ from llmpar.evaluation.stages import stage_inventory
 from llmpar.footprint.activations import ActivationModel
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import ActivationInventory
+from llmpar.footprint.parameters import ParameterCount, count_parameters
 from llmpar.roofline import Rates, rates_of
-from llmpar.spec import Gpu, Hardware, Spec
+from llmpar.spec import Gpu, Hardware, Model, Spec
 from llmpar.strategy import Collective, Stage
 from llmpar.trust import Family, load_families
 
@@ -75,6 +76,7 @@ class EvaluationCache:
         self._families: tuple[Family, ...] | None = None
         """Cost of one collective call; None: llmpar's (`seconds_of`)."""
         self._footprints = Bounded(size)
+        self._parameters = Bounded(size)
         self._facts = Bounded(size)
         self._inventories = Bounded(size)
         self._structures = Bounded(size)
@@ -113,6 +115,11 @@ class EvaluationCache:
     def footprint(self, spec: Spec) -> Footprint:
         return self._footprints.get(self.footprint_key(spec), lambda: baseline_footprint(
             spec, self.activation_models))
+
+    def parameters(self, model: Model) -> ParameterCount:
+        """The model's parameters by group (`count_parameters`), by the model alone: what
+        a serving spec's footprint holds."""
+        return self._parameters.get(model, lambda: count_parameters(model))
 
     def facts(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
               kinds: StageKinds, global_batch: int) -> TrainingFacts:
