@@ -223,8 +223,11 @@ def _curved_guess(serving: Serving, rates: Rates, pieces: list[tuple[OperationPi
             curved.append(index)
         lines.append(line)
     bent = [pieces[i] for i in curved]
+    known = {1: one, 2: two, 7: seven}  # every piece exact at the batches measured already
 
     def lead(batch: int) -> float:
+        if batch in known:
+            return _compute_lead([part for piece in known[batch] for part in piece])
         exact = dict(zip(curved, _piece_parts(serving, rates, batch, bent)))
         found = [part for index, line in enumerate(lines) for part in (
             exact[index] if index in exact
@@ -274,7 +277,8 @@ def compute_bound_batch(serving: Serving, rates: Rates) -> int | None:
     None when none up to COMPUTE_BOUND_SEARCH_LIMIT does (the cache reads grow with the batch
     as fast as the FLOPs). Searched on straight lines fitted to the operations when they
     are straight (then confirmed on the operations themselves at the answer), else on the
-    operations at each batch tried."""
+    operations at each batch tried, from the guess of `_curved_guess` (the straight pieces'
+    lines, the curved pieces' operations), which two of those tries confirm."""
 
     pieces = counted_pieces(serving)
     measured: dict[int, list[list[tuple[float, float]]]] = {}
