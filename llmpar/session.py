@@ -286,7 +286,7 @@ class Session:
     def _build(self, spec: Spec, layout: Layout) -> Plan:
         """llmpar's own answer to `llmpar_plan`."""
         if spec.inference is not None:
-            return build_inference_plan(spec, layout, self.strategies)
+            return build_inference_plan(spec, layout, self.strategies, cache=self.cache)
         return build_plan(spec, layout, self.strategies, self.cache)
 
     @functools.cached_property

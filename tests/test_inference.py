@@ -282,6 +282,47 @@ def test_decode_turns_compute_bound_for_a_short_context():
     assert llmpar.evaluate(LLAMA_70B).decode_compute_bound_batch_size is None
 
 
+def test_moe_decode_turns_compute_bound_where_the_operations_say():
+    # DeepSeek-V3: the experts a step reads grow along a curve in the batch (uniform
+    # routing), so the search's straight lines hold for the other pieces alone; the
+    # batch it finds is where the decode phase itself turns compute bound.
+    batch = llmpar.evaluate(DEEPSEEK).decode_compute_bound_batch_size
+    assert batch is not None and batch > 1
+    at, below = (llmpar.evaluate(DEEPSEEK, {"inference.batch_size": b}).phases[1]
+                 for b in (batch, batch - 1))
+    assert at.compute_seconds >= at.memory_seconds
+    assert below.compute_seconds < below.memory_seconds
+
+
+def test_compute_bound_search_agrees_with_the_search_on_every_operation():
+    # The guess from the straight pieces is confirmed on every operation: the answer is
+    # the plain search's over the whole step's operations at each batch it tries.
+    from llmpar.inference import phases
+    from llmpar.inference.capacity import largest_within
+    from llmpar.inference.evaluate import serving_of
+    from llmpar.inference.operations import counted_pieces
+    from llmpar.loading.checks import resolve_layout
+    from llmpar.roofline import rates_of
+
+    session = llmpar.Session(load_entry_points=False)
+    for path in (DEEPSEEK, LLAMA_70B, QWEN_INT4):
+        spec = session.load_spec(path)
+        layout, _ = resolve_layout(spec, session.strategies)
+        serving = serving_of(spec, layout, session.strategies)
+        rates = rates_of(spec.hardware.gpu)
+        pieces = counted_pieces(serving)
+
+        def lead(batch, serving=serving, rates=rates, pieces=pieces):
+            parts = phases._piece_parts(serving, rates, batch, pieces)
+            return phases._compute_lead([part for piece in parts for part in piece])
+
+        below = largest_within(lead, 0.0, phases.COMPUTE_BOUND_SEARCH_LIMIT, strict=True)
+        assert phases.compute_bound_batch(serving, rates) == (
+            None if below is None else below + 1)
+        assert session.evaluate(spec).decode_compute_bound_batch_size == (
+            None if below is None else below + 1)
+
+
 def test_chunked_prefill_takes_steps_and_less_workspace():
     whole = llmpar.evaluate(LLAMA_70B)
     chunked = llmpar.evaluate(LLAMA_70B, {"inference.prefill_chunk_tokens": 8192})

@@ -19,8 +19,9 @@ from llmpar.evaluation.stages import stage_inventory
 from llmpar.footprint.activations import ActivationModel
 from llmpar.footprint.baseline import Footprint, baseline_footprint
 from llmpar.footprint.inventory import ActivationInventory
+from llmpar.footprint.parameters import ParameterCount, count_parameters
 from llmpar.roofline import Rates, rates_of
-from llmpar.spec import Gpu, Hardware, Spec
+from llmpar.spec import Gpu, Hardware, Model, Spec
 from llmpar.strategy import Collective, Stage
 from llmpar.trust import Family, load_families
 
@@ -75,6 +76,7 @@ class EvaluationCache:
         self._families: tuple[Family, ...] | None = None
         """Cost of one collective call; None: llmpar's (`seconds_of`)."""
         self._footprints = Bounded(size)
+        self._parameters = Bounded(size)
         self._facts = Bounded(size)
         self._inventories = Bounded(size)
         self._structures = Bounded(size)
@@ -83,6 +85,7 @@ class EvaluationCache:
         self._peaks = Bounded(size)
         self._checked = Bounded(size)
         self._rates = Bounded(size)
+        self._last_layers: tuple[Sequence[Stage], tuple[tuple[object, ...], ...]] | None = None
 
     def checked(self, spec: Spec, compute: Callable[[], T]) -> T:
         """What checking `spec` gave (its layout), kept for the very object checked: a
@@ -113,9 +116,14 @@ class EvaluationCache:
         return self._footprints.get(self.footprint_key(spec), lambda: baseline_footprint(
             spec, self.activation_models))
 
+    def parameters(self, model: Model) -> ParameterCount:
+        """The model's parameters by group (`count_parameters`), by the model alone: what
+        a serving spec's footprint holds."""
+        return self._parameters.get(model, lambda: count_parameters(model))
+
     def facts(self, spec: Spec, footprint: Footprint, stages: Sequence[Stage],
               kinds: StageKinds, global_batch: int) -> TrainingFacts:
-        key = (self.footprint_key(spec), layers_of(stages), global_batch)
+        key = (self.footprint_key(spec), self.layers_key(stages), global_batch)
         return self._facts.get(key, lambda: training_facts(spec, footprint, stages, kinds,
                                                            global_batch))
 
@@ -128,8 +136,19 @@ class EvaluationCache:
                   compute: Callable[[], tuple[StageKinds, tuple[dict[str, float], ...]]]
                   ) -> tuple[StageKinds, tuple[dict[str, float], ...]]:
         """The stages' kinds and each kind's parameters, by the stages' layers."""
-        key = (self.footprint_key(spec), layers_of(stages))
+        key = (self.footprint_key(spec), self.layers_key(stages))
         return self._structures.get(key, compute)
+
+    def layers_key(self, stages: Sequence[Stage]) -> tuple[tuple[object, ...], ...]:
+        """`layers_of(stages)`, once per evaluation: the structure, the training facts and
+        the memory peak of one evaluation key on the same stages (the very object, which
+        a frozen tuple of frozen stages cannot change)."""
+        last = self._last_layers
+        if last is not None and last[0] is stages:
+            return last[1]
+        key = layers_of(stages)
+        self._last_layers = (stages, key)
+        return key
 
     def rates(self, gpu: Gpu) -> Rates:
         """The GPU's rates (`llmpar.roofline.rates_of`), by the GPU alone."""

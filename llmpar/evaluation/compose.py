@@ -82,14 +82,22 @@ class Composition:
         shards and copies."""
         copies = [c for c in self.copies if c.component == component] if self.copies else ()
         divisors = self._group_divisors(component, without)
+        shards = self._shards_of[component]
         total: Value = 0.0
         for group, count in parameters.items():
             size = count * bytes_per_parameter
             for copy in copies:
                 if copy.applies_to(group):
                     size = size * copy.copies
-            total = total + size / (divisors[group] if group in divisors
-                                    else self._compute(component, group, without))
+            if group in divisors:
+                divisor = divisors[group]
+            else:  # `_compute`, in line: asked for every group of every kind
+                divisor = 1
+                for strategy, shard in shards:
+                    if strategy != without and shard.applies_to(group):
+                        divisor = divisor * shard.divisor
+                divisors[group] = divisor
+            total = total + size / divisor
         return total
 
     def frozen_held(self, parameters: Mapping[str, float]) -> Value:

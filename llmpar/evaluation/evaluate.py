@@ -17,7 +17,7 @@ import attrs
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
 from llmpar.evaluation.attention import kernel_fallback_warning
-from llmpar.evaluation.cache import EvaluationCache, layers_of
+from llmpar.evaluation.cache import EvaluationCache
 from llmpar.evaluation.casts import weight_copy_bytes
 from llmpar.evaluation.compose import Composition
 from llmpar.evaluation.facts import (
@@ -347,7 +347,7 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
         return compute()
     # what memory_peak reads of the stages: each kind's peak candidate
     key = (cache.footprint_key(spec), spec.optimizer, spec.hardware.gpu.architecture,
-           layers_of(core.stages),
+           cache.layers_key(core.stages),
            tuple(records[i] for i in peak_candidates(core.kinds, records)),
            # the transients follow from the footprint, the stages and the splits
            core.composition.tag_key(), communicator_key(core.composition),

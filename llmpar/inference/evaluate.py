@@ -49,15 +49,19 @@ from llmpar.strategy import Layout
 from llmpar.trust import SERVING_TRUST
 
 if TYPE_CHECKING:
+    from llmpar.evaluation.cache import EvaluationCache
     from llmpar.strategy import Strategy
 
 WARNED_STRATEGIES = ("tensor", "expert")
 """Strategies whose warnings hold for serving (the others' concern training steps)."""
 
 
-def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]]) -> Serving:
-    """The spec, its layout, the unsplit parameters and the strategies' shards and stages."""
-    footprint = Footprint(parameters=count_parameters(spec.model),
+def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any]],
+               cache: EvaluationCache | None = None) -> Serving:
+    """The spec, its layout, the unsplit parameters (kept by a session's `cache` by the
+    model) and the strategies' shards and stages."""
+    footprint = Footprint(parameters=(count_parameters(spec.model) if cache is None
+                                      else cache.parameters(spec.model)),
                           forward_flops_per_sequence=None, activations=None,
                           activations_unavailable="serving keeps no activations for backward")
     transforms = tuple(transforms_of(spec, footprint, layout, strategies))
@@ -68,7 +72,7 @@ def serving_of(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     serving = attrs.evolve(serving, constants=operation_constants(serving))
     if serving.inference.speculative is not None:  # the draft head, a model of its own
         serving = attrs.evolve(serving, draft=serving_of(*draft_spec(spec, layout),
-                                                         strategies))
+                                                         strategies, cache))
     return attrs.evolve(serving, fixed=fixed_parts(serving))
 
 
@@ -220,15 +224,17 @@ def _trust(serving: Serving) -> str:
 
 def build_inference_plan(spec: Spec, layout: Layout,
                          strategies: Mapping[str, Strategy[Any]], *,
-                         serving: Serving | None = None) -> Plan:
+                         serving: Serving | None = None,
+                         cache: EvaluationCache | None = None) -> Plan:
     """Compose the plan of a validated `[inference]` spec under a resolved layout (from
-    `serving`, when the caller holds `serving_of` this spec and layout already)."""
+    `serving`, when the caller holds `serving_of` this spec and layout already; with what
+    a session's `cache` keeps of the model)."""
     if spec.inference is not None and spec.inference.disaggregated is not None:
         from llmpar.inference.disaggregated import build_disaggregated_plan
 
         return build_disaggregated_plan(spec, strategies)
     if serving is None or serving.spec is not spec or serving.layout != layout:
-        serving = serving_of(spec, layout, strategies)
+        serving = serving_of(spec, layout, strategies, cache)
     why_untimed = untimed(serving)
     budget = token_budget(serving) if serving.inference.continuous else None
     if budget is not None:  # continuous batching steps the prefill in the token budget

@@ -36,7 +36,9 @@ Outside the layers: the embedding rows looked up, and the output layer for sampl
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from collections.abc import Callable
 
 import attrs
 
@@ -677,19 +679,41 @@ def layer_modules(kind: LayerKind) -> int:
 
 def layer_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
     """The operations of one layer of `kind`."""
-    block = (moe_ops(serving, step) if kind.moe else [dense_mlp(serving, step)]
-             ) if kind.mlp else []
-    mixers: list[Operation] = []
+    return [op for piece in layer_pieces(serving, kind) for op in piece(step)]
+
+
+def _recurrent_piece(serving: Serving, mixer: str, step: Step) -> list[Operation]:
+    return [recurrent_projections(serving, step, mixer), recurrent_scan(serving, step, mixer)]
+
+
+OperationPiece = Callable[[Step], list[Operation]]
+"""Some consecutive operations of a layer (or of the outer layers) as a function of the
+step: `layer_pieces`."""
+
+
+def layer_pieces(serving: Serving, kind: LayerKind) -> list[OperationPiece]:
+    """The operations of one layer of `kind` in the pieces that make them, in order: each
+    token mixer's, the MLP block's (dense, or router + routed + shared experts) and the
+    norms'. A search over one step's size (`llmpar.inference.phases.compute_bound_batch`)
+    recomputes only the pieces that do not grow along a straight line."""
+    pieces: list[OperationPiece] = []
     for mixer in mixer_parts(kind.mixer):  # both of a parallel hybrid layer
         if mixer != "attention":
-            mixers += [recurrent_projections(serving, step, mixer),
-                       recurrent_scan(serving, step, mixer)]
-            continue
-        mixers += [projections(serving, step), attention(serving, step, kind.window)]
-        if serving.spec.model.sparse_attention is not None:
-            mixers.append(indexer(serving, step))
-    return [*mixers, *block, *elementwise_ops(serving, step, kind),
-            norms(serving, step, layer_modules(kind))]
+            pieces.append(functools.partial(_recurrent_piece, serving, mixer))
+        elif serving.spec.model.sparse_attention is not None:
+            pieces.append(lambda step: [projections(serving, step),
+                                        attention(serving, step, kind.window),
+                                        indexer(serving, step)])
+        else:
+            pieces.append(lambda step: [projections(serving, step),
+                                        attention(serving, step, kind.window)])
+    if kind.mlp:
+        pieces.append((lambda step: moe_ops(serving, step)) if kind.moe
+                      else (lambda step: [dense_mlp(serving, step)]))
+    pieces.append(lambda step: elementwise_ops(serving, step, kind))
+    modules = layer_modules(kind)
+    pieces.append(lambda step: [norms(serving, step, modules)])
+    return pieces
 
 
 def outer_ops(serving: Serving, step: Step) -> list[Operation]:
@@ -722,6 +746,15 @@ def counted_ops(serving: Serving, step: Step) -> list[tuple[Operation, int]]:
     for kind, count in layer_kinds(serving):
         counted += [(op, count) for op in layer_ops(serving, step, kind)]
     return counted
+
+
+def counted_pieces(serving: Serving) -> list[tuple[OperationPiece, int]]:
+    """`counted_ops` in pieces (`layer_pieces`), each with how many times it runs: their
+    operations, in order, are `counted_ops`'."""
+    found: list[tuple[OperationPiece, int]] = [(lambda step: outer_ops(serving, step), 1)]
+    for kind, count in layer_kinds(serving):
+        found += [(piece, count) for piece in layer_pieces(serving, kind)]
+    return found
 
 
 def step_ops(serving: Serving, step: Step) -> list[Operation]:

@@ -23,7 +23,13 @@ from llmpar.inference.capacity import largest_fitting, largest_within
 from llmpar.inference.communication import cost, step_collectives
 from llmpar.inference.engine import step_overhead_seconds
 from llmpar.inference.memory import decode_shape, prefill_shape, prefill_steps
-from llmpar.inference.operations import Step, counted_ops, scaled, step_ops
+from llmpar.inference.operations import (
+    OperationPiece,
+    Step,
+    counted_pieces,
+    scaled,
+    step_ops,
+)
 from llmpar.inference.overlap import (
     behind_other_micro_batch,
     contention_seconds,
@@ -182,13 +188,53 @@ def speculative_decode(serving: Serving, rates: Rates) -> PhaseResult:
                        collectives=checked.collectives + drafted.collectives)
 
 
-def _decode_parts(serving: Serving, rates: Rates, batch: int) -> list[tuple[float, float]]:
-    """(compute seconds, memory seconds) of each operation of a decode step at `batch`."""
+def _piece_parts(serving: Serving, rates: Rates, batch: int,
+                 pieces: list[tuple[OperationPiece, int]]) -> list[list[tuple[float, float]]]:
+    """(compute seconds, memory seconds) of each operation of a decode step at `batch`, by
+    piece (`counted_pieces`, or some of them)."""
     # The operations read the batch from the step alone: no spec of that batch is built.
     step = decode_step(serving, batch)
     split = micro_batches(serving, step)
-    return [(split * count * compute_seconds(op, rates), split * count * memory_seconds(op, rates))
-            for op, count in counted_ops(serving, micro_batch_step(step, split))]
+    unit = micro_batch_step(step, split)
+    return [[(split * count * compute_seconds(op, rates),
+              split * count * memory_seconds(op, rates)) for op in piece(unit)]
+            for piece, count in pieces]
+
+
+PieceParts = Callable[[int], list[list[tuple[float, float]]]]
+"""A decode step's (compute seconds, memory seconds) per operation at a batch, by piece."""
+
+
+def _curved_guess(serving: Serving, rates: Rates, pieces: list[tuple[OperationPiece, int]],
+                  by_piece: PieceParts) -> int | None:
+    """Where the compute-bound search on the operations looks first: the search on the
+    operations as straight lines through batches 1 and 2, but for the pieces of a step
+    (`counted_pieces`) that leave their line by batch 7 (MoE experts touched: a curve),
+    computed at each batch tried. A guess, confirmed on every operation
+    (`largest_within`); None where no batch up to COMPUTE_BOUND_SEARCH_LIMIT is compute
+    bound."""
+    one, two, seven = by_piece(1), by_piece(2), by_piece(7)
+    curved, lines = [], []
+    for index, (first, second, third) in enumerate(zip(one, two, seven)):
+        line = [(c1, c2 - c1, m1, m2 - m1) for (c1, m1), (c2, m2) in zip(first, second)]
+        if not all(math.isclose(c0 + dc * 6, c, rel_tol=1e-9, abs_tol=1e-300)
+                   and math.isclose(m0 + dm * 6, m, rel_tol=1e-9, abs_tol=1e-300)
+                   for (c0, dc, m0, dm), (c, m) in zip(line, third)):
+            curved.append(index)
+        lines.append(line)
+    bent = [pieces[i] for i in curved]
+    known = {1: one, 2: two, 7: seven}  # every piece exact at the batches measured already
+
+    def lead(batch: int) -> float:
+        if batch in known:
+            return _compute_lead([part for piece in known[batch] for part in piece])
+        exact = dict(zip(curved, _piece_parts(serving, rates, batch, bent)))
+        found = [part for index, line in enumerate(lines) for part in (
+            exact[index] if index in exact
+            else [(c0 + dc * (batch - 1), m0 + dm * (batch - 1)) for c0, dc, m0, dm in line])]
+        return _compute_lead(found)
+
+    return largest_within(lead, 0.0, COMPUTE_BOUND_SEARCH_LIMIT, strict=True)
 
 
 def _memory_bound(parts: list[tuple[float, float]]) -> bool:
@@ -231,14 +277,19 @@ def compute_bound_batch(serving: Serving, rates: Rates) -> int | None:
     None when none up to COMPUTE_BOUND_SEARCH_LIMIT does (the cache reads grow with the batch
     as fast as the FLOPs). Searched on straight lines fitted to the operations when they
     are straight (then confirmed on the operations themselves at the answer), else on the
-    operations at each batch tried."""
+    operations at each batch tried, from the guess of `_curved_guess` (the straight pieces'
+    lines, the curved pieces' operations), which two of those tries confirm."""
 
-    measured: dict[int, list[tuple[float, float]]] = {}
+    pieces = counted_pieces(serving)
+    measured: dict[int, list[list[tuple[float, float]]]] = {}
+
+    def by_piece(batch: int) -> list[list[tuple[float, float]]]:
+        if batch not in measured:  # the line fit and the searches share batches 1, 2, 7
+            measured[batch] = _piece_parts(serving, rates, batch, pieces)
+        return measured[batch]
 
     def parts(batch: int) -> list[tuple[float, float]]:
-        if batch not in measured:  # the line fit and the search share batches 1 and 2
-            measured[batch] = _decode_parts(serving, rates, batch)
-        return measured[batch]
+        return [part for piece in by_piece(batch) for part in piece]
 
     def exact(batch: int) -> bool:
         return _memory_bound(parts(batch))
@@ -251,6 +302,8 @@ def compute_bound_batch(serving: Serving, rates: Rates) -> int | None:
             and not exact(below + 1))
         if confirmed:
             return None if below is None else below + 1
+    guess = _curved_guess(serving, rates, pieces, by_piece)
     below = largest_within(lambda batch: _compute_lead(parts(batch)), 0.0,
-                           COMPUTE_BOUND_SEARCH_LIMIT, strict=True)
+                           COMPUTE_BOUND_SEARCH_LIMIT, strict=True,
+                           guess=COMPUTE_BOUND_SEARCH_LIMIT if guess is None else guess or None)
     return None if below is None else below + 1
