@@ -49,7 +49,10 @@ SESSION = llmpar.Session(load_entry_points=False)
 
 LAYERS, MOE = 61, 58
 LATENT_BYTES = (512 + 64) * 2  # bf16
-QUERY, OUTPUT = 128 * 192, 128 * 128
+QUERY, OUTPUT = 128 * (512 + 64), 128 * 512
+"""The absorbed kernel's query and output per token: each head's query in the latent space
+with its rope part, its output in the latent space (FlashMLA's flash_mla_with_kvcache
+shapes; SGLang 0.4.6 deepseek_v2.py forward_absorb)."""
 
 
 def row_of(prefix: str) -> report.Row:
@@ -73,7 +76,7 @@ def decode_phase(row: report.Row) -> llmpar.plan.InferencePhase:
 def test_the_latent_cache_is_read_once_a_step(prefix: str, sequences: int,
                                               context: int) -> None:
     """All of each sequence's 576-wide latent in every layer, once for all 128 heads,
-    the new token's written, the query in and the output out (bf16)."""
+    the new token's written, the latent query in and the latent output out (bf16)."""
     from llmpar.inference.operations import step_ops
 
     served = serving(row_of(prefix))

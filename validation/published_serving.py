@@ -17,7 +17,8 @@ what its parts cost on the critical path, beside the step the measurement implie
 same relation read backwards: `batch x prompt / measured` or `batch / measured`, per GPU
 of a replica): the products that read the weights (projections, MLPs, experts, router,
 output layer), the attention kernel, the elementwise passes (norms, the engine's
-activation, quantization and permutation kernels, the embedding lookup), the slowdown
+activation, quantization and permutation kernels, MLA decode's latent norms and rotary
+embedding, DeepEP's low-latency send and receive kernels, the embedding lookup), the slowdown
 two-batch overlap adds (the SMs the communication kernels take, the lockstep schedule's
 waits), the exposed collectives, and the engine's host time.
 """
@@ -79,7 +80,7 @@ def predicted_tokens_per_second_per_gpu(plan: llmpar.Plan, phase: str,
 
 
 ELEMENTWISE = ("norms and residuals", "embedding")
-ELEMENTWISE_WORDS = ("activation", "quantization", "permutation")
+ELEMENTWISE_WORDS = ("activation", "quantization", "permutation", "rotary", "exchange")
 PARTS = ("products", "attention", "elementwise", "overlap", "collectives", "host")
 
 

@@ -34,6 +34,45 @@ operation here).
   1/e)^k) distinct ranks under uniform routing (`llmpar.strategies.expert`), so
   `received_tokens` = pairs x e (1 - (1 - 1/e)^k) / k.
 
+- Time per kernel: with the profile's `[elementwise_kernels]`
+  (`llmpar.spec.inference.ElementwiseKernel`), each of these operations, the norms and
+  residual adds, the embedding lookup and the router's top-k takes the kernels' fixed
+  time for each kernel it runs beside its bytes at their bandwidth share (`per_kernel`):
+  a decode step of small batches runs thousands of them, each paying its launch inside
+  the CUDA graph and the fill and drain of its waves whatever its bytes. Kernels: one
+  fused add-RMSNorm per module of a layer; one quantization per product input it
+  quantizes; one activation; a scatter and a gather; one top-k per MoE layer (SGLang
+  0.4.6: sgl-kernel's moe_fused_gate, python/sglang/srt/layers/moe/topk.py
+  biased_grouped_topk); one embedding lookup.
+- Multi-head latent attention's absorbed decode runs small kernels of its own before the
+  attention kernel (SGLang 0.4.6, python/sglang/srt/models/deepseek_v2.py,
+  DeepseekV2AttentionMLA.forward_absorb): the query latent's RMSNorm (q_a_layernorm,
+  q_lora_rank wide), the key/value latent's (kv_a_layernorm, kv_lora_rank), the rotary
+  embedding of the query's and key's rope parts, and the attention backend's write of
+  the new token's latent into the cache (its bytes counted by the attention); each norm
+  and the rotary embedding read and write their values in 16 bits (`latent_decode`).
+  With DeepGEMM (SGL_ENABLE_JIT_DEEPGEMM and 128 x 128 weight blocks,
+  DeepseekV2ForCausalLM.post_load_weights: use_deep_gemm_bmm), the absorbed key and
+  value up-projections are masked grouped FP8 products whose inputs, the non-rope query
+  (qk_nope_head_dim a head) and the attention's latent output (kv_lora_rank a head), are
+  quantized by per_tensor_quant_mla_deep_gemm_masked_fp8 first; they replace the key/value
+  up-projection's input among the quantized ones.
+
+- Expert exchange passes: DeepEP's low-latency dispatch and combine (decode, `[parallel.
+  expert] dispatcher = "deepep"`) run as a send and a receive kernel each; with two-batch
+  overlap the receive waits behind a hook (DeepEP README: "the actual tensor will not be
+  received only if you call hook()"), so the network time hides behind the other
+  micro-batch while the four kernels run on the compute stream
+  (deepseek-ai/DeepEP, csrc/kernels/internode_ll.cu, dispatch and combine, their
+  LOW_LATENCY_SEND_PHASE and LOW_LATENCY_RECV_PHASE): the dispatch's send casts each
+  token to FP8 into its send buffer (16 bits read, 1 byte and the scales written), its
+  receive copies each received (token, expert) message into the experts' packed layout;
+  the combine's send copies each expert output (16 bits) into its send buffer, its
+  receive reads each token's k returned copies and writes their weighted sum
+  (`exchange_passes`; a GPU receives as many pairs as it sends under balanced routing).
+  Without the overlap the kernels run inside the measured dispatch and combine times
+  (`llmpar.communication.deepep`): nothing counted here.
+
 The products' own bytes then leave out the round trip the activation makes
 (`product_io_passes`), so the bytes of a step stay what they were; what changes is that
 the pass no longer hides under a compute-bound product.
@@ -41,8 +80,12 @@ the pass no longer hides under a compute-bound product.
 
 from __future__ import annotations
 
+import attrs
+
 from llmpar.inference.serving import Serving
 from llmpar.roofline import Operation
+from llmpar.spec import Model
+from llmpar.spec.inference import ElementwiseKernel
 
 QUANTIZATION_GROUP = 128
 """Values sharing one scale in the activations' FP8 quantization (DeepGEMM's 1 x 128
@@ -120,3 +163,58 @@ def permutation(name: str, pairs: float, received: float, hidden: int, act_bytes
     fp8 = hidden * (FP8_BYTES + SCALE_BYTES / QUANTIZATION_GROUP)
     moved = (received + pairs) * fp8 + (pairs + received) * hidden * act_bytes
     return Operation(name=name, flops=0.0, bytes=moved, dtype=dtype)
+
+
+def elementwise_kernel(serving: Serving) -> ElementwiseKernel | None:
+    """The engine's small elementwise kernels' law; None: no engine or none measured."""
+    engine = serving.inference.engine
+    return engine.elementwise_kernels if engine is not None else None
+
+
+def per_kernel(op: Operation, kernels: int, kernel: ElementwiseKernel | None) -> Operation:
+    """`op` run as `kernels` small kernels under `kernel`'s law: their fixed time and its
+    bandwidth share (the bytes of a product, the router's, keep their own share); `op`
+    as it was without one."""
+    if kernel is None or kernels <= 0:
+        return op
+    share = op.memory_efficiency if op.flops > 0 else kernel.memory_efficiency
+    return attrs.evolve(op, fixed_seconds=op.fixed_seconds + kernels * kernel.fixed_seconds,
+                        memory_efficiency=share)
+
+
+LATENT_DECODE_KERNELS = 4
+"""The query latent's norm, the key/value latent's norm, the rotary embedding and the
+cache write (one fewer without a query latent)."""
+
+
+def latent_decode(name: str, tokens: float, model: Model, tensor: int, act_bytes: float,
+                  dtype: str) -> tuple[Operation, int]:
+    """Multi-head latent attention's small decode kernels of one layer for `tokens` new
+    tokens, and how many kernels they are: each latent norm and the rotary embedding
+    read and write their values in 16 bits (the cache write's bytes are the
+    attention's)."""
+    mla = model.mla
+    assert mla is not None and model.num_attention_heads is not None
+    rope = (model.num_attention_heads / tensor + 1) * mla.qk_rope_head_dim
+    values = (mla.q_lora_rank or 0) + mla.kv_lora_rank + rope
+    kernels = LATENT_DECODE_KERNELS - (mla.q_lora_rank is None)
+    return (Operation(name=name, flops=0.0, bytes=tokens * 2 * values * act_bytes,
+                      dtype=dtype), kernels)
+
+
+EXCHANGE_KERNELS = 4
+"""The dispatch's send and receive, the combine's send and receive."""
+
+
+def exchange_passes(name: str, tokens: float, pairs: float, experts_per_token: int,
+                    hidden: int, act_bytes: float, dtype: str) -> Operation:
+    """The HBM passes of one MoE layer's low-latency dispatch and combine kernels on one
+    GPU, for its `tokens` tokens and the `pairs` (token, expert) pairs it sends and
+    receives: the FP8 cast into the send buffer, the received messages copied into the
+    experts' layout, the experts' outputs copied into the combine's send buffer, the k
+    returned copies of each token read and their sum written."""
+    fp8 = FP8_BYTES + SCALE_BYTES / QUANTIZATION_GROUP
+    dispatch = tokens * hidden * (act_bytes + fp8) + pairs * hidden * 2 * fp8
+    combine = (pairs * hidden * 2 * act_bytes
+               + tokens * hidden * (experts_per_token + 1) * act_bytes)
+    return Operation(name=name, flops=0.0, bytes=dispatch + combine, dtype=dtype)

@@ -13,7 +13,11 @@ attention, activations read and written once per operation. Per layer:
   fixed time per call. MLA decode attends in the latent space
   with the up-projections absorbed into the query and output (DeepSeek-V2,
   arXiv:2405.04434, Sec. 2.1.2): 2 x (kv_lora_rank + qk_rope_head_dim + kv_lora_rank)
-  FLOPs per head and pair, against 2 x (qk_head_dim + v_head_dim) unabsorbed;
+  FLOPs per head and pair, against 2 x (qk_head_dim + v_head_dim) unabsorbed; its query
+  and output live in the latent space too (`absorbed_widths`): the key up-projection
+  writes each head's kv_lora_rank-wide query, the kernel reads it with its rope part and
+  writes a kv_lora_rank-wide output per head, which the value up-projection reads, in
+  place of the unabsorbed keys, values and head-wide query and output;
 - MLP, or router + routed experts + shared experts: tokens routed evenly, so each expert
   rank multiplies k x its tokens; a step reads only the experts some token picked, in
   expectation E_local x (1 - (1 - k/E)^N) for N tokens across the expert group under
@@ -30,7 +34,11 @@ attention, activations read and written once per operation. Per layer:
   of each call (the step's tokens; a routed expert's tokens) and the depths of its
   matrices;
 - norms and residual adds: vLLM's fused add-RMSNorm reads the input and the residual and
-  writes both, 4 passes of h per token, twice a layer.
+  writes both, 4 passes of h per token, twice a layer;
+- with an engine's small elementwise kernels measured (`[elementwise_kernels]`,
+  `llmpar.inference.elementwise.per_kernel`), the elementwise operations above, the
+  router's top-k and MLA decode's own small kernels take their fixed time per kernel
+  beside their bytes at the kernels' bandwidth share.
 Outside the layers: the embedding rows looked up, and the output layer for sampled rows.
 """
 
@@ -51,7 +59,12 @@ from llmpar.footprint.flops import (
 )
 from llmpar.footprint.parameters import attention_matmul_weights, indexer_matmul_weights
 from llmpar.inference.elementwise import (
+    EXCHANGE_KERNELS,
     activation,
+    elementwise_kernel,
+    exchange_passes,
+    latent_decode,
+    per_kernel,
     permutation,
     product_io_passes,
     quantization,
@@ -75,7 +88,12 @@ from llmpar.inference.weights import weight_bytes_by_group
 from llmpar.inference.workspace import attention_width, mlp_width
 from llmpar.roofline import Operation
 from llmpar.spec import Model
-from llmpar.spec.inference import QUANTIZED_FORMATS, AttentionKernel, GemmKernel
+from llmpar.spec.inference import (
+    QUANTIZED_FORMATS,
+    AttentionKernel,
+    ElementwiseKernel,
+    GemmKernel,
+)
 from llmpar.spec.model import NO_MIXER, mixer_parts
 from llmpar.strategies.common import expert_tensor_degree
 from llmpar.strategies.tensor import attention_divisor, mamba_divisor
@@ -219,12 +237,29 @@ class OperationConstants:
     permutation: bool = False
     """Whether a prefill's routed tokens are permuted by operations of their own
     (`separate_permutation`)."""
+    absorbed_projection_width: float = 0.0
+    """MLA decode: elements per token the projections read and write
+    (`absorbed_widths`); 0: projection_width in every phase."""
+    absorbed_attention_width: float = 0.0
+    """MLA decode: the latent query and output elements per token the attention kernel
+    reads and writes on one tensor rank (`absorbed_widths`); 0: attention_width / t."""
+    absorbed_inputs: float = 0.0
+    """MLA decode: input elements per token of one layer's products as they run absorbed
+    (`absorbed_widths`: the key/value up-projection's latent input replaced by the
+    absorbed products' non-rope query and latent output)."""
+    elementwise: ElementwiseKernel | None = None
+    """The engine's small elementwise kernels' law (`elementwise_kernel`); None: none."""
 
 
 PROJECTION_CALLS_MLA = 4
 """Product calls of one layer's MLA projections: the fused query and key/value down
 projections (DeepGEMM's N = 1536 + 576 = 2112 shape), the query up, the key/value up and
 the output projection (DeepGEMM README, Performance: the DeepSeek-V3 shapes it lists)."""
+PROJECTION_CALLS_MLA_ABSORBED = 5
+"""Product calls of one layer's MLA projections in decode: the key/value up projection
+runs as two absorbed products, the key part by the query and the value part by the
+attention's output (SGLang 0.4.6, deepseek_v2.py forward_absorb: bmm or DeepGEMM's masked
+grouped product by w_kc and by w_vc)."""
 PROJECTION_CALLS = 2
 """Product calls of one layer's attention projections without MLA: fused QKV, output."""
 MLP_CALLS = 2
@@ -272,6 +307,31 @@ def product(name: str, flops: float, moved: float, dtype: str, kernel: GemmKerne
                      fixed_seconds=calls * kernel.fixed_seconds)
 
 
+def absorbed_widths(model: Model, tensor: int) -> tuple[float, float]:
+    """(projections, attention) elements per token of MLA's absorbed decode on one tensor
+    rank of heads a / t, as SGLang 0.4.6 runs it (python/sglang/srt/models/deepseek_v2.py,
+    DeepseekV2AttentionMLA.forward_absorb; FlashMLA's flash_mla_with_kvcache takes the
+    same shapes: a query of kv_lora_rank + qk_rope_head_dim and an output of kv_lora_rank
+    per head, deepseek-ai/FlashMLA README):
+    - the projections: hidden in and out (2h), the latents (kv_lora_rank +
+      qk_rope_head_dim, q_lora_rank), the query up-projection's a x qk_head_dim, the key
+      up-projection's (the bmm by w_kc) kv_lora_rank-wide query per head, the value
+      up-projection's (the bmm by w_vc) read of the kv_lora_rank-wide output per head and
+      its a x v_head_dim for the output projection; no keys or values up-projected;
+    - the kernel: each head's latent query (kv_lora_rank + qk_rope_head_dim) read and its
+      kv_lora_rank-wide output written.
+    (0, 0) without MLA."""
+    mla = model.mla
+    if mla is None or model.hidden_size is None or model.num_attention_heads is None:
+        return 0.0, 0.0
+    heads = model.num_attention_heads / tensor
+    latents = (model.latent_kv_width or 0) + (mla.q_lora_rank or 0)
+    projections = (2 * model.hidden_size + latents + model.query_width / tensor
+                   + 2 * heads * mla.kv_lora_rank + model.attention_output_width / tensor)
+    attention = heads * (2 * mla.kv_lora_rank + mla.qk_rope_head_dim)
+    return projections, attention
+
+
 def _norm_module_bytes(serving: Serving) -> float:
     """The norm weights one module of a layer reads: half of a block's two, or a
     single-module layer's one (`Model.norms_in`)."""
@@ -292,6 +352,8 @@ def operation_constants(serving: Serving) -> OperationConstants:
     ffn = model.ffn_hidden_size
     attends = model.num_attention_heads is not None and model.head_dim is not None
     gemm = gemm_kernel(serving, inference.weights)
+    absorbed_projection, absorbed_attention = (absorbed_widths(model, t) if attends
+                                               else (0.0, 0.0))
     return OperationConstants(
         act_bytes=_act(serving), matmul=_matmul(serving), unquantized=_unquantized(serving),
         quantized_reads=_quantized_reads(serving), unquantized_reads=_unquantized_reads(serving),
@@ -326,7 +388,24 @@ def operation_constants(serving: Serving) -> OperationConstants:
         projection_inputs=(sum(depth for _, depth in projection_matrices(model, t))
                            if attends else 0.0),
         mlp_inner=mlp_width(model, ffn, t) if ffn is not None else 0.0,
-        mlp_down=ffn / t if ffn is not None else 0.0)
+        mlp_down=ffn / t if ffn is not None else 0.0,
+        absorbed_projection_width=absorbed_projection,
+        absorbed_attention_width=absorbed_attention,
+        absorbed_inputs=(_absorbed_inputs(model, t) if attends else 0.0),
+        elementwise=elementwise_kernel(serving))
+
+
+def _absorbed_inputs(model: Model, tensor: int) -> float:
+    """Input elements per token of one layer's products in MLA's absorbed decode: those of
+    `projection_matrices` with the key/value up-projection's kv_lora_rank replaced by the
+    absorbed products' a x qk_nope_head_dim query and a x kv_lora_rank output; 0 without
+    MLA."""
+    mla = model.mla
+    if mla is None or model.num_attention_heads is None:
+        return 0.0
+    heads = model.num_attention_heads / tensor
+    depths = sum(depth for _, depth in projection_matrices(model, tensor))
+    return depths - mla.kv_lora_rank + heads * (mla.qk_nope_head_dim + mla.kv_lora_rank)
 
 
 def constants_of(serving: Serving) -> OperationConstants:
@@ -377,8 +456,12 @@ def _unquantized_reads(serving: Serving) -> float | None:
 def projections(serving: Serving, step: Step) -> Operation:
     """Q, K, V and output projections of one layer."""
     c = constants_of(serving)
-    io = step.tokens * c.projection_width * c.act_bytes
-    calls = PROJECTION_CALLS_MLA if serving.spec.model.mla is not None else PROJECTION_CALLS
+    width = (c.absorbed_projection_width if step.absorbed and c.absorbed_projection_width
+             else c.projection_width)
+    io = step.tokens * width * c.act_bytes
+    calls = PROJECTION_CALLS
+    if serving.spec.model.mla is not None:
+        calls = PROJECTION_CALLS_MLA_ABSORBED if step.absorbed else PROJECTION_CALLS_MLA
     return product("attention projections", 2 * step.tokens * c.projection_weights,
                    c.projection_bytes + io, c.matmul, c.gemm, step.tokens,
                    c.projection_depth, calls, c.quantized_reads)
@@ -465,7 +548,9 @@ def attention(serving: Serving, step: Step, window: int | None) -> Operation:
     pairs = attention_pairs(step, window, serving.degree("context"))
     per_token = c.kv_bytes_per_token
     tile = min(step.queries, FUSED_ATTENTION_TILE_TOKENS)
-    io = step.tokens * c.attention_width / t * c.act_bytes
+    width = (c.absorbed_attention_width if step.absorbed and c.absorbed_attention_width
+             else c.attention_width / t)
+    io = step.tokens * width * c.act_bytes
     name = "attention" if window is None else f"attention (window {window:,})"
     if model.sparse_attention is not None:
         name = f"attention (top {window:,} keys)"
@@ -600,10 +685,11 @@ def moe_ops(serving: Serving, step: Step) -> list[Operation]:
     active = active_local_experts(serving, n)
     # a routed expert's rows: the pairs over the experts some token picked
     expert_rows = pairs / active if active > 0 else 0.0
+    router = Operation(name="router", flops=2 * n * h * moe.num_experts,
+                       bytes=m.router_bytes + n * (h + moe.num_experts) * act,
+                       dtype=c.unquantized, memory_efficiency=c.unquantized_reads)
     return [
-        Operation(name="router", flops=2 * n * h * moe.num_experts,
-                  bytes=m.router_bytes + n * (h + moe.num_experts) * act,
-                  dtype=c.unquantized, memory_efficiency=c.unquantized_reads),
+        per_kernel(router, 1, c.elementwise),  # its top-k
         product("routed experts", 2 * pairs * m.expert_weights / m.expert_tensor,
                 active * m.expert_bytes + pairs * m.expert_width * act, m.routed,
                 m.routed_gemm, expert_rows, m.expert_depth, MLP_CALLS, m.routed_reads),
@@ -618,33 +704,62 @@ def norms(serving: Serving, step: Step, modules: int = 2) -> Operation:
     (2), or one of them alone (1: half of the norm weights and passes, `Model.norms_in`)."""
     model, c = serving.spec.model, constants_of(serving)
     assert model.hidden_size is not None
-    return Operation(name="norms and residuals", flops=0.0,
-                     bytes=(c.norm_module_bytes * modules + step.tokens * model.hidden_size
-                            * NORM_PASSES * c.act_bytes * modules / 2),
-                     dtype=serving.spec.precision.activations)
+    op = Operation(name="norms and residuals", flops=0.0,
+                   bytes=(c.norm_module_bytes * modules + step.tokens * model.hidden_size
+                          * NORM_PASSES * c.act_bytes * modules / 2),
+                   dtype=serving.spec.precision.activations)
+    return per_kernel(op, modules, c.elementwise)  # one fused add-RMSNorm a module
+
+
+EXCHANGE_PASSES = "expert exchange passes"
+"""The operation of DeepEP's low-latency send and receive kernels on the compute stream."""
+
+
+def _exchange_hooked(serving: Serving) -> bool:
+    """Whether a decode step's expert exchange runs DeepEP's low-latency kernels with their
+    receive behind a hook: its dispatcher DeepEP, under two-batch overlap
+    (`llmpar.inference.elementwise`, expert exchange passes)."""
+    expert = serving.spec.parallel.get("expert")
+    return (serving.inference.two_batch_overlap and serving.degree("expert") > 1
+            and getattr(expert, "dispatcher", "all-to-all") == "deepep")
 
 
 def elementwise_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Operation]:
     """The engine's elementwise kernels of one layer of `kind` beside its products
-    (`llmpar.inference.elementwise`): the MLPs' activations and the quantization of the
-    block-FP8 products' inputs."""
+    (`llmpar.inference.elementwise`): the MLPs' activations, the quantization of the
+    block-FP8 products' inputs, and MLA decode's latent norms and rotary embedding, each
+    with its kernels' fixed time where the engine measures them (`per_kernel`)."""
     c = constants_of(serving)
-    if not (c.activation or c.quantization or c.permutation):
+    model = serving.spec.model
+    latent = (c.elementwise is not None and step.absorbed and model.mla is not None
+              and "attention" in mixer_parts(kind.mixer))
+    exchange = kind.moe and step.phase == "decode" and _exchange_hooked(serving)
+    if not (c.activation or c.quantization or c.permutation or latent or exchange):
         return []
-    model, act, dtype = serving.spec.model, c.act_bytes, serving.spec.precision.activations
+    act, dtype = c.act_bytes, serving.spec.precision.activations
     assert model.hidden_size is not None
-    n, h, found = step.tokens, model.hidden_size, []
+    n, h, t, kernel = step.tokens, model.hidden_size, serving.degree("tensor"), c.elementwise
+    found = []
+    if latent:
+        op, kernels = latent_decode("latent norms and rotary", n, model, t, act, dtype)
+        found.append(per_kernel(op, kernels, kernel))
     if c.quantization and c.gemm is not None and "attention" in mixer_parts(kind.mixer):
-        found.append(quantization("projection inputs quantization",
-                                  n * c.projection_inputs, act, dtype))
+        absorbed = step.absorbed and c.absorbed_inputs > 0
+        inputs, calls = ((c.absorbed_inputs, PROJECTION_CALLS_MLA_ABSORBED) if absorbed
+                         else (c.projection_inputs, PROJECTION_CALLS_MLA
+                               if model.mla is not None else PROJECTION_CALLS))
+        found.append(per_kernel(quantization("projection inputs quantization", n * inputs,
+                                             act, dtype), calls, kernel))
     if not kind.mlp:
         return found
     if not kind.moe:
         if c.activation:
-            found.append(activation("mlp activation", n, c.mlp_inner, model.gated, act, dtype))
+            found.append(per_kernel(activation("mlp activation", n, c.mlp_inner,
+                                               model.gated, act, dtype), 1, kernel))
         if c.quantization and c.gemm is not None:
-            found.append(quantization("mlp inputs quantization", n * (h + c.mlp_down), act,
-                                      dtype))
+            found.append(per_kernel(quantization("mlp inputs quantization",
+                                                 n * (h + c.mlp_down), act, dtype),
+                                    MLP_CALLS, kernel))
         return found
     moe, m = model.moe, c.moe
     assert moe is not None and m is not None
@@ -654,20 +769,29 @@ def elementwise_ops(serving: Serving, step: Step, kind: LayerKind) -> list[Opera
     # activation writes the down input in FP8 (`llmpar.inference.elementwise`)
     fused = routed and step.phase == "decode"
     if c.activation:
-        found.append(activation("routed experts activation", pairs, m.expert_inner,
-                                model.gated, act, dtype, fused_quantization=fused))
+        found.append(per_kernel(activation("routed experts activation", pairs,
+                                           m.expert_inner, model.gated, act, dtype,
+                                           fused_quantization=fused), 1, kernel))
         if m.shared_inner:
-            found.append(activation("shared experts activation", n, m.shared_inner,
-                                    model.gated, act, dtype))
+            found.append(per_kernel(activation("shared experts activation", n,
+                                               m.shared_inner, model.gated, act, dtype),
+                                    1, kernel))
     values = n * h + pairs * m.expert_down if routed and not fused else 0.0
+    calls = MLP_CALLS if values else 0
     if c.quantization and m.shared_gemm is not None and m.shared_inner:
         values += n * (h + m.shared_down)
+        calls += MLP_CALLS
     if values:
-        found.append(quantization("experts inputs quantization", values, act, dtype))
+        found.append(per_kernel(quantization("experts inputs quantization", values, act,
+                                             dtype), calls, kernel))
+    if step.phase == "decode" and pairs and _exchange_hooked(serving):
+        found.append(per_kernel(exchange_passes(EXCHANGE_PASSES, n, pairs,
+                                                moe.experts_per_token, h, act, dtype),
+                                EXCHANGE_KERNELS, kernel))
     if c.permutation and m.routed_gemm is not None and step.phase == "prefill" and pairs:
         received = received_tokens(pairs, moe.experts_per_token, serving.degree("expert"))
-        found.append(permutation("routed experts permutation", pairs, received, h, act,
-                                 dtype))
+        found.append(per_kernel(permutation("routed experts permutation", pairs, received,
+                                            h, act, dtype), 2, kernel))  # scatter, gather
     return found
 
 
@@ -723,8 +847,9 @@ def outer_ops(serving: Serving, step: Step) -> list[Operation]:
     assert model.hidden_size is not None and model.vocab_size is not None
     h, vocab = model.hidden_size, model.vocab_size
     return [
-        Operation(name="embedding", flops=0.0, bytes=step.tokens * h * c.lookup_bytes,
-                  dtype=spec.precision.activations),
+        per_kernel(Operation(name="embedding", flops=0.0,
+                             bytes=step.tokens * h * c.lookup_bytes,
+                             dtype=spec.precision.activations), 1, c.elementwise),
         Operation(name="output layer", flops=2 * step.rows * h * vocab / t,
                   bytes=c.head_bytes + step.rows * (h + vocab / t) * act,
                   dtype=c.unquantized, memory_efficiency=c.unquantized_reads),

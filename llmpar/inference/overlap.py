@@ -61,7 +61,13 @@ from __future__ import annotations
 import attrs
 
 from llmpar.footprint.parameters import attention_matmul_weights
-from llmpar.inference.operations import LayerKind, Step, layer_kinds, layer_ops
+from llmpar.inference.operations import (
+    EXCHANGE_PASSES,
+    LayerKind,
+    Step,
+    layer_kinds,
+    layer_ops,
+)
 from llmpar.inference.serving import Serving
 from llmpar.plan import CollectiveCost
 from llmpar.roofline import Operation, Rates, compute_seconds, memory_seconds, seconds
@@ -221,6 +227,13 @@ def lockstep_prefill(serving: Serving, unit: Step, rates: Rates,
                     exposed_seconds=max(0.0, scheduled - work - slowdown))
 
 
+UNHIDING = ("routed experts", EXCHANGE_PASSES, "latent norms and rotary")
+"""Operations of the staged decode that hide neither transfer: the routed experts (stage 4,
+between the dispatch received and the combine sent), DeepEP's send and receive kernels
+(each before its transfer or after it), and MLA's latent norms and rotary embedding, counted
+in stage 1 below."""
+
+
 def staged_decode_layer_seconds(prepare: float, core: float, shared: float,
                                 dispatch: float, combine: float) -> float:
     """The communication one micro-batch's MoE layer leaves exposed on the staged decode
@@ -264,10 +277,12 @@ def staged_decode(serving: Serving, unit: Step, rates: Rates, costs: list[Collec
                 stage["core"] += slow * after
             elif op.name == "shared experts":
                 stage["shared"] += slow
+            elif op.name == "latent norms and rotary":  # before the attention kernel
+                stage["prepare"] += slow
             elif op.name == "norms and residuals":  # the norm before each module
                 stage["prepare"] += slow / 2
                 stage["core"] += slow / 2
-            elif op.name != "routed experts":  # attention, indexer, router
+            elif op.name not in UNHIDING:  # attention, indexer, router
                 stage["core"] += slow
         exposed += count * MICRO_BATCHES * staged_decode_layer_seconds(
             stage["prepare"], stage["core"], stage["shared"], dispatch, per_layer - dispatch)

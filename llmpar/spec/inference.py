@@ -144,6 +144,32 @@ class GemmKernel:
 
 
 @attrs.frozen(kw_only=True)
+class ElementwiseKernel:
+    """An engine's small elementwise kernels (norms, rotary embedding, the FP8 quantization
+    of a product's input, the activation between two products, the router's top-k), as
+    timed on their own inside a CUDA graph (validation/published/kernels/
+    elementwise_h100.toml). One kernel moving `bytes` takes
+
+        fixed_seconds + bytes / (HBM bandwidth x memory_efficiency)
+
+    fixed_seconds: its launch inside the graph, the fill of its first wave and the drain
+    of its last, what a decode step's many small kernels pay whatever their bytes. The
+    constants are the least-squares fit of this law on the kernels' own table
+    (validation/fit_elementwise_kernel.py)."""
+
+    name: str
+    """The kernels measured (flashinfer-and-sgl-kernel-elementwise, ...)."""
+    fixed_seconds: Seconds = attrs.field(validator=v.non_negative)
+    """Time of one kernel beyond its bytes' (launch, fill and drain)."""
+    memory_efficiency: float = attrs.field(validator=v.fraction)
+    """Share of HBM bandwidth its reads and writes reach."""
+    gpu: str | None = None
+    """The GPU preset it was measured on (the plan warns on another)."""
+    source: str = ""
+    """Where the constants come from (kernel-level measurements and their fit)."""
+
+
+@attrs.frozen(kw_only=True)
 class Engine:
     """A serving engine's profile (`[inference] engine = "vllm"`, a preset under
     specs/engines/): what it adds to each step beyond the roofline of the operations, as
@@ -209,6 +235,14 @@ class Engine:
     and writing a copy per local expert it picked (FP8 with its scales), and a gather
     reading each copy's output and writing each token's weighted sum in 16 bits
     (`llmpar.inference.elementwise`). False: not counted."""
+    elementwise_kernels: ElementwiseKernel | None = None
+    """Its small elementwise kernels' fixed time and bandwidth share: with it, each
+    elementwise operation of a step (norms and residual adds, the embedding lookup, the
+    activation, quantization and permutation kernels, the router's product and top-k,
+    and in multi-head latent attention's decode its latent norms, rotary embedding, cache
+    write and the quantization of the absorbed products' inputs) takes fixed_seconds a
+    kernel it runs beside its bytes at memory_efficiency (`llmpar.inference.elementwise`).
+    None: their bytes at the GPU's memory_efficiency, no time per kernel."""
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens one step processes at most under continuous batching (vLLM's
     max_num_batched_tokens, SGLang's chunked_prefill_size): the default prefill chunk."""
