@@ -206,6 +206,33 @@ def test_the_contract_suite_passes_a_workload_that_keeps_it(session):
     assert all(count > 0 for count in counts.values())
 
 
+def test_the_contract_suite_names_what_a_workload_breaks():
+    @attrs.define(kw_only=True)
+    class Mutable:
+        teacher_format: str = "bf16"
+
+    class Unfrozen(Teacher):
+        config_type = Mutable
+
+    bare = llmpar.Session(load_entry_points=False)
+    with pytest.raises(AssertionError, match="provides workload 'teacher'; loaded: -$"):
+        WorkloadContract("teacher", bare)
+    contract = WorkloadContract(Unfrozen(), bare)
+    with pytest.raises(AssertionError) as error:
+        contract.check("config-schema")
+    assert str(error.value) == ("workload 'teacher' breaks 'config-schema': Mutable is not "
+                                "frozen (use @attrs.frozen(kw_only=True))")
+    with pytest.raises(AssertionError) as error:
+        contract.check("registered")
+    assert str(error.value) == (
+        "workload 'teacher' breaks 'registered': the session has no workload of this type "
+        "under 'teacher': register it from llmpar_register_workloads and name the plugin in "
+        "the `llmpar` entry-point group")
+    with pytest.raises(ValueError, match="known: config-schema, registered, malformed-table, "
+                                         "well-formed-transform, adds-to-training"):
+        contract.check("neutral-is-identity", REFERENCE_SPECS[0])
+
+
 def test_the_contract_suite_catches_a_workload_that_divides():
     session = llmpar.Session(load_entry_points=False, plugins=[plugin(Sharding())])
     with pytest.raises(AssertionError, match="divider"):

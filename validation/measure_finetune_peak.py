@@ -4,8 +4,9 @@ PEFT and frozen parameter groups, for llmpar's `[finetune]` (ground truth you ca
 
 Stand-alone script: the llmpar library never imports it, and the library's tests need
 neither torch nor peft. The model, the probe and the step are validation/measure_peak.py's
-(a small Llama-like transformers model from a config with random bf16 weights, the second
-of two steps measured by counting live tensor storages after every operator), with:
+(validation/peak_probe.py: a small Llama-like transformers model from a config with
+random bf16 weights, the second of two steps measured by counting live tensor storages
+after every operator), with:
 
 - LoRA: `peft.get_peft_model(model, LoraConfig(r, target_modules, lora_dropout=0.0),
   autocast_adapter_dtype=False)`, so that the adapters stay in bf16 like the base (PEFT's
@@ -22,20 +23,14 @@ Usage (in the measuring environment of validation/requirements.txt):
 
 from __future__ import annotations
 
-import datetime
-import gc
-import json
-import platform
 import sys
 from pathlib import Path
 
 import peft
 import torch
-import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_peak import CONFIG, DTYPE, SEED, LiveStorages  # noqa: E402
+import peak_probe  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "data" / "finetune_peak.json"
@@ -50,11 +45,8 @@ RUNS = tuple(
 
 
 def build(run: dict):
-    torch.manual_seed(SEED)
-    config = LlamaConfig(**{k: v for k, v in CONFIG.items()
-                            if k not in ("model_type", "architectures")})
-    config._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(config).to(DTYPE)
+    config, model = peak_probe.llama("sdpa")
+    model = model.to(peak_probe.DTYPES["bf16"])
     if run["method"] == "lora":
         targets = run["target_modules"]
         lora = peft.LoraConfig(r=run["rank"], lora_alpha=2 * run["rank"], lora_dropout=0.0,
@@ -74,31 +66,15 @@ def measure(run: dict) -> dict:
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, foreach=True)
     ids = torch.randint(0, config.vocab_size, (run["micro_batch_size"], run["sequence_length"]))
 
-    def step(probe: LiveStorages | None) -> None:
-        if probe is not None:
-            probe.enter("forward 0")
-        loss = model(input_ids=ids, labels=ids).loss
-        if probe is not None:
-            probe.enter("backward 0")
-        loss.backward()
-        del loss
-        if probe is not None:
-            probe.enter("optimizer step")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def step(probe: peak_probe.LiveStorages | None) -> None:
+        peak_probe.train_step(model, optimizer, 1,
+                              lambda: model(input_ids=ids, labels=ids).loss, probe)
 
-    step(None)  # the first step creates the optimizer's states
-    gc.collect()
-    tensors = [p for p in model.parameters()] + [b for b in model.buffers()]
-    tensors += [t for state in optimizer.state.values() for t in state.values()
-                if isinstance(t, torch.Tensor)]
-    with LiveStorages(tensors) as probe:
-        start = probe.current
-        step(probe)
+    probe, start = peak_probe.second_step(
+        step, lambda: peak_probe.model_and_states(model, optimizer))
     return {**run, "parameters": sum(p.numel() for p in model.parameters()),
             "trainable_parameters": sum(p.numel() for p in trainable),
-            "start_bytes": start, "peak_allocated_bytes": probe.peak,
-            "peak_phase": probe.peak_phase, "peak_by_phase": probe.peak_by_phase}
+            **peak_probe.peak_fields(probe, start)}
 
 
 def main() -> None:
@@ -107,18 +83,15 @@ def main() -> None:
         print(f"{row['method']} b={row['micro_batch_size']} s={row['sequence_length']}: "
               f"trainable {row['trainable_parameters']:,}, peak "
               f"{row['peak_allocated_bytes'] / 2**20:,.1f} MiB in {row['peak_phase']}")
-    OUT.write_text(json.dumps({
+    peak_probe.write_measured(OUT, {
         "what": "allocated memory peak of one fine-tuning step (the second), live tensor "
                 "storages counted after every operator (validation/measure_finetune_peak.py)",
-        "config": CONFIG, "dtype": "bf16", "optimizer": "torch.optim.AdamW(foreach=True) "
-        "over the trainable parameters, states in bf16", "attention": "sdpa",
+        "config": peak_probe.CONFIG, "dtype": "bf16",
+        "optimizer": "torch.optim.AdamW(foreach=True) over the trainable parameters, states "
+        "in bf16", "attention": "sdpa",
         "loss": "transformers ForCausalLMLoss (logits.float())",
         "adapters": "peft.get_peft_model(..., autocast_adapter_dtype=False): bf16, "
-                    "lora_dropout 0", "versions": {
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__, "python": platform.python_version()},
-        "measured": datetime.date.today().isoformat(), "runs": rows}, indent=2) + "\n")
-    print(f"wrote {OUT}")
+                    "lora_dropout 0"}, rows, peft=peft.__version__)
 
 
 if __name__ == "__main__":

@@ -37,14 +37,16 @@ loss; backward; then torch.optim.AdamW (foreach=True: the pytorch-fsdp2 profile'
 fused=True: torchtitan's optimizer.implementation default) and zero_grad(set_to_none=True).
 Two steps; the second is measured.
 
-The probe is validation/measure_peak.py's `LiveStorages` (a TorchDispatchMode summing the
-live tensor storages after every operator), with three changes FSDP2 needs: sharded
-parameters, gradients and optimizer states are DTensors, whose local tensor is counted; a
-storage is known by its StorageImpl (`_cdata`), not its data pointer; and FSDP2 allocates and
-frees each unsharded parameter by resizing its storage (alloc_storage / free_storage in
+The probe is measure_peak.py's `LiveStorages` (validation/peak_probe.py: a
+TorchDispatchMode summing the live tensor storages after every operator), with three
+changes FSDP2 needs: sharded parameters, gradients and optimizer states are DTensors,
+whose local tensor is counted; a storage is known by its StorageImpl (`_cdata`), not its
+data pointer; and FSDP2 allocates and frees each unsharded parameter by resizing its
+storage (alloc_storage / free_storage in
 torch/distributed/fsdp/_fully_shard/_fsdp_param.py), which no operator sees, so both are
-wrapped to report the new size. The probe starts from every CPU tensor alive after the first
-step (gc), which includes FSDP2's padded shards, the optimizer's states and the input ids.
+wrapped to report the new size. The probe starts from every CPU tensor alive after the
+first step (gc), which includes FSDP2's padded shards, the optimizer's states and the
+input ids.
 
 What the CPU run does differently from CUDA (torch 2.13, same files): the device handle is
 torch.cpu, whose streams and events are no-ops, so FSDP2's all-gather copy-in and
@@ -64,12 +66,10 @@ See validation/README.md.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import gc
 import json
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -77,15 +77,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import transformers
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
 from torch.distributed.tensor import DTensor
 from torch.multiprocessing.reductions import StorageWeakRef
-from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure_peak import CONFIG, SEED, LiveStorages  # noqa: E402
+import peak_probe  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "data" / "memory_peak_fsdp.json"
@@ -115,7 +113,7 @@ from the hidden size (512), so that no tokens x vocabulary tensor has the size o
 hidden x vocabulary weight."""
 
 
-class ShardedLiveStorages(LiveStorages):
+class ShardedLiveStorages(peak_probe.LiveStorages):
     """LiveStorages for FSDP2: DTensors counted by their local tensor, storages known by
     their StorageImpl, and FSDP2's storage resizes counted. Storages that first appear
     while a collective runs (gloo's own staging: its reduce-scatter allocates a buffer the
@@ -215,11 +213,7 @@ def _patch_resizes() -> None:
 
 
 def build(run: dict):
-    torch.manual_seed(SEED)
-    config = LlamaConfig(**{k: v for k, v in CONFIG.items()
-                            if k not in ("model_type", "architectures")})
-    config._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(config)  # fp32 weights
+    config, model = peak_probe.llama("sdpa")  # fp32 weights
     model.train()
     if run["recompute"] == "full":
         model.gradient_checkpointing_enable(
@@ -245,37 +239,23 @@ def build(run: dict):
 def measure(rank: int, run: dict) -> dict:
     config, model, optimizer = build(run)
     b, s = run["micro_batch_size"], run["sequence_length"]
-    generator = torch.Generator().manual_seed(SEED + rank)
+    generator = torch.Generator().manual_seed(peak_probe.SEED + rank)
     ids = torch.randint(0, config.vocab_size, (b, s), generator=generator)
 
-    def step(probe: ShardedLiveStorages | None) -> None:
-        for micro_batch in range(run["micro_batches"]):
-            if probe is not None:
-                probe.enter(f"forward {micro_batch}")
-            logits = model(input_ids=ids, use_cache=False).logits
-            loss = torch.nn.functional.cross_entropy(  # torchtitan's cross_entropy_loss
-                logits.flatten(0, 1).float(), ids.flatten(0, 1))
-            del logits
-            if probe is not None:
-                probe.enter(f"backward {micro_batch}")
-            loss.backward()
-            del loss
-        if probe is not None:
-            probe.enter("optimizer step")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def loss() -> torch.Tensor:
+        logits = model(input_ids=ids, use_cache=False).logits
+        return torch.nn.functional.cross_entropy(  # torchtitan's cross_entropy_loss
+            logits.flatten(0, 1).float(), ids.flatten(0, 1))
 
-    step(None)  # the first step creates the optimizer's states
-    gc.collect()
-    tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
-    tensors += [p.to_local() for p in model.parameters()]
-    tensors += [t for state in optimizer.state.values() for t in state.values()
-                if isinstance(t, torch.Tensor)]
-    with ShardedLiveStorages(tensors) as probe:
-        PROBE.append(probe)
-        start = probe.current
-        step(probe)
-        PROBE.clear()
+    def step(probe: peak_probe.LiveStorages | None) -> None:
+        peak_probe.train_step(model, optimizer, run["micro_batches"], loss, probe)
+
+    def alive() -> list[torch.Tensor]:
+        tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        tensors += [p.to_local() for p in model.parameters()]
+        return tensors + peak_probe.optimizer_states(optimizer)
+
+    probe, start = peak_probe.second_step(step, alive, ShardedLiveStorages, PROBE)
     sharded = sum(p.to_local().numel() for p in model.parameters())
     parameters = sum(p.numel() for p in model.parameters())
     return {"rank": rank, "parameters": parameters, "parameters_on_rank": sharded,
@@ -328,21 +308,19 @@ def main() -> None:
                   f"{row['peak_allocated_bytes'] / 2**20:,.2f} MiB in {row['peak_phase']} "
                   f"(rank {row['peak_rank']}; start "
                   f"{min(r['start_bytes'] for r in ranks) / 2**20:,.2f} MiB)", flush=True)
-    OUT.write_text(json.dumps({
+    peak_probe.write_measured(OUT, {
         "what": "allocated memory peak of one FSDP2 training step (the second) on each rank, "
                 "live tensor storages counted after every operator and FSDP2 storage resize "
                 "(validation/measure_peak_fsdp.py); peak_allocated_bytes is the largest rank's",
-        "config": CONFIG, "dtype": "fp32 sharded weights, bf16 all-gathers and compute "
-        "(MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)), fp32 sharded "
-        "gradients and AdamW states", "backend": "gloo on the CPU, torch.multiprocessing.spawn",
+        "config": peak_probe.CONFIG,
+        "dtype": "fp32 sharded weights, bf16 all-gathers and compute (MixedPrecisionPolicy("
+        "param_dtype=bfloat16, reduce_dtype=float32)), fp32 sharded gradients and AdamW "
+        "states", "backend": "gloo on the CPU, torch.multiprocessing.spawn",
         "optimizer": "torch.optim.AdamW(foreach=True) under the root wrapping (pytorch-fsdp2), "
         "fused=True under the separate wrapping (torchtitan)",
         "attention": "sdpa", "loss": "torch.nn.functional.cross_entropy(logits.flatten(0, 1)"
-        ".float(), labels.flatten(0, 1)) outside the model (torchtitan/components/loss.py)",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
-        "measured": datetime.date.today().isoformat(), "runs": rows}, indent=2) + "\n")
-    print(f"wrote {OUT}")
+        ".float(), labels.flatten(0, 1)) outside the model (torchtitan/components/loss.py)"},
+        rows)
 
 
 if __name__ == "__main__":

@@ -18,21 +18,10 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem
+from llmpar.launch import serving
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.flags import Words
-from llmpar.launch.serving import (
-    engine_chunk_tokens,
-    is_continuous,
-    keep_filled_data,
-    kv_cache_format,
-    prefill_chunk_setting,
-    server_words,
-    serving_only,
-    set_degree,
-    take_workload,
-)
-from llmpar.launch.settings import Ledger
-from llmpar.launch.target import Launch, LaunchFile, ReadSettings
+from llmpar.launch.target import Launch, ReadSettings
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -48,7 +37,7 @@ def _speculative_algorithm(spec: Spec) -> str:
     """SGLang's algorithm for a draft head: NEXTN runs a model's own multi-token prediction
     module (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2), EAGLE any other head (Li et al. 2024,
     arXiv:2401.15077)."""
-    return "NEXTN" if spec.model.name.startswith("deepseek-v3") else "EAGLE"
+    return "NEXTN" if serving.ships_draft_module(spec) else "EAGLE"
 
 
 @attrs.frozen
@@ -60,12 +49,8 @@ class SglangTarget:
     description: str = "the python -m sglang.launch_server command line of a serving spec"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
-        inference = serving_only(spec, self.name)
-        ledger = Ledger(spec, "SGLang")
-        take_workload(ledger)
-        notes: list[str] = []
-        tensor, pipeline, data = (layout.degree(n) for n in ("tensor", "pipeline", "data"))
-        expert = layout.degree("expert")
+        inference, ledger, notes = serving.start(spec, self.name, "SGLang")
+        tensor, pipeline, data, expert = serving.layout_degrees(layout)
         ledger.take("parallel.tensor", "parallel.pipeline", "parallel.data")
         arguments: list[Argument] = []
         attention_dp = data > 1 and expert > 1  # the experts span the attention replicas
@@ -87,20 +72,10 @@ class SglangTarget:
                 arguments.append(("--moe-a2a-backend", DISPATCHERS[dispatcher]))
         if "expert" in spec.parallel:
             ledger.take("parallel.expert")
-        for name in ("context", "sequence"):
-            if layout.degree(name) > 1 or name in spec.parallel:
-                ledger.cannot(f"parallel.{name}", "not mapped to SGLang's context "
-                              "parallelism (--attn-cp-size)")
+        serving.cannot_split_context(spec, layout, ledger, "not mapped to SGLang's context "
+                                     "parallelism (--attn-cp-size)")
         activations = spec.precision.activations
-        if activations in DTYPES:
-            arguments.append(("--dtype", DTYPES[activations]))
-        if inference.weights == "fp8":
-            arguments.append(("--quantization", "fp8"))
-        elif inference.weights not in DTYPES:
-            notes.append(f"{inference.weights} weights: SGLang reads the quantization from "
-                         "the checkpoint's config (serve an AWQ/GPTQ, NVFP4 or MXFP4 "
-                         "checkpoint)")
-        ledger.take("inference.weights")
+        arguments += serving.format_arguments(spec, inference, DTYPES, "SGLang", ledger, notes)
         if inference.kv_cache in KV_DTYPES:
             arguments.append(("--kv-cache-dtype", KV_DTYPES[inference.kv_cache]))
         elif inference.kv_cache == activations:
@@ -110,14 +85,14 @@ class SglangTarget:
                       or inference.kv_cache == activations else inference.kv_cache)
         arguments.append(("--context-length", str(inference.context_tokens)))
         if inference.continuous:
-            seqs = inference.engine.max_num_seqs if inference.engine is not None else None
+            seqs = serving.engine_max_seqs(inference)
         else:  # the engine's whole batch: SGLang 0.5.23 gives each attention replica
             # max_running_requests // attn_dp_size (model_executor/pool_configurator.py)
             seqs = inference.batch_size * (data if attention_dp else 1)
         if seqs is not None:
             arguments.append(("--max-running-requests", str(seqs)))
         ledger.take("inference.batch_size")
-        chunk = engine_chunk_tokens(inference)
+        chunk = serving.engine_chunk_tokens(inference)
         arguments.append(("--chunked-prefill-size", str(chunk if chunk is not None else -1)))
         ledger.take("inference.prefill_chunk_tokens")
         arguments.append(("--mem-fraction-static", f"{inference.memory_utilization:g}"))
@@ -144,10 +119,8 @@ class SglangTarget:
                           ("--speculative-num-steps", str(steps)),
                           ("--speculative-eagle-topk", "1"),
                           ("--speculative-num-draft-tokens", str(steps + 1))]
-            ledger.take("inference.speculative")
-            if speculative.draft_layers != 1:
-                ledger.cannot("inference.speculative.draft_layers", "SGLang's EAGLE and "
-                              "NEXTN heads are the checkpoint's own", speculative.draft_layers)
+            serving.take_speculative(ledger, speculative.draft_layers,
+                                     "SGLang's EAGLE and NEXTN heads")
         ledger.cannot("inference.disaggregated", "two SGLang servers (--disaggregation-mode "
                       "prefill and decode) behind its router: this line serves one pool's "
                       "layout")
@@ -156,17 +129,11 @@ class SglangTarget:
         if hardware.num_nodes > 1:  # each node runs the line with its own rank
             launcher += (f" --nnodes {hardware.num_nodes} --node-rank $NODE_RANK "
                          "--dist-init-addr $MASTER_ADDR:5000")
-        notes.append(f"$MODEL is the checkpoint of {spec.model.name or 'the model'} (a "
-                     "Hugging Face repository or a path)")
-        if inference.prefix_cache_hit_rate > 0:
-            notes.append(f"the prefix cache's hit rate "
-                         f"({inference.prefix_cache_hit_rate:g}) is the requests', not a "
-                         "setting (SGLang's radix cache is on by default)")
+        notes.append(serving.checkpoint_note(spec))
+        notes += serving.prefix_cache_note(inference, " (SGLang's radix cache is on by default)")
         command = command_line(launcher, arguments)
-        return Launch(target=self.name, framework_version=VERSION,
-                      files=(LaunchFile("serve.sh", f"#!/bin/sh\n{command}\n",
-                                        "the sglang.launch_server line", in_command=True),),
-                      command=command, unmapped=ledger.unmapped(), notes=tuple(notes))
+        return serving.serve_line(self.name, VERSION, command, "the sglang.launch_server line",
+                                  ledger, notes)
 
     def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
         return read_command(text, source, base)
@@ -175,7 +142,7 @@ class SglangTarget:
 def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettings:
     """Spec settings from a `sglang.launch_server` line (or its flags); a malformed value is
     a Problem naming its flag, a flag llmpar does not model a note."""
-    found = server_words(text, source)
+    found = serving.server_words(text, source)
     aliases = {"--tp": "--tp-size", "--dp": "--dp-size", "--ep": "--ep-size",
                "--pp": "--pp-size", "--model": "--model-path"}
     found = {aliases.get(flag, flag): values for flag, values in found.items()}
@@ -195,33 +162,22 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
         attention_dp = None
     tensor = engine // (attention_dp or 1)
     data = (attention_dp or 1) * replicas
-    set_degree(settings, base, "tensor", tensor)
-    set_degree(settings, base, "pipeline", pipeline)
-    if not keep_filled_data(base, data, tensor * pipeline):
-        set_degree(settings, base, "data", data)
-    set_degree(settings, base, "expert", expert)
+    serving.set_degree(settings, base, "tensor", tensor)
+    serving.set_degree(settings, base, "pipeline", pipeline)
+    if not serving.keep_filled_data(base, data, tensor * pipeline):
+        serving.set_degree(settings, base, "data", data)
+    serving.set_degree(settings, base, "expert", expert)
     backend = words.choice("--moe-a2a-backend", {"deepep": "deepep", "none": None})
     if backend is not None and expert > 1:
         settings["parallel.expert.dispatcher"] = backend
     dtype = words.choice("--dtype", {v: k for k, v in DTYPES.items()})
-    if dtype is not None:
-        for key in ("weights", "activations", "compute"):
-            settings[f"precision.{key}"] = dtype
-    quantization = words.text("--quantization")
-    if quantization == "fp8":
-        settings["inference.weights"] = "fp8"
-    elif quantization in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
-        settings["inference.weights"] = "int4"
-    elif quantization is not None:
-        words.problems.append(Problem("$.--quantization", "llmpar reads fp8, awq, "
-                                      f"awq_marlin, gptq or gptq_marlin, got {quantization!r}"))
-    kv = words.choice("--kv-cache-dtype", {"auto": None, "bf16": "bf16", "bfloat16": "bf16",
-                                           "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"})
-    if "--kv-cache-dtype" in words.found:
-        settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
+    serving.set_precision(settings, dtype)
+    serving.read_quantization(words, settings)
+    serving.read_kv_cache(words, settings, base, dtype, {
+        "auto": None, "bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"})
     words.integer("--context-length")  # the requests' lengths are the workload's
     seqs = words.integer("--max-running-requests")
-    if seqs is not None and not is_continuous(base):
+    if seqs is not None and not serving.is_continuous(base):
         per_replica, left = divmod(seqs, attention_dp or 1)
         if left:
             words.problems.append(Problem("$.--max-running-requests", f"must be a multiple "
@@ -233,7 +189,7 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
             words.problems.append(Problem("$.--chunked-prefill-size", "must be -1 (no "
                                           "chunking) or >= 1, got 0"))
         settings["inference.prefill_chunk_tokens"] = (
-            None if chunk == -1 else prefill_chunk_setting(base, chunk))
+            None if chunk == -1 else serving.prefill_chunk_setting(base, chunk))
     memory = words.fraction("--mem-fraction-static")
     if memory is not None:
         settings["inference.memory_utilization"] = memory

@@ -23,19 +23,9 @@ import attrs
 
 from llmpar.errors import Problem, SpecError
 from llmpar.inference.overhead import runtime_overhead
+from llmpar.launch import serving
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.hf_trainer import _yaml_scalar, load_mapping, yaml_text
-from llmpar.launch.serving import (
-    engine_chunk_tokens,
-    is_continuous,
-    keep_filled_data,
-    kv_cache_format,
-    prefill_chunk_setting,
-    server_words,
-    serving_only,
-    set_degree,
-    take_workload,
-)
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
 from llmpar.plan import Plan
@@ -68,14 +58,13 @@ def _uses_mtp(spec: Spec) -> bool:
     """A model that ships its own multi-token prediction module (DeepSeek-V3,
     arXiv:2412.19437 Sec. 2.2) drafts with it (MTPDecodingConfig), any other with an
     EAGLE-3 head (Eagle3DecodingConfig; Li et al. 2025, arXiv:2503.01840)."""
-    return spec.model.name.startswith("deepseek-v3")
+    return serving.ships_draft_module(spec)
 
 
 def _layout(spec: Spec, layout: Layout, ledger: Ledger,
             notes: list[str]) -> tuple[dict[str, Any], bool]:
     """The LLM-API parallel arguments, and whether the attention is data-parallel."""
-    tensor, pipeline, data = (layout.degree(n) for n in ("tensor", "pipeline", "data"))
-    expert = layout.degree("expert")
+    tensor, pipeline, data, expert = serving.layout_degrees(layout)
     ledger.take("parallel.tensor", "parallel.pipeline", "parallel.data")
     attention_dp = data > 1 and expert > 1 and tensor == 1  # experts span the replicas
     engine = data if attention_dp else tensor
@@ -100,11 +89,9 @@ def _layout(spec: Spec, layout: Layout, ledger: Ledger,
                           "not mapped", spec.parallel["expert"].dispatcher)
     if "expert" in spec.parallel:
         ledger.take("parallel.expert")
-    for name in ("context", "sequence"):
-        if layout.degree(name) > 1 or name in spec.parallel:
-            ledger.cannot(f"parallel.{name}", "not mapped to TensorRT-LLM's context "
-                          "parallelism (context_parallel_size with cp_config: Helix or "
-                          "star attention)")
+    serving.cannot_split_context(spec, layout, ledger, "not mapped to TensorRT-LLM's "
+                                 "context parallelism (context_parallel_size with "
+                                 "cp_config: Helix or star attention)")
     if engine * pipeline > spec.hardware.gpus_per_node:
         notes.append("the engine spans nodes: start it under MPI or Slurm with "
                      "trtllm-llmapi-launch (one rank per GPU)")
@@ -177,10 +164,7 @@ class TrtLlmTarget:
         return self._launch(spec, layout, plan)
 
     def _launch(self, spec: Spec, layout: Layout, plan: Plan | None) -> Launch:
-        inference = serving_only(spec, self.name)
-        ledger = Ledger(spec, "TensorRT-LLM")
-        take_workload(ledger)
-        notes: list[str] = []
+        inference, ledger, notes = serving.start(spec, self.name, "TensorRT-LLM")
         args, attention_dp = _layout(spec, layout, ledger, notes)
         activations = spec.precision.activations
         if activations in DTYPES:
@@ -191,14 +175,12 @@ class TrtLlmTarget:
                          "or an AWQ/GPTQ checkpoint)")
         ledger.take("inference.weights")
         args["max_seq_len"] = inference.context_tokens
-        if inference.continuous:
-            seqs = inference.engine.max_num_seqs if inference.engine is not None else None
-        else:  # per attention-DP rank, as llmpar's batch is per replica
-            seqs = inference.batch_size
+        # a static batch is per attention-DP rank, as llmpar's batch is per replica
+        seqs = serving.engine_max_seqs(inference) if inference.continuous else inference.batch_size
         if seqs is not None:
             args["max_batch_size"] = seqs
         ledger.take("inference.batch_size")
-        chunk = engine_chunk_tokens(inference)
+        chunk = serving.engine_chunk_tokens(inference)
         args["enable_chunked_prefill"] = chunk is not None
         args["max_num_tokens"] = chunk if chunk is not None else max(
             inference.batch_size * inference.prompt_tokens, inference.context_tokens)
@@ -243,15 +225,12 @@ class TrtLlmTarget:
                                               "max_draft_len": speculative.draft_tokens,
                                               "speculative_model": "DRAFT_MODEL"}
                 notes.append("DRAFT_MODEL in the YAML is your EAGLE-3 draft checkpoint")
-            ledger.take("inference.speculative")
-            if speculative.draft_layers != 1:
-                ledger.cannot("inference.speculative.draft_layers", "TensorRT-LLM's MTP and "
-                              "EAGLE-3 heads are the checkpoint's own", speculative.draft_layers)
+            serving.take_speculative(ledger, speculative.draft_layers,
+                                     "TensorRT-LLM's MTP and EAGLE-3 heads")
         ledger.cannot("inference.disaggregated", "two TensorRT-LLM servers (context and "
                       "generation) behind trtllm-serve disaggregated: this serves one pool's "
                       "layout")
-        notes.append(f"$MODEL is the checkpoint of {spec.model.name or 'the model'} (a "
-                     "Hugging Face repository or a path)")
+        notes.append(serving.checkpoint_note(spec))
         if attention_dp:
             notes.append("under enable_attention_dp each rank schedules its own requests: "
                          "max_batch_size is per rank")
@@ -376,7 +355,7 @@ def _options(text: str, source: str) -> tuple[dict[str, Any], dict[str, str], li
                   if line.strip() and not line.lstrip().startswith("#")), "")
     if not first.startswith(("trtllm-serve", "--")) and ":" in first:
         return _flatten(load_mapping(text, source)), {}, []
-    found = server_words(text, source)
+    found = serving.server_words(text, source)
     values: dict[str, Any] = {}
     names: dict[str, str] = {}
     left: list[str] = []
@@ -419,15 +398,13 @@ def read_options(text: str, source: str, base: Spec | None = None) -> ReadSettin
         options._bad("context_parallel_size", "llmpar does not read TensorRT-LLM's context "
                                               "parallelism (Helix, star attention)")
     tensor, data = (1, engine) if attention_dp else (engine, 1)
-    set_degree(settings, base, "tensor", tensor)
-    set_degree(settings, base, "pipeline", pipeline)
-    if not keep_filled_data(base, data, tensor * pipeline):
-        set_degree(settings, base, "data", data)
-    set_degree(settings, base, "expert", expert)
+    serving.set_degree(settings, base, "tensor", tensor)
+    serving.set_degree(settings, base, "pipeline", pipeline)
+    if not serving.keep_filled_data(base, data, tensor * pipeline):
+        serving.set_degree(settings, base, "data", data)
+    serving.set_degree(settings, base, "expert", expert)
     dtype = options.choice("dtype", {**{v: k for k, v in DTYPES.items()}, "auto": None})
-    if dtype is not None:
-        for key in ("weights", "activations", "compute"):
-            settings[f"precision.{key}"] = dtype
+    serving.set_precision(settings, dtype)
     # KvCacheConfig.dtype (llm_args.py validate_dtype): "auto", "fp8", "fp8_ds_mla" (the
     # FP8 cache packed for sparse MLA), "nvfp4" (not an llmpar cache format) or a torch
     # dtype's name.
@@ -435,17 +412,17 @@ def read_options(text: str, source: str, base: Spec | None = None) -> ReadSettin
                                                   "fp8_ds_mla": "fp8", "bfloat16": "bf16",
                                                   "float16": "fp16", "float32": "fp32"})
     if "kv_cache_config.dtype" in values:
-        settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
+        settings["inference.kv_cache"] = serving.kv_cache_format(base, dtype, kv)
     options.integer("max_seq_len")  # the requests' lengths are the workload's
     seqs = options.integer("max_batch_size")
-    if seqs is not None and not is_continuous(base):
+    if seqs is not None and not serving.is_continuous(base):
         settings["inference.batch_size"] = seqs
     tokens = options.integer("max_num_tokens")
     chunked = options.flag("enable_chunked_prefill")
     if chunked is False or (chunked is None and "max_num_tokens" in values):
         settings["inference.prefill_chunk_tokens"] = None  # whole prompts, as the default
     elif chunked and tokens is not None:
-        settings["inference.prefill_chunk_tokens"] = prefill_chunk_setting(base, tokens)
+        settings["inference.prefill_chunk_tokens"] = serving.prefill_chunk_setting(base, tokens)
     memory = options.fraction("kv_cache_config.free_gpu_memory_fraction")
     block = options.integer("kv_cache_config.tokens_per_block")
     if block is not None:

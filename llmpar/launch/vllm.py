@@ -17,21 +17,10 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem
+from llmpar.launch import serving
 from llmpar.launch.common import Argument, command_line
 from llmpar.launch.flags import Words
-from llmpar.launch.serving import (
-    engine_chunk_tokens,
-    is_continuous,
-    keep_filled_data,
-    kv_cache_format,
-    prefill_chunk_setting,
-    server_words,
-    serving_only,
-    set_degree,
-    take_workload,
-)
-from llmpar.launch.settings import Ledger
-from llmpar.launch.target import Launch, LaunchFile, ReadSettings
+from llmpar.launch.target import Launch, ReadSettings
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
 
@@ -49,7 +38,7 @@ def _speculative_method(spec: Spec) -> str:
     """vLLM's method for a draft head: a model that ships its own multi-token prediction
     module (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2) runs it as "mtp", any other an EAGLE
     head (Li et al. 2024, arXiv:2401.15077)."""
-    return "mtp" if spec.model.name.startswith("deepseek-v3") else "eagle"
+    return "mtp" if serving.ships_draft_module(spec) else "eagle"
 
 
 @attrs.frozen
@@ -61,12 +50,8 @@ class VllmTarget:
     description: str = "the vllm serve command line of a serving spec"
 
     def launch(self, spec: Spec, layout: Layout) -> Launch:
-        inference = serving_only(spec, self.name)
-        ledger = Ledger(spec, "vLLM")
-        take_workload(ledger)
-        notes: list[str] = []
-        tensor, pipeline, data = (layout.degree(n) for n in ("tensor", "pipeline", "data"))
-        expert = layout.degree("expert")
+        inference, ledger, notes = serving.start(spec, self.name, "vLLM")
+        tensor, pipeline, data, expert = serving.layout_degrees(layout)
         arguments: list[Argument] = [("--tensor-parallel-size", str(tensor))]
         if pipeline > 1:
             arguments.append(("--pipeline-parallel-size", str(pipeline)))
@@ -86,21 +71,11 @@ class VllmTarget:
             ledger.take("parallel.expert")
         elif "expert" in spec.parallel:
             ledger.take("parallel.expert")
-        for name in ("context", "sequence"):
-            if layout.degree(name) > 1 or name in spec.parallel:
-                ledger.cannot(f"parallel.{name}", "not mapped to vLLM's context parallelism "
-                              "(--decode-context-parallel-size splits only the decode "
-                              "cache)")
+        serving.cannot_split_context(spec, layout, ledger, "not mapped to vLLM's context "
+                                     "parallelism (--decode-context-parallel-size splits "
+                                     "only the decode cache)")
         activations = spec.precision.activations
-        if activations in DTYPES:
-            arguments.append(("--dtype", DTYPES[activations]))
-        if inference.weights == "fp8":
-            arguments.append(("--quantization", "fp8"))
-        elif inference.weights not in DTYPES:
-            notes.append(f"{inference.weights} weights: vLLM reads the quantization from "
-                         "the checkpoint's config (serve an AWQ/GPTQ, NVFP4 or MXFP4 "
-                         "checkpoint)")
-        ledger.take("inference.weights")
+        arguments += serving.format_arguments(spec, inference, DTYPES, "vLLM", ledger, notes)
         if inference.kv_cache == activations:
             arguments.append(("--kv-cache-dtype", "auto"))
         elif inference.kv_cache in KV_DTYPES:
@@ -110,13 +85,13 @@ class VllmTarget:
                       and inference.kv_cache not in KV_DTYPES else None)
         arguments.append(("--max-model-len", str(inference.context_tokens)))
         if inference.continuous:
-            seqs = inference.engine.max_num_seqs if inference.engine is not None else None
+            seqs = serving.engine_max_seqs(inference)
             if seqs is not None:
                 arguments.append(("--max-num-seqs", str(seqs)))
         else:
             arguments.append(("--max-num-seqs", str(inference.batch_size)))
         ledger.take("inference.batch_size")
-        chunk = engine_chunk_tokens(inference)
+        chunk = serving.engine_chunk_tokens(inference)
         if chunk is not None:
             arguments.append(("--max-num-batched-tokens", str(chunk)))
         else:  # every prompt of a step prefilled whole
@@ -148,10 +123,7 @@ class VllmTarget:
             config = {"method": _speculative_method(spec),
                       "num_speculative_tokens": speculative.draft_tokens}
             arguments.append(("--speculative-config", json.dumps(config)))
-            ledger.take("inference.speculative")
-            if speculative.draft_layers != 1:
-                ledger.cannot("inference.speculative.draft_layers", "vLLM's EAGLE and MTP "
-                              "heads are the checkpoint's own", speculative.draft_layers)
+            serving.take_speculative(ledger, speculative.draft_layers, "vLLM's EAGLE and MTP heads")
         ledger.cannot("inference.disaggregated", "two vLLM deployments (prefill and "
                       "decode) joined by a KV connector (--kv-transfer-config): this line "
                       "serves one pool's layout")
@@ -162,17 +134,10 @@ class VllmTarget:
             notes.append("data-parallel replicas on several nodes: add --data-parallel-size-"
                          "local, --data-parallel-address and --data-parallel-start-rank on "
                          "each node")
-        notes.append(f"$MODEL is the checkpoint of {spec.model.name or 'the model'} (a "
-                     "Hugging Face repository or a path)")
-        if inference.prefix_cache_hit_rate > 0:
-            notes.append(f"the prefix cache's hit rate "
-                         f"({inference.prefix_cache_hit_rate:g}) is the requests', not a "
-                         "setting")
+        notes.append(serving.checkpoint_note(spec))
+        notes += serving.prefix_cache_note(inference)
         command = command_line('vllm serve "$MODEL"', arguments)
-        return Launch(target=self.name, framework_version=VERSION,
-                      files=(LaunchFile("serve.sh", f"#!/bin/sh\n{command}\n",
-                                        "the vllm serve line", in_command=True),),
-                      command=command, unmapped=ledger.unmapped(), notes=tuple(notes))
+        return serving.serve_line(self.name, VERSION, command, "the vllm serve line", ledger, notes)
 
     def read(self, text: str, source: str, base: Spec | None = None) -> ReadSettings:
         return read_command(text, source, base)
@@ -182,15 +147,15 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
     """Spec settings from a `vllm serve` line (or its flags): the layout, the formats, the
     batch, the prefill chunk, the cache's blocks and the memory share; a malformed value is
     a Problem naming its flag, a flag llmpar does not model a note."""
-    words = Words(server_words(text, source), source)
+    words = Words(serving.server_words(text, source), source)
     settings: dict[str, Any] = {}
     tensor = words.integer("--tensor-parallel-size") or 1
     pipeline = words.integer("--pipeline-parallel-size") or 1
     data = words.integer("--data-parallel-size") or 1
-    set_degree(settings, base, "tensor", tensor)
-    set_degree(settings, base, "pipeline", pipeline)
-    if not keep_filled_data(base, data, tensor * pipeline):
-        set_degree(settings, base, "data", data)
+    serving.set_degree(settings, base, "tensor", tensor)
+    serving.set_degree(settings, base, "pipeline", pipeline)
+    if not serving.keep_filled_data(base, data, tensor * pipeline):
+        serving.set_degree(settings, base, "data", data)
     if words.switch("--enable-expert-parallel"):
         settings["parallel.expert.degree"] = tensor * data
         backend = words.choice("--all2all-backend", {
@@ -200,31 +165,20 @@ def read_command(text: str, source: str, base: Spec | None = None) -> ReadSettin
     elif base is not None and "expert" in base.parallel:
         settings["parallel.expert"] = None
     dtype = words.choice("--dtype", {v: k for k, v in DTYPES.items()})
-    if dtype is not None:
-        for key in ("weights", "activations", "compute"):
-            settings[f"precision.{key}"] = dtype
-    quantization = words.text("--quantization")
-    if quantization == "fp8":
-        settings["inference.weights"] = "fp8"
-    elif quantization in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
-        settings["inference.weights"] = "int4"
-    elif quantization is not None:
-        words.problems.append(Problem("$.--quantization", "llmpar reads fp8, awq, "
-                                      f"awq_marlin, gptq or gptq_marlin, got {quantization!r}"))
-    kv = words.choice("--kv-cache-dtype", {"auto": None, "fp8": "fp8", "fp8_e4m3": "fp8",
-                                           "fp8_e5m2": "fp8", "bfloat16": "bf16",
-                                           "float16": "fp16"})
-    if "--kv-cache-dtype" in words.found:
-        settings["inference.kv_cache"] = kv_cache_format(base, dtype, kv)
+    serving.set_precision(settings, dtype)
+    serving.read_quantization(words, settings)
+    serving.read_kv_cache(words, settings, base, dtype, {
+        "auto": None, "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "bfloat16": "bf16",
+        "float16": "fp16"})
     words.integer("--max-model-len")  # the requests' lengths are the workload's
     seqs = words.integer("--max-num-seqs")
-    if seqs is not None and not is_continuous(base):
+    if seqs is not None and not serving.is_continuous(base):
         settings["inference.batch_size"] = seqs
     tokens = words.integer("--max-num-batched-tokens")
     if words.switch("--disable-chunked-prefill"):
         settings["inference.prefill_chunk_tokens"] = None
     elif tokens is not None:
-        settings["inference.prefill_chunk_tokens"] = prefill_chunk_setting(base, tokens)
+        settings["inference.prefill_chunk_tokens"] = serving.prefill_chunk_setting(base, tokens)
     memory = words.fraction("--gpu-memory-utilization")
     if memory is not None:
         settings["inference.memory_utilization"] = memory

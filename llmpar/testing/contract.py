@@ -39,25 +39,29 @@ every field set to another value its validators accept (`llmpar.testing.variants
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from llmpar.errors import PluginError, SpecError
+from llmpar.errors import SpecError
 from llmpar.evaluation.evaluate import build_plan
-from llmpar.footprint.baseline import baseline_footprint
 from llmpar.hookspecs import hookimpl
 from llmpar.loading.checks import resolve_layout
 from llmpar.plan import Plan
 from llmpar.session import Session
 from llmpar.spec import Spec
-from llmpar.strategy import Layout, Strategy, StrategyContext
-from llmpar.testing.fast_form import fast_form_failure
+from llmpar.strategy import Layout, Strategy
+from llmpar.testing.contract_checks import (
+    MALFORMED_VALUES,
+    ROUNDING_BYTES,
+    TOML_KEY,
+    ContractViolation,
+    PluginContract,
+    loaded,
+)
 from llmpar.testing.specs import REFERENCE_SPECS
 from llmpar.testing.variants import field_variants
-from llmpar.testing.wellformed import plan_problems, transform_problems
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -71,15 +75,6 @@ IDENTITY_FIELDS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activ
                    "buffers_bytes", "total_bytes", "host_bytes", "stages", "activation_tensors",
                    "flops_per_step", "hardware_flops_per_step", "offload_seconds")
 """Plan fields a neutral config leaves alone (with the collectives, compared apart)."""
-ROUNDING_BYTES = 8
-"""Slack for per-component rounding to whole bytes when comparing totals."""
-MALFORMED_VALUES: tuple[Any, ...] = ("not a number", -7, 0, 1.5, True, [], {"nested": [1]})
-"""Values tried for every field of the strategy's table: each must plan or give SpecError."""
-TOML_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-class ContractViolation(AssertionError):
-    """A strategy broke its contract; the message names the check, the spec and why."""
 
 
 class _Registers:
@@ -97,82 +92,43 @@ def _builtin_names() -> frozenset[str]:
     return frozenset(Session(load_entry_points=False).strategies)
 
 
-class StrategyContract:
+class StrategyContract(PluginContract):
     """The contract checks for one strategy, in one session (default: `llmpar.Session()`,
     built-ins and installed plugins)."""
+
+    KIND = "strategy"
+    SECTION = "parallel"
+    ALONE_CHECKS = STRATEGY_CHECKS
+    ON_SPEC_CHECKS = SPEC_CHECKS
+    ACCEPTED = "every check"
 
     def __init__(self, strategy: Strategy[Any] | str, session: Session | None = None):
         self.session = session if session is not None else Session()
         if isinstance(strategy, str):
-            if strategy not in self.session.strategies:
-                raise ContractViolation(f"no loaded plugin provides strategy {strategy!r}; "
-                                        f"loaded: {', '.join(self.session.strategies)}")
-            strategy = self.session.strategies[strategy]
+            strategy = loaded("strategy", self.session.strategies, strategy,
+                              ", ".join(self.session.strategies))
         self.strategy = strategy
+        self.plugged = strategy
         self.name: str = strategy.name
 
     # --- the strategy alone --------------------------------------------------------
 
     def check_config_schema(self) -> None:
+        self._check_config_fields()
         config_type = self.strategy.config_type
-        if not attrs.has(config_type):
-            self._fail("config-schema", f"config_type {config_type!r} is not an attrs class")
-        missing = [f.name for f in attrs.fields(config_type) if f.default is attrs.NOTHING]
-        if missing:
-            self._fail("config-schema", f"fields without a default: {', '.join(missing)} "
-                       f"(an empty [parallel.{self.name}] table must load)")
-        config = config_type()
-        first = attrs.fields(config_type)[0].name if attrs.fields(config_type) else None
-        if first is not None:
-            try:
-                setattr(config, first, getattr(config, first))
-            except attrs.exceptions.FrozenInstanceError:
-                pass
-            else:
-                self._fail("config-schema", f"{config_type.__name__} is not frozen "
-                           "(use @attrs.frozen(kw_only=True))")
         neutral = self.strategy.neutral_config(Layout(degrees={}, num_gpus=1))
         if not isinstance(neutral, config_type):
             self._fail("config-schema", f"neutral_config() on one GPU returned {neutral!r}, "
                        f"not a {config_type.__name__}")
 
     def check_registered(self) -> None:
-        if not TOML_KEY.fullmatch(self.name):
-            self._fail("registered", f"name {self.name!r} is not a bare TOML key")
-        found = self.session.strategies.get(self.name)
-        if found is None or type(found) is not type(self.strategy):
-            self._fail("registered", "the session has no strategy of this type under "
-                       f"{self.name!r}: register it from llmpar_register_strategies and "
-                       "name the plugin in the `llmpar` entry-point group")
-        owners = [info.name for info in self.session.plugins() if self.name in info.strategies]
-        if len(owners) != 1:
-            self._fail("registered", f"expected one plugin to list it, found {owners}")
+        self._check_listed(self.session.strategies, "llmpar_register_strategies")
+        self._check_one_owner(lambda info: info.strategies)
         if not isinstance(self.strategy.phase, int):
             self._fail("registered", f"phase {self.strategy.phase!r} is not an integer")
 
-    def check_malformed_table(self, table: Mapping[str, Any] | None = None) -> None:
-        base = dict(table if table is not None else REFERENCE_SPECS[0])
-        path = f"$.parallel.{self.name}"
-        cases: list[tuple[str, Any]] = [("a table that is a number", 5),
-                                        ("an unknown key", {"no_such_setting": 1})]
-        for field in attrs.fields(self.strategy.config_type):
-            cases += [(f"{field.name} = {value!r}", {field.name: value})
-                      for value in MALFORMED_VALUES]
-        for label, value in cases:
-            spec = {**base, "parallel": {**base.get("parallel", {}), self.name: value}}
-            try:
-                self.session.evaluate(spec)
-            except SpecError as error:
-                if label.startswith(("a table", "an unknown")) and not any(
-                        p.path.startswith(path) for p in error.problems):
-                    self._fail("malformed-table", f"{label}: no problem at {path}...; got "
-                               f"{[str(p) for p in error.problems]}")
-            except Exception as error:
-                self._fail("malformed-table", f"{label} raised {type(error).__name__} "
-                           f"({error}), not SpecError")
-            else:
-                if label.startswith(("a table", "an unknown")):
-                    self._fail("malformed-table", f"{label} was accepted")
+    def _with_table(self, base: dict[str, Any], value: Any) -> dict[str, Any]:
+        return {**base, "parallel": {**base.get("parallel", {}), self.name: value}}
 
     # --- on one spec ---------------------------------------------------------------
 
@@ -244,15 +200,7 @@ class StrategyContract:
             if plan is None:
                 continue
             cases += 1
-            layout, _ = resolve_layout(spec, self.session.strategies)
-            backwards = dict(reversed(list(self.session.strategies.items())))
-            if build_plan(spec, layout, backwards) != plan:
-                self._fail("order-independent", f"{config!r}: the plan changes when the "
-                           "strategies are applied in the reverse order", table)
-            self._plan(base)
-            if self._plan(spec) != plan:
-                self._fail("order-independent", f"{config!r}: the plan changes after "
-                           "evaluating another spec (state kept between calls?)", table)
+            self._check_stateless(config, spec, plan, base, table)
             for session in self._reordered_sessions:
                 if session.evaluate(spec) != plan:
                     self._fail("order-independent", f"{config!r}: the plan changes with "
@@ -274,13 +222,7 @@ class StrategyContract:
             if plan is None:
                 continue
             cases += 1
-            layout, _ = resolve_layout(spec, self.session.strategies)
-            ctx = StrategyContext(spec=spec, footprint=baseline_footprint(spec), layout=layout)
-            transform = self.strategy.transform(config, ctx)
-            problems = transform_problems(transform, self.name, spec) + plan_problems(plan)
-            if problems:
-                self._fail("well-formed-transform", f"{config!r}: {'; '.join(problems)}",
-                           table)
+            self._check_well_formed(config, spec, plan, table)
         return cases
 
     def check_fast_form(self, table: Mapping[str, Any]) -> int:
@@ -302,29 +244,17 @@ class StrategyContract:
             if self._plan(spec) is None:
                 continue
             cases += 1
-            failure = fast_form_failure(self.session, spec, config)
-            if failure is not None:
-                self._fail("fast-form-agrees", failure, table)
+            self._check_fast_form(config, spec, table)
         return cases
 
     # --- running them --------------------------------------------------------------
 
-    def check(self, check: str, table: Mapping[str, Any] | None = None) -> int:
-        """Run one check by name; spec checks need `table`. Returns the cases exercised."""
-        if check in STRATEGY_CHECKS:
-            getattr(self, "check_" + check.replace("-", "_"))()
-            return 1
-        if check not in SPEC_CHECKS:
-            raise ValueError(f"unknown check {check!r}; known: "
-                             f"{', '.join(STRATEGY_CHECKS + SPEC_CHECKS)}")
-        if table is None:
-            raise ValueError(f"check {check!r} needs a spec table")
-        method = {"neutral-is-identity": self.check_identity,
-                  "memory-falls-with-degree": self.check_memory_falls_with_degree,
-                  "order-independent": self.check_order_independent,
-                  "well-formed-transform": self.check_well_formed_transform,
-                  "fast-form-agrees": self.check_fast_form}[check]
-        return method(table)
+    def spec_check_methods(self) -> dict[str, Callable[[Mapping[str, Any]], int]]:
+        return {"neutral-is-identity": self.check_identity,
+                "memory-falls-with-degree": self.check_memory_falls_with_degree,
+                "order-independent": self.check_order_independent,
+                "well-formed-transform": self.check_well_formed_transform,
+                "fast-form-agrees": self.check_fast_form}
 
     def applies(self, check: str) -> bool:
         """Whether `check` means anything for this strategy (degrees need a degree)."""
@@ -335,10 +265,6 @@ class StrategyContract:
         return True
 
     # --- helpers -------------------------------------------------------------------
-
-    def _fail(self, check: str, message: str, table: Mapping[str, Any] | None = None) -> None:
-        where = f"\n  spec: {dict(table)!r}" if table is not None else ""
-        raise ContractViolation(f"strategy {self.name!r} breaks {check!r}: {message}{where}")
 
     def _neutral(self, base: Spec) -> Any | None:
         """The strategy's neutral config among the other degrees of `base`."""
@@ -364,16 +290,8 @@ class StrategyContract:
         except SpecError:
             return None
 
-    def _plan(self, spec: Spec) -> Plan | None:
-        """The plan; None when a strategy's checks reject the spec."""
-        try:
-            return self.session.evaluate(spec)
-        except SpecError:
-            return None
-        except PluginError as error:
-            raise ContractViolation(f"strategy {self.name!r}: evaluating a spec every check "
-                                    f"accepted failed: {error}\n  parallel: "
-                                    f"{spec.parallel!r}\n  model: {spec.model.name}") from error
+    def _spec_detail(self, spec: Spec) -> str:
+        return f"\n  parallel: {spec.parallel!r}"
 
     @functools.cached_property
     def _reordered_sessions(self) -> tuple[Session, ...]:
@@ -473,3 +391,8 @@ def check_strategy_contract(strategy: Strategy[Any] | str, *, session: Session |
     if failures:
         raise ContractViolation("\n".join(failures))
     return counts
+
+
+__all__ = ["DEGREES", "IDENTITY_FIELDS", "MALFORMED_VALUES", "ROUNDING_BYTES", "SPEC_CHECKS",
+           "STRATEGY_CHECKS", "TOML_KEY", "ContractViolation", "StrategyContract",
+           "check_strategy_contract"]
