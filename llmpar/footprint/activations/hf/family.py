@@ -110,6 +110,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
                                          rope_concat=True),
+    "SmolLM3ForCausalLM": attrs.evolve(LLAMA, name="smollm3"),
     "GptOssForCausalLM": attrs.evolve(LLAMA, name="gpt-oss", norm="olmo2", softmax_fp32=False,
                                       router="topk-softmax-cast",
                                       norm_topk=False, attention_sinks=True, sdpa=False,
