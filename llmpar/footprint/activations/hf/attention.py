@@ -266,10 +266,22 @@ def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
                           "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
 
 
+def query_scale(ctx: Context) -> list[SavedTensor]:
+    """Ministral 3's attention temperature (Ministral3Attention.forward,
+    modeling_ministral3.py of transformers 5.24.0, after Llama 4's): the rotated queries
+    times a per-position scale, computed in every layer from position_ids (1 x s, whatever
+    the batch) and cast to the activations' dtype; the product keeps the scale."""
+    if not ctx.family.query_scale:
+        return []
+    return [saved("query scale", "per position, kept by its product with the queries",
+                  (ctx.sizes.s,), ctx.d, TOKENS_ONLY)]
+
+
 def attention_tensors(ctx: Context) -> list[SavedTensor]:
     """A standard (not MLA) attention block, from its input to its output projection."""
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
-                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True)]
+                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True),
+              *query_scale(ctx)]
     return (inputs + _qk_norms(ctx) + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
             + residual_dropout(ctx, "attention"))
 

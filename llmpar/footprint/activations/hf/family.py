@@ -67,6 +67,10 @@ class Family:
     """RoPE rotates a part of each head and concatenates the rest (apply_rotary_pos_emb
     of Qwen3-Next, after GLM's): q comes out a new b x a x s x d tensor, so SDPA's
     output is laid out the same and transposed by a copy."""
+    query_scale: bool = False
+    """Each layer scales the rotated queries by 1 + beta log(1 + floor(position /
+    original_max_position_embeddings)) (get_llama_4_attn_scale of Ministral 3), an s-long
+    vector cast to the activations' dtype in every layer, which the product keeps."""
     attention_sinks: bool = False
     """The eager attention concatenates a learned sink logit per head to the scores,
     subtracts the row maximum and drops the sink column after the softmax, which runs in
@@ -110,6 +114,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
                                          rope_concat=True),
+    "Ministral3ForCausalLM": attrs.evolve(LLAMA, name="ministral3", query_scale=True),
     "SmolLM3ForCausalLM": attrs.evolve(LLAMA, name="smollm3"),
     "GptOssForCausalLM": attrs.evolve(LLAMA, name="gpt-oss", norm="olmo2", softmax_fp32=False,
                                       router="topk-softmax-cast",
