@@ -264,10 +264,13 @@ def test_gpt_oss_windowed_layers_cap_their_cache():
 
 
 def test_unmeasured_transformers_code_has_no_hf_activations():
-    plan = SESSION.evaluate({"model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"},
-                             "training": {"sequence_length": 512,
-                                          "activation_model": "hf-eager"}})
-    assert any("GptOssForCausalLM keeps for backward is not measured" in warning
+    # OLMo 3's modeling code (Olmo3ForCausalLM) is not measured
+    spec = SESSION.load_spec({"model": "olmo-2-7b", "hardware": {"gpu": "h100-sxm"},
+                              "training": {"sequence_length": 512,
+                                           "activation_model": "hf-eager"}})
+    olmo3 = attrs.evolve(spec.model, source="counted as transformers' Olmo3ForCausalLM")
+    plan = SESSION.evaluate(attrs.evolve(spec, model=olmo3))
+    assert any("Olmo3ForCausalLM keeps for backward is not measured" in warning
                for warning in plan.warnings)
     fused = SESSION.evaluate({"model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"},
                               "training": {"sequence_length": 512, "activation_model": "fused"}})

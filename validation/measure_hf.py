@@ -74,6 +74,9 @@ ATTN_IMPLS = ("eager", "sdpa")
 #   flop_seqs        s for the FLOP runs (b=1)
 #   inventory        keep the per-tensor listing at INVENTORY_SHAPE
 #   force_attn       bypass transformers' own attention-implementation check (see gemma-2)
+#   config_part      (of the architecture) the key of the published config.json whose
+#                    values are measured: the language model of a multimodal model
+#                    (Mistral 3's text_config), without its vision tower
 #   layer_pattern    (config key, unit): the layers are given as a pattern of one letter per
 #                    layer (Nemotron-H's hybrid_override_pattern); the runs of "1 and 2 layers"
 #                    repeat the unit once and twice (per layer = per unit)
@@ -199,6 +202,38 @@ ARCHS: dict[str, dict] = {
              "experts": ["grouped_mm"], "flop_seqs": ()},
         ]
     },
+    # gpt-oss's two layer kinds (GptOssDecoderLayer: an attention with learned sinks over a
+    # sliding window of 128 or over the whole sequence, then 32 experts of the clamped
+    # SwiGLU with biases behind a top-4 router with a bias), each alone, its MXFP4
+    # quantization_config removed (the weights bf16); GptOssPreTrainedModel declares
+    # _supports_sdpa = False, so the SDPA runs record transformers' refusal
+    "gpt-oss-20b": {
+        "remove_keys": ["quantization_config"],
+        "variants": [
+            {"variant": "sliding_attention_layers",
+             "layer_pattern": ("layer_types", ["sliding_attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "full_attention_layers",
+             "layer_pattern": ("layer_types", ["full_attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+        ],
+    },
+    # SmolLM3's two layer kinds (SmolLM3Attention: RoPE, or none where no_rope_layers holds
+    # 0, every fourth layer in the published model), each alone; layer_types follows from
+    # no_rope_layers (SmolLM3Config, no sliding window)
+    "smollm3-3b": {
+        "variants": [
+            {"variant": "rope_layers", "overrides": {"layer_types": None},
+             "layer_pattern": ("no_rope_layers", [1]), "flop_seqs": ()},
+            {"variant": "nope_layers", "overrides": {"layer_types": None},
+             "layer_pattern": ("no_rope_layers", [0]), "flop_seqs": ()},
+        ]
+    },
+    # Ministral 3's language model (Ministral3ForCausalLM, the text_config of
+    # Mistral3ForConditionalGeneration, without the vision tower and its projector): Mistral's
+    # layers with the queries scaled per position (get_llama_4_attn_scale)
+    "ministral-3-8b": {"config_part": "text_config",
+                       "variants": [{"variant": "main", "flop_seqs": ()}]},
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
@@ -1200,6 +1235,9 @@ INVENTORY_FIELDS = [
 def measure(name: str, log, checkpoint=None) -> dict:
     spec = ARCHS[name]
     meta, pub = load_published(name)
+    part = spec.get("config_part")
+    if part is not None:  # the language model of a multimodal config.json
+        pub = pub[part]
     remove = spec.get("remove_keys", [])
     t0 = time.time()
     log(f"== {name} ({pub['model_type']})")
@@ -1209,6 +1247,7 @@ def measure(name: str, log, checkpoint=None) -> dict:
         "model_type": pub["model_type"],
         "source_repo": meta.get("_source"),
         "published_config_file": f"validation/configs/{name}.json",
+        **({"published_config_part": part} if part is not None else {}),
         "generated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": {
             "torch": torch.__version__,

@@ -7,7 +7,9 @@ probabilities.V. SDPA is torch.nn.functional.scaled_dot_product_attention; on th
 it runs _scaled_dot_product_flash_attention_for_cpu, which keeps Q, K, V as passed,
 the output and an fp32 log-sum-exp per head and query, and falls back to the math
 path (every operand upcast to fp32, scores materialized) with dropout or when the
-value head width differs from the query's (MLA). Sources: modeling_*.py and
+value head width differs from the query's (MLA). gpt-oss's eager attention appends a
+learned sink logit per head before its softmax (modeling_gpt_oss.py); transformers has no
+SDPA path for it. Sources: modeling_*.py and
 integrations/sdpa_attention.py of transformers 5.24.0, measured with torch 2.13.0.
 """
 
@@ -33,12 +35,18 @@ O_WEIGHTS = frozenset({"attention.o_proj"})
 MAX_GQA_HEAD_DIM = 256
 """transformers' use_gqa_in_sdpa passes enable_gqa only for head widths up to 256."""
 BOOL_BYTES = 1.0
+INDEX_BYTES = 8.0
+"""Indices are int64 (max over a dimension)."""
 
 
 def kernel(ctx: Context) -> str:
     """eager, flash (SDPA's fused kernel) or math (SDPA's composite fallback)."""
     if ctx.run.attention == "eager":
         return "eager"
+    if not ctx.family.sdpa:
+        raise ActivationUnavailable(
+            f"transformers refuses SDPA for {ctx.family.name} (its PreTrainedModel's "
+            "_supports_sdpa = False: SDPA takes no sink logits); use 'hf-eager'")
     if ctx.model.attention_logit_softcapping is not None:
         raise ActivationUnavailable(
             "attention soft-capping runs only with eager attention in transformers "
@@ -125,7 +133,15 @@ def _probabilities_eager(ctx: Context) -> list[SavedTensor]:
     tensors = []
     if ctx.model.attention_logit_softcapping is not None:
         tensors.append(_scores(ctx, "soft-capped scores (tanh)", "tanh keeps its output", d))
-    if ctx.family.softmax_fp32:
+    if ctx.family.attention_sinks:
+        # gpt-oss: cat(scores, sinks) - its row maximum, softmax in the activations' dtype;
+        # P.V reads a view of the softmax output without the sink column
+        s, sink = ctx.sizes.s, (*ctx.sizes.scores[:3], ("s+1", ctx.sizes.s[1] + 1))
+        tensors += [saved("row maximum indices (int64)", "kept by max for its backward",
+                          (ctx.sizes.b, ctx.sizes.a, s), INDEX_BYTES, INSIDE_TP),
+                    saved("softmax output with the sink column", "kept by softmax; P.V "
+                          "keeps a view of it", sink, d, INSIDE_TP, attention_score=True)]
+    elif ctx.family.softmax_fp32:
         tensors.append(_scores(ctx, "softmax output (fp32)", "softmax(dtype=float32) keeps "
                                "its output", FP32_BYTES))
         if ctx.upcast:
@@ -250,10 +266,22 @@ def residual_dropout(ctx: Context, label: str) -> list[SavedTensor]:
                           "h", ctx.sizes.h[1], ctx.d, OUTSIDE_TP)]
 
 
+def query_scale(ctx: Context) -> list[SavedTensor]:
+    """Ministral 3's attention temperature (Ministral3Attention.forward,
+    modeling_ministral3.py of transformers 5.24.0, after Llama 4's): the rotated queries
+    times a per-position scale, computed in every layer from position_ids (1 x s, whatever
+    the batch) and cast to the activations' dtype; the product keeps the scale."""
+    if not ctx.family.query_scale:
+        return []
+    return [saved("query scale", "per position, kept by its product with the queries",
+                  (ctx.sizes.s,), ctx.d, TOKENS_ONLY)]
+
+
 def attention_tensors(ctx: Context) -> list[SavedTensor]:
     """A standard (not MLA) attention block, from its input to its output projection."""
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
-                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True)]
+                            ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True),
+              *query_scale(ctx)]
     return (inputs + _qk_norms(ctx) + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
             + residual_dropout(ctx, "attention"))
 

@@ -19,7 +19,7 @@ import attrs
 from llmpar.spec.model import Model
 
 NORMS = ("llama", "olmo2", "gemma", "fp32-weight", "layernorm")
-ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax")
+ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax", "topk-softmax-cast")
 
 
 @attrs.frozen(kw_only=True)
@@ -52,7 +52,9 @@ class Family:
     """softmax-fp32: Mixtral's softmax(logits.float()) with fp32 routing weights;
     softmax-cast: Qwen-MoE's softmax(dtype=float) cast back to the activations' dtype;
     deepseek: an fp32 router, sigmoid scores and group-limited top-k; topk-softmax:
-    Granite's top-k of the fp32 logits, then softmax over the k, cast back."""
+    Granite's top-k of the fp32 logits, then softmax over the k, cast back;
+    topk-softmax-cast: gpt-oss's top-k of the logits (a linear with a bias), then softmax
+    over the k in the activations' dtype (GptOssTopKRouter)."""
     norm_topk: bool = True
     """The top-k routing weights are renormalized in place (Mixtral always; Qwen3-MoE and
     DeepSeek-V3 by their published norm_topk_prob)."""
@@ -65,6 +67,25 @@ class Family:
     """RoPE rotates a part of each head and concatenates the rest (apply_rotary_pos_emb
     of Qwen3-Next, after GLM's): q comes out a new b x a x s x d tensor, so SDPA's
     output is laid out the same and transposed by a copy."""
+    query_scale: bool = False
+    """Each layer scales the rotated queries by 1 + beta log(1 + floor(position /
+    original_max_position_embeddings)) (get_llama_4_attn_scale of Ministral 3), an s-long
+    vector cast to the activations' dtype in every layer, which the product keeps."""
+    attention_sinks: bool = False
+    """The eager attention concatenates a learned sink logit per head to the scores,
+    subtracts the row maximum and drops the sink column after the softmax, which runs in
+    the activations' dtype (gpt-oss's eager_attention_forward): the softmax keeps its
+    s + 1 columns and the maximum its int64 indices."""
+    sdpa: bool = True
+    """transformers runs the model with SDPA (GptOssPreTrainedModel._supports_sdpa =
+    False: SDPA has no sink logits)."""
+    clamped_swiglu: bool = False
+    """The experts' gate and up halves are interleaved columns of one projection (with a
+    bias), clamped at swiglu_limit and combined as (up + 1) * gate * sigmoid(alpha *
+    gate) (GptOssExperts._apply_gate)."""
+    rope_half: bool = False
+    """RoPE's cos and sin are head_dim / 2 wide: the frequencies are not repeated
+    (GptOssRotaryEmbedding, whose rotation pairs the two halves of each head)."""
     residual_fp32: bool = False
     """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
     input needs no upcast and its normalized x stays fp32 (weight * x.to(input_dtype))."""
@@ -93,6 +114,12 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
                                          rope_concat=True),
+    "Ministral3ForCausalLM": attrs.evolve(LLAMA, name="ministral3", query_scale=True),
+    "SmolLM3ForCausalLM": attrs.evolve(LLAMA, name="smollm3"),
+    "GptOssForCausalLM": attrs.evolve(LLAMA, name="gpt-oss", norm="olmo2", softmax_fp32=False,
+                                      router="topk-softmax-cast",
+                                      norm_topk=False, attention_sinks=True, sdpa=False,
+                                      clamped_swiglu=True, rope_half=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

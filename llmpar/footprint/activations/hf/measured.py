@@ -119,7 +119,9 @@ REMOVED = "<removed>"
 def config_used(data: Mapping[str, Any], variant: str, layers: int,
                 root: Path | None = None) -> dict[str, Any]:
     """The config.json values the measurement built `layers` layers from: the published
-    config.json (data["published_config_file"], relative to `root`, the repository) with
+    config.json (data["published_config_file"], relative to `root`, the repository; its
+    data["published_config_part"] where the measurement took the language model of a
+    multimodal config) with
     the variant's changes (a change given by layer count, a pattern of one letter per
     layer repeating a unit `layers` times, takes the value for `layers` and says the
     number of layers), else the config transformers reports (whose key names can
@@ -130,6 +132,9 @@ def config_used(data: Mapping[str, Any], variant: str, layers: int,
     if path is None or not path.is_file():
         return dict(found["configs_used"][str(layers)])
     config = dict(load(path))
+    part = data.get("published_config_part")
+    if part is not None:  # the language model of a multimodal config.json (text_config)
+        config = dict(config[part])
     changes = found.get("changes_from_published", {})
     for key, change in changes.items():
         used = change.get("used")

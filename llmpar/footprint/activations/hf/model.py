@@ -62,14 +62,15 @@ def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
 
 def unmeasured(model: Model, name: str) -> None:
     """Raise ActivationUnavailable for a model whose transformers code was not measured:
-    a class its source names that FAMILIES lacks (gpt-oss, SmolLM3, OLMo 3, GLM-4.5,
-    ERNIE 4.5), or attention sinks (their eager softmax runs over one more column)."""
+    a class its source names that FAMILIES lacks (OLMo 3, GLM-4.5, ERNIE 4.5), or
+    attention sinks outside gpt-oss's family (whose eager softmax over one more column
+    is measured)."""
     named = CLASS_IN_SOURCE.search(model.source or "")
     if named and named.group(1) not in FAMILIES:
         raise ActivationUnavailable(
             f"{name}: what transformers' {named.group(1)} keeps for backward is not "
             f"measured (validation/measure_hf.py); use 'fused' or 'korthikanti'")
-    if model.attention_sinks:
+    if model.attention_sinks and not family_of(model).attention_sinks:
         raise ActivationUnavailable(
             f"{name}: attention sinks' saved tensors are not measured; use 'fused' or "
             "'korthikanti'")

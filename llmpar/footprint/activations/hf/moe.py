@@ -5,12 +5,15 @@ Routers: Mixtral softmax(logits.float()), top-k, renormalized in place, fp32 wei
 Qwen-MoE softmax(dtype=float), top-k, renormalized when norm_topk_prob, cast back;
 DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k, gathered and
 renormalized fp32 weights; Granite 4.0-H (GraniteMoeHybridTopKRouter) the top-k of the
-fp32 logits, softmax over those k, cast back. Only what the loss's graph reaches stays
+fp32 logits, softmax over those k, cast back; gpt-oss (GptOssTopKRouter) the top-k of a
+biased linear's logits, softmax over those k in the activations' dtype, its experts the
+clamped SwiGLU with biases. Only what the loss's graph reaches stays
 alive after the forward: a branch that yields only indices is freed with it.
 Experts: the grouped_mm implementation (integrations/moe.py, transformers' default)
 sorts the token copies by expert and runs two grouped matmuls; the eager loop runs one
 F.linear per expert. Sources: modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_deepseek_v3.py, modeling_granitemoehybrid.py and integrations/moe.py of
+modeling_deepseek_v3.py, modeling_granitemoehybrid.py, modeling_gpt_oss.py and
+integrations/moe.py of
 transformers 5.24.0, measured with torch 2.13.0.
 """
 
@@ -18,7 +21,13 @@ from __future__ import annotations
 
 import attrs
 
-from llmpar.footprint.activations.common import FP32_BYTES, OUTSIDE_TP, saved
+from llmpar.footprint.activations.common import (
+    FP32_BYTES,
+    INSIDE_TP,
+    OUTSIDE_TP,
+    ActivationUnavailable,
+    saved,
+)
 from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.mlp import first_projections, inner_tensors, mlp_input
 from llmpar.footprint.inventory import SavedTensor
@@ -37,7 +46,8 @@ def _tokens(ctx: Context, name: str, reason: str, extra: tuple[tuple[str, int], 
 def _weight_bytes(ctx: Context) -> float:
     """Routing weights: fp32 for Mixtral and DeepSeek, cast back for Qwen-MoE and
     Granite."""
-    return ctx.d if ctx.family.router in ("softmax-cast", "topk-softmax") else FP32_BYTES
+    return (ctx.d if ctx.family.router in ("softmax-cast", "topk-softmax", "topk-softmax-cast")
+            else FP32_BYTES)
 
 
 def router_tensors(ctx: Context) -> list[SavedTensor]:
@@ -60,6 +70,13 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
             _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
             _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
                     INDEX_BYTES),
+            *renormalized,
+        ]
+    if ctx.family.router == "topk-softmax-cast":
+        return [
+            _tokens(ctx, "top-k indices", "kept by topk of the logits", (k,), INDEX_BYTES),
+            _tokens(ctx, "top-k probabilities", "kept by the softmax over the k, in the "
+                    "activations' dtype", (k,), ctx.d),
             *renormalized,
         ]
     if ctx.family.router == "topk-softmax":
@@ -85,12 +102,37 @@ def _routed(ctx: Context, name: str, reason: str, symbol: str, width: int | None
     return _tokens(ctx, name, reason, extra, size, splits)
 
 
+def clamped_swiglu(ctx: Context, width: int) -> list[SavedTensor]:
+    """gpt-oss's experts (GptOssExperts._apply_gate, modeling_gpt_oss.py of transformers
+    5.24.0): gate and up are the even and odd columns of one projection's output, each
+    clamped at swiglu_limit (clamp keeps its input: the whole output, through both
+    views), glu = gate * sigmoid(alpha * gate) keeps the clamped gate and the sigmoid,
+    (up + 1) * glu keeps both, and the down projection keeps the product. Per token
+    copy, b x s x k x ffn_e each but the projection's 2 ffn_e."""
+    down = frozenset({"experts.down_proj"})
+
+    def inner(name: str, reason: str, symbol: str = "ffn_e", columns: int = width,
+              only_down: bool = False) -> SavedTensor:
+        return ctx.per_token(f"expert {name}", reason, symbol, columns, ctx.d, INSIDE_TP,
+                             down if only_down else frozenset(), only_down)
+
+    return [inner("gate/up output", "kept by both clamps (through their strided views)",
+                  "2*ffn_e", 2 * width),
+            inner("clamped gate", "operand of gate * sigmoid(alpha * gate)"),
+            inner("sigmoid(alpha * gate)", "kept by sigmoid and the product"),
+            inner("glu", "operand of (up + 1) * glu"),
+            inner("up + 1", "operand of (up + 1) * glu"),
+            inner("gated product", "input of the down projection", only_down=True)]
+
+
 def expert_tensors(ctx: Context) -> list[SavedTensor]:
     """The routed experts' tensors for b * s * k token copies."""
     moe = ctx.model.moe
     assert moe is not None
     h = ctx.sizes.h[1]
-    inner = inner_tensors(ctx, "ffn_e", moe.expert_ffn_hidden_size, "expert ", "experts")
+    inner = (clamped_swiglu(ctx, moe.expert_ffn_hidden_size) if ctx.family.clamped_swiglu
+             else inner_tensors(ctx, "ffn_e", moe.expert_ffn_hidden_size, "expert ",
+                                "experts"))
     inner = [saved(t.name, t.reason, (*t.shape[:2], ("k", moe.experts_per_token), t.shape[2]),
                    t.bytes_per_element, t.splits, weights=t.weights,
                    weights_only=t.weights_only) for t in inner]
@@ -104,13 +146,19 @@ def expert_tensors(ctx: Context) -> list[SavedTensor]:
                 None, _weight_bytes(ctx)),
     ]
     if ctx.run.experts == "eager":
+        if ctx.family.clamped_swiglu:
+            raise ActivationUnavailable(
+                "gpt-oss's eager experts loop (GptOssExperts.forward) is not measured; "
+                "the grouped_mm experts are")
         return copies + [
             _routed(ctx, "token/slot indices (torch.where)", "nonzero keeps both index "
                     "columns in one int64 storage", "2", 2, INDEX_BYTES),
             _routed(ctx, "weighted expert output", "index_add_ keeps its source, cast to "
                     "the hidden states' dtype", "h", h, ctx.d),
         ]
-    return copies + [
+    biases = [_routed(ctx, "sorted expert ids", "kept by the gathers of the experts' "
+                      "biases", "", None, INDEX_BYTES)] if ctx.family.clamped_swiglu else []
+    return copies + biases + [
         _routed(ctx, "token indices (perm // k)", "kept by the gather of the tokens", "",
                 None, INDEX_BYTES),
         _routed(ctx, "sort permutation", "kept by the gather of the routing weights", "",

@@ -74,6 +74,7 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
     if model.position_embedding == "rope" and model.num_attention_layers:
         width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
         assert width is not None
+        width //= 2 if ctx.family.rope_half else 1
         size = FP32_BYTES if ctx.family.rope_fp32 else ctx.d
         tensors += [saved(f"RoPE {name}", "kept by the products with q and k",
                           (s.s, ("d_rope", width)), size, TOKENS_ONLY)
