@@ -199,6 +199,18 @@ ARCHS: dict[str, dict] = {
              "experts": ["grouped_mm"], "flop_seqs": ()},
         ]
     },
+    # ERNIE 4.5's two layer kinds (Ernie4_5_MoeDecoderLayer: attention with the interleaved
+    # fp32 RoPE, then its fp32 softmax router with the correction bias, the 64 experts and
+    # the shared experts from layer 1 on, a dense MLP before), each alone; FLOPs are
+    # measure_flops.py's
+    "ernie-4.5-21b-a3b": {
+        "variants": [
+            {"variant": "moe_layers", "overrides": {"moe_layer_start_index": 0},
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "dense_layers", "overrides": {"moe_layer_start_index": 2},
+             "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
@@ -231,6 +243,8 @@ GROUP_RULES: list[tuple[str, str]] = [
     # shared expert's sigmoid gate
     ("linear_attention", r"\.linear_attn\."),
     ("shared_experts", r"\.shared_expert_gate\."),
+    # ERNIE 4.5: the router's correction bias (Ernie4_5_MoeStatics under the gate)
+    ("router", r"\.gate\.moe_statics\."),
     # Granite 4: the Mamba-2 mixer `mamba`, the shared MLP beside the experts, the router
     ("mamba", r"\.mamba\."),
     ("shared_experts", r"\.shared_mlp\."),
@@ -1035,8 +1049,10 @@ def measure_variant(name: str, spec: dict, pub: dict, var: dict, log) -> dict:
         result["param_dtypes_numel"][str(L)] = dict(dt)
         result.setdefault("init_check", {})[str(L)] = check_init(model)
         # free each parameter's gradient as soon as it is accumulated (memory); FLOPs unchanged
+        # (a frozen parameter, such as ERNIE 4.5's e_score_correction_bias, has none)
         for p in model.parameters():
-            p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
         ctx = {
             "param_ptrs": {p.untyped_storage().data_ptr() for p in model.parameters()},
             "buffer_ptrs": {b.untyped_storage().data_ptr() for b in model.buffers()},
