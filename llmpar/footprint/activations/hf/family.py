@@ -19,7 +19,7 @@ import attrs
 from llmpar.spec.model import Model
 
 NORMS = ("llama", "olmo2", "gemma", "fp32-weight", "layernorm")
-ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax")
+ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax", "softmax-clamp")
 
 
 @attrs.frozen(kw_only=True)
@@ -52,7 +52,10 @@ class Family:
     """softmax-fp32: Mixtral's softmax(logits.float()) with fp32 routing weights;
     softmax-cast: Qwen-MoE's softmax(dtype=float) cast back to the activations' dtype;
     deepseek: an fp32 router, sigmoid scores and group-limited top-k; topk-softmax:
-    Granite's top-k of the fp32 logits, then softmax over the k, cast back."""
+    Granite's top-k of the fp32 logits, then softmax over the k, cast back;
+    softmax-clamp: ERNIE 4.5's fp32 linear on an fp32 copy of the input, softmax, top-k of
+    the probabilities plus the correction bias, the chosen probabilities gathered and
+    divided by their sum clamped at moe_norm_min (out of place), cast back."""
     norm_topk: bool = True
     """The top-k routing weights are renormalized in place (Mixtral always; Qwen3-MoE and
     DeepSeek-V3 by their published norm_topk_prob)."""
@@ -68,6 +71,11 @@ class Family:
     residual_fp32: bool = False
     """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
     input needs no upcast and its normalized x stays fp32 (weight * x.to(input_dtype))."""
+    rope_per_layer_fp32: bool = False
+    """RoPE rotates interleaved pairs in fp32 (ERNIE 4.5's apply_rotary_pos_emb): the
+    rotary embedding's cos and sin stay fp32 and every layer repeats each half's values
+    (repeat_interleave) into its own fp32 s x d_head copies, which the products with
+    q.float() and k.float() keep; the shared ones are kept by nothing."""
 
 
 LLAMA = Family(name="llama")
@@ -93,6 +101,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
                                          rope_concat=True),
+    "Ernie4_5_MoeForCausalLM": attrs.evolve(LLAMA, name="ernie4.5-moe", router="softmax-clamp",
+                                            rope_per_layer_fp32=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

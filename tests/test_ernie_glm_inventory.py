@@ -1,0 +1,116 @@
+"""ERNIE 4.5's layers as transformers 5.24 runs them on the CPU (Ernie4_5_MoeForCausalLM:
+the interleaved fp32 RoPE copied per layer, the softmax router with the correction bias
+and a clamped renormalization, the shared experts, a dense first layer): hf-eager and
+hf-sdpa against the bytes measured per tensor in validation/data/ernie-4.5-21b-a3b.json
+(torch 2.13.0, b 1-2, s 128-512, 1 and 2 layers of each kind), the router and RoPE by
+hand, and the whole model as its measured layer kinds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import llmpar
+from llmpar.footprint.activations.common import sizes_of
+from llmpar.footprint.activations.hf import HfRun, hf_inventory
+from llmpar.footprint.activations.hf import measured as M
+from llmpar.footprint.activations.hf.context import Context
+from llmpar.footprint.activations.hf.family import family_of
+from llmpar.footprint.activations.hf.moe import router_tensors
+from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
+
+ROOT = Path(__file__).resolve().parents[1]
+ERNIE = M.load(ROOT / "validation" / "data" / "ernie-4.5-21b-a3b.json")
+ERNIE_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
+              for run in M.measured_runs(ERNIE)}
+
+
+def spec(model: str, s: int = 256, b: int = 1) -> llmpar.Spec:
+    return llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+                             "precision": {"activations": "bf16", "weights": "bf16"},
+                             "training": {"sequence_length": s, "micro_batch_size": b}})
+
+
+def measured_rows(data: dict, variant: str, attention: str, module: str) -> list[dict]:
+    """The storages first saved inside `module` of the 2-layer run at b 1, s 256 and alive
+    after the forward."""
+    found = next(v for v in data["variants"] if v["variant"] == variant)
+    listing = next(i for i in found["inventory"]
+                   if i["num_layers"] == 2 and i["attn_implementation"] == attention)
+    rows = [dict(zip(data["inventory_fields"], row, strict=True)) for row in listing["tensors"]]
+    return [r for r in rows if r["module"].startswith(module) and r["first_save_of_storage"]
+            and r["storage_live_after_forward"] and r["kind"] == "activation"]
+
+
+@pytest.mark.parametrize("key", sorted(ERNIE_RUNS), ids=lambda key: "-".join(map(str, key)))
+def test_each_ernie_layer_kind_is_exact(key):
+    run = ERNIE_RUNS[key]
+    comparison = M.compare(ERNIE, run, ROOT)
+    assert comparison.per_layer_bytes == run.per_layer_bytes
+    assert comparison.fixed_bytes == run.fixed_bytes
+
+
+@pytest.mark.parametrize(("b", "s"), [(1, 256), (2, 128), (1, 512)])
+def test_ernie_router_by_hand(b, s):
+    # Ernie4_5_MoeTopKRouter (transformers 5.24): F.linear(x.float(), weight.float()) keeps
+    # the fp32 copy of x (h 2560); softmax keeps its 64 fp32 probabilities, which the gather
+    # keeps too; the biased top-6 yields indices only, the gather keeps them (int64); the
+    # out-of-place division keeps the 6 gathered probabilities and the clamped sum, and
+    # clamp keeps the sum
+    h, experts, k = 2560, 64, 6
+    per_token = 4 * h + 4 * experts + 8 * k + 4 * k + 4 + 4
+    given = spec("ernie-4.5-21b-a3b", s=s, b=b)
+    ctx = Context(sizes=sizes_of(given), model=given.model, run=HfRun(),
+                  family=family_of(given.model))
+    counted = sum(t.bytes for t in router_tensors(ctx))
+    assert counted == b * s * per_token
+    if (b, s) == (1, 256):
+        rows = measured_rows(ERNIE, "moe_layers", "eager", "model.layers.1.mlp.gate")
+        assert counted == sum(r["storage_bytes"] for r in rows) == 2_707_456
+
+
+def test_ernie_rope_is_copied_per_layer_in_fp32():
+    # apply_rotary_pos_emb repeats each half of the fp32 cos and sin into s x 128 copies in
+    # every layer, kept by the products with q.float() and k.float(): 2 x 4 bytes x s x 128
+    # per layer, none outside the layers (the rotary embedding's own are kept by nothing)
+    for attention in ("eager", "sdpa"):
+        rows = measured_rows(ERNIE, "moe_layers", attention, "model.layers.1.self_attn")
+        rope = [r for r in rows if r["saved_by_autograd_nodes"] == "MulBackward0"
+                and r["dtype"] == "float32"]
+        assert [r["shape"] for r in rope] == [[1, 1, 256, 128]] * 2
+        inventory = hf_inventory(spec("ernie-4.5-21b-a3b"), HfRun(attention=attention))
+        for group in inventory.groups:
+            copies = [t for t in group.tensors if t.name.startswith("RoPE")]
+            assert sum(t.bytes for t in copies) == 2 * 4 * 256 * 128
+        assert not [t for t in inventory.fixed if t.name.startswith("RoPE")]
+
+
+def test_the_whole_ernie_model_is_its_measured_layer_kinds_and_outside():
+    # one dense layer, then 27 with experts (moe_layer_start_index 1), at b 1, s 256; the
+    # measured layers are those of the preset, experts and all
+    for attention in ("eager", "sdpa"):
+        inventory = hf_inventory(spec("ernie-4.5-21b-a3b"), HfRun(attention=attention))
+        counts = {group.kind: group.count for group in inventory.groups}
+        assert counts == {"dense": 1, "moe": 27}
+        per_layer = {"dense": ERNIE_RUNS["dense_layers", attention, 1, 256].per_layer_bytes,
+                     "moe": ERNIE_RUNS["moe_layers", attention, 1, 256].per_layer_bytes}
+        fixed = ERNIE_RUNS["moe_layers", attention, 1, 256].fixed_bytes
+        assert fixed == ERNIE_RUNS["dense_layers", attention, 1, 256].fixed_bytes
+        assert inventory.total_bytes == fixed + sum(counts[k] * per_layer[k] for k in counts)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_every_ernie_tensor_is_tagged(attention):
+    # scores (s x s) only with eager attention; every per-token tensor splits with the
+    # context; none is split both by heads and by sequence parallelism
+    inventory = hf_inventory(spec("ernie-4.5-21b-a3b", s=512), HfRun(attention=attention))
+    for group in inventory.groups:
+        for t in group.tensors:
+            symbols = [symbol for symbol, _ in t.shape]
+            assert t.attention_score == (symbols.count("s") == 2), t.name
+            if "s" in symbols:
+                assert SPLIT_CONTEXT in t.splits, t.name
+            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
+        scores = [t for t in group.tensors if t.attention_score]
+        assert bool(scores) == (attention == "eager")
