@@ -211,6 +211,19 @@ ARCHS: dict[str, dict] = {
              "flop_seqs": ()},
         ]
     },
+    # GLM-4.5-Air's two layer kinds (Glm4MoeDecoderLayer: attention with Q/K/V biases and
+    # RoPE on half of each head, then DeepSeek-V3's sigmoid router with the correction bias,
+    # the experts and the shared expert from layer 1 on, a dense MLP before), each alone,
+    # with 32 of the 128 routed experts; FLOPs are measure_flops.py's
+    "glm-4.5-air": {
+        "variants": [
+            {"variant": "moe_layers",
+             "overrides": {"first_k_dense_replace": 0, "n_routed_experts": 32},
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "dense_layers", "overrides": {"first_k_dense_replace": 2},
+             "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
