@@ -1,9 +1,11 @@
-"""ERNIE 4.5's layers as transformers 5.24 runs them on the CPU (Ernie4_5_MoeForCausalLM:
-the interleaved fp32 RoPE copied per layer, the softmax router with the correction bias
-and a clamped renormalization, the shared experts, a dense first layer): hf-eager and
-hf-sdpa against the bytes measured per tensor in validation/data/ernie-4.5-21b-a3b.json
-(torch 2.13.0, b 1-2, s 128-512, 1 and 2 layers of each kind), the router and RoPE by
-hand, and the whole model as its measured layer kinds."""
+"""ERNIE 4.5's and GLM-4.5-Air's layers as transformers 5.24 runs them on the CPU
+(Ernie4_5_MoeForCausalLM: the interleaved fp32 RoPE copied per layer, the softmax router
+with the correction bias and a clamped renormalization, the shared experts, a dense first
+layer; Glm4MoeForCausalLM: Q/K/V biases, RoPE on half of each head and concatenated,
+DeepSeek-V3's sigmoid router, the shared expert, a dense first layer): hf-eager and hf-sdpa
+against the bytes measured per tensor in validation/data/ernie-4.5-21b-a3b.json and
+glm-4.5-air.json (torch 2.13.0, b 1-2, s 128-512, 1 and 2 layers of each kind), the
+routers and RoPE by hand, and the whole models as their measured layer kinds."""
 
 from __future__ import annotations
 
@@ -24,6 +26,18 @@ ROOT = Path(__file__).resolve().parents[1]
 ERNIE = M.load(ROOT / "validation" / "data" / "ernie-4.5-21b-a3b.json")
 ERNIE_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
               for run in M.measured_runs(ERNIE)}
+GLM = M.load(ROOT / "validation" / "data" / "glm-4.5-air.json")
+GLM_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
+            for run in M.measured_runs(GLM)}
+GLM_ROTATED = 64
+"""RoPE's width in transformers: partial_rotary_factor 0.5 of head_dim 128."""
+
+
+def glm_rope_residual(run: M.MeasuredRun) -> int:
+    """llmpar's RoPE cos and sin (bf16, s x d_head each, outside the layers) count the
+    whole head of 128 where transformers rotates (and keeps) half of it: the model has no
+    rotary fraction, which changes no parameter, FLOP or per-layer byte."""
+    return 2 * run.sequence * (128 - GLM_ROTATED) * 2
 
 
 def spec(model: str, s: int = 256, b: int = 1) -> llmpar.Spec:
@@ -105,6 +119,75 @@ def test_every_ernie_tensor_is_tagged(attention):
     # scores (s x s) only with eager attention; every per-token tensor splits with the
     # context; none is split both by heads and by sequence parallelism
     inventory = hf_inventory(spec("ernie-4.5-21b-a3b", s=512), HfRun(attention=attention))
+    for group in inventory.groups:
+        for t in group.tensors:
+            symbols = [symbol for symbol, _ in t.shape]
+            assert t.attention_score == (symbols.count("s") == 2), t.name
+            if "s" in symbols:
+                assert SPLIT_CONTEXT in t.splits, t.name
+            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
+        scores = [t for t in group.tensors if t.attention_score]
+        assert bool(scores) == (attention == "eager")
+
+
+@pytest.mark.parametrize("key", sorted(GLM_RUNS), ids=lambda key: "-".join(map(str, key)))
+def test_each_glm_layer_kind_is_exact(key):
+    run = GLM_RUNS[key]
+    comparison = M.compare(GLM, run, ROOT)
+    assert comparison.per_layer_bytes == run.per_layer_bytes
+    assert comparison.fixed_bytes == run.fixed_bytes + glm_rope_residual(run)
+
+
+def test_glm_router_by_hand():
+    # Glm4MoeTopkRouter (transformers 5.24, DeepSeek-V3's): F.linear(x.float(), ...) keeps
+    # the fp32 copy of x (h 4096); sigmoid keeps its 32 fp32 scores (the measured experts),
+    # which the gather keeps too; the group-limited top-8 yields indices, the gather keeps
+    # them (int64); the in-place division keeps the 8 gathered scores and their sum; the
+    # routed_scaling_factor product keeps nothing
+    h, experts, k, s = 4096, 32, 8, 256
+    model = {"preset": "glm-4.5-air", "num_layers": 2,
+             "moe": {"num_experts": experts, "dense_layers": 0}}
+    given = llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+                              "precision": {"activations": "bf16", "weights": "bf16"},
+                              "training": {"sequence_length": s, "micro_batch_size": 1}})
+    ctx = Context(sizes=sizes_of(given), model=given.model, run=HfRun(),
+                  family=family_of(given.model))
+    counted = sum(t.bytes for t in router_tensors(ctx))
+    rows = measured_rows(GLM, "moe_layers", "sdpa", "model.layers.1.mlp.gate")
+    assert counted == s * (4 * h + 4 * experts + 8 * k + 4 * k + 4)
+    assert counted == sum(r["storage_bytes"] for r in rows) == 4_252_672
+
+
+def test_glm_sdpa_output_is_copied_for_the_output_projection():
+    # the concatenated RoPE makes q a new b x a x s x d tensor, so SDPA's output comes out
+    # laid out the same and o_proj keeps its transposed contiguous copy (as Qwen3-Next's)
+    rows = measured_rows(GLM, "moe_layers", "sdpa", "model.layers.1.self_attn.o_proj")
+    [copy] = rows
+    assert copy["shape"] == [256, 96 * 128]
+    [group, _] = hf_inventory(spec("glm-4.5-air"), HfRun(attention="sdpa")).groups
+    names = [t.name for t in group.tensors]
+    assert "output projection input" in names and "attention output" in names
+
+
+def test_the_whole_glm_model_is_its_measured_layer_kinds_and_outside():
+    # one dense layer, then 45 with 128 experts (the measured 32 change only the router's
+    # fp32 scores per token and grouped_mm's int32 offsets, 4 x (256 + 1) bytes per
+    # expert), at b 1, s 256; outside the layers as measured, plus RoPE's cos and sin at
+    # the whole head width (`glm_rope_residual`)
+    for attention in ("eager", "sdpa"):
+        inventory = hf_inventory(spec("glm-4.5-air"), HfRun(attention=attention))
+        counts = {group.kind: group.count for group in inventory.groups}
+        assert counts == {"dense": 1, "moe": 45}
+        moe = GLM_RUNS["moe_layers", attention, 1, 256]
+        per_layer = {"dense": GLM_RUNS["dense_layers", attention, 1, 256].per_layer_bytes,
+                     "moe": moe.per_layer_bytes + 4 * (256 + 1) * (128 - 32)}
+        fixed = moe.fixed_bytes + glm_rope_residual(moe)
+        assert inventory.total_bytes == fixed + sum(counts[k] * per_layer[k] for k in counts)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_every_glm_tensor_is_tagged(attention):
+    inventory = hf_inventory(spec("glm-4.5-air", s=512), HfRun(attention=attention))
     for group in inventory.groups:
         for t in group.tensors:
             symbols = [symbol for symbol, _ in t.shape]

@@ -66,7 +66,7 @@ class Family:
     CrossEntropyLoss on the logits as they are."""
     rope_concat: bool = False
     """RoPE rotates a part of each head and concatenates the rest (apply_rotary_pos_emb
-    of Qwen3-Next, after GLM's): q comes out a new b x a x s x d tensor, so SDPA's
+    of Qwen3-Next and GLM-4.5): q comes out a new b x a x s x d tensor, so SDPA's
     output is laid out the same and transposed by a copy."""
     residual_fp32: bool = False
     """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
@@ -103,6 +103,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                                          rope_concat=True),
     "Ernie4_5_MoeForCausalLM": attrs.evolve(LLAMA, name="ernie4.5-moe", router="softmax-clamp",
                                             rope_per_layer_fp32=True),
+    "Glm4MoeForCausalLM": attrs.evolve(LLAMA, name="glm4-moe", router="deepseek",
+                                       rope_concat=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

@@ -62,8 +62,8 @@ def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
 
 def unmeasured(model: Model, name: str) -> None:
     """Raise ActivationUnavailable for a model whose transformers code was not measured:
-    a class its source names that FAMILIES lacks (gpt-oss, SmolLM3, OLMo 3, GLM-4.5),
-    or attention sinks (their eager softmax runs over one more column)."""
+    a class its source names that FAMILIES lacks (gpt-oss, SmolLM3, OLMo 3), or
+    attention sinks (their eager softmax runs over one more column)."""
     named = CLASS_IN_SOURCE.search(model.source or "")
     if named and named.group(1) not in FAMILIES:
         raise ActivationUnavailable(
