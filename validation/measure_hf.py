@@ -224,6 +224,16 @@ ARCHS: dict[str, dict] = {
              "flop_seqs": ()},
         ]
     },
+    # MiniMax-M2's one layer kind (MiniMaxM2DecoderLayer: attention with RMSNorm over the
+    # whole query and key projections and RoPE on half of each head, then the sigmoid
+    # router with the correction bias and the experts), with 32 of the 256 routed experts;
+    # FLOPs are measure_flops.py's
+    "minimax-m2": {
+        "variants": [
+            {"variant": "main", "overrides": {"num_local_experts": 32},
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
