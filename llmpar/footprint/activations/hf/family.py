@@ -19,7 +19,8 @@ import attrs
 from llmpar.spec.model import Model
 
 NORMS = ("llama", "olmo2", "gemma", "fp32-weight", "layernorm")
-ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax", "softmax-clamp")
+ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax", "softmax-clamp",
+           "sigmoid")
 
 
 @attrs.frozen(kw_only=True)
@@ -55,7 +56,9 @@ class Family:
     Granite's top-k of the fp32 logits, then softmax over the k, cast back;
     softmax-clamp: ERNIE 4.5's fp32 linear on an fp32 copy of the input, softmax, top-k of
     the probabilities plus the correction bias, the chosen probabilities gathered and
-    divided by their sum clamped at moe_norm_min (out of place), cast back."""
+    divided by their sum clamped at moe_norm_min (out of place), cast back; sigmoid:
+    MiniMax-M2's linear in the weights' dtype, sigmoid of the fp32 logits, top-k of the
+    scores plus the correction bias, the chosen scores renormalized in place, fp32."""
     norm_topk: bool = True
     """The top-k routing weights are renormalized in place (Mixtral always; Qwen3-MoE and
     DeepSeek-V3 by their published norm_topk_prob)."""
@@ -66,7 +69,7 @@ class Family:
     CrossEntropyLoss on the logits as they are."""
     rope_concat: bool = False
     """RoPE rotates a part of each head and concatenates the rest (apply_rotary_pos_emb
-    of Qwen3-Next and GLM-4.5): q comes out a new b x a x s x d tensor, so SDPA's
+    of Qwen3-Next, GLM-4.5 and MiniMax-M2): q comes out a new b x a x s x d tensor, so SDPA's
     output is laid out the same and transposed by a copy."""
     residual_fp32: bool = False
     """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
@@ -105,6 +108,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                                             rope_per_layer_fp32=True),
     "Glm4MoeForCausalLM": attrs.evolve(LLAMA, name="glm4-moe", router="deepseek",
                                        rope_concat=True),
+    "MiniMaxM2ForCausalLM": attrs.evolve(LLAMA, name="minimax-m2", router="sigmoid",
+                                         rope_concat=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

@@ -7,14 +7,17 @@ DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k, gathered and
 renormalized fp32 weights; Granite 4.0-H (GraniteMoeHybridTopKRouter) the top-k of the
 fp32 logits, softmax over those k, cast back; ERNIE 4.5 (Ernie4_5_MoeTopKRouter) an fp32
 linear, softmax, the top-k of the probabilities plus e_score_correction_bias, the chosen
-probabilities divided by their clamped sum, cast back. Only what the loss's graph reaches stays
-alive after the forward: a branch that yields only indices is freed with it.
+probabilities divided by their clamped sum, cast back; MiniMax-M2 (MiniMaxM2TopKRouter) a
+linear in the weights' dtype, sigmoid of the fp32 logits, the top-k of the scores plus
+e_score_correction_bias, gathered and renormalized in place, fp32 weights. Only what the
+loss's graph reaches stays alive after the forward: a branch that yields only indices is
+freed with it.
 Experts: the grouped_mm implementation (integrations/moe.py, transformers' default)
 sorts the token copies by expert and runs two grouped matmuls; the eager loop runs one
 F.linear per expert. Sources: modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_deepseek_v3.py, modeling_granitemoehybrid.py, modeling_ernie4_5_moe.py and
-integrations/moe.py of
-transformers 5.24.0, measured with torch 2.13.0.
+modeling_deepseek_v3.py, modeling_granitemoehybrid.py, modeling_ernie4_5_moe.py,
+modeling_minimax_m2.py and integrations/moe.py of transformers 5.24.0, measured with torch
+2.13.0.
 """
 
 from __future__ import annotations
@@ -64,6 +67,16 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
             ctx.per_token("router input (fp32)", "the router's linear runs in fp32", "h",
                           ctx.sizes.h[1], FP32_BYTES, OUTSIDE_TP, frozenset({"router"}), True),
             _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
+            _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
+                    INDEX_BYTES),
+            *renormalized,
+        ]
+    if ctx.family.router == "sigmoid":
+        # The linear runs in the weights' dtype on the MoE input itself; the biased scores'
+        # top-k yields only indices.
+        return [
+            _tokens(ctx, "router scores (fp32)", "kept by sigmoid of the fp32 logits and the "
+                    "gather", (experts,), FP32_BYTES),
             _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
                     INDEX_BYTES),
             *renormalized,

@@ -1,11 +1,13 @@
-"""ERNIE 4.5's and GLM-4.5-Air's layers as transformers 5.24 runs them on the CPU
-(Ernie4_5_MoeForCausalLM: the interleaved fp32 RoPE copied per layer, the softmax router
-with the correction bias and a clamped renormalization, the shared experts, a dense first
-layer; Glm4MoeForCausalLM: Q/K/V biases, RoPE on half of each head and concatenated,
-DeepSeek-V3's sigmoid router, the shared expert, a dense first layer): hf-eager and hf-sdpa
-against the bytes measured per tensor in validation/data/ernie-4.5-21b-a3b.json and
-glm-4.5-air.json (torch 2.13.0, b 1-2, s 128-512, 1 and 2 layers of each kind), the
-routers and RoPE by hand, and the whole models as their measured layer kinds."""
+"""ERNIE 4.5's, GLM-4.5-Air's and MiniMax-M2's layers as transformers 5.24 runs them on
+the CPU (Ernie4_5_MoeForCausalLM: the interleaved fp32 RoPE copied per layer, the softmax
+router with the correction bias and a clamped renormalization, the shared experts, a dense
+first layer; Glm4MoeForCausalLM: Q/K/V biases, RoPE on half of each head and concatenated,
+DeepSeek-V3's sigmoid router, the shared expert, a dense first layer; MiniMaxM2ForCausalLM:
+RMSNorm over the whole query and key projections, RoPE on half of each head, a sigmoid
+router in the weights' dtype): hf-eager and hf-sdpa against the bytes measured per tensor
+in validation/data/ernie-4.5-21b-a3b.json, glm-4.5-air.json and minimax-m2.json (torch
+2.13.0, b 1-2, s 128-512, 1 and 2 layers of each kind), the routers and RoPE by hand, and
+the whole models as their measured layer kinds."""
 
 from __future__ import annotations
 
@@ -33,10 +35,16 @@ GLM_ROTATED = 64
 """RoPE's width in transformers: partial_rotary_factor 0.5 of head_dim 128."""
 
 
+MINIMAX = M.load(ROOT / "validation" / "data" / "minimax-m2.json")
+MINIMAX_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
+                for run in M.measured_runs(MINIMAX)}
+
+
 def glm_rope_residual(run: M.MeasuredRun) -> int:
     """llmpar's RoPE cos and sin (bf16, s x d_head each, outside the layers) count the
     whole head of 128 where transformers rotates (and keeps) half of it: the model has no
-    rotary fraction, which changes no parameter, FLOP or per-layer byte."""
+    rotary fraction, which changes no parameter, FLOP or per-layer byte. MiniMax-M2's
+    rotary_dim is 64 of 128 as well."""
     return 2 * run.sequence * (128 - GLM_ROTATED) * 2
 
 
@@ -197,3 +205,44 @@ def test_every_glm_tensor_is_tagged(attention):
             assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
         scores = [t for t in group.tensors if t.attention_score]
         assert bool(scores) == (attention == "eager")
+
+
+@pytest.mark.parametrize("key", sorted(MINIMAX_RUNS), ids=lambda key: "-".join(map(str, key)))
+def test_each_minimax_layer_is_exact(key):
+    run = MINIMAX_RUNS[key]
+    comparison = M.compare(MINIMAX, run, ROOT)
+    assert comparison.per_layer_bytes == run.per_layer_bytes
+    assert comparison.fixed_bytes == run.fixed_bytes + glm_rope_residual(run)
+
+
+def test_minimax_router_by_hand():
+    # MiniMaxM2TopKRouter (transformers 5.24): F.linear in the weights' dtype keeps the MoE
+    # input itself (h 3072, bf16, counted once as the MLP's input); sigmoid of the fp32
+    # logits keeps its 32 fp32 scores (the measured experts), which the gather keeps too;
+    # the biased top-8 yields indices, the gather keeps them (int64); the in-place
+    # division keeps a copy of the 8 gathered scores and their sum
+    h, experts, k, s = 3072, 32, 8, 256
+    model = {"preset": "minimax-m2", "num_layers": 2, "moe": {"num_experts": experts}}
+    given = llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
+                              "precision": {"activations": "bf16", "weights": "bf16"},
+                              "training": {"sequence_length": s, "micro_batch_size": 1}})
+    ctx = Context(sizes=sizes_of(given), model=given.model, run=HfRun(),
+                  family=family_of(given.model))
+    counted = sum(t.bytes for t in router_tensors(ctx))
+    assert counted == s * (4 * experts + 8 * k + 4 * k + 4)
+    rows = measured_rows(MINIMAX, "main", "eager", "model.layers.1.mlp.gate")
+    assert counted + s * h * 2 == sum(r["storage_bytes"] for r in rows) == 1_631_232
+
+
+def test_the_whole_minimax_model_is_its_measured_layer_and_outside():
+    # 62 layers with 256 experts (the measured 32 change only the router's fp32 scores per
+    # token and grouped_mm's int32 offsets, 4 x (256 + 1) bytes per expert), at b 1,
+    # s 256; outside the layers as measured, plus RoPE at the whole head width
+    for attention in ("eager", "sdpa"):
+        inventory = hf_inventory(spec("minimax-m2"), HfRun(attention=attention))
+        counts = {group.kind: group.count for group in inventory.groups}
+        assert counts == {"moe": 62}
+        run = MINIMAX_RUNS["main", attention, 1, 256]
+        per_layer = run.per_layer_bytes + 4 * (256 + 1) * (256 - 32)
+        assert inventory.total_bytes == (run.fixed_bytes + glm_rope_residual(run)
+                                         + 62 * per_layer)
