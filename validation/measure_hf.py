@@ -234,6 +234,41 @@ ARCHS: dict[str, dict] = {
     # layers with the queries scaled per position (get_llama_4_attn_scale)
     "ministral-3-8b": {"config_part": "text_config",
                        "variants": [{"variant": "main", "flop_seqs": ()}]},
+    # ERNIE 4.5's two layer kinds (Ernie4_5_MoeDecoderLayer: attention with the interleaved
+    # fp32 RoPE, then its fp32 softmax router with the correction bias, the 64 experts and
+    # the shared experts from layer 1 on, a dense MLP before), each alone; FLOPs are
+    # measure_flops.py's
+    "ernie-4.5-21b-a3b": {
+        "variants": [
+            {"variant": "moe_layers", "overrides": {"moe_layer_start_index": 0},
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "dense_layers", "overrides": {"moe_layer_start_index": 2},
+             "flop_seqs": ()},
+        ]
+    },
+    # GLM-4.5-Air's two layer kinds (Glm4MoeDecoderLayer: attention with Q/K/V biases and
+    # RoPE on half of each head, then DeepSeek-V3's sigmoid router with the correction bias,
+    # the experts and the shared expert from layer 1 on, a dense MLP before), each alone,
+    # with 32 of the 128 routed experts; FLOPs are measure_flops.py's
+    "glm-4.5-air": {
+        "variants": [
+            {"variant": "moe_layers",
+             "overrides": {"first_k_dense_replace": 0, "n_routed_experts": 32},
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "dense_layers", "overrides": {"first_k_dense_replace": 2},
+             "flop_seqs": ()},
+        ]
+    },
+    # MiniMax-M2's one layer kind (MiniMaxM2DecoderLayer: attention with RMSNorm over the
+    # whole query and key projections and RoPE on half of each head, then the sigmoid
+    # router with the correction bias and the experts), with 32 of the 256 routed experts;
+    # FLOPs are measure_flops.py's
+    "minimax-m2": {
+        "variants": [
+            {"variant": "main", "overrides": {"num_local_experts": 32},
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
@@ -266,6 +301,8 @@ GROUP_RULES: list[tuple[str, str]] = [
     # shared expert's sigmoid gate
     ("linear_attention", r"\.linear_attn\."),
     ("shared_experts", r"\.shared_expert_gate\."),
+    # ERNIE 4.5: the router's correction bias (Ernie4_5_MoeStatics under the gate)
+    ("router", r"\.gate\.moe_statics\."),
     # Granite 4: the Mamba-2 mixer `mamba`, the shared MLP beside the experts, the router
     ("mamba", r"\.mamba\."),
     ("shared_experts", r"\.shared_mlp\."),
@@ -1070,8 +1107,10 @@ def measure_variant(name: str, spec: dict, pub: dict, var: dict, log) -> dict:
         result["param_dtypes_numel"][str(L)] = dict(dt)
         result.setdefault("init_check", {})[str(L)] = check_init(model)
         # free each parameter's gradient as soon as it is accumulated (memory); FLOPs unchanged
+        # (a frozen parameter, such as ERNIE 4.5's e_score_correction_bias, has none)
         for p in model.parameters():
-            p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
         ctx = {
             "param_ptrs": {p.untyped_storage().data_ptr() for p in model.parameters()},
             "buffer_ptrs": {b.untyped_storage().data_ptr() for b in model.buffers()},

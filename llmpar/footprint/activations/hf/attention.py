@@ -277,12 +277,27 @@ def query_scale(ctx: Context) -> list[SavedTensor]:
                   (ctx.sizes.s,), ctx.d, TOKENS_ONLY)]
 
 
+def rope_per_layer(ctx: Context) -> list[SavedTensor]:
+    """ERNIE 4.5's apply_rotary_pos_emb (modeling_ernie4_5_moe.py, transformers 5.24.0):
+    each layer repeats the fp32 cos and sin halves into its own s x d_head copies
+    (cos[..., :d/2].repeat_interleave(2)), kept by the products with q.float() and
+    k.float()."""
+    if not ctx.family.rope_per_layer_fp32 or ctx.model.position_embedding != "rope":
+        return []
+    width = ctx.model.head_dim
+    assert width is not None
+    return [saved(f"RoPE {name} (fp32, this layer's copy)", "kept by the products with "
+                  "q.float() and k.float()", (ctx.sizes.s, ("d_rope", width)), FP32_BYTES,
+                  TOKENS_ONLY) for name in ("cos", "sin")]
+
+
 def attention_tensors(ctx: Context) -> list[SavedTensor]:
     """A standard (not MLA) attention block, from its input to its output projection."""
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
                             ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True),
               *query_scale(ctx)]
-    return (inputs + _qk_norms(ctx) + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
+    return (inputs + rope_per_layer(ctx) + _qk_norms(ctx)
+            + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
             + residual_dropout(ctx, "attention"))
 
 

@@ -19,7 +19,8 @@ import attrs
 from llmpar.spec.model import Model
 
 NORMS = ("llama", "olmo2", "gemma", "fp32-weight", "layernorm")
-ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax", "topk-softmax-cast")
+ROUTERS = ("softmax-fp32", "softmax-cast", "deepseek", "topk-softmax", "topk-softmax-cast",
+           "softmax-clamp", "sigmoid")
 
 
 @attrs.frozen(kw_only=True)
@@ -54,7 +55,12 @@ class Family:
     deepseek: an fp32 router, sigmoid scores and group-limited top-k; topk-softmax:
     Granite's top-k of the fp32 logits, then softmax over the k, cast back;
     topk-softmax-cast: gpt-oss's top-k of the logits (a linear with a bias), then softmax
-    over the k in the activations' dtype (GptOssTopKRouter)."""
+    over the k in the activations' dtype (GptOssTopKRouter);
+    softmax-clamp: ERNIE 4.5's fp32 linear on an fp32 copy of the input, softmax, top-k of
+    the probabilities plus the correction bias, the chosen probabilities gathered and
+    divided by their sum clamped at moe_norm_min (out of place), cast back; sigmoid:
+    MiniMax-M2's linear in the weights' dtype, sigmoid of the fp32 logits, top-k of the
+    scores plus the correction bias, the chosen scores renormalized in place, fp32."""
     norm_topk: bool = True
     """The top-k routing weights are renormalized in place (Mixtral always; Qwen3-MoE and
     DeepSeek-V3 by their published norm_topk_prob)."""
@@ -65,7 +71,7 @@ class Family:
     CrossEntropyLoss on the logits as they are."""
     rope_concat: bool = False
     """RoPE rotates a part of each head and concatenates the rest (apply_rotary_pos_emb
-    of Qwen3-Next, after GLM's): q comes out a new b x a x s x d tensor, so SDPA's
+    of Qwen3-Next, GLM-4.5 and MiniMax-M2): q comes out a new b x a x s x d tensor, so SDPA's
     output is laid out the same and transposed by a copy."""
     query_scale: bool = False
     """Each layer scales the rotated queries by 1 + beta log(1 + floor(position /
@@ -89,6 +95,11 @@ class Family:
     residual_fp32: bool = False
     """The residual stream is fp32 (Mamba2Block's residual_in_fp32): the final norm's
     input needs no upcast and its normalized x stays fp32 (weight * x.to(input_dtype))."""
+    rope_per_layer_fp32: bool = False
+    """RoPE rotates interleaved pairs in fp32 (ERNIE 4.5's apply_rotary_pos_emb): the
+    rotary embedding's cos and sin stay fp32 and every layer repeats each half's values
+    (repeat_interleave) into its own fp32 s x d_head copies, which the products with
+    q.float() and k.float() keep; the shared ones are kept by nothing."""
 
 
 LLAMA = Family(name="llama")
@@ -120,6 +131,12 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                                       router="topk-softmax-cast",
                                       norm_topk=False, attention_sinks=True, sdpa=False,
                                       clamped_swiglu=True, rope_half=True),
+    "Ernie4_5_MoeForCausalLM": attrs.evolve(LLAMA, name="ernie4.5-moe", router="softmax-clamp",
+                                            rope_per_layer_fp32=True),
+    "Glm4MoeForCausalLM": attrs.evolve(LLAMA, name="glm4-moe", router="deepseek",
+                                       rope_concat=True),
+    "MiniMaxM2ForCausalLM": attrs.evolve(LLAMA, name="minimax-m2", router="sigmoid",
+                                         rope_concat=True),
     "GPT2LMHeadModel": Family(name="gpt2", norm="layernorm", fused_qkv=True, rope=False,
                               softmax_fp32=False, gelu_formula=True, residual_dropout=True),
     "BertForMaskedLM": Family(name="bert", norm="layernorm", rope=False, softmax_fp32=False,

@@ -62,9 +62,8 @@ def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
 
 def unmeasured(model: Model, name: str) -> None:
     """Raise ActivationUnavailable for a model whose transformers code was not measured:
-    a class its source names that FAMILIES lacks (OLMo 3, GLM-4.5, ERNIE 4.5), or
-    attention sinks outside gpt-oss's family (whose eager softmax over one more column
-    is measured)."""
+    a class its source names that FAMILIES lacks (OLMo 3), or attention sinks outside
+    gpt-oss's family (whose eager softmax over one more column is measured)."""
     named = CLASS_IN_SOURCE.search(model.source or "")
     if named and named.group(1) not in FAMILIES:
         raise ActivationUnavailable(

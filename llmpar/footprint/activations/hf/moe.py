@@ -7,14 +7,19 @@ DeepSeek-V3 an fp32 linear, sigmoid scores, group-limited top-k, gathered and
 renormalized fp32 weights; Granite 4.0-H (GraniteMoeHybridTopKRouter) the top-k of the
 fp32 logits, softmax over those k, cast back; gpt-oss (GptOssTopKRouter) the top-k of a
 biased linear's logits, softmax over those k in the activations' dtype, its experts the
-clamped SwiGLU with biases. Only what the loss's graph reaches stays
-alive after the forward: a branch that yields only indices is freed with it.
+clamped SwiGLU with biases; ERNIE 4.5 (Ernie4_5_MoeTopKRouter) an fp32
+linear, softmax, the top-k of the probabilities plus e_score_correction_bias, the chosen
+probabilities divided by their clamped sum, cast back; MiniMax-M2 (MiniMaxM2TopKRouter) a
+linear in the weights' dtype, sigmoid of the fp32 logits, the top-k of the scores plus
+e_score_correction_bias, gathered and renormalized in place, fp32 weights. Only what the
+loss's graph reaches stays alive after the forward: a branch that yields only indices is
+freed with it.
 Experts: the grouped_mm implementation (integrations/moe.py, transformers' default)
 sorts the token copies by expert and runs two grouped matmuls; the eager loop runs one
 F.linear per expert. Sources: modeling_mixtral.py, modeling_qwen3_moe.py,
-modeling_deepseek_v3.py, modeling_granitemoehybrid.py, modeling_gpt_oss.py and
-integrations/moe.py of
-transformers 5.24.0, measured with torch 2.13.0.
+modeling_deepseek_v3.py, modeling_granitemoehybrid.py, modeling_gpt_oss.py,
+modeling_ernie4_5_moe.py, modeling_minimax_m2.py and integrations/moe.py of transformers
+5.24.0, measured with torch 2.13.0.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.mlp import first_projections, inner_tensors, mlp_input
 from llmpar.footprint.inventory import SavedTensor
 
+FP32_INPUT_ROUTERS = ("deepseek", "softmax-clamp")
+"""The routers whose linear runs on an fp32 copy of the MoE input, which it keeps."""
 INDEX_BYTES = 8.0
 """Indices are int64 (torch.topk, torch.sort, torch.where)."""
 OFFSET_BYTES = 4.0
@@ -46,7 +53,8 @@ def _tokens(ctx: Context, name: str, reason: str, extra: tuple[tuple[str, int], 
 def _weight_bytes(ctx: Context) -> float:
     """Routing weights: fp32 for Mixtral and DeepSeek, cast back for Qwen-MoE and
     Granite."""
-    return (ctx.d if ctx.family.router in ("softmax-cast", "topk-softmax", "topk-softmax-cast")
+    return (ctx.d if ctx.family.router in ("softmax-cast", "topk-softmax", "topk-softmax-cast",
+                                           "softmax-clamp")
             else FP32_BYTES)
 
 
@@ -78,6 +86,32 @@ def router_tensors(ctx: Context) -> list[SavedTensor]:
             _tokens(ctx, "top-k probabilities", "kept by the softmax over the k, in the "
                     "activations' dtype", (k,), ctx.d),
             *renormalized,
+        ]
+    if ctx.family.router == "sigmoid":
+        # The linear runs in the weights' dtype on the MoE input itself; the biased scores'
+        # top-k yields only indices.
+        return [
+            _tokens(ctx, "router scores (fp32)", "kept by sigmoid of the fp32 logits and the "
+                    "gather", (experts,), FP32_BYTES),
+            _tokens(ctx, "top-k indices", "kept by the gather of the chosen scores", (k,),
+                    INDEX_BYTES),
+            *renormalized,
+        ]
+    if ctx.family.router == "softmax-clamp":
+        # The biased scores' top-k yields only indices (freed with the forward); the
+        # division is out of place, so it keeps both operands and clamp keeps the sum.
+        return [
+            ctx.per_token("router input (fp32)", "the router's linear runs in fp32", "h",
+                          ctx.sizes.h[1], FP32_BYTES, OUTSIDE_TP, frozenset({"router"}), True),
+            _tokens(ctx, "router probabilities (fp32)", "kept by softmax and the gather",
+                    (experts,), FP32_BYTES),
+            _tokens(ctx, "top-k indices", "kept by the gather of the chosen probabilities",
+                    (k,), INDEX_BYTES),
+            _tokens(ctx, "top-k probabilities (fp32)", "dividend of the renormalization",
+                    (k,), FP32_BYTES),
+            _tokens(ctx, "top-k probability sum (fp32)", "kept by clamp", (), FP32_BYTES),
+            _tokens(ctx, "clamped sum (fp32)", "divisor of the renormalization", (),
+                    FP32_BYTES),
         ]
     if ctx.family.router == "topk-softmax":
         return [
@@ -195,7 +229,7 @@ def moe_tensors(ctx: Context) -> list[SavedTensor]:
     moe = ctx.model.moe
     assert moe is not None
     weights = first_projections(ctx, "shared_experts") if moe.num_shared_experts else frozenset()
-    if ctx.family.router != "deepseek":
+    if ctx.family.router not in FP32_INPUT_ROUTERS:
         weights |= {"router"}
     return ([mlp_input(ctx, "moe", weights)] + router_tensors(ctx) + expert_tensors(ctx)
             + shared_expert_tensors(ctx))

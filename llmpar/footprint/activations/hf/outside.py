@@ -68,10 +68,11 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
     own): RoPE's cos and sin, s x head_dim each for position_ids of shape 1 x s, and an
     SDPA mask. RoPE's are kept only where a layer attends: the rotary embedding of a
     model whose layers are all recurrent (Qwen3-Next's gated DeltaNets alone) is
-    computed and never used."""
+    computed and never used, nor is one each layer copies (ERNIE 4.5's)."""
     model, s = ctx.model, ctx.sizes
     tensors = []
-    if model.position_embedding == "rope" and model.num_attention_layers:
+    if (model.position_embedding == "rope" and model.num_attention_layers
+            and not ctx.family.rope_per_layer_fp32):
         width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
         assert width is not None
         width //= 2 if ctx.family.rope_half else 1
