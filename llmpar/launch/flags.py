@@ -3,7 +3,7 @@ import: each problem names its flag, and every problem is collected before one S
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -54,21 +54,14 @@ class Words:
         return number
 
     def fraction(self, flag: str) -> float | None:
-        value = self.text(flag)
-        if value is None:
-            return None
-        try:
-            number = float(value)
-        except ValueError:
-            self.problems.append(Problem(f"$.{flag}", f"expected a number, got {value!r}"))
-            return None
-        if not 0 < number <= 1:
-            self.problems.append(Problem(f"$.{flag}", f"must be in (0, 1], got {number}"))
-            return None
-        return number
+        return self._number_within(flag, lambda x: 0 < x <= 1, "(0, 1]")
 
     def probability(self, flag: str) -> float | None:
         """A probability in [0, 1), such as a dropout's."""
+        return self._number_within(flag, lambda x: 0 <= x < 1, "[0, 1)")
+
+    def _number_within(self, flag: str, inside: Callable[[float], bool],
+                       interval: str) -> float | None:
         value = self.text(flag)
         if value is None:
             return None
@@ -77,8 +70,8 @@ class Words:
         except ValueError:
             self.problems.append(Problem(f"$.{flag}", f"expected a number, got {value!r}"))
             return None
-        if not 0 <= number < 1:
-            self.problems.append(Problem(f"$.{flag}", f"must be in [0, 1), got {number}"))
+        if not inside(number):
+            self.problems.append(Problem(f"$.{flag}", f"must be in {interval}, got {number}"))
             return None
         return number
 
