@@ -61,6 +61,23 @@ def test_llama_3_8b_edge_gathers_hand_check():
     assert pith.total_bytes == kept.total_bytes
 
 
+@pytest.mark.parametrize(("schedule", "edges_on_busiest"), [
+    ("1f1b", 1),  # the embeddings on the first stage, the output layer on the last
+    ("dualpipev", 2),  # the first rank holds the first and the last chunk
+    ("dualpipe", 2),  # each rank holds stage i and its mirror p - 1 - i
+])
+def test_edge_gathers_are_timed_on_the_stage_that_holds_them(schedule, edges_on_busiest):
+    # Llama-3-8B on 16 H100s, PP2 x FSDP8, 4 micro-batches: each edge is 525,336,576
+    # bf16 parameters, gathered whole (FSDP gathers the shard group's full unit).
+    spec = spec_8b(reshard_after_forward=False, edge_reshard_after_forward=True)
+    spec["hardware"]["num_gpus"] = 16
+    spec["parallel"]["pipeline"] = {"degree": 2, "schedule": schedule}
+    plan = llmpar.evaluate(spec)
+    (edge,) = [c for c in plan.collectives if c.name == "data.dense-edge-param-all-gather"]
+    assert edge.calls_per_step == 8
+    assert edge.buffer_bytes == pytest.approx(edges_on_busiest * EMBEDDING_PARAMETERS * 2)
+
+
 def test_only_the_dense_group_has_edge_units():
     plan = llmpar.evaluate(small_spec(model=MOE_MODEL, parallel={
         "data": {"fsdp": True, "edge_reshard_after_forward": True}}))

@@ -716,10 +716,11 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: fl
         layer_gathers.append(dict(
             layer_gathers[0], name=f"data.{label}-edge-param-all-gather",
             calls_per_step=where(fsdp, edge_gathers, 0.0),
-            parameter_groups=GroupSelection(groups=EDGE_GROUPS),
+            parameter_groups=GroupSelection(groups=EDGE_GROUPS), busiest_stage=True,
             reason="gather the embeddings' and the output layer's weights for each "
-                   "micro-batch's forward and backward passes (ZeRO-3; once per "
-                   "micro-batch where edge_reshard_after_forward = false)"))
+                   "micro-batch's forward and backward passes, on the stage that holds "
+                   "them (ZeRO-3; once per micro-batch where edge_reshard_after_forward "
+                   "= false)"))
     return [
         dict(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
              calls_per_step=where(stage == 0, 1.0, 0.0), overlap=grad_overlap,
