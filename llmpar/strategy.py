@@ -203,6 +203,11 @@ class Collective:
     component: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(COMPONENTS)))
     parameter_groups: GroupSelection = GroupSelection()
+    busiest_stage: bool = False
+    """With `bytes_per_parameter`: the buffer counts the parameters of the pipeline stage
+    that holds the most of them, not the average over the stages: a collective of groups
+    only some stages hold (the embeddings and the output layer), timed on the GPUs whose
+    step the others wait for."""
     kernel: str = attrs.field(default="", validator=attrs.validators.in_(COLLECTIVE_KERNELS))
     """The communication kernel that runs it (`COLLECTIVE_KERNELS`): "" (the default) the
     collective library's algorithms (NCCL, chosen per size and group), or a kernel with its

@@ -167,9 +167,12 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
                        parameters: Sequence[Mapping[str, float]], collective: Collective
                        ) -> Value:
     """Parameters of `collective.component` in its groups one GPU holds after every
-    other strategy's shards, on average over the pipeline stages, each copy it holds
-    counted (`Copy`: DualPipe's two of each stage)."""
+    other strategy's shards, on average over the pipeline stages (on the stage that holds
+    the most, `Collective.busiest_stage`), each copy it holds counted (`Copy`: DualPipe's
+    two of each stage)."""
     assert collective.component is not None
+    if collective.busiest_stage:
+        return _busiest_stage_parameters(composition, parameters, collective)
     selection = collective.parameter_groups
     total: Value = 0.0
     copies = composition.copies
@@ -191,6 +194,25 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
     return total / len(kinds.kind_of)
 
 
+def _busiest_stage_parameters(composition: Composition,
+                              parameters: Sequence[Mapping[str, float]],
+                              collective: Collective) -> Value:
+    """`parameters_per_gpu` on the stage kind that holds the most of the groups."""
+    assert collective.component is not None
+    selection, component = collective.parameter_groups, collective.component
+    most: Value = 0.0
+    for held in parameters:
+        total: Value = 0.0
+        for group, count in held.items():
+            if selection.applies_to(group):
+                if composition.copies:
+                    count = count * composition.copied(component, group)
+                total = total + count / composition.divisor(component, group,
+                                                            without=collective.strategy)
+        most = maximum(most, total)
+    return most
+
+
 def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
                      parameters: Sequence[Mapping[str, float]],
                      cost_model: CollectiveSeconds | None = None,
@@ -205,7 +227,8 @@ def collective_costs(spec: Spec, composition: Composition, kinds: StageKinds,
             continue
         buffer = collective.buffer_bytes
         if collective.bytes_per_parameter is not None and collective.component is not None:
-            key = (collective.component, collective.parameter_groups, collective.strategy)
+            key = (collective.component, collective.parameter_groups, collective.strategy,
+                   collective.busiest_stage)
             if key not in per_parameter:
                 per_parameter[key] = parameters_per_gpu(
                     composition, kinds, counts_of(collective.component, parameters, counts),

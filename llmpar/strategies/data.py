@@ -167,6 +167,16 @@ class DataConfig:
     to the backward: one all-gather per micro-batch instead of two, and each GPU holds the
     stage's whole unsharded weights (in the gathers' format, in FSDP2's gather buffers
     beside the shard it keeps) on top of its states."""
+    edge_reshard_after_forward: bool | None = None
+    """ZeRO-3 / FSDP2: `reshard_after_forward` of the units outside the transformer blocks
+    (the embeddings and the output layer, `EDGE_GROUPS`), where the stack wraps them apart
+    from the blocks with a setting of their own. True: gathered again for every micro-
+    batch's forward and its backward, two all-gathers per micro-batch; false: one per
+    micro-batch. PithTrain's `apply_fsdp` (pithtrain/modules/training.py at commit
+    889a4088) shards every non-"layers" child of a stage (embed_tokens, norm, lm_head)
+    with `reshard_after_forward=True` and the blocks with False. Unset (the default): as
+    `reshard_after_forward`. Read by the weight gathers' count only (the memory peak
+    keeps `Framework.fsdp_edge_units`)."""
     gradient_sync: GradientSync = attrs.field(default="every-micro-batch",
                                               validator=one_of(*GRADIENT_SYNCS))
     """ZeRO-3: when the gradients are reduce-scattered. "every-micro-batch" (FSDP2's and
@@ -457,6 +467,29 @@ def _fsdp_setting_rules(config: DataConfig) -> list[Rule]:
              lambda: f'gradient_sync = "last-micro-batch" {needs} (ZeRO-3 / FSDP '
                      f"reduce-scatters the gradients per micro-batch; ZeRO stage {stage} "
                      "already reduces them once per step)"),
+    ] + _edge_rules(config, stage, needs)
+
+
+EDGE_RESHARD_PATH = "$.parallel.data.edge_reshard_after_forward"
+
+
+def _edge_rules(config: DataConfig, stage: Any, needs: str) -> list[Rule]:
+    """`edge_reshard_after_forward` is FSDP2's setting of the edge units: it needs ZeRO-3,
+    and neither DeepSpeed's gathers (which fetch every submodule alike) nor ZeRO++'s."""
+    edge = config.edge_reshard_after_forward
+    if edge is None:
+        return []
+    deepspeed = uses_deepspeed_settings(config) or uses_zeropp(config)
+    return [
+        Rule(EDGE_RESHARD_PATH, stage != 3,
+             lambda: f"edge_reshard_after_forward = {str(edge).lower()} {needs} (ZeRO-3 / "
+                     f"FSDP gathers the weights per micro-batch; ZeRO stage {stage} does "
+                     "not)"),
+        Rule(EDGE_RESHARD_PATH, deepspeed,
+             lambda: f"edge_reshard_after_forward = {str(edge).lower()} is FSDP2's "
+                     "per-unit setting; DeepSpeed ZeRO-3 and ZeRO++ (prefetch_bucket_"
+                     "parameters, persistence_threshold_parameters, quantized_weights, "
+                     "quantized_gradients, hpz_partition_size) gather every module alike"),
     ]
 
 
@@ -663,11 +696,31 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: fl
     fsdp = stage == 3
     # Weights kept gathered from the forward to the backward need no second gather.
     gathers = where(keeps_weights_gathered(config), m, 2 * m)
+    edge_gathers = edge_gathers_per_step(config, m) if label == "dense" else None
     last = syncs_last_micro_batch(config)
     once: dict[str, Any] = dict(hides_behind="last-backward",
                                 bucket_bytes=windows.bucket_parameters * grad_size)
     per_layer: dict[str, Any] = dict(hides_behind="layers", pieces=windows.layers)
     gather = "gather the updated weight shards (ZeRO-1 and -2)"
+    layer_gathers: list[dict[str, Any]] = [dict(
+        name=f"data.{label}-param-all-gather", operation="all-gather",
+        calls_per_step=where(fsdp, gathers, 0.0), overlap=gather_overlap,
+        reason="gather each layer's weights for its forward and backward passes "
+               "(ZeRO-3; once per micro-batch where reshard_after_forward = false)",
+        **per_layer, **weights)]
+    if edge_gathers is not None:
+        # The blocks' gathers, and the edge units' at their own count.
+        selection = common["parameter_groups"]
+        layer_gathers[0]["parameter_groups"] = GroupSelection(
+            groups=selection.groups, excluded=selection.excluded | EDGE_GROUPS)
+        layer_gathers.append(dict(
+            layer_gathers[0], name=f"data.{label}-edge-param-all-gather",
+            calls_per_step=where(fsdp, edge_gathers, 0.0),
+            parameter_groups=GroupSelection(groups=EDGE_GROUPS), busiest_stage=True,
+            reason="gather the embeddings' and the output layer's weights for each "
+                   "micro-batch's forward and backward passes, on the stage that holds "
+                   "them (ZeRO-3; once per micro-batch where edge_reshard_after_forward "
+                   "= false)"))
     return [
         dict(name=f"data.{label}-grad-all-reduce", operation="all-reduce",
              calls_per_step=where(stage == 0, 1.0, 0.0), overlap=grad_overlap,
@@ -691,12 +744,19 @@ def _group_collectives(config: DataConfig, label: str, stage: Any, grad_size: fl
              hides_behind="first-forward",
              bucket_bytes=windows.bucket_parameters * weight_size,
              reason=f"{gather}, before the next forward pass", **weights),
-        dict(name=f"data.{label}-param-all-gather", operation="all-gather",
-             calls_per_step=where(fsdp, gathers, 0.0), overlap=gather_overlap,
-             reason="gather each layer's weights for its forward and backward passes "
-                    "(ZeRO-3; once per micro-batch where reshard_after_forward = false)",
-             **per_layer, **weights),
-    ]
+    ] + layer_gathers
+
+
+def edge_gathers_per_step(config: DataConfig, m: Any) -> Any:
+    """The edge units' all-gathers per step under `edge_reshard_after_forward` (FSDP2's
+    `FSDPParamGroup.post_forward` reshards a unit whose reshard_after_forward is True and
+    its pre-backward hook gathers it again: torch/distributed/fsdp/_fully_shard/
+    _fsdp_param_group.py, PyTorch 2.10): 2 per micro-batch when resharded after forward,
+    1 when kept; None where the key is unset (the edges gather with the blocks)."""
+    edge = config.edge_reshard_after_forward
+    if edge is None:
+        return None
+    return where(logical_not(edge), m, 2 * m)
 
 
 def _zeropp(config: DataConfig, group: list[dict[str, Any]], spec: Spec,

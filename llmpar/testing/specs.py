@@ -87,10 +87,10 @@ def training_specs(draw: st.DrawFn, model: Any = None) -> dict[str, Any]:
 def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
     """A training run under a drawn layout of llmpar's own strategies: tensor (with or
     without sequence parallelism), pipeline (1F1B), context (ring or all-to-all),
-    ZeRO stage (with hybrid sharding under ZeRO-3), a rank order and, for an MoE model,
-    expert parallelism (NCCL or DeepEP dispatch, experts folded into the tensor ranks or
-    not). Every degree divides what
-    it must (heads, layers, sequence, experts), so the spec loads and plans."""
+    ZeRO stage (with hybrid sharding and the edge units' reshard under ZeRO-3), a rank
+    order and, for an MoE model, expert parallelism (NCCL or DeepEP dispatch, experts
+    folded into the tensor ranks or not). Every degree divides what it must (heads,
+    layers, sequence, experts), so the spec loads and plans."""
     pipeline = draw(st.sampled_from([1, 2, 4]))
     moe = draw(st.booleans())
     drawn = moe_architectures if moe else architectures
@@ -128,6 +128,10 @@ def parallel_training_specs(draw: st.DrawFn) -> dict[str, Any]:
         shard = draw(st.sampled_from([None, *shards]))
         if shard is not None:
             parallel["data"]["shard_degree"] = shard
+        # FSDP2's own reshard of the embeddings and the output layer, apart from the blocks.
+        edge = draw(st.sampled_from([None, True, False]))
+        if edge is not None:
+            parallel["data"]["edge_reshard_after_forward"] = edge
     for name, degree in (("tensor", tensor), ("pipeline", pipeline)):
         if degree > 1:
             parallel[name] = {"degree": degree}
