@@ -258,6 +258,28 @@ ARCHS: dict[str, dict] = {
              "flop_seqs": ()},
         ],
     },
+    # Llama 4 Maverick's language model: its dense layers (Llama4TextMLP of
+    # intermediate_size_mlp; no layer has experts when interleave_moe_layer_step exceeds
+    # the layers) and its MoE layers (every layer one with interleave_moe_layer_step 1, 4 of
+    # the 128 experts at 1024 of their 8192 width), each alone, both RoPE (chunked) layers
+    # without the L2 q/k norm (use_qk_norm false); a 16384-token vocabulary; FLOPs are
+    # measure_flops.py's
+    "llama-4-maverick": {
+        "config_part": "text_config",
+        "variants": [
+            {"variant": "dense_layers",
+             "overrides": {"moe_layers": None, "interleave_moe_layer_step": 3,
+                           "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
+                           "no_rope_layer_interval": 4},
+             "flop_seqs": ()},
+            {"variant": "moe_layers",
+             "overrides": {"moe_layers": None, "interleave_moe_layer_step": 1,
+                           "num_local_experts": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
+                           "no_rope_layer_interval": 4},
+             "flop_seqs": ()},
+        ],
+    },
     # ERNIE 4.5's two layer kinds (Ernie4_5_MoeDecoderLayer: attention with the interleaved
     # fp32 RoPE, then its fp32 softmax router with the correction bias, the 64 experts and
     # the shared experts from layer 1 on, a dense MLP before), each alone; FLOPs are
