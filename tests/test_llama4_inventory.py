@@ -4,7 +4,9 @@ kinds (RoPE and chunked attention with the L2 q/k norm, NoPE and global attentio
 the query temperature), each alone, with the top-1 sigmoid router, every expert on its
 copy of every token and the shared expert; hf-eager and hf-sdpa against the bytes
 measured per tensor in validation/data/llama-4-scout.json (torch 2.13.0, b 1-2, s
-128-512, 1 and 2 layers of each kind), and the whole model as its measured layer kinds."""
+128-512, 1 and 2 layers of each kind), and the whole model as its measured layer kinds;
+Maverick's dense and MoE layers (RoPE layers without the L2 norm) against
+validation/data/llama-4-maverick.json."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "llama-4-scout.json")
 RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
         for run in M.measured_runs(DATA)}
+MAVERICK = M.load(ROOT / "validation" / "data" / "llama-4-maverick.json")
+MAVERICK_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
+                 for run in M.measured_runs(MAVERICK)}
 HEADS, KV_HEADS, HEAD_DIM = 40, 8, 128
 
 
@@ -32,6 +37,26 @@ def test_each_layer_kind_is_exact(key):
     comparison = M.compare(DATA, run, ROOT)
     assert comparison.per_layer_bytes == run.per_layer_bytes
     assert comparison.fixed_bytes == run.fixed_bytes
+
+
+@pytest.mark.parametrize("key", sorted(MAVERICK_RUNS), ids=lambda key: "-".join(map(str, key)))
+def test_each_maverick_layer_kind_is_exact(key):
+    run = MAVERICK_RUNS[key]
+    comparison = M.compare(MAVERICK, run, ROOT)
+    assert comparison.per_layer_bytes == run.per_layer_bytes
+    assert comparison.fixed_bytes == run.fixed_bytes
+
+
+def test_maverick_moe_layers_keep_scouts_without_the_l2_norm():
+    # the same widths (4 experts of 1024, 16384 tokens), RoPE layers both: Maverick's
+    # keeps neither the fp32 q and k copies nor their rsqrt
+    for attention in ("eager", "sdpa"):
+        for b, s in ((1, 128), (2, 512)):
+            scout = RUNS["rope_layers", attention, b, s]
+            maverick = MAVERICK_RUNS["moe_layers", attention, b, s]
+            norms = 4 * b * s * (HEADS + KV_HEADS) * (HEAD_DIM + 1)
+            assert scout.per_layer_bytes - maverick.per_layer_bytes == norms
+            assert scout.fixed_bytes == maverick.fixed_bytes
 
 
 def test_both_layer_kinds_and_both_attentions_are_measured():
@@ -113,3 +138,6 @@ def test_the_parameters_are_the_measured_full_size_ones():
     assert model.qk_l2_norm and not spec(name="llama-4-maverick").model.qk_l2_norm
     assert count_parameters(model).total == DATA["parameters_full_config"]["total_params"]
     assert DATA["parameters_full_config"]["total_params"] == 107_769_861_120
+    maverick = spec(name="llama-4-maverick").model
+    assert count_parameters(maverick).total == MAVERICK["parameters_full_config"]["total_params"]
+    assert MAVERICK["parameters_full_config"]["total_params"] == 400_711_848_960
