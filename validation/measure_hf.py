@@ -234,6 +234,52 @@ ARCHS: dict[str, dict] = {
     # layers with the queries scaled per position (get_llama_4_attn_scale)
     "ministral-3-8b": {"config_part": "text_config",
                        "variants": [{"variant": "main", "flop_seqs": ()}]},
+    # Llama 4 Scout's language model (Llama4ForCausalLM, the text_config of
+    # Llama4ForConditionalGeneration, without the vision tower and its projector): its two
+    # layer kinds (Llama4TextAttention with the complex RoPE, the L2 q/k norm and the chunked
+    # mask, or a NoPE layer with the attention temperature and the full causal mask, every
+    # fourth layer of the published model), each alone, then the top-1 sigmoid router, the
+    # experts run on every expert's copy of the tokens and the shared expert; 4 of the 16
+    # experts at 1024 of their 8192 intermediate width and a 16384-token vocabulary keep the
+    # CPU runs short (the layers' tensors scale with each; the test builds the same widths);
+    # no_rope_layers follows from no_rope_layer_interval; FLOPs are measure_flops.py's
+    "llama-4-scout": {
+        "config_part": "text_config",
+        "variants": [
+            {"variant": "rope_layers",
+             "overrides": {"num_local_experts": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
+                           "no_rope_layer_interval": 4},
+             "flop_seqs": ()},
+            {"variant": "nope_layers",
+             "overrides": {"num_local_experts": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
+                           "no_rope_layer_interval": 1},
+             "flop_seqs": ()},
+        ],
+    },
+    # Llama 4 Maverick's language model: its dense layers (Llama4TextMLP of
+    # intermediate_size_mlp; no layer has experts when interleave_moe_layer_step exceeds
+    # the layers) and its MoE layers (every layer one with interleave_moe_layer_step 1, 4 of
+    # the 128 experts at 1024 of their 8192 width), each alone, both RoPE (chunked) layers
+    # without the L2 q/k norm (use_qk_norm false); a 16384-token vocabulary; FLOPs are
+    # measure_flops.py's
+    "llama-4-maverick": {
+        "config_part": "text_config",
+        "variants": [
+            {"variant": "dense_layers",
+             "overrides": {"moe_layers": None, "interleave_moe_layer_step": 3,
+                           "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
+                           "no_rope_layer_interval": 4},
+             "flop_seqs": ()},
+            {"variant": "moe_layers",
+             "overrides": {"moe_layers": None, "interleave_moe_layer_step": 1,
+                           "num_local_experts": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
+                           "no_rope_layer_interval": 4},
+             "flop_seqs": ()},
+        ],
+    },
     # ERNIE 4.5's two layer kinds (Ernie4_5_MoeDecoderLayer: attention with the interleaved
     # fp32 RoPE, then its fp32 softmax router with the correction bias, the 64 experts and
     # the shared experts from layer 1 on, a dense MLP before), each alone; FLOPs are

@@ -295,6 +295,8 @@ def llama4_text(config: HfConfig) -> dict[str, Any]:
            "num_shared_experts": 1, "layer_frequency": step}
     table = {**decoder_table(config, tie_default=False), **attention_biases(config),
              "ffn_hidden_size": config.integer("intermediate_size_mlp", 16384), "moe": moe}
+    if config.flag("use_qk_norm", True):  # Llama4TextConfig's default
+        table["qk_l2_norm"] = True
     chunk = config.integer("attention_chunk_size")
     if chunk is not None:
         table.update(sliding_window=chunk, sliding_window_pattern=interval)

@@ -314,6 +314,10 @@ class Model:
     qk_norm_scope: str = attrs.field(default="head", validator=v.one_of(*QK_NORM_SCOPES))
     """"head": one weight of head_dim shared by every head (Qwen3, Gemma 3); "projection":
     over the whole query and key projections, query_width and kv_width (OLMo 2)."""
+    qk_l2_norm: bool = False
+    """A weightless L2 norm of each query and key head after RoPE, on the layers that
+    rotate (Llama 4 Scout's use_qk_norm; Maverick has none): no parameter, FLOP or cache
+    count changes; the hf inventories keep its fp32 inputs and rsqrt."""
     sliding_window: int | None = attrs.field(default=None, validator=v.positive)
     """Tokens a windowed layer attends to (Mistral, Gemma 2/3); None: full attention.
     No parameters; FLOPs keep the full s x s convention."""

@@ -291,12 +291,70 @@ def rope_per_layer(ctx: Context) -> list[SavedTensor]:
                   TOKENS_ONLY) for name in ("cos", "sin")]
 
 
-def attention_tensors(ctx: Context) -> list[SavedTensor]:
-    """A standard (not MLA) attention block, from its input to its output projection."""
+def _on_share(tensors: list[SavedTensor], share: float, which: str) -> list[SavedTensor]:
+    """`tensors` as kept by `share` of a group's layers (its `which` layers): each
+    counted at that share of its bytes, so that the group's layers add up to the model's
+    (a pipeline stage's layers are counted at the model's mix)."""
+    if share >= 1:
+        return tensors
+    if share <= 0:
+        return []
+    return [attrs.evolve(t, bytes_per_element=t.bytes_per_element * share,
+                         reason=f"{t.reason} (on {which}: {share:.4g} of the layers)")
+            for t in tensors]
+
+
+def rope_share(ctx: Context, moe: bool | None) -> float:
+    """The share of a group's layers that rotate (Llama 4: the chunked layers; the
+    global ones, every sliding_window_pattern-th, are NoPE layers), of its MoE layers,
+    its dense ones, or all layers (`moe` None), in closed form (Model.layer_kinds_in)."""
+    model = ctx.model
+    if model.sliding_window is None:
+        raise ActivationUnavailable(
+            "Llama 4's NoPE layers are its global ones: without a chunk size "
+            "(attention_chunk_size) they are not told apart; use 'fused' or 'korthikanti'")
+    kinds = model.layer_kinds_in(0, model.num_layers or 0)
+    chosen = {kind: n for kind, n in kinds.items() if moe is None or kind[0] == moe}
+    total = sum(chosen.values())
+    return sum(n for (_, windowed), n in chosen.items() if windowed) / total if total else 1.0
+
+
+def nope_tensors(ctx: Context, moe: bool | None) -> list[SavedTensor]:
+    """Llama 4's two layer kinds (Llama4TextAttention.forward, modeling_llama4.py of
+    transformers 5.24.0; measured in validation/data/llama-4-scout.json): a RoPE layer's
+    Llama4TextL2Norm of the rotated q and k where the model has it (qk_l2_norm:
+    x.float() * rsqrt(mean(x^2) + eps), keeping the fp32 copy and the rsqrt per head; the
+    complex products of RoPE keep only the shared frequencies), a NoPE layer's queries
+    times the fp32 temperature log1p(floor((position + 1) / floor_scale)) * attn_scale + 1
+    (1 x s, expanded over the batch), which the product keeps."""
+    if not ctx.family.nope_layers:
+        return []
+    heads, kv_heads = _heads(ctx)
+    norms = [
+        _width(ctx, "query (fp32, L2 norm input)", "kept by pow and the product with rsqrt",
+               "a*d_head", ctx.model.query_width, FP32_BYTES),
+        _width(ctx, "query L2 norm rsqrt (fp32)", "operand of the product", "a", heads,
+               FP32_BYTES),
+        _width(ctx, "key (fp32, L2 norm input)", "kept by pow and the product with rsqrt",
+               "kv*d_head", ctx.model.kv_width, FP32_BYTES),
+        _width(ctx, "key L2 norm rsqrt (fp32)", "operand of the product", "kv", kv_heads,
+               FP32_BYTES),
+    ]
+    temperature = [saved("query temperature (fp32)", "per position, kept by its product "
+                         "with the queries", (ctx.sizes.s,), FP32_BYTES, TOKENS_ONLY)]
+    share = rope_share(ctx, moe)
+    return (_on_share(norms if ctx.model.qk_l2_norm else [], share, "RoPE layers")
+            + _on_share(temperature, 1 - share, "NoPE layers"))
+
+
+def attention_tensors(ctx: Context, moe: bool | None = None) -> list[SavedTensor]:
+    """A standard (not MLA) attention block, from its input to its output projection
+    (`moe`: whether it is of a MoE layer, a dense one or either, None, where its layer
+    kinds differ by attention)."""
     inputs = [ctx.per_token("attention input", "input of the Q/K/V projections", "h",
                             ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True),
               *query_scale(ctx)]
-    return (inputs + rope_per_layer(ctx) + _qk_norms(ctx)
+    return (inputs + rope_per_layer(ctx) + _qk_norms(ctx) + nope_tensors(ctx, moe)
             + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
             + residual_dropout(ctx, "attention"))
 

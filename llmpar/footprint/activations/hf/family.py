@@ -100,7 +100,20 @@ class Family:
     rotary embedding's cos and sin stay fp32 and every layer repeats each half's values
     (repeat_interleave) into its own fp32 s x d_head copies, which the products with
     q.float() and k.float() keep; the shared ones are kept by nothing."""
-
+    rope_complex: bool = False
+    """RoPE multiplies q.float() and k.float(), viewed as complex pairs, by freqs_cis
+    (Llama 4's apply_rotary_emb): the products keep only the complex frequencies, s x
+    head_dim / 2 complex64 (the bytes of bf16 cos and sin), shared by the layers."""
+    nope_layers: bool = False
+    """Every sliding_window_pattern-th layer skips RoPE (Llama 4's no_rope_layers: the
+    global layers, the others chunked): a RoPE layer takes the weightless L2 norm of q
+    and k where the model has it (qk_l2_norm; Llama4TextL2Norm on x.float(), keeping the
+    fp32 copy and the rsqrt per head), a NoPE layer scales the queries by an fp32
+    per-position temperature (attn_scales, kept by the product)."""
+    experts_every_copy: bool = False
+    """Llama4TextMoe: the router's top-k logits are scattered into -inf and their
+    sigmoid taken in fp32, the input repeated once per expert and scaled by its score,
+    and every expert runs (torch.bmm) on its own copy of every token."""
 
 LLAMA = Family(name="llama")
 FAMILIES: Mapping[str, Family] = MappingProxyType({
@@ -127,6 +140,9 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                                          rope_concat=True),
     "Ministral3ForCausalLM": attrs.evolve(LLAMA, name="ministral3", query_scale=True),
     "SmolLM3ForCausalLM": attrs.evolve(LLAMA, name="smollm3"),
+    "Llama4ForCausalLM": attrs.evolve(LLAMA, name="llama4", softmax_fp32=False,
+                                      rope_complex=True, nope_layers=True,
+                                      experts_every_copy=True),
     "GptOssForCausalLM": attrs.evolve(LLAMA, name="gpt-oss", norm="olmo2", softmax_fp32=False,
                                       router="topk-softmax-cast",
                                       norm_topk=False, attention_sinks=True, sdpa=False,

@@ -164,9 +164,11 @@ def spec_table(data: Mapping[str, Any], run: MeasuredRun, layers: int,
     dtype = data.get("measurement_setup", {}).get("dtype", "bfloat16")
     model = model_table_from_hf(config)
     moe = model.get("moe")
-    if isinstance(moe, Mapping) and moe.get("dense_layers", 0) >= model["num_layers"]:
+    if isinstance(moe, Mapping) and (moe.get("dense_layers", 0) >= model["num_layers"]
+                                     or moe.get("layer_frequency", 1) > model["num_layers"]):
         # The run kept fewer layers than the leading dense ones (DeepSeek's
-        # first_k_dense_replace): transformers built a dense model, and a spec says so
+        # first_k_dense_replace) or than the period of the MoE layers (Llama 4's
+        # interleave_moe_layer_step): transformers built a dense model, and a spec says so
         # without a [model.moe] table.
         model = {key: value for key, value in model.items() if key != "moe"}
     return {

@@ -49,7 +49,7 @@ def layer_tensors(ctx: Context, moe: bool) -> list[SavedTensor]:
     after each (post: BERT's LayerNorm of the residual sum, OLMo 2's norm of the branch
     output) or both (sandwich: Gemma)."""
     mlp = moe_tensors(ctx) if moe else dense_mlp(ctx)
-    attention = mla_tensors(ctx) if ctx.model.mla is not None else attention_tensors(ctx)
+    attention = mla_tensors(ctx) if ctx.model.mla is not None else attention_tensors(ctx, moe)
     placement = ctx.model.norm_placement
     if placement == "sandwich":
         return (_norm(ctx, "input norm") + attention + _norm(ctx, "post-attention norm")

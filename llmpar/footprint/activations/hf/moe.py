@@ -222,6 +222,45 @@ def shared_expert_tensors(ctx: Context) -> list[SavedTensor]:
     return tensors
 
 
+def every_copy_tensors(ctx: Context) -> list[SavedTensor]:
+    """Llama 4's router and experts (Llama4Router and Llama4TextMoe.forward,
+    Llama4TextExperts.forward, modeling_llama4.py of transformers 5.24.0; measured in
+    validation/data/llama-4-scout.json): topk of the logits keeps its indices (so does the
+    scatter of the chosen logits into -inf), sigmoid of the fp32 scores its output; the
+    scores, cast back and transposed, made contiguous, scale the input repeated once per
+    expert (the product keeps both), and every expert runs on its own copy of every token
+    (b x s x E copies: unchosen ones scaled by 0), torch.bmm keeping the scaled copies and
+    the gated product, SiLU the gate/up output (through its gate view) and the gating
+    product SiLU's output."""
+    moe = ctx.model.moe
+    assert moe is not None
+    experts, k, h = ("E", moe.num_experts), ("k", moe.experts_per_token), ctx.sizes.h[1]
+    width = moe.expert_ffn_hidden_size
+
+    def copies(name: str, reason: str, extra: tuple[tuple[str, int], ...],
+               splits: frozenset[str] = OUTSIDE_TP,
+               weights: frozenset[str] = frozenset()) -> SavedTensor:
+        return saved(name, reason, (*ctx.sizes.tokens, experts, *extra), ctx.d, splits,
+                     weights=weights, weights_only=bool(weights))
+
+    return [
+        _tokens(ctx, "top-k indices", "kept by topk and the scatter of the chosen logits",
+                (k,), INDEX_BYTES),
+        _tokens(ctx, "router scores (fp32)", "kept by sigmoid", (experts,), FP32_BYTES),
+        copies("router scores per copy", "the scores transposed and made contiguous, "
+               "operand of the scaling product", ()),
+        copies("repeated input", "operand of the scaling product", (("h", h),)),
+        copies("scaled copies", "input of the experts' gate/up bmm", (("h", h),),
+               weights=first_projections(ctx, "experts")),
+        copies("expert gate/up output", "kept by SiLU through its gate view",
+               (("2*ffn_e", 2 * width),), INSIDE_TP),
+        copies("expert activation output", "operand of the gating product",
+               (("ffn_e", width),), INSIDE_TP),
+        copies("expert gated product", "input of the down bmm", (("ffn_e", width),),
+               INSIDE_TP, frozenset({"experts.down_proj"})),
+    ]
+
+
 def moe_tensors(ctx: Context) -> list[SavedTensor]:
     """The MoE MLP from its input (kept for the weight gradients of the router, unless it
     runs on an fp32 copy, and of the shared experts; the dispatch's gathers keep only
@@ -231,5 +270,6 @@ def moe_tensors(ctx: Context) -> list[SavedTensor]:
     weights = first_projections(ctx, "shared_experts") if moe.num_shared_experts else frozenset()
     if ctx.family.router not in FP32_INPUT_ROUTERS:
         weights |= {"router"}
-    return ([mlp_input(ctx, "moe", weights)] + router_tensors(ctx) + expert_tensors(ctx)
-            + shared_expert_tensors(ctx))
+    routed = (every_copy_tensors(ctx) if ctx.family.experts_every_copy
+              else router_tensors(ctx) + expert_tensors(ctx))
+    return [mlp_input(ctx, "moe", weights)] + routed + shared_expert_tensors(ctx)

@@ -77,9 +77,17 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
         assert width is not None
         width //= 2 if ctx.family.rope_half else 1
         size = FP32_BYTES if ctx.family.rope_fp32 else ctx.d
-        tensors += [saved(f"RoPE {name}", "kept by the products with q and k",
-                          (s.s, ("d_rope", width)), size, TOKENS_ONLY)
-                    for name in ("cos", "sin")]
+        if ctx.family.rope_complex:
+            # Llama 4's freqs_cis (torch.polar), complex64 over head_dim / 2 pairs; a model
+            # whose layers are all NoPE layers (all global) never uses it
+            if model.sliding_window is not None and model.sliding_window_pattern != 1:
+                tensors.append(saved("RoPE frequencies (complex64)", "kept by the complex "
+                                     "products with q and k", (s.s, ("d_rope/2", width // 2)),
+                                     2 * FP32_BYTES, TOKENS_ONLY))
+        else:
+            tensors += [saved(f"RoPE {name}", "kept by the products with q and k",
+                              (s.s, ("d_rope", width)), size, TOKENS_ONLY)
+                        for name in ("cos", "sin")]
     return tensors + sdpa_mask(ctx)
 
 
