@@ -269,6 +269,17 @@ ARCHS: dict[str, dict] = {
              "experts": ["grouped_mm"], "flop_seqs": ()},
         ]
     },
+    # Gemma 3's two layer kinds (Gemma3DecoderLayer: sandwich norms, per-head QK norms and
+    # an attention over a sliding window of 512 with the local RoPE base, or over the whole
+    # sequence with the global one), each alone; FLOPs are measure_flops.py's
+    "gemma-3-1b": {
+        "variants": [
+            {"variant": "sliding_attention_layers",
+             "layer_pattern": ("layer_types", ["sliding_attention"]), "flop_seqs": ()},
+            {"variant": "full_attention_layers",
+             "layer_pattern": ("layer_types", ["full_attention"]), "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),
