@@ -100,6 +100,11 @@ class Family:
     rotary embedding's cos and sin stay fp32 and every layer repeats each half's values
     (repeat_interleave) into its own fp32 s x d_head copies, which the products with
     q.float() and k.float() keep; the shared ones are kept by nothing."""
+    rope_per_window: bool = False
+    """The rotary embedding computes its cos and sin once per attention kind the layers
+    have (Gemma3RotaryEmbedding: a local base for the sliding-window layers, a global one
+    for the others; Gemma3TextModel.forward over set(layer_types)): a model with both
+    kinds keeps two sets."""
 
 
 LLAMA = Family(name="llama")
@@ -114,7 +119,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "Phi3ForCausalLM": attrs.evolve(LLAMA, name="phi3", fused_qkv=True, residual_dropout=True),
     "Olmo2ForCausalLM": attrs.evolve(LLAMA, name="olmo2", norm="olmo2", rope_fp32=True),
     "Gemma2ForCausalLM": attrs.evolve(LLAMA, name="gemma2", norm="gemma"),
-    "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma"),
+    "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma",
+                                      rope_per_window=True),
     "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),
     "DeepseekV3ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3", router="deepseek"),
     "Mamba2ForCausalLM": attrs.evolve(LLAMA, name="mamba2", rope=False, residual_fp32=True),
