@@ -105,6 +105,10 @@ class Family:
     have (Gemma3RotaryEmbedding: a local base for the sliding-window layers, a global one
     for the others; Gemma3TextModel.forward over set(layer_types)): a model with both
     kinds keeps two sets."""
+    rope_per_sample: bool = False
+    """RoPE's cos and sin are b x s x d_rope: the multimodal rotary embedding of Qwen3.5
+    (Qwen3_5TextRotaryEmbedding, interleaved mrope) expands position_ids to 3 x b x s, so
+    every sample has its own; otherwise they are computed for position_ids of 1 x s."""
 
 
 LLAMA = Family(name="llama")
@@ -131,6 +135,10 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
                                          rope_concat=True),
+    "Qwen3_5ForCausalLM": attrs.evolve(LLAMA, name="qwen3.5", norm="gemma",
+                                       rope_concat=True, rope_per_sample=True),
+    "Qwen3_5MoeForCausalLM": attrs.evolve(LLAMA, name="qwen3.5-moe", norm="gemma",
+                                          rope_concat=True, rope_per_sample=True),
     "Ministral3ForCausalLM": attrs.evolve(LLAMA, name="ministral3", query_scale=True),
     "SmolLM3ForCausalLM": attrs.evolve(LLAMA, name="smollm3"),
     "GptOssForCausalLM": attrs.evolve(LLAMA, name="gpt-oss", norm="olmo2", softmax_fp32=False,

@@ -81,7 +81,9 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
         windows = ({sliding for _, sliding in model.layer_kinds_in(0, model.num_layers or 0)}
                    if ctx.family.rope_per_window else {False})
         tensors += [saved(f"RoPE {name}{' (' + kind + ')' if len(windows) > 1 else ''}",
-                          "kept by the products with q and k", (s.s, ("d_rope", width)),
+                          "kept by the products with q and k",
+                          ((s.b, s.s) if ctx.family.rope_per_sample else (s.s,))
+                          + (("d_rope", width),),
                           size, TOKENS_ONLY)
                     for kind in sorted("local" if w else "global" for w in windows)
                     for name in ("cos", "sin")]
