@@ -323,8 +323,14 @@ def test_a_whole_hybrid_is_its_measured_layer_kinds_and_outside():
 
 
 def test_recurrent_mixers_without_a_measured_torch_path_stay_refused():
-    # Qwen3.5's gated DeltaNet (Qwen3_5GatedDeltaNet, its torch chunked path) is not
-    # measured: hf-eager says so
+    # a gated DeltaNet whose modeling code no source names (Qwen3.5's layers without its
+    # transformers class, Qwen3_5ForCausalLM, whose torch chunked path is measured): no
+    # family lists it, and hf-eager says so
+    from llmpar.footprint.activation_models import ACTIVATION_MODELS
+
+    spec = SESSION.load_spec({"model": {"preset": "qwen3.5-27b", "source": "a custom model"},
+                              "hardware": GPU, "training": {"sequence_length": 256,
+                                                            "micro_batch_size": 1}})
     with pytest.raises(Exception, match="no inventory of the tensors the model's "
                        "linear_attention layers"):
-        hf_inventory_of("qwen3.5-27b", "hf-eager")
+        ACTIVATION_MODELS["hf-eager"](spec)

@@ -315,6 +315,42 @@ ARCHS: dict[str, dict] = {
              "experts": ["grouped_mm"], "flop_seqs": ()},
         ]
     },
+    # Gemma 3's two layer kinds (Gemma3DecoderLayer: sandwich norms, per-head QK norms and
+    # an attention over a sliding window of 512 with the local RoPE base, or over the whole
+    # sequence with the global one), each alone; FLOPs are measure_flops.py's
+    "gemma-3-1b": {
+        "variants": [
+            {"variant": "sliding_attention_layers",
+             "layer_pattern": ("layer_types", ["sliding_attention"]), "flop_seqs": ()},
+            {"variant": "full_attention_layers",
+             "layer_pattern": ("layer_types", ["full_attention"]), "flop_seqs": ()},
+        ]
+    },
+    # Qwen3.5's language models (Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM, the
+    # text_config of their multimodal configs, without the vision tower): Qwen3-Next's
+    # gated DeltaNet and gated attention layers, each alone, then a dense MLP (27B) or
+    # 32 of the 256 routed experts beside the gated shared expert (35B-A3B); FLOPs are
+    # measure_flops.py's
+    "qwen3.5-27b": {
+        "config_part": "text_config",
+        "variants": [
+            {"variant": "linear_attention_layers",
+             "layer_pattern": ("layer_types", ["linear_attention"]), "flop_seqs": ()},
+            {"variant": "attention_layers",
+             "layer_pattern": ("layer_types", ["full_attention"]), "flop_seqs": ()},
+        ]
+    },
+    "qwen3.5-35b-a3b": {
+        "config_part": "text_config",
+        "variants": [
+            {"variant": "linear_attention_layers", "overrides": {"num_experts": 32},
+             "layer_pattern": ("layer_types", ["linear_attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+            {"variant": "attention_layers", "overrides": {"num_experts": 32},
+             "layer_pattern": ("layer_types", ["full_attention"]),
+             "experts": ["grouped_mm"], "flop_seqs": ()},
+        ]
+    },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {
         "variants": [{"variant": "mlp_layers", "layer_pattern": ("hybrid_override_pattern", "-"),

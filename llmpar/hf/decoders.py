@@ -171,7 +171,10 @@ def gemma3_text(config: HfConfig) -> dict[str, Any]:
     """Gemma3ForCausalLM: Gemma 2's block with per-head q/k RMSNorm, five windowed layers
     to one global one by default; keys left out take Gemma3TextConfig's defaults."""
     config = attrs.evolve(config, values={**GEMMA3_DEFAULTS, **config.values})
-    return {**_gemma(config, window_pattern(config)), "qk_norm": True}
+    table = {**_gemma(config, window_pattern(config)), "qk_norm": True}
+    if not _windows(config):  # layer_types all full_attention: no layer is windowed
+        del table["sliding_window"], table["sliding_window_pattern"]
+    return table
 
 
 OLMO3_DEFAULTS = {"sliding_window": 4096, "sliding_window_pattern": 4}

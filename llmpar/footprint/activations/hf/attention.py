@@ -113,6 +113,15 @@ def _operands_eager(ctx: Context) -> list[SavedTensor]:
         # copies of the same total size (b > 1).
         return [_width(ctx, "fused q/k/v output", "operands of Q.K^T and P.V (views)", *fused)]
     expanded = " expanded by repeat_kv" if heads != kv_heads else ""
+    if expanded and kv_heads == 1 and ctx.batch == 1:
+        # One kv head (Gemma 3 1B): repeat_kv's expand(b, 1, a, s, d).reshape(b, a, s, d)
+        # stays a view (stride 0 over the heads), and matmul folds (b, a) into bmm's batch
+        # without a copy only when b = 1: Q.K^T and P.V keep the unexpanded storages.
+        return [_width(ctx, "query", "operand of Q.K^T", "a*d_head", model.query_width),
+                _width(ctx, "key (one kv head, a view)", "operand of Q.K^T", "kv*d_head",
+                       model.kv_width),
+                _width(ctx, "value (one kv head, a view)", "operand of P.V", "kv*d_v",
+                       model.kv_width // model.qk_head_dim * model.value_head_dim)]
     tensors = [
         _width(ctx, "query", "operand of Q.K^T", "a*d_head", model.query_width),
         _width(ctx, f"key{expanded}", "operand of Q.K^T", "a*d_head", model.query_width),
@@ -165,7 +174,9 @@ def _flash(ctx: Context) -> list[SavedTensor]:
         model.qk_head_dim == model.value_head_dim <= MAX_GQA_HEAD_DIM)
     expanded = heads != kv_heads and not gqa
     fused = ("(a+2kv)*d_head", _fused_width(ctx))
-    kv_symbol, kv_width = (("a*d_head", model.query_width) if expanded
+    # repeat_kv of one kv head is a view (stride 0 over the heads), which SDPA keeps as
+    # passed: its storage is the unexpanded one
+    kv_symbol, kv_width = (("a*d_head", model.query_width) if expanded and kv_heads > 1
                            else ("kv*d_head", model.kv_width))
     if ctx.family.fused_qkv and not ctx.family.rope:
         tensors = [_width(ctx, "fused q/k/v output", "Q, K and V are views of it", *fused)]
@@ -181,6 +192,14 @@ def _flash(ctx: Context) -> list[SavedTensor]:
                                   "SDPA input", kv_symbol.replace("d_head", "d_v"),
                                   kv_width // model.qk_head_dim * model.value_head_dim))
     lse = (ctx.sizes.b, ctx.sizes.a, ctx.sizes.s)
+    if sdpa_mask_kept(ctx):
+        # SDPA converts the boolean mask to an additive one in the query's dtype
+        # (convert_boolean_attn_mask, aten/src/ATen/native/transformers/attention.cpp) in
+        # every call, and the CPU flash kernel keeps it: b x 1 x s x s per layer
+        tensors.append(saved("sliding-window mask (additive)", "the boolean mask converted "
+                             "by SDPA, kept by its kernel", (ctx.sizes.b, ctx.sizes.s,
+                                                             ("s", ctx.sequence)),
+                             ctx.d, TOKENS_ONLY, attention_score=True))
     tensors += [
         saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
               INSIDE_TP),
@@ -360,10 +379,7 @@ def attention_tensors(ctx: Context, moe: bool | None = None) -> list[SavedTensor
 
 
 def sdpa_mask(ctx: Context) -> list[SavedTensor]:
-    """The boolean s x s mask SDPA keeps when a sliding window is shorter than the
-    sequence; built once per forward and shared by the layers (outside them)."""
-    if not sdpa_mask_kept(ctx):
-        return []
-    s = ctx.sizes.s
-    return [saved("sliding-window mask (bool)", "kept by SDPA for its backward",
-                  (s, ("s", s[1])), BOOL_BYTES, TOKENS_ONLY, attention_score=True)]
+    """Outside the layers SDPA keeps no mask: the boolean sliding-window mask transformers
+    builds once per forward is converted in every layer (`_flash`), and the conversion is
+    what the kernel keeps (measured with Gemma 3 1B at s = window = 512)."""
+    return []

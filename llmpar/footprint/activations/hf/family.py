@@ -114,6 +114,16 @@ class Family:
     """Llama4TextMoe: the router's top-k logits are scattered into -inf and their
     sigmoid taken in fp32, the input repeated once per expert and scaled by its score,
     and every expert runs (torch.bmm) on its own copy of every token."""
+    rope_per_window: bool = False
+    """The rotary embedding computes its cos and sin once per attention kind the layers
+    have (Gemma3RotaryEmbedding: a local base for the sliding-window layers, a global one
+    for the others; Gemma3TextModel.forward over set(layer_types)): a model with both
+    kinds keeps two sets."""
+    rope_per_sample: bool = False
+    """RoPE's cos and sin are b x s x d_rope: the multimodal rotary embedding of Qwen3.5
+    (Qwen3_5TextRotaryEmbedding, interleaved mrope) expands position_ids to 3 x b x s, so
+    every sample has its own; otherwise they are computed for position_ids of 1 x s."""
+
 
 LLAMA = Family(name="llama")
 FAMILIES: Mapping[str, Family] = MappingProxyType({
@@ -127,7 +137,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "Phi3ForCausalLM": attrs.evolve(LLAMA, name="phi3", fused_qkv=True, residual_dropout=True),
     "Olmo2ForCausalLM": attrs.evolve(LLAMA, name="olmo2", norm="olmo2", rope_fp32=True),
     "Gemma2ForCausalLM": attrs.evolve(LLAMA, name="gemma2", norm="gemma"),
-    "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma"),
+    "Gemma3ForCausalLM": attrs.evolve(LLAMA, name="gemma3", norm="gemma",
+                                      rope_per_window=True),
     "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),
     "DeepseekV3ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3", router="deepseek"),
     "Mamba2ForCausalLM": attrs.evolve(LLAMA, name="mamba2", rope=False, residual_fp32=True),
@@ -138,6 +149,10 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "FalconH1ForCausalLM": attrs.evolve(LLAMA, name="falcon-h1"),
     "Qwen3NextForCausalLM": attrs.evolve(LLAMA, name="qwen3-next", norm="gemma",
                                          rope_concat=True),
+    "Qwen3_5ForCausalLM": attrs.evolve(LLAMA, name="qwen3.5", norm="gemma",
+                                       rope_concat=True, rope_per_sample=True),
+    "Qwen3_5MoeForCausalLM": attrs.evolve(LLAMA, name="qwen3.5-moe", norm="gemma",
+                                          rope_concat=True, rope_per_sample=True),
     "Ministral3ForCausalLM": attrs.evolve(LLAMA, name="ministral3", query_scale=True),
     "SmolLM3ForCausalLM": attrs.evolve(LLAMA, name="smollm3"),
     "Llama4ForCausalLM": attrs.evolve(LLAMA, name="llama4", softmax_fp32=False,

@@ -89,14 +89,17 @@ def mixers_alone(model: Model) -> bool:
             and family_of(model).name in MAMBA2_TORCH_PATH)
 
 
-HYBRID_FAMILIES = ("nemotron-h", "granite-moe-hybrid", "falcon-h1", "qwen3-next")
+HYBRID_FAMILIES = ("nemotron-h", "granite-moe-hybrid", "falcon-h1", "qwen3-next", "qwen3.5",
+                   "qwen3.5-moe")
 """The hybrids whose every layer kind is listed: Nemotron-H's single-module blocks
 (NemotronHBlock: one norm, then a Mamba-2 mixer "M", an attention "*", an MLP "-" or the
 experts "E"), Granite 4.0-H's two-module blocks (GraniteMoeHybridDecoderLayer: a Mamba-2
 mixer or an attention, then the experts beside a shared MLP) and Falcon-H1's parallel
 blocks (FalconH1DecoderLayer: the Mamba-2 mixer and the attention on the same normed
 input, each on its own scaled copy, then the MLP) and Qwen3-Next's (Qwen3NextDecoderLayer:
-a gated DeltaNet or a gated attention, then the experts beside a gated shared expert)."""
+a gated DeltaNet or a gated attention, then the experts beside a gated shared expert), as
+Qwen3.5's are (Qwen3_5DecoderLayer and Qwen3_5MoeDecoderLayer, a dense MLP in the
+former)."""
 
 
 def listed_hybrid(model: Model) -> bool:

@@ -65,9 +65,10 @@ def embedding_tensors(ctx: Context) -> list[SavedTensor]:
 
 def shared_tensors(ctx: Context) -> list[SavedTensor]:
     """Built once per forward and used by every layer (every pipeline stage keeps its
-    own): RoPE's cos and sin, s x head_dim each for position_ids of shape 1 x s, and an
-    SDPA mask. RoPE's are kept only where a layer attends: the rotary embedding of a
-    model whose layers are all recurrent (Qwen3-Next's gated DeltaNets alone) is
+    own): RoPE's cos and sin, s x head_dim each for position_ids of shape 1 x s (a set
+    per attention kind where the family says so, Gemma 3's local and global); SDPA's
+    mask is kept in the layers. RoPE's are kept only where a layer attends: the rotary
+    embedding of a model whose layers are all recurrent (Qwen3-Next's gated DeltaNets alone) is
     computed and never used, nor is one each layer copies (ERNIE 4.5's)."""
     model, s = ctx.model, ctx.sizes
     tensors = []
@@ -85,8 +86,14 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
                                      "products with q and k", (s.s, ("d_rope/2", width // 2)),
                                      2 * FP32_BYTES, TOKENS_ONLY))
         else:
-            tensors += [saved(f"RoPE {name}", "kept by the products with q and k",
-                              (s.s, ("d_rope", width)), size, TOKENS_ONLY)
+            windows = ({sliding for _, sliding in model.layer_kinds_in(0, model.num_layers or 0)}
+                       if ctx.family.rope_per_window else {False})
+            tensors += [saved(f"RoPE {name}{' (' + kind + ')' if len(windows) > 1 else ''}",
+                              "kept by the products with q and k",
+                              ((s.b, s.s) if ctx.family.rope_per_sample else (s.s,))
+                              + (("d_rope", width),),
+                              size, TOKENS_ONLY)
+                        for kind in sorted("local" if w else "global" for w in windows)
                         for name in ("cos", "sin")]
     return tensors + sdpa_mask(ctx)
 
