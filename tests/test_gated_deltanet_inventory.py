@@ -11,6 +11,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.common import sizes_of
@@ -22,8 +23,7 @@ from llmpar.footprint.activations.hf.family import family_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "qwen3-next-80b-a3b.json")
-RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-        for run in M.measured_runs(DATA)}
+RUNS = runs_by_key(DATA)
 ROTATED = 64
 """RoPE's width in transformers: partial_rotary_factor 0.25 of head_dim 256."""
 
@@ -41,9 +41,7 @@ def rope_residual(run: M.MeasuredRun) -> int:
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_layer_kind_is_exact(key):
     run = RUNS[key]
-    comparison = M.compare(DATA, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes + rope_residual(run)
+    assert_exact(DATA, run, rope_residual(run))
 
 
 def spec(s: int = 256, b: int = 1) -> llmpar.Spec:

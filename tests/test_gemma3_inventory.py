@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.hf import HfRun, hf_inventory
@@ -17,8 +18,7 @@ from llmpar.footprint.activations.hf import measured as M
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMMA = M.load(ROOT / "validation" / "data" / "gemma-3-1b.json")
-RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-        for run in M.measured_runs(GEMMA)}
+RUNS = runs_by_key(GEMMA)
 HEAD_DIM, WINDOW = 256, 512
 
 
@@ -49,9 +49,7 @@ def test_both_layer_kinds_and_every_shape_were_measured():
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_gemma3_layer_kind_is_exact(key):
     run = RUNS[key]
-    comparison = M.compare(GEMMA, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes
+    assert_exact(GEMMA, run)
 
 
 def test_one_kv_head_is_kept_unexpanded_by_eager_attention_at_batch_one():

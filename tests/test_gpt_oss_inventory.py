@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.common import ActivationUnavailable
@@ -18,16 +19,13 @@ from llmpar.footprint.activations.hf import measured as M
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "gpt-oss-20b.json")
-RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-        for run in M.measured_runs(DATA)}
+RUNS = runs_by_key(DATA)
 
 
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_layer_kind_is_exact(key):
     run = RUNS[key]
-    comparison = M.compare(DATA, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes
+    assert_exact(DATA, run)
 
 
 def test_both_layer_kinds_are_measured_eager_only():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.hf import HfRun, hf_inventory
@@ -23,28 +24,22 @@ from llmpar.footprint.parameters import count_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "llama-4-scout.json")
-RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-        for run in M.measured_runs(DATA)}
+RUNS = runs_by_key(DATA)
 MAVERICK = M.load(ROOT / "validation" / "data" / "llama-4-maverick.json")
-MAVERICK_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-                 for run in M.measured_runs(MAVERICK)}
+MAVERICK_RUNS = runs_by_key(MAVERICK)
 HEADS, KV_HEADS, HEAD_DIM = 40, 8, 128
 
 
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_layer_kind_is_exact(key):
     run = RUNS[key]
-    comparison = M.compare(DATA, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes
+    assert_exact(DATA, run)
 
 
 @pytest.mark.parametrize("key", sorted(MAVERICK_RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_maverick_layer_kind_is_exact(key):
     run = MAVERICK_RUNS[key]
-    comparison = M.compare(MAVERICK, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes
+    assert_exact(MAVERICK, run)
 
 
 def test_maverick_moe_layers_keep_scouts_without_the_l2_norm():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.hf import HfRun, hf_inventory
@@ -19,16 +20,13 @@ from llmpar.footprint.parameters import count_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "ministral-3-8b.json")
-RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-        for run in M.measured_runs(DATA)}
+RUNS = runs_by_key(DATA)
 
 
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_layer_is_exact(key):
     run = RUNS[key]
-    comparison = M.compare(DATA, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes
+    assert_exact(DATA, run)
 
 
 def test_the_language_model_is_measured_without_the_vision_tower():

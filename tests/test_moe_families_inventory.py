@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.common import sizes_of
@@ -26,18 +27,15 @@ from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENS
 
 ROOT = Path(__file__).resolve().parents[1]
 ERNIE = M.load(ROOT / "validation" / "data" / "ernie-4.5-21b-a3b.json")
-ERNIE_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-              for run in M.measured_runs(ERNIE)}
+ERNIE_RUNS = runs_by_key(ERNIE)
 GLM = M.load(ROOT / "validation" / "data" / "glm-4.5-air.json")
-GLM_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-            for run in M.measured_runs(GLM)}
+GLM_RUNS = runs_by_key(GLM)
 GLM_ROTATED = 64
 """RoPE's width in transformers: partial_rotary_factor 0.5 of head_dim 128."""
 
 
 MINIMAX = M.load(ROOT / "validation" / "data" / "minimax-m2.json")
-MINIMAX_RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-                for run in M.measured_runs(MINIMAX)}
+MINIMAX_RUNS = runs_by_key(MINIMAX)
 
 
 def glm_rope_residual(run: M.MeasuredRun) -> int:
@@ -68,9 +66,7 @@ def measured_rows(data: dict, variant: str, attention: str, module: str) -> list
 @pytest.mark.parametrize("key", sorted(ERNIE_RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_ernie_layer_kind_is_exact(key):
     run = ERNIE_RUNS[key]
-    comparison = M.compare(ERNIE, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes
+    assert_exact(ERNIE, run)
 
 
 @pytest.mark.parametrize(("b", "s"), [(1, 256), (2, 128), (1, 512)])
@@ -141,9 +137,7 @@ def test_every_ernie_tensor_is_tagged(attention):
 @pytest.mark.parametrize("key", sorted(GLM_RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_glm_layer_kind_is_exact(key):
     run = GLM_RUNS[key]
-    comparison = M.compare(GLM, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes + glm_rope_residual(run)
+    assert_exact(GLM, run, glm_rope_residual(run))
 
 
 def test_glm_router_by_hand():
@@ -210,9 +204,7 @@ def test_every_glm_tensor_is_tagged(attention):
 @pytest.mark.parametrize("key", sorted(MINIMAX_RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_minimax_layer_is_exact(key):
     run = MINIMAX_RUNS[key]
-    comparison = M.compare(MINIMAX, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes + glm_rope_residual(run)
+    assert_exact(MINIMAX, run, glm_rope_residual(run))
 
 
 def test_minimax_router_by_hand():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from inventories import assert_exact, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.hf import HfRun, hf_inventory
@@ -16,8 +17,7 @@ from llmpar.footprint.activations.hf import measured as M
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "smollm3-3b.json")
-RUNS = {(run.variant, run.attention, run.batch, run.sequence): run
-        for run in M.measured_runs(DATA)}
+RUNS = runs_by_key(DATA)
 HEAD_DIM = 128
 
 
@@ -34,9 +34,7 @@ def rope_residual(run: M.MeasuredRun) -> int:
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_layer_kind_is_exact(key):
     run = RUNS[key]
-    comparison = M.compare(DATA, run, ROOT)
-    assert comparison.per_layer_bytes == run.per_layer_bytes
-    assert comparison.fixed_bytes == run.fixed_bytes + rope_residual(run)
+    assert_exact(DATA, run, rope_residual(run))
 
 
 def test_nope_layers_keep_what_rope_layers_keep():
