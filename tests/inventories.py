@@ -8,7 +8,13 @@ from pathlib import Path
 import llmpar
 from llmpar.footprint.activations.hf import measured as M
 from llmpar.footprint.baseline import baseline_footprint
-from llmpar.footprint.inventory import LayerGroup
+from llmpar.footprint.inventory import (
+    SPLIT_CONTEXT,
+    SPLIT_SEQUENCE,
+    SPLIT_TENSOR,
+    LayerGroup,
+    SavedTensor,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION = llmpar.Session(load_entry_points=False)
@@ -38,3 +44,14 @@ def assert_exact(data: dict, run: M.MeasuredRun, fixed_residual_bytes: float = 0
     comparison = M.compare(data, run, ROOT)
     assert comparison.per_layer_bytes == run.per_layer_bytes
     assert comparison.fixed_bytes == run.fixed_bytes + fixed_residual_bytes
+
+
+def assert_split_tags(tensor: SavedTensor) -> None:
+    """A layer tensor's tags agree with its shape: an attention score exactly when it has
+    two sequence dimensions (s x s), every per-token tensor splits with the context, and
+    none is split both by heads (tensor parallelism) and by sequence parallelism."""
+    symbols = [symbol for symbol, _ in tensor.shape]
+    assert tensor.attention_score == (symbols.count("s") == 2), tensor.name
+    if "s" in symbols:
+        assert SPLIT_CONTEXT in tensor.splits, tensor.name
+    assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= tensor.splits), tensor.name

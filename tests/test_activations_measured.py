@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 
 import pytest
+from inventories import assert_split_tags
 from validation_scripts import load_script
 
 import llmpar
@@ -21,7 +22,6 @@ from llmpar.footprint.activation_models import (
 )
 from llmpar.footprint.activations.hf import Dropout, HfRun, hf_inventory
 from llmpar.footprint.activations.hf import measured as M
-from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "data"
@@ -137,11 +137,7 @@ def test_every_tensor_is_tagged(model, name):
         return
     for group in inventory.groups:
         for t in group.tensors:
-            symbols = [symbol for symbol, _ in t.shape]
-            assert t.attention_score == (symbols.count("s") == 2), t.name
-            if "s" in symbols:
-                assert SPLIT_CONTEXT in t.splits, t.name
-            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
+            assert_split_tags(t)
             assert t.placement == ""
     for t in inventory.fixed:
         assert t.placement in ("embedding", "head", ""), t.name

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from inventories import assert_exact, runs_by_key
+from inventories import assert_exact, assert_split_tags, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.common import sizes_of
@@ -131,17 +131,13 @@ def test_every_tensor_is_tagged(attention):
     # scores (s x s) only in the attention layers; every per-token tensor splits with the
     # context; none is split both by heads and by sequence parallelism; the recurrent
     # state and the chunked scan's tensors split by heads with tensor parallelism
-    from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
+    from llmpar.footprint.inventory import SPLIT_TENSOR
 
     inventory = hf_inventory(spec(s=512), HfRun(attention=attention))
     for group in inventory.groups:
         for t in group.tensors:
-            symbols = [symbol for symbol, _ in t.shape]
-            assert t.attention_score == (symbols.count("s") == 2), t.name
-            if "s" in symbols:
-                assert SPLIT_CONTEXT in t.splits, t.name
-            if "H_v" in symbols:
+            assert_split_tags(t)
+            if "H_v" in [symbol for symbol, _ in t.shape]:
                 assert SPLIT_TENSOR in t.splits, t.name
-            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
         scores = [t for t in group.tensors if t.attention_score]
         assert bool(scores) == (group.kind == "moe attention" and attention == "eager")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from inventories import assert_exact, runs_by_key
+from inventories import assert_exact, assert_split_tags, runs_by_key
 
 import llmpar
 from llmpar.footprint.activations.common import sizes_of
@@ -23,7 +23,6 @@ from llmpar.footprint.activations.hf import measured as M
 from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.family import family_of
 from llmpar.footprint.activations.hf.moe import router_tensors
-from llmpar.footprint.inventory import SPLIT_CONTEXT, SPLIT_SEQUENCE, SPLIT_TENSOR
 
 ROOT = Path(__file__).resolve().parents[1]
 ERNIE = M.load(ROOT / "validation" / "data" / "ernie-4.5-21b-a3b.json")
@@ -118,18 +117,15 @@ def test_the_whole_ernie_model_is_its_measured_layer_kinds_and_outside():
         assert inventory.total_bytes == fixed + sum(counts[k] * per_layer[k] for k in counts)
 
 
+@pytest.mark.parametrize("model", ["ernie-4.5-21b-a3b", "glm-4.5-air"])
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_every_ernie_tensor_is_tagged(attention):
+def test_every_tensor_is_tagged(model, attention):
     # scores (s x s) only with eager attention; every per-token tensor splits with the
     # context; none is split both by heads and by sequence parallelism
-    inventory = hf_inventory(spec("ernie-4.5-21b-a3b", s=512), HfRun(attention=attention))
+    inventory = hf_inventory(spec(model, s=512), HfRun(attention=attention))
     for group in inventory.groups:
         for t in group.tensors:
-            symbols = [symbol for symbol, _ in t.shape]
-            assert t.attention_score == (symbols.count("s") == 2), t.name
-            if "s" in symbols:
-                assert SPLIT_CONTEXT in t.splits, t.name
-            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
+            assert_split_tags(t)
         scores = [t for t in group.tensors if t.attention_score]
         assert bool(scores) == (attention == "eager")
 
@@ -185,20 +181,6 @@ def test_the_whole_glm_model_is_its_measured_layer_kinds_and_outside():
                      "moe": moe.per_layer_bytes + 4 * (256 + 1) * (128 - 32)}
         fixed = moe.fixed_bytes + glm_rope_residual(moe)
         assert inventory.total_bytes == fixed + sum(counts[k] * per_layer[k] for k in counts)
-
-
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_every_glm_tensor_is_tagged(attention):
-    inventory = hf_inventory(spec("glm-4.5-air", s=512), HfRun(attention=attention))
-    for group in inventory.groups:
-        for t in group.tensors:
-            symbols = [symbol for symbol, _ in t.shape]
-            assert t.attention_score == (symbols.count("s") == 2), t.name
-            if "s" in symbols:
-                assert SPLIT_CONTEXT in t.splits, t.name
-            assert not ({SPLIT_TENSOR, SPLIT_SEQUENCE} <= t.splits), t.name
-        scores = [t for t in group.tensors if t.attention_score]
-        assert bool(scores) == (attention == "eager")
 
 
 @pytest.mark.parametrize("key", sorted(MINIMAX_RUNS), ids=lambda key: "-".join(map(str, key)))
