@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import pytest
 
 from llmpar.search.prepare import prepare
 from llmpar.search.vectorised import FastPath
@@ -70,3 +71,19 @@ def layout_pairs(session: Any, spec: Any, every: int = 1) -> Iterator[LayoutPair
                 alone_step_seconds=score.step_seconds if scored else None,
                 fast_device_bytes=result.device_bytes[local] if scored else None,
                 alone_device_bytes=score.device_bytes if scored else None)
+
+
+def agreeing_pairs(session: Any, spec: Any, every: int = 1) -> list[LayoutPair]:
+    """`layout_pairs`, each checked: the fast path and the layout alone break the same rule
+    (or none), and where it is scored they give the same total and device bytes and the
+    same step time; returns the scored pairs."""
+    scored = []
+    for pair in layout_pairs(session, spec, every):
+        assert pair.fast_problem == pair.alone_problem, pair.choice
+        if pair.alone_total_bytes is None:
+            continue
+        assert pair.fast_total_bytes == pair.alone_total_bytes, pair.choice
+        assert pair.fast_device_bytes == pair.alone_device_bytes, pair.choice
+        assert pair.fast_step_seconds == pytest.approx(pair.alone_step_seconds, rel=1e-12)
+        scored.append(pair)
+    return scored
