@@ -402,7 +402,9 @@ class Transform:
     ("zero-3", "hybrid-sharding", "zero++", "dualpipe", "tp-comm-overlap": the `mechanism`
     of rows under
     validation/published/): the plan's step-time trust quotes their families' errors
-    beside the general one (`llmpar.trust`)."""
+    beside the general one (`llmpar.trust`). "activation-offload", a training setting
+    rather than a layout's, is added by the evaluation itself
+    (`llmpar.evaluation.evaluate.offload_mechanisms`)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -86,3 +86,24 @@ def test_offload_and_partial_recomputation_are_not_combined():
     with pytest.raises(llmpar.SpecError) as error:
         SESSION.evaluate(spec(4, recompute="full", recompute_layers=4))
     assert "not both" in error.value.problems[0].message
+
+
+def test_checkpointed_layers_offload_their_inputs_alone():
+    """Hand-check on torchtune's offloaded run (validation/published/
+    offload_torchtune_a100_bf16.toml): under full recomputation a layer keeps only its
+    input, b x s x h bf16 = 2 x 4096 x 3072 x 2 bytes (what torchtune's OffloadActivations
+    copies of each checkpointed layer); 27 of Llama 3.2 3B's 28 layers go out and back over
+    DGX A100's PCIe Gen4 x16 (31.5 GB/s each way), and one layer's copy in one direction
+    stays exposed. The plan states the mechanism its validation family checks."""
+    layer_input_bytes = 2 * 4096 * 3072 * 2
+    table = {"model": "llama-3.2-3b", "hardware": {"cluster": "dgx-a100", "num_gpus": 1},
+             "training": {"sequence_length": 4096, "micro_batch_size": 2,
+                          "global_batch_size": 2, "recompute": "full",
+                          "activation_offload_layers": 27}}
+    plan = SESSION.evaluate(table)
+    assert plan.host_bytes == pytest.approx(27 * layer_input_bytes, rel=1e-9)
+    assert plan.offload_seconds == pytest.approx(2 * 27 * layer_input_bytes / 31.5e9, rel=1e-9)
+    assert plan.exposed_offload_seconds == pytest.approx(layer_input_bytes / 31.5e9, rel=1e-9)
+    assert "activation-offload: within" in plan.training.step_time_trust
+    del table["training"]["activation_offload_layers"]
+    assert "activation-offload" not in SESSION.evaluate(table).training.step_time_trust

@@ -9,6 +9,7 @@ change to the model that moves it fails here until the data file says why.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from validation_scripts import load_script
 
@@ -56,7 +57,8 @@ def test_mechanism_rows_form_their_own_families_and_plans_quote_the_general_one(
 
     families = load_families()
     mechanisms = {f.mechanism for f in families if f.mechanism}
-    assert {"zero-3", "zero++", "hybrid-sharding", "dualpipe", "tp-comm-overlap"} <= mechanisms
+    assert {"zero-3", "zero++", "hybrid-sharding", "dualpipe", "tp-comm-overlap",
+            "activation-offload"} <= mechanisms
     counted = sum(f.runs for f in families)
     assert counted == len(ROWS)
     h100_moe = [f for f in families if (f.gpu, f.kind) == ("h100-sxm", "moe")]
@@ -89,10 +91,16 @@ def test_a_rows_mechanism_is_one_its_plans_transforms_state():
             plan.training.step_time_trust), row.label
 
 
+TRAINING_MECHANISMS = {"activation-offload": "activation_offload_layers"}
+"""Mechanisms that are a `[training]` setting rather than a layout's: the key a pair's
+training may differ in."""
+
+
 def test_a_pair_differs_from_its_baseline_in_its_mechanism_alone():
     """A row measured against the same run without its mechanism (`baseline`) names a row
-    of its own file on the same model, GPUs and batch; its plan runs the mechanism and the
-    baseline's does not; and the pair's predicted ratio moves the step the way the
+    of its own file on the same model, GPUs and batch (its training the same but for the
+    mechanism's own setting, where that is a training one); its plan runs the mechanism
+    and the baseline's does not; and the pair's predicted ratio moves the step the way the
     measured one does (report.pair_ratios)."""
     paired = [(table, row) for table, row in ROWS if row.baseline]
     assert paired
@@ -100,7 +108,10 @@ def test_a_pair_differs_from_its_baseline_in_its_mechanism_alone():
         (base,) = [r for t, r in ROWS if t == table and r.label == row.baseline]
         spec, base_spec = llmpar.load_spec(row.spec), llmpar.load_spec(base.spec)
         assert spec.model == base_spec.model and spec.hardware == base_spec.hardware
-        assert spec.training == base_spec.training
+        key = TRAINING_MECHANISMS.get(row.mechanism)
+        training = base_spec.training if key is None else attrs.evolve(
+            base_spec.training, **{key: getattr(spec.training, key)})
+        assert spec.training == training
         plan, base_plan = llmpar.evaluate(spec), llmpar.evaluate(base_spec)
         assert row.mechanism in plan.training.step_time_trust
         assert f"{row.mechanism}: within" not in base_plan.training.step_time_trust

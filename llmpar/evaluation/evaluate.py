@@ -289,7 +289,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         issue_seconds=time.issue_seconds, launch_bound_seconds=time.launch_bound_seconds,
         step_time_trust=step_time_trust(spec, time.time_model, (
             load_families() if cache is None else cache.validation_families()),
-            tuple(name for transform in transforms for name in transform.mechanisms)),
+            tuple(name for transform in transforms for name in transform.mechanisms)
+            + offload_mechanisms(core.facts)),
         goodput=goodput,
         memory_peak=None if footprint.activations is None else peak_memory,
         finetune=tuned, steady_state_fits=peak.total_bytes <= capacity)
@@ -393,6 +394,13 @@ def _rows(spec: Spec, stage: Stage, inventory: Any, composition: Composition,
         return tensor_rows(inventory, composition)
     key = (cache.footprint_key(spec), stage_kind(spec, stage), composition.tag_key())
     return cache.rows(key, lambda: tensor_rows(inventory, composition))
+
+
+def offload_mechanisms(facts: TrainingFacts) -> tuple[str, ...]:
+    """The mechanism validation rows check on their own that activation offload is
+    ("activation-offload", `Transform.mechanisms`' sense), where some stage keeps
+    activations in host memory (`[training] activation_offload_layers`)."""
+    return ("activation-offload",) if any(facts.offloaded_tags) else ()
 
 
 def strategy_notes(transforms: Sequence[Transform]) -> tuple[StrategyNote, ...]:
