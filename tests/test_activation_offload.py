@@ -4,6 +4,7 @@ compute (Megatron-Core's --cpu-offloading-num-layers, PyTorch's save_on_cpu)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import llmpar
 
 SESSION = llmpar.Session(load_entry_points=False)
+EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
 LAYERS_PER_STAGE = 20  # Llama-3-70B's 80 layers over 4 stages
 HOST_BYTES_PER_S = 63e9  # dgx-h100: PCIe Gen5 x16 each way
 
@@ -89,21 +91,25 @@ def test_offload_and_partial_recomputation_are_not_combined():
 
 
 def test_checkpointed_layers_offload_their_inputs_alone():
-    """Hand-check on torchtune's offloaded run (validation/published/
+    """Hand-check on the shipped example of torchtune's offloaded run
+    (specs/examples/llama-3.2-3b-offload-a100.toml, validation/published/
     offload_torchtune_a100_bf16.toml): under full recomputation a layer keeps only its
     input, b x s x h bf16 = 2 x 4096 x 3072 x 2 bytes (what torchtune's OffloadActivations
     copies of each checkpointed layer); 27 of Llama 3.2 3B's 28 layers go out and back over
     DGX A100's PCIe Gen4 x16 (31.5 GB/s each way), and one layer's copy in one direction
-    stays exposed. The plan states the mechanism its validation family checks."""
+    stays exposed, as the example's comment says. The plan states the mechanism its
+    validation family checks."""
     layer_input_bytes = 2 * 4096 * 3072 * 2
-    table = {"model": "llama-3.2-3b", "hardware": {"cluster": "dgx-a100", "num_gpus": 1},
-             "training": {"sequence_length": 4096, "micro_batch_size": 2,
-                          "global_batch_size": 2, "recompute": "full",
-                          "activation_offload_layers": 27}}
-    plan = SESSION.evaluate(table)
+    example = EXAMPLES / "llama-3.2-3b-offload-a100.toml"
+    plan = SESSION.evaluate(example)
     assert plan.host_bytes == pytest.approx(27 * layer_input_bytes, rel=1e-9)
     assert plan.offload_seconds == pytest.approx(2 * 27 * layer_input_bytes / 31.5e9, rel=1e-9)
     assert plan.exposed_offload_seconds == pytest.approx(layer_input_bytes / 31.5e9, rel=1e-9)
+    text = example.read_text()
+    assert f"{layer_input_bytes / 1e6:.1f} MB" in text
+    assert f"{plan.host_bytes / 1e9:.2f} GB" in text
+    assert f"{plan.offload_seconds * 1e3:.0f} ms" in text
+    assert f"({plan.exposed_offload_seconds * 1e3:.1f} ms)" in text
     assert "activation-offload: within" in plan.training.step_time_trust
-    del table["training"]["activation_offload_layers"]
-    assert "activation-offload" not in SESSION.evaluate(table).training.step_time_trust
+    without = SESSION.evaluate(example, {"training.activation_offload_layers": None})
+    assert "activation-offload" not in without.training.step_time_trust
