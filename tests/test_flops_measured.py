@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 import llmpar
 from llmpar.footprint.flops import forward_flops_per_sequence
+from llmpar.spec import Model
 
 VALIDATION = Path(__file__).resolve().parent.parent / "validation"
 
@@ -47,6 +49,17 @@ def measured_config(published: dict, variant: dict, layers: int) -> dict:
     return config
 
 
+def untrained_indexer_flops(model: Model, run: dict) -> float:
+    """The forward FLOPs of DeepSeek sparse attention's indexer, which transformers runs
+    under torch.no_grad (DeepseekV32Indexer.forward, modeling_deepseek_v32.py 5.24.0):
+    llmpar's count of the model less that of the model without it; 0 without it."""
+    if model.sparse_attention is None:
+        return 0.0
+    dense = attrs.evolve(model, sparse_attention=None)
+    return run["batch"] * (forward_flops_per_sequence(model, run["seq"]).total
+                           - forward_flops_per_sequence(dense, run["seq"]).total)
+
+
 @pytest.mark.parametrize(("published", "variant", "run"), list(_cases()))
 def test_forward_flops_within_1_percent_of_flop_counter(published, variant, run):
     model = llmpar.model_from_hf(measured_config(published, variant, run["num_layers"]))
@@ -56,5 +69,7 @@ def test_forward_flops_within_1_percent_of_flop_counter(published, variant, run)
     if "forward_backward_flops" in run:
         # llmpar's training step is 3x the forward (backward = 2x, Narayanan et al. 2021);
         # the uncounted kernels' backward is uncounted too, at twice their forward.
+        # DeepSeek-V3.2's indexer runs under torch.no_grad in transformers: no backward.
         measured = run["forward_backward_flops"] + 3 * uncounted
-        assert 3 * predicted == pytest.approx(measured, rel=0.01)
+        assert 3 * predicted - 2 * untrained_indexer_flops(model, run) == pytest.approx(
+            measured, rel=0.01)

@@ -95,6 +95,16 @@ MOE_EXTRA = {
     "flop_backward": False,
 }
 
+V32_WIDTHS = {
+    # DeepSeek-V3.2-Exp's layers at small widths (see "deepseek-v3.2-exp" below): the
+    # published structure (MLA with both latents, the indexer, 8 expert groups of which
+    # 4 are chosen, top-8, one shared expert) with every width cut
+    "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "q_lora_rank": 96, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+    "v_head_dim": 32, "index_n_heads": 4, "index_head_dim": 32, "intermediate_size": 512,
+    "moe_intermediate_size": 128, "n_routed_experts": 16, "vocab_size": 16384,
+}
+
 ARCHS: dict[str, dict] = {
     "llama-2-7b": {},
     "llama-3-8b": {},
@@ -350,6 +360,38 @@ ARCHS: dict[str, dict] = {
              "layer_pattern": ("layer_types", ["full_attention"]),
              "experts": ["grouped_mm"], "flop_seqs": ()},
         ]
+    },
+    # DeepSeek-V3.2-Exp's two layer kinds (DeepseekV32DecoderLayer: DeepSeek-V3's MLA with
+    # the lightning indexer, DeepseekV32Indexer, whose top-k token indices are scattered
+    # into the attention mask; then the experts beside the shared expert, or a dense MLP
+    # in the first three layers), each alone, its FP8 quantization_config removed (the
+    # weights bf16).  At DeepSeek's widths one layer's weights and the 129280-token head
+    # do not fit beside five other engineers' jobs on this machine, so the layers are
+    # measured at small widths (V32_WIDTHS: hidden 256, 4 heads, 16 of the 256 experts
+    # in the published 8 groups, a 16384-token vocabulary; every saved tensor scales with
+    # one of them, and the test builds the same widths); the published index_topk 2048
+    # exceeds every measured s, so the selection keeps every earlier key, and one more
+    # variant selects 64 keys (the saved tensors do not depend on it); FLOPs at s 256 and
+    # 512 (forward and backward, the indexer has no backward: torch.no_grad)
+    "deepseek-v3.2-exp": {
+        "remove_keys": ["quantization_config"],
+        "variants": [
+            {"variant": "moe_layers",
+             "overrides": {**V32_WIDTHS, "first_k_dense_replace": 0},
+             "experts": ["grouped_mm"]},
+            {"variant": "dense_layers",
+             "overrides": {**V32_WIDTHS, "first_k_dense_replace": 3}},
+            {"variant": "moe_layers_top_64",
+             "overrides": {**V32_WIDTHS, "first_k_dense_replace": 0, "index_topk": 64},
+             "experts": ["grouped_mm"], "saved_shapes": [(1, 256), (2, 512)],
+             "flop_seqs": (), "inventory": False},
+            # query and value heads of one width (16 + 16 and 32): SDPA takes its fused
+            # kernel with the mask the model always passes, where the published widths
+            # (192 and 128) take the math path; not DeepSeek's model, a check of that path
+            {"variant": "moe_layers_equal_head_widths",
+             "overrides": {**V32_WIDTHS, "first_k_dense_replace": 0, "qk_nope_head_dim": 16},
+             "experts": ["grouped_mm"], "attn_impls": ["sdpa"], "flop_seqs": ()},
+        ],
     },
     # Nemotron-H's MLP alone ("-", squared ReLU)
     "nemotron-h-8b": {

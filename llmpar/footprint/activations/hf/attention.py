@@ -58,9 +58,11 @@ def kernel(ctx: Context) -> str:
 
 def sdpa_mask_kept(ctx: Context) -> bool:
     """Whether SDPA gets a materialized mask: transformers skips it (is_causal) unless a
-    sliding window is shorter than the sequence (masking_utils._ignore_causal_mask_sdpa)."""
+    sliding window is shorter than the sequence (masking_utils._ignore_causal_mask_sdpa)
+    or the model always builds one (`Family.mask_always`)."""
     window = ctx.model.sliding_window
-    return ctx.run.attention == "sdpa" and window is not None and ctx.sequence >= window
+    return ctx.run.attention == "sdpa" and (ctx.family.mask_always or (
+        window is not None and ctx.sequence >= window))
 
 
 def _heads(ctx: Context) -> tuple[int, int]:
@@ -187,16 +189,25 @@ def _flash(ctx: Context) -> list[SavedTensor]:
         if ctx.family.fused_qkv and not expanded:
             tensors.append(_width(ctx, "fused q/k/v output", "kept whole by the value view",
                                   *fused))
+        elif model.mla is not None:
+            # MLA's V is a view of kv_b_proj's output (mla.py), which SDPA keeps whole
+            mla = model.mla
+            tensors.append(_width(ctx, "kv_b_proj output", "kept whole by the value view",
+                                  "a*(d_nope+d_v)",
+                                  heads * (mla.qk_nope_head_dim + mla.v_head_dim)))
         else:
             tensors.append(_width(ctx, "value" + (" expanded by repeat_kv" if expanded else ""),
                                   "SDPA input", kv_symbol.replace("d_head", "d_v"),
                                   kv_width // model.qk_head_dim * model.value_head_dim))
     lse = (ctx.sizes.b, ctx.sizes.a, ctx.sizes.s)
+    copied = (ctx.family.fused_qkv and ctx.family.rope or ctx.family.rope_concat
+              or model.mla is not None)
     if sdpa_mask_kept(ctx):
         # SDPA converts the boolean mask to an additive one in the query's dtype
         # (convert_boolean_attn_mask, aten/src/ATen/native/transformers/attention.cpp) in
         # every call, and the CPU flash kernel keeps it: b x 1 x s x s per layer
-        tensors.append(saved("sliding-window mask (additive)", "the boolean mask converted "
+        kind = "sparse attention" if ctx.family.mask_always else "sliding-window"
+        tensors.append(saved(f"{kind} mask (additive)", "the boolean mask converted "
                              "by SDPA, kept by its kernel", (ctx.sizes.b, ctx.sizes.s,
                                                              ("s", ctx.sequence)),
                              ctx.d, TOKENS_ONLY, attention_score=True))
@@ -204,15 +215,15 @@ def _flash(ctx: Context) -> list[SavedTensor]:
         saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
               INSIDE_TP),
         _width(ctx, "attention output", "kept by SDPA", "a*d_v", model.attention_output_width,
-               weights=O_WEIGHTS if not (ctx.family.fused_qkv and ctx.family.rope
-                                         or ctx.family.rope_concat) else frozenset()),
+               weights=frozenset() if copied else O_WEIGHTS),
     ]
-    if ctx.family.fused_qkv and ctx.family.rope or ctx.family.rope_concat:
+    if copied:
         # The CPU kernel lays its output out like the query. A query sliced from a fused
         # projection comes out of RoPE as a new b x a x s x d tensor (Phi-3), as does one
-        # RoPE concatenates (Qwen3-Next), so the output projection needs a transposed
-        # copy; otherwise (a b x s x a x d layout) the transposed output is already
-        # contiguous and is the output projection's input.
+        # RoPE concatenates (Qwen3-Next) or MLA's torch.cat of its two parts (measured
+        # with DeepSeek-V3.2's layers at equal query and value head widths), so the output
+        # projection needs a transposed copy; otherwise (a b x s x a x d layout) the
+        # transposed output is already contiguous and is the output projection's input.
         tensors.append(_width(ctx, "output projection input", "the output transposed and "
                               "made contiguous", "a*d_v", model.attention_output_width,
                               weights=O_WEIGHTS, weights_only=True))

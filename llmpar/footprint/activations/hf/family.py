@@ -119,6 +119,12 @@ class Family:
     have (Gemma3RotaryEmbedding: a local base for the sliding-window layers, a global one
     for the others; Gemma3TextModel.forward over set(layer_types)): a model with both
     kinds keeps two sets."""
+    mask_always: bool = False
+    """The attention mask is built in every forward and passed to SDPA: DeepseekV32Model
+    calls create_causal_mask with allow_is_causal_skip=False and each layer folds its
+    indexer's top-k selection into it (DeepseekV32Attention.forward,
+    modeling_deepseek_v32.py of transformers 5.24.0), where other models skip the mask
+    for is_causal; SDPA's flash kernel keeps it as a sliding window's is kept."""
     rope_per_sample: bool = False
     """RoPE's cos and sin are b x s x d_rope: the multimodal rotary embedding of Qwen3.5
     (Qwen3_5TextRotaryEmbedding, interleaved mrope) expands position_ids to 3 x b x s, so
@@ -141,6 +147,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
                                       rope_per_window=True),
     "DeepseekV2ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v2", router="deepseek"),
     "DeepseekV3ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3", router="deepseek"),
+    "DeepseekV32ForCausalLM": attrs.evolve(LLAMA, name="deepseek-v3.2", router="deepseek",
+                                           mask_always=True),
     "Mamba2ForCausalLM": attrs.evolve(LLAMA, name="mamba2", rope=False, residual_fp32=True),
     "NemotronHForCausalLM": attrs.evolve(LLAMA, name="nemotron-h", norm="fp32-weight",
                                          rope=False, router="deepseek"),
@@ -191,6 +199,8 @@ def family_of(model: Model) -> Family:
         return FAMILIES["Gemma2ForCausalLM"]
     if model.norm_placement == "post":
         return FAMILIES["Olmo2ForCausalLM"]
+    if model.sparse_attention is not None:
+        return FAMILIES["DeepseekV32ForCausalLM"]
     if model.mla is not None:
         return FAMILIES["DeepseekV3ForCausalLM"]
     if model.moe is not None:

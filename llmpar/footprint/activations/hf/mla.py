@@ -6,6 +6,16 @@ output holds every head's k_nope and v side by side; the RoPE part of the key is
 shared by the heads and copied into each head's key. Q and K are built as new
 tensors (torch.cat, copy_); V is a view of kv_b_proj's output. Source:
 modeling_deepseek_v3.py of transformers 5.24.0, measured with torch 2.13.0.
+
+DeepSeek sparse attention (DeepseekV32Attention, modeling_deepseek_v32.py of transformers
+5.24.0) keeps the same tensors: its lightning indexer (DeepseekV32Indexer: wq_b on the
+query latent, wk and its LayerNorm and weights_proj on the layer's input, RoPE on the
+indexer's q and k, the fp32 ReLU scores weighted per head, the causal mask added and the
+int32 top-k indices) runs under torch.no_grad, so autograd keeps none of its tensors and
+its weights get no gradient; the top-k indices are scattered into a boolean s x s mask
+combined with the causal one, which eager attention adds to the scores and SDPA's math
+path (MLA's query and value heads differ in width) adds to its own, neither keeping it
+(measured in validation/data/deepseek-v3.2-exp.json, top-k 64 and 2048 alike).
 """
 
 from __future__ import annotations
