@@ -161,3 +161,25 @@ def test_a_plan_quotes_its_familys_error_or_what_its_gpu_rests_on():
     assert moe.training.step_time_trust.startswith("no published moe run on a100-sxm-80gb")
     assumed = llmpar.evaluate(example / "llama-3-8b-fsdp-8-h100.toml", {"training.mfu": 0.4})
     assert assumed.training.step_time_trust.startswith("assumed MFU, not modelled")
+
+
+def test_the_readme_counts_the_runs_the_families_hold():
+    """The README's summary of the validation states the families' own counts: the runs in
+    all, the dense runs of the calibrated stacks (no mechanism of their own) and the
+    mixture-of-experts runs."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from llmpar.loading.presets import builtin_specs_dir
+    from llmpar.trust import FAMILIES_FILE
+
+    families = tomllib.loads((builtin_specs_dir() / FAMILIES_FILE).read_text(encoding="utf-8"))
+    runs = [(f["kind"], f.get("mechanism"), f["runs"]) for f in families["family"]]
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    stated = re.search(r"checked against (\d+) published runs.*?the (\d+) dense runs.*?of "
+                       r"(\d+) mixture-of-experts runs", readme)
+    assert stated, "the README's validation sentence changed its form"
+    assert int(stated[1]) == sum(n for _, _, n in runs)
+    assert int(stated[2]) == sum(n for kind, mech, n in runs if kind == "dense" and not mech)
+    assert int(stated[3]) == sum(n for kind, mech, n in runs if kind == "moe" and not mech)
