@@ -335,13 +335,12 @@ def query_scale(ctx: Context) -> list[SavedTensor]:
 
 def rope_per_layer(ctx: Context) -> list[SavedTensor]:
     """ERNIE 4.5's apply_rotary_pos_emb (modeling_ernie4_5_moe.py, transformers 5.24.0):
-    each layer repeats the fp32 cos and sin halves into its own s x d_head copies
+    each layer repeats the fp32 cos and sin halves into its own s x rotary_dim copies
     (cos[..., :d/2].repeat_interleave(2)), kept by the products with q.float() and
     k.float()."""
     if not ctx.family.rope_per_layer_fp32 or ctx.model.position_embedding != "rope":
         return []
-    width = ctx.model.head_dim
-    assert width is not None
+    width = ctx.model.rotary_dim
     return [saved(f"RoPE {name} (fp32, this layer's copy)", "kept by the products with "
                   "q.float() and k.float()", (ctx.sizes.s, ("d_rope", width)), FP32_BYTES,
                   TOKENS_ONLY) for name in ("cos", "sin")]
