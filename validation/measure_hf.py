@@ -151,6 +151,21 @@ ARCHS: dict[str, dict] = {
         ]
     },
     "phi-3-mini": {},
+    # Phi-4-mini's layer (Phi3ForCausalLM: fused qkv_proj and gate_up_proj) with RoPE on
+    # partial_rotary_factor 0.75 of each head (apply_rotary_pos_emb rotates q[..., :96] and
+    # concatenates the rest; longrope's short factors below 4096 tokens), at a width of
+    # 1024 (8 heads and 4 kv heads of the published 128), 1024 in the MLP and a
+    # 16384-token vocabulary (the layers' tensors scale with each; the test builds the
+    # same widths)
+    "phi-4-mini": {
+        "variants": [
+            {"variant": "main",
+             "overrides": {"hidden_size": 1024, "num_attention_heads": 8,
+                           "num_key_value_heads": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "bos_token_id": None,
+                           "eos_token_id": None}},
+        ]
+    },
     "gpt2": {
         "variants": [
             {"variant": "main"},
