@@ -20,6 +20,7 @@ from llmpar.footprint.activations.hf import measured as M
 from llmpar.footprint.activations.hf.context import Context
 from llmpar.footprint.activations.hf.deltanet import gated_deltanet_tensors
 from llmpar.footprint.activations.hf.family import family_of
+from llmpar.footprint.baseline import baseline_footprint
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = M.load(ROOT / "validation" / "data" / "qwen3-next-80b-a3b.json")
@@ -28,20 +29,36 @@ ROTATED = 64
 """RoPE's width in transformers: partial_rotary_factor 0.25 of head_dim 256."""
 
 
-def rope_residual(run: M.MeasuredRun) -> int:
-    """llmpar's RoPE cos and sin (bf16, s x d_head each) count the whole head of 256
-    where transformers rotates (and keeps) a quarter of it: the model has no rotary
-    fraction, which changes no parameter, FLOP or per-layer byte. Kept only where a
-    layer attends."""
-    if run.variant != "attention_layers":
-        return 0
-    return 2 * run.sequence * (256 - ROTATED) * 2
-
-
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_layer_kind_is_exact(key):
     run = RUNS[key]
-    assert_exact(DATA, run, rope_residual(run))
+    assert_exact(DATA, run)
+
+
+def test_rope_keeps_cos_and_sin_of_the_rotated_quarter():
+    # partial_rotary_factor 0.25 of head_dim 256 (Qwen3NextConfig): cos and sin are
+    # s x 64 bf16 each, kept only where a layer attends (the DeltaNets alone keep none)
+    model = spec().model
+    assert (model.rotary_fraction, model.rotary_dim) == (0.25, ROTATED)
+    rope = [t for t in hf_inventory(spec(), HfRun(attention="sdpa")).fixed
+            if t.name.startswith("RoPE")]
+    assert [t.bytes for t in rope] == [256 * ROTATED * 2] * 2
+    for attention in ("eager", "sdpa"):
+        attends = RUNS["attention_layers", attention, 1, 256].fixed_bytes
+        alone = RUNS["linear_attention_layers", attention, 1, 256].fixed_bytes
+        assert attends - alone == 2 * 256 * ROTATED * 2
+    # the fused inventory's fp32 frequency table spans the same channels (Megatron-Core's
+    # RotaryEmbedding: int(kv_channels x rotary_percent)), s x 64, and the whole head of a
+    # model that rotates all of it
+    fused = {"activation_model": "fused"}
+    table = llmpar.load_spec({"model": "qwen3-next-80b-a3b", "hardware": {"gpu": "h100-sxm"},
+                              "training": {"sequence_length": 256, **fused}})
+    whole = attrs.evolve(table, model=attrs.evolve(table.model, rotary_fraction=1.0))
+    for given, width in ((table, ROTATED), (whole, 256)):
+        inventory = baseline_footprint(given).activations
+        assert inventory is not None
+        [frequencies] = [t for t in inventory.fixed if t.name.startswith("RoPE")]
+        assert frequencies.bytes == 256 * width * 4
 
 
 def spec(s: int = 256, b: int = 1) -> llmpar.Spec:
@@ -112,7 +129,7 @@ def test_the_whole_model_is_its_measured_layer_kinds_and_outside():
     # 32 change only the router's fp32 probabilities per token and grouped_mm's int32
     # offsets, 4 x (256 + 1) bytes per expert), at b 1, s 256;
     # outside the layers as measured with DeltaNets alone, plus RoPE's cos and sin of the
-    # attention layers at the whole head width (`rope_residual`)
+    # attention layers (s x 64 bf16 each)
     for attention in ("eager", "sdpa"):
         inventory = hf_inventory(spec(), HfRun(attention=attention))
         counts = {group.kind: group.count for group in inventory.groups}
@@ -122,7 +139,7 @@ def test_the_whole_model_is_its_measured_layer_kinds_and_outside():
                      for kind, variant in (("moe linear_attention", "linear_attention_layers"),
                                            ("moe attention", "attention_layers"))}
         fixed = RUNS["linear_attention_layers", attention, 1, 256].fixed_bytes
-        assert inventory.total_bytes == (fixed + 2 * 256 * 256 * 2
+        assert inventory.total_bytes == (fixed + 2 * 256 * ROTATED * 2
                                          + sum(counts[k] * per_layer[k] for k in counts))
 
 

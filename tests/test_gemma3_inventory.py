@@ -2,8 +2,9 @@
 norms, per-head QK norms, one kv head in the 1B model, a sliding window of 512 in five
 layers of six with their own RoPE base): hf-eager and hf-sdpa against the bytes measured
 per tensor in validation/data/gemma-3-1b.json (torch 2.13.0, b 1-2, s 128-512, 1 and 2
-layers of each kind), the kept key and value and the SDPA mask by hand, and the whole
-model as its measured layer kinds."""
+layers of each kind, and a windowed and a global layer side by side with a window of 128
+that the sequence reaches and passes), the kept key and value and the SDPA mask by hand,
+and the whole model as its measured layer kinds."""
 
 from __future__ import annotations
 
@@ -29,12 +30,12 @@ def spec(s: int = 256, b: int = 1, **model: object) -> llmpar.Spec:
                              "training": {"sequence_length": s, "micro_batch_size": b}})
 
 
-def measured_rows(variant: str, attention: str, module: str) -> list[dict]:
-    """The storages first saved inside `module` of the 2-layer run at b 1, s 256 and alive
-    after the forward."""
+def measured_rows(variant: str, attention: str, module: str, layers: int = 2) -> list[dict]:
+    """The storages first saved inside `module` of the `layers`-layer run at b 1, s 256
+    and alive after the forward."""
     found = next(v for v in GEMMA["variants"] if v["variant"] == variant)
     listing = next(i for i in found["inventory"]
-                   if i["num_layers"] == 2 and i["attn_implementation"] == attention)
+                   if i["num_layers"] == layers and i["attn_implementation"] == attention)
     rows = [dict(zip(GEMMA["inventory_fields"], row, strict=True))
             for row in listing["tensors"]]
     return [r for r in rows if r["module"] == module and r["first_save_of_storage"]
@@ -42,8 +43,9 @@ def measured_rows(variant: str, attention: str, module: str) -> list[dict]:
 
 
 def test_both_layer_kinds_and_every_shape_were_measured():
-    assert {key[0] for key in RUNS} == {"sliding_attention_layers", "full_attention_layers"}
-    assert len(RUNS) == 2 * 2 * 6
+    assert {key[0] for key in RUNS} == {"sliding_attention_layers", "full_attention_layers",
+                                        "mixed_layers_small_window"}
+    assert len(RUNS) == 2 * 2 * 6 + 2 * 3
 
 
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
@@ -81,6 +83,38 @@ def test_sdpa_keeps_the_converted_window_mask_in_every_sliding_layer(b):
     [group] = hf_inventory(spec(s=s, b=b, num_layers=1), HfRun(attention="sdpa")).groups
     [mask] = [t for t in group.tensors if "mask" in t.name]
     assert mask.bytes == b * s * s * 2 and mask.attention_score
+
+
+@pytest.mark.parametrize(("b", "s"), [(1, 128), (1, 256), (2, 256)])
+def test_sdpa_keeps_the_window_mask_in_the_windowed_layers_only(b, s):
+    # a windowed and a global layer side by side (one unit), window 128 <= s: the windowed
+    # layer gets the sliding mask (masking_utils' _ignore_causal_mask_sdpa refuses the skip
+    # once kv_length >= the window) and keeps it converted, b x s x s x 2 bytes, with its key
+    # and value repeated by repeat_kv (views of the one kv head); the global layer's
+    # create_causal_mask returns None, SDPA runs is_causal with enable_gqa: no mask. Eager
+    # attention keeps no mask in either (the additive mask is not an operand of a product).
+    sdpa = RUNS["mixed_layers_small_window", "sdpa", b, s]
+    eager = RUNS["mixed_layers_small_window", "eager", b, s]
+    table = M.spec_table(GEMMA, sdpa, 1, ROOT)  # one unit: two layers
+    assert table["model"]["sliding_window"] == 128
+    assert table["model"]["sliding_window_pattern"] == 2
+    [group] = hf_inventory(llmpar.load_spec(table), HfRun(attention="sdpa")).groups
+    [mask] = [t for t in group.tensors if "mask" in t.name]
+    assert group.count == 2 and mask.bytes == b * s * s * 2 / 2  # one layer of the two
+    assert_exact(GEMMA, sdpa)
+    assert_exact(GEMMA, eager)
+    if (b, s) == (1, 256):
+        windowed = measured_rows("mixed_layers_small_window", "sdpa",
+                                 "model.layers.0.self_attn", layers=1)
+        full = measured_rows("mixed_layers_small_window", "sdpa",
+                             "model.layers.1.self_attn", layers=1)
+        kernel = "ScaledDotProductFlashAttentionForCpuBackward0"
+        shapes = sorted(r["shape"] for r in windowed if r["saved_by_autograd_nodes"] == kernel)
+        assert shapes.count([1, 4, 256, 256]) == 4  # q, the repeated key, the mask, output
+        assert sorted(r["shape"] for r in full if r["saved_by_autograd_nodes"]
+                      == kernel).count([1, 4, 256, 256]) == 2  # q and output
+        assert (sum(r["storage_bytes"] for r in windowed)
+                - sum(r["storage_bytes"] for r in full) == s * s * 2)
 
 
 def test_the_whole_gemma3_model_is_its_measured_layer_kinds_and_outside():

@@ -276,3 +276,66 @@ def test_a_qwen3_moe_config_as_transformers_5_writes_it():
     neither = {k: v for k, v in config.items() if k != "num_experts"}
     with pytest.raises(llmpar.SpecError, match="num_local_experts"):
         model_table_from_hf(neither)
+
+
+def published(name: str) -> dict:
+    values = json.loads((VALIDATION / "configs" / f"{name}.json").read_text())
+    return {k: v for k, v in values.items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize(("name", "fraction"), [
+    ("phi-4-mini", 0.75), ("glm-4.5-air", 0.5), ("minimax-m2", 0.5),
+    ("qwen3-next-80b-a3b", 0.25), ("qwen3.5-27b", 0.25), ("llama-3-8b", None),
+    ("deepseek-v3", None)])
+def test_rotary_fraction_of_the_published_configs(name, fraction):
+    # partial_rotary_factor (Phi-4-mini, GLM-4.5, Qwen3-Next; Qwen3.5 in text_config and
+    # its rope_parameters), MiniMax-M2's rotary_dim 64 of head_dim 128; none for Llama 3
+    # (the whole head) or DeepSeek-V3 (MLA's qk_rope_head_dim)
+    assert model_table_from_hf(published(name)).get("rotary_fraction") == fraction
+
+
+def test_rotary_fraction_is_read_from_every_spelling():
+    # transformers 5.24.0's PreTrainedConfig.convert_rope_params_to_dict: rope_scaling (4.x)
+    # or rope_parameters (5.x) first, one table or one per layer type, then the top-level
+    # key; Glm4MoeConfig and Qwen3NextConfig default to 0.5 and 0.25 without one
+    llama = published("llama-3-8b")
+    base = {k: v for k, v in llama.items() if k not in ("rope_scaling", "rope_theta")}
+    spellings = [
+        {"partial_rotary_factor": 0.5},
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5,
+                             "partial_rotary_factor": 0.5}},
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0,
+                          "partial_rotary_factor": 0.5}, "partial_rotary_factor": 0.25},
+        {"rope_parameters": {kind: {"rope_type": "default", "partial_rotary_factor": 0.5}
+                             for kind in ("full_attention", "sliding_attention")}},
+    ]
+    for spelling in spellings:
+        assert model_table_from_hf({**base, **spelling})["rotary_fraction"] == 0.5, spelling
+    assert "rotary_fraction" not in model_table_from_hf({**base, "partial_rotary_factor": 1})
+    glm = {k: v for k, v in published("glm-4.5-air").items() if k != "partial_rotary_factor"}
+    assert model_table_from_hf(glm)["rotary_fraction"] == 0.5
+    qwen = {k: v for k, v in published("qwen3-next-80b-a3b").items()
+            if k != "partial_rotary_factor"}
+    assert model_table_from_hf(qwen)["rotary_fraction"] == 0.25
+    # rotary_dim is MiniMax-M2's spelling only: LlamaConfig does not read it
+    assert "rotary_fraction" not in model_table_from_hf({**base, "rotary_dim": 64})
+
+
+@pytest.mark.parametrize(("change", "path", "fragment"), [
+    ({"partial_rotary_factor": 0}, "$.partial_rotary_factor", "expected a number in (0, 1]"),
+    ({"partial_rotary_factor": "half"}, "$.partial_rotary_factor", "got 'half'"),
+    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.5}},
+     "$.rope_parameters.partial_rotary_factor", "got 1.5"),
+    ({"rope_parameters": {"full_attention": {"partial_rotary_factor": 0.5},
+                          "sliding_attention": {"partial_rotary_factor": 0.25}}},
+     "$.rope_parameters", "one partial_rotary_factor for every layer type"),
+])
+def test_bad_rotary_fractions_name_the_key(change, path, fragment):
+    llama = {k: v for k, v in published("llama-3-8b").items() if k != "rope_scaling"}
+    [(where, message)] = problems_of({**llama, **change})
+    assert where == path and fragment in message and "'llama'" in message
+
+
+def test_minimax_rotary_dim_past_the_head_names_the_key():
+    [(where, message)] = problems_of({**published("minimax-m2"), "rotary_dim": 256})
+    assert where == "$.rotary_dim" and "head_dim (128)" in message

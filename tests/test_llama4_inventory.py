@@ -4,7 +4,9 @@ kinds (RoPE and chunked attention with the L2 q/k norm, NoPE and global attentio
 the query temperature), each alone, with the top-1 sigmoid router, every expert on its
 copy of every token and the shared expert; hf-eager and hf-sdpa against the bytes
 measured per tensor in validation/data/llama-4-scout.json (torch 2.13.0, b 1-2, s
-128-512, 1 and 2 layers of each kind), and the whole model as its measured layer kinds;
+128-512, 1 and 2 layers of each kind; a RoPE and a NoPE layer side by side with chunks
+of 128 that the sequence reaches and passes), and the whole model as its measured layer
+kinds;
 Maverick's dense and MoE layers (RoPE layers without the L2 norm) against
 validation/data/llama-4-maverick.json."""
 
@@ -58,7 +60,31 @@ def test_both_layer_kinds_and_both_attentions_are_measured():
     assert DATA["published_config_part"] == "text_config"
     assert DATA["model_class"] == "Llama4ForCausalLM"
     assert {(v, a) for v, a, _, _ in RUNS} == {
-        (v, a) for v in ("rope_layers", "nope_layers") for a in ("eager", "sdpa")}
+        (v, a) for v in ("rope_layers", "nope_layers", "chunked_and_nope_layers")
+        for a in ("eager", "sdpa")}
+
+
+@pytest.mark.parametrize(("b", "s"), [(1, 128), (1, 256), (2, 256)])
+def test_sdpa_keeps_the_chunked_mask_in_the_rope_layers_only(b, s):
+    # a RoPE (chunked) and a NoPE (global) layer side by side, 8 heads and 2 kv heads of 128,
+    # chunks of 128 <= s: the chunked layer gets create_chunked_causal_mask's mask
+    # (_ignore_causal_mask_sdpa refuses the skip once kv_length >= the chunk), keeps it
+    # converted (b x s x s x 2 bytes) with K and V repeated to the 8 heads; the NoPE layer's
+    # create_causal_mask returns None and SDPA runs is_causal with enable_gqa, keeping K and
+    # V at their 2 heads
+    run = RUNS["chunked_and_nope_layers", "sdpa", b, s]
+    table = M.spec_table(DATA, run, 1, ROOT)  # one unit: two layers
+    assert (table["model"]["sliding_window"], table["model"]["sliding_window_pattern"]) == (
+        128, 2)
+    [group] = hf_inventory(llmpar.load_spec(table), HfRun(attention="sdpa")).groups
+    kept = {t.name: t.bytes for t in group.tensors}
+    tokens = b * s
+    assert group.count == 2
+    assert kept["sliding-window mask (additive)"] == tokens * s * 2 / 2
+    assert kept["key expanded by repeat_kv"] == tokens * 8 * HEAD_DIM * 2 / 2
+    assert kept["key"] == tokens * 2 * HEAD_DIM * 2 / 2
+    assert_exact(DATA, run)
+    assert_exact(DATA, RUNS["chunked_and_nope_layers", "eager", b, s])
 
 
 def test_rope_and_nope_layers_differ_by_the_l2_norm_and_the_temperature():

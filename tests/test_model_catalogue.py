@@ -460,6 +460,30 @@ def test_flops_equal_flop_counter_on_the_2025_model_types(run):
                                           rel=0.01)
 
 
+@pytest.mark.parametrize("name", ["gemma-3-1b", "llama-4-scout"])
+def test_flops_of_windowed_chunked_and_nope_layers_equal_flop_counter(name):
+    # validation/data/flops/<name>.json: a windowed and a global layer (Gemma 3), a RoPE
+    # chunked and a NoPE global layer (Llama 4 Scout); eager attention computes every score
+    # of the s x s square whatever the mask, as llmpar counts them, and transformers runs
+    # Llama 4's every expert on every token (`every_expert_extra`): equal to the FLOP, with
+    # no kernel the counter leaves out, and the parameters transformers built
+    from llmpar.footprint.flops import forward_flops_per_sequence
+
+    folder = WRITER.CONFIGS.parent / "data" / "flops"
+    runs = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))["runs"]
+    assert {run["num_layers"] for run in runs} == {1, 2}
+    for run in runs:
+        model = llmpar.model_from_hf(run["config_used"])
+        kinds = {windowed for _, windowed in model.layer_kinds_in(0, run["num_layers"])}
+        assert kinds == ({True} if run["num_layers"] == 1 else {True, False})
+        predicted = (forward_flops_per_sequence(model, run["seq"]).total * run["batch"]
+                     + FLOP_TERMS.every_expert_extra(model, run))
+        assert run["uncounted_kernel_flops_computed_here"] == 0
+        assert predicted == run["forward_flops"]
+        assert 3 * predicted == run["forward_backward_flops"]
+        assert count_parameters(model).total == run["parameters"]
+
+
 @pytest.mark.parametrize("name", ["gpt-oss-20b", "llama-4-scout"])
 def test_num_experts_spelling_is_read(name):
     # transformers' attribute maps let a config name the routed experts num_experts.

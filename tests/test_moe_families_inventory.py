@@ -30,19 +30,12 @@ ERNIE_RUNS = runs_by_key(ERNIE)
 GLM = M.load(ROOT / "validation" / "data" / "glm-4.5-air.json")
 GLM_RUNS = runs_by_key(GLM)
 GLM_ROTATED = 64
-"""RoPE's width in transformers: partial_rotary_factor 0.5 of head_dim 128."""
+"""RoPE's width in transformers: partial_rotary_factor 0.5 of head_dim 128 (MiniMax-M2's
+rotary_dim is 64 of 128 as well)."""
 
 
 MINIMAX = M.load(ROOT / "validation" / "data" / "minimax-m2.json")
 MINIMAX_RUNS = runs_by_key(MINIMAX)
-
-
-def glm_rope_residual(run: M.MeasuredRun) -> int:
-    """llmpar's RoPE cos and sin (bf16, s x d_head each, outside the layers) count the
-    whole head of 128 where transformers rotates (and keeps) half of it: the model has no
-    rotary fraction, which changes no parameter, FLOP or per-layer byte. MiniMax-M2's
-    rotary_dim is 64 of 128 as well."""
-    return 2 * run.sequence * (128 - GLM_ROTATED) * 2
 
 
 def spec(model: str, s: int = 256, b: int = 1) -> llmpar.Spec:
@@ -130,10 +123,41 @@ def test_every_tensor_is_tagged(model, attention):
         assert bool(scores) == (attention == "eager")
 
 
+@pytest.mark.parametrize(("model", "config", "rows"), [
+    ("glm-4.5-air", {"partial_rotary_factor": 0.5}, (GLM, "moe_layers")),
+    ("minimax-m2", {"rotary_dim": 64}, (MINIMAX, "main"))])
+def test_rope_keeps_cos_and_sin_of_the_rotated_half(model, config, rows):
+    # the rotary embedding's inv_freq spans int(128 x 0.5) = 64 channels
+    # (compute_default_rope_parameters; MiniMaxM2Config reads rotary_dim 64 as
+    # partial_rotary_factor 64 / 128): cos and sin are s x 64 bf16 each, built once
+    # outside the layers, and the preset, imported from the published config.json, says so
+    data, variant = rows
+    assert {key: data_config(data)[key] for key in config} == config
+    preset = spec(model)
+    assert preset.model.rotary_fraction == 0.5 and preset.model.rotary_dim == GLM_ROTATED
+    inventory = hf_inventory(preset, HfRun(attention="sdpa"))
+    rope = [t for t in inventory.fixed if t.name.startswith("RoPE")]
+    assert [t.bytes for t in rope] == [256 * GLM_ROTATED * 2] * 2
+    found = next(v for v in data["variants"] if v["variant"] == variant)
+    listing = next(i for i in found["inventory"]
+                   if i["num_layers"] == 1 and i["attn_implementation"] == "sdpa")
+    rows_kept = [dict(zip(data["inventory_fields"], r, strict=True))
+                 for r in listing["tensors"]]
+    # measured: first kept by the products with q and k in the first layer
+    measured = [r["shape"] for r in rows_kept if r["module"] == "model.layers.0.self_attn"
+                and r["saved_by_autograd_nodes"] == "MulBackward0"
+                and r["first_save_of_storage"] and r["storage_live_after_forward"]]
+    assert measured == [[1, 1, 256, GLM_ROTATED]] * 2
+
+
+def data_config(data: dict) -> dict:
+    return M.load(ROOT / data["published_config_file"])
+
+
 @pytest.mark.parametrize("key", sorted(GLM_RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_glm_layer_kind_is_exact(key):
     run = GLM_RUNS[key]
-    assert_exact(GLM, run, glm_rope_residual(run))
+    assert_exact(GLM, run)
 
 
 def test_glm_router_by_hand():
@@ -170,8 +194,7 @@ def test_glm_sdpa_output_is_copied_for_the_output_projection():
 def test_the_whole_glm_model_is_its_measured_layer_kinds_and_outside():
     # one dense layer, then 45 with 128 experts (the measured 32 change only the router's
     # fp32 scores per token and grouped_mm's int32 offsets, 4 x (256 + 1) bytes per
-    # expert), at b 1, s 256; outside the layers as measured, plus RoPE's cos and sin at
-    # the whole head width (`glm_rope_residual`)
+    # expert), at b 1, s 256; outside the layers as measured
     for attention in ("eager", "sdpa"):
         inventory = hf_inventory(spec("glm-4.5-air"), HfRun(attention=attention))
         counts = {group.kind: group.count for group in inventory.groups}
@@ -179,14 +202,14 @@ def test_the_whole_glm_model_is_its_measured_layer_kinds_and_outside():
         moe = GLM_RUNS["moe_layers", attention, 1, 256]
         per_layer = {"dense": GLM_RUNS["dense_layers", attention, 1, 256].per_layer_bytes,
                      "moe": moe.per_layer_bytes + 4 * (256 + 1) * (128 - 32)}
-        fixed = moe.fixed_bytes + glm_rope_residual(moe)
+        fixed = moe.fixed_bytes
         assert inventory.total_bytes == fixed + sum(counts[k] * per_layer[k] for k in counts)
 
 
 @pytest.mark.parametrize("key", sorted(MINIMAX_RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_minimax_layer_is_exact(key):
     run = MINIMAX_RUNS[key]
-    assert_exact(MINIMAX, run, glm_rope_residual(run))
+    assert_exact(MINIMAX, run)
 
 
 def test_minimax_router_by_hand():
@@ -211,12 +234,11 @@ def test_minimax_router_by_hand():
 def test_the_whole_minimax_model_is_its_measured_layer_and_outside():
     # 62 layers with 256 experts (the measured 32 change only the router's fp32 scores per
     # token and grouped_mm's int32 offsets, 4 x (256 + 1) bytes per expert), at b 1,
-    # s 256; outside the layers as measured, plus RoPE at the whole head width
+    # s 256; outside the layers as measured
     for attention in ("eager", "sdpa"):
         inventory = hf_inventory(spec("minimax-m2"), HfRun(attention=attention))
         counts = {group.kind: group.count for group in inventory.groups}
         assert counts == {"moe": 62}
         run = MINIMAX_RUNS["main", attention, 1, 256]
         per_layer = run.per_layer_bytes + 4 * (256 + 1) * (256 - 32)
-        assert inventory.total_bytes == (run.fixed_bytes + glm_rope_residual(run)
-                                         + 62 * per_layer)
+        assert inventory.total_bytes == run.fixed_bytes + 62 * per_layer

@@ -26,16 +26,6 @@ HEAD_DIM, ROTATED = 256, 64
 """RoPE's width in transformers: partial_rotary_factor 0.25 of head_dim 256."""
 
 
-def rope_residual(run: M.MeasuredRun) -> int:
-    """llmpar's RoPE cos and sin (bf16, b x s x d_head each: the multimodal rotary
-    embedding gives every sample its own) count the whole head of 256 where transformers
-    rotates (and keeps) a quarter of it: the model has no rotary fraction, which changes
-    no parameter, FLOP or per-layer byte. Kept only where a layer attends."""
-    if run.variant != "attention_layers":
-        return 0
-    return 2 * run.batch * run.sequence * (HEAD_DIM - ROTATED) * 2
-
-
 def spec(model: str, s: int = 256, b: int = 1) -> llmpar.Spec:
     return llmpar.load_spec({"model": model, "hardware": {"gpu": "h100-sxm"},
                              "precision": {"activations": "bf16", "weights": "bf16"},
@@ -49,7 +39,7 @@ def test_both_models_both_layer_kinds_and_every_shape_were_measured():
 @pytest.mark.parametrize("key", sorted(RUNS), ids=lambda key: "-".join(map(str, key)))
 def test_each_qwen3_5_layer_kind_is_exact(key):
     run = RUNS[key]
-    assert_exact(DATA[key[0]], run, rope_residual(run))
+    assert_exact(DATA[key[0]], run)
 
 
 def test_rope_is_kept_per_sample():
@@ -63,7 +53,9 @@ def test_rope_is_kept_per_sample():
         assert (two - alone_two) - (one - alone_one) == 2 * 256 * ROTATED * 2
     inventory = hf_inventory(spec("qwen3.5-27b", b=2), HfRun(attention="sdpa"))
     rope = [t for t in inventory.fixed if t.name.startswith("RoPE")]
-    assert [t.bytes for t in rope] == [2 * 256 * HEAD_DIM * 2] * 2
+    # rope_parameters' partial_rotary_factor 0.25 of head_dim 256
+    assert spec("qwen3.5-27b").model.rotary_dim == ROTATED
+    assert [t.bytes for t in rope] == [2 * 256 * ROTATED * 2] * 2
 
 
 @pytest.mark.parametrize(("name", "layers", "experts"),
@@ -73,7 +65,8 @@ def test_the_whole_qwen3_5_model_is_its_measured_layer_kinds_and_outside(name, l
     # three gated DeltaNets to one gated attention, at b 1, s 256; the MoE model's 256
     # experts (the measured 32 change only the router's fp32 probabilities per token and
     # grouped_mm's int32 offsets, 4 x (256 + 1) bytes per expert); outside the layers as
-    # measured with DeltaNets alone, plus RoPE's cos and sin at the whole head width
+    # measured with DeltaNets alone, plus RoPE's cos and sin of the attention layers
+    # (s x 64 bf16 each)
     block = "moe" if experts else "dense"
     for attention in ("eager", "sdpa"):
         inventory = hf_inventory(spec(name), HfRun(attention=attention))
@@ -86,5 +79,5 @@ def test_the_whole_qwen3_5_model_is_its_measured_layer_kinds_and_outside(name, l
                                             "linear_attention_layers"),
                                            (f"{block} attention", "attention_layers"))}
         fixed = RUNS[name, "linear_attention_layers", attention, 1, 256].fixed_bytes
-        assert inventory.total_bytes == (fixed + 2 * 256 * HEAD_DIM * 2
+        assert inventory.total_bytes == (fixed + 2 * 256 * ROTATED * 2
                                          + sum(counts[k] * per_layer[k] for k in counts))

@@ -66,6 +66,13 @@ CHANGES: dict[str, dict] = {
     "mamba-codestral-7b": {},
     # Mamba-2, the experts alone, attention (3 layers: one of each)
     "nemotron-3-nano-30b-a3b": {"n_routed_experts": 16, "hybrid_override_pattern": "ME*"},
+    # a windowed layer, then a global one (layer_types in place of sliding_window_pattern 6)
+    "gemma-3-1b": {"layer_types": ["sliding_attention", "full_attention"]},
+    # a RoPE (chunked) layer, then a NoPE (global) one; 4 of the 16 experts at 1024 of their
+    # 8192 width and a 16384-token vocabulary, as validation/measure_hf.py measures it
+    "llama-4-scout": {"num_local_experts": 4, "intermediate_size": 1024, "vocab_size": 16384,
+                      "pad_token_id": None, "no_rope_layers": None,
+                      "no_rope_layer_interval": 2},
 }
 """The models measured and what each changes from its published config."""
 PER_LAYER = ("layer_types", "no_rope_layers", "hybrid_override_pattern")

@@ -19,6 +19,9 @@ For each architecture it writes validation/data/<name>.json with
 Usage:
   python validation/measure_hf.py               # every architecture
   python validation/measure_hf.py --only gpt2   # one (or a comma-separated list)
+  python validation/measure_hf.py --only gemma-3-1b --variants mixed_layers_small_window
+                                                # these variants of one architecture, merged
+                                                # into its existing file
   python validation/measure_hf.py --list
 See validation/README.md for what every number means and the caveats.
 """
@@ -158,6 +161,21 @@ ARCHS: dict[str, dict] = {
         ]
     },
     "phi-3-mini": {},
+    # Phi-4-mini's layer (Phi3ForCausalLM: fused qkv_proj and gate_up_proj) with RoPE on
+    # partial_rotary_factor 0.75 of each head (apply_rotary_pos_emb rotates q[..., :96] and
+    # concatenates the rest; longrope's short factors below 4096 tokens), at a width of
+    # 1024 (8 heads and 4 kv heads of the published 128), 1024 in the MLP and a
+    # 16384-token vocabulary (the layers' tensors scale with each; the test builds the
+    # same widths)
+    "phi-4-mini": {
+        "variants": [
+            {"variant": "main",
+             "overrides": {"hidden_size": 1024, "num_attention_heads": 8,
+                           "num_key_value_heads": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "bos_token_id": None,
+                           "eos_token_id": None}},
+        ]
+    },
     "gpt2": {
         "variants": [
             {"variant": "main"},
@@ -266,6 +284,17 @@ ARCHS: dict[str, dict] = {
                            "vocab_size": 16384, "pad_token_id": None, "no_rope_layers": None,
                            "no_rope_layer_interval": 1},
              "flop_seqs": ()},
+            # a RoPE (chunked) and a NoPE (global) layer as one unit, with chunks of 128
+            # that the sequence reaches (s = 128) and passes (s = 256), where the chunked
+            # layers get the chunked mask and the global ones is_causal; at a width of 256
+            # with 8 heads and 2 kv heads of 128
+            {"variant": "chunked_and_nope_layers",
+             "overrides": {"num_local_experts": 4, "intermediate_size": 1024,
+                           "vocab_size": 16384, "pad_token_id": None, "hidden_size": 256,
+                           "num_attention_heads": 8, "num_key_value_heads": 2,
+                           "attention_chunk_size": 128, "no_rope_layer_interval": 2},
+             "layer_pattern": ("no_rope_layers", [1, 0]),
+             "saved_shapes": [(1, 128), (1, 256), (2, 256)], "flop_seqs": ()},
         ],
     },
     # Llama 4 Maverick's language model: its dense layers (Llama4TextMLP of
@@ -334,6 +363,16 @@ ARCHS: dict[str, dict] = {
              "layer_pattern": ("layer_types", ["sliding_attention"]), "flop_seqs": ()},
             {"variant": "full_attention_layers",
              "layer_pattern": ("layer_types", ["full_attention"]), "flop_seqs": ()},
+            # a windowed and a global layer as one unit, with a window of 128 that the
+            # sequence reaches (s = 128) and passes (s = 256), where the windowed layers get
+            # the sliding mask and the global ones is_causal; at a width of 256, 1024 in the
+            # MLP and a 16384-token vocabulary (the layers' tensors scale with each; the
+            # test builds the same widths)
+            {"variant": "mixed_layers_small_window",
+             "overrides": {"sliding_window": 128, "hidden_size": 256,
+                           "intermediate_size": 1024, "vocab_size": 16384},
+             "layer_pattern": ("layer_types", ["sliding_attention", "full_attention"]),
+             "saved_shapes": [(1, 128), (1, 256), (2, 256)], "flop_seqs": ()},
         ]
     },
     # Qwen3.5's language models (Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM, the
@@ -1395,7 +1434,9 @@ INVENTORY_FIELDS = [
 ]
 
 
-def measure(name: str, log, checkpoint=None) -> dict:
+def measure(name: str, log, checkpoint=None, only_variants=None, existing=None) -> dict:
+    """`name`'s measurements; with `only_variants`, those variants alone, measured into
+    `existing` (the architecture's file as written before), each with its own date."""
     spec = ARCHS[name]
     meta, pub = load_published(name)
     part = spec.get("config_part")
@@ -1450,16 +1491,31 @@ def measure(name: str, log, checkpoint=None) -> dict:
     log(f"  params {pc['total_params']:,}")
     variants = spec.get("variants") or [{"variant": "main"}]
     out["variants"] = []
+    if only_variants is not None:
+        unknown = set(only_variants) - {var["variant"] for var in variants}
+        if unknown:
+            raise ValueError(f"unknown variants of {name}: {sorted(unknown)}")
+        kept = {v["variant"]: v for v in (existing or {}).get("variants", ())}
+        out = {**existing, "versions": out["versions"]} if existing else out
+        out["variants"] = [kept[var["variant"]] for var in variants
+                           if var["variant"] in kept and var["variant"] not in only_variants]
+        variants = [var for var in variants if var["variant"] in only_variants]
     for var in variants:
         vt = time.time()
         res = measure_variant(name, spec, pub, var, log)
         res["seconds"] = round(time.time() - vt, 1)
+        if only_variants is not None:
+            res["generated_at"] = datetime.datetime.now(datetime.UTC).isoformat(
+                timespec="seconds")
         out["variants"].append(res)
         if checkpoint is not None:  # a process killed later (e.g. out of memory) keeps this much
             checkpoint({**out, "incomplete": "written after variant " + var["variant"]})
+    order = [var["variant"] for var in spec.get("variants") or [{"variant": "main"}]]
+    out["variants"].sort(key=lambda v: order.index(v["variant"]))
     out["inventory_fields"] = INVENTORY_FIELDS
     out["moe"] = moe_summary(pub, out)
-    out["seconds"] = round(time.time() - t0, 1)
+    if only_variants is None:
+        out["seconds"] = round(time.time() - t0, 1)
     return out
 
 
@@ -1547,6 +1603,8 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--only", help="comma-separated architecture names (default: all)")
     ap.add_argument("--list", action="store_true", help="list architecture names and exit")
+    ap.add_argument("--variants", help="comma-separated variants of the one --only "
+                    "architecture: measured alone and merged into its existing file")
     ap.add_argument("--out-dir", default=str(DATA_DIR))
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     ap.add_argument(
@@ -1573,6 +1631,12 @@ def main(argv=None) -> int:
     if bad:
         print(f"unknown architecture(s): {bad}; known: {list(ARCHS)}", file=sys.stderr)
         return 2
+    only_variants = None
+    if args.variants:
+        if len(names) != 1:
+            print("--variants needs exactly one --only architecture", file=sys.stderr)
+            return 2
+        only_variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if args.threads:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
@@ -1607,11 +1671,15 @@ def main(argv=None) -> int:
         return 1 if failed else 0
     for n in names:
         path = out_dir / f"{n}.json"
+        existing = (json.loads(path.read_text()) if only_variants is not None and path.exists()
+                    else None)
         try:
             res = measure(
                 n,
                 log,
                 checkpoint=lambda r, path=path: write_result(path, r),
+                only_variants=only_variants,
+                existing=existing,
             )
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()

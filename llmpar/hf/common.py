@@ -78,3 +78,70 @@ def no_sliding_window(config: HfConfig) -> dict[str, Any]:
         raise config.error("use_sliding_window", "only false is supported: llmpar does not "
                            "model windows on the layers from max_window_layers on")
     return {}
+
+
+ROTARY_FRACTION_DEFAULTS = {"glm4_moe": 0.5, "qwen3_next": 0.25, "qwen3_5_text": 0.25,
+                            "qwen3_5_moe_text": 0.25}
+"""partial_rotary_factor where a config.json leaves it out: the defaults of transformers
+5.24.0's Glm4MoeConfig, Qwen3NextConfig, Qwen3_5TextConfig and Qwen3_5MoeTextConfig
+(kwargs.setdefault("partial_rotary_factor", ...)); 1 for every other model_type."""
+
+
+def _fraction_at(config: HfConfig, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise config.error(key, f"expected a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _rope_table_fraction(config: HfConfig) -> tuple[str, Any] | None:
+    """partial_rotary_factor inside rope_scaling (transformers 4.x), else rope_parameters
+    (5.x): one table, or one per layer type (Gemma 3's), which must agree."""
+    for table_key in ("rope_scaling", "rope_parameters"):
+        table = config.get(table_key)
+        if not isinstance(table, dict) or not table:
+            continue
+        nested = {kind: part for kind, part in table.items() if isinstance(part, dict)}
+        if not nested:
+            found = table.get("partial_rotary_factor")
+            return None if found is None else (f"{table_key}.partial_rotary_factor", found)
+        values = {kind: part.get("partial_rotary_factor", 1.0) for kind, part in nested.items()}
+        if len(set(values.values())) > 1:
+            raise config.error(table_key, f"expected one partial_rotary_factor for every "
+                                          f"layer type, got {values}")
+        kind, value = next(iter(values.items()))
+        return f"{table_key}.{kind}.partial_rotary_factor", value
+    return None
+
+
+ROTARY_DIM_TYPES = ("minimax_m2",)
+"""The model_types whose configuration reads a legacy rotary_dim (channels rotated) when
+partial_rotary_factor is not given (MiniMaxM2Config.convert_rope_params_to_dict,
+transformers 5.24.0); other configs' rotary_dim is not read by transformers."""
+
+
+def rotary_fraction(config: HfConfig, head_dim: int | None) -> float | None:
+    """The share of each head that RoPE rotates, as transformers 5.24.0 reads it
+    (PreTrainedConfig.convert_rope_params_to_dict, modeling_rope_utils.py):
+    partial_rotary_factor inside rope_scaling or rope_parameters first, then at the top
+    level; rotary_dim over head_dim where the model_type reads it (`ROTARY_DIM_TYPES`);
+    else the model_type's default (`ROTARY_FRACTION_DEFAULTS`). None for the whole
+    head."""
+    found = _rope_table_fraction(config)
+    if found is None and config.get("partial_rotary_factor") is not None:
+        found = "partial_rotary_factor", config.get("partial_rotary_factor")
+    if (found is None and config.model_type in ROTARY_DIM_TYPES
+            and config.get("rotary_dim") is not None):
+        width = config.integer("rotary_dim")
+        assert width is not None
+        if head_dim is None or not 0 < width <= head_dim:
+            raise config.error("rotary_dim", f"expected 1 to head_dim ({head_dim}) channels, "
+                                             f"got {width}")
+        found = "rotary_dim", width / head_dim
+    if found is None:
+        default = ROTARY_FRACTION_DEFAULTS.get(config.model_type)
+        found = None if default is None else ("partial_rotary_factor", default)
+    if found is None:
+        return None
+    fraction = _fraction_at(config, *found)
+    return None if fraction == 1 else fraction
+

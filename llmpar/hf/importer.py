@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
+from llmpar.hf.common import rotary_fraction
 from llmpar.hf.config import HfConfig, HfSource, missing_problems, read_config
 from llmpar.hf.families import (
     FAMILIES,
@@ -98,8 +99,22 @@ def _table(config: HfConfig) -> dict[str, Any]:
     problems = missing_problems(config, family.required)
     if problems:
         raise SpecError(problems, config.label)
-    table = family.read(config)
+    table = _with_rotary_fraction(config, family.read(config))
     return {"source": _source(config, family, note), **_clean(table)}
+
+
+def _with_rotary_fraction(config: HfConfig, table: dict[str, Any]) -> dict[str, Any]:
+    """`table` with the share of each head RoPE rotates after position_embedding, where
+    it is not the whole head (RoPE on standard heads only: MLA's is qk_rope_head_dim)."""
+    if table.get("position_embedding", "rope") != "rope" or "mla" in table:
+        return table
+    fraction = rotary_fraction(config, table.get("head_dim"))
+    if fraction is None:
+        return table
+    keys = list(table)
+    at = keys.index("position_embedding") + 1 if "position_embedding" in keys else len(keys)
+    return {**dict(list(table.items())[:at]), "rotary_fraction": fraction,
+            **dict(list(table.items())[at:])}
 
 
 def model_from_hf(source: HfSource) -> Model:

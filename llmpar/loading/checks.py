@@ -43,7 +43,25 @@ def model_problems(model: Model) -> list[Problem]:
     if model.position_embedding == "learned" and model.max_position_embeddings is None:
         problems.append(Problem("$.model.max_position_embeddings",
                                 "required with position_embedding = 'learned'"))
+    problems += rotary_problems(model)
     return problems + moe_problems(model) + mixer_problems(model)
+
+
+def rotary_problems(model: Model) -> list[Problem]:
+    """A rotary fraction below 1 needs RoPE on standard heads, and rotates whole pairs of
+    channels (rotate_half splits the rotated width in two halves)."""
+    if model.rotary_fraction == 1:
+        return []
+    path = "$.model.rotary_fraction"
+    if model.position_embedding != "rope" or model.mla is not None:
+        return [Problem(path, "only with position_embedding = 'rope' and without "
+                              "[model.mla] (MLA rotates qk_rope_head_dim), got "
+                              f"{model.rotary_fraction!r}")]
+    width = model.rotary_dim
+    if model.attends and (width == 0 or width % 2):
+        return [Problem(path, f"must rotate an even number of channels: int(head_dim "
+                              f"({model.head_dim}) x {model.rotary_fraction!r}) is {width}")]
+    return []
 
 
 MIXER_TABLES = {"L": "linear_attention", "M": "mamba"}

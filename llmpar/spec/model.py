@@ -294,6 +294,15 @@ class Model:
         default="rope", validator=v.one_of(*POSITION_EMBEDDINGS)
     )
     """rope, alibi and none add no parameters; learned adds a table of positions."""
+    rotary_fraction: float = attrs.field(default=1.0, validator=v.fraction)
+    """The share of each query and key head that RoPE rotates, the rest passing
+    unrotated (transformers' partial_rotary_factor: Phi-4-mini 0.75, GLM-4.5 and
+    MiniMax-M2 0.5, Qwen3-Next and Qwen3.5 0.25): RoPE's cos and sin are
+    int(head_dim x rotary_fraction) wide (`rotary_dim`, as transformers'
+    compute_default_rope_parameters). No parameter, FLOP or cache count changes; the hf
+    inventories keep cos and sin at that width. 1: the whole head; only with
+    position_embedding = "rope" and without [model.mla] (MLA rotates its
+    qk_rope_head_dim)."""
     max_position_embeddings: int | None = attrs.field(default=None, validator=v.positive)
     """Longest sequence; the size of a learned position table. A trained or served
     sequence past it is an error with learned positions, else a warning in the plan
@@ -575,6 +584,18 @@ class Model:
             return 0
         assert self.head_dim is not None
         return self.mla.qk_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Channels of a query or key head that RoPE rotates: int(head_dim x
+        rotary_fraction), as transformers' compute_default_rope_parameters takes them
+        (modeling_rope_utils.py, 5.24.0); MLA: qk_rope_head_dim; 0 without attention heads."""
+        if not self.attends:
+            return 0
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
+        assert self.head_dim is not None
+        return int(self.head_dim * self.rotary_fraction)
 
     @property
     def value_head_dim(self) -> int:

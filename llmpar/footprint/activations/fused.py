@@ -20,7 +20,8 @@ Engine, torchtitan), tensor by tensor.
   keeping its two inputs, the gate and up halves of fc1's output; fc2 keeps its input.
   A GELU MLP keeps fc1's output and fc2's input.
 - RoPE is fused (Transformer Engine fused_apply_rotary_pos_emb): one fp32 frequency
-  table of s x d_rope, shared by the layers.
+  table of s x d_rope (the rotated channels of a head, `Model.rotary_dim`), shared by
+  the layers.
 - The loss is Megatron-Core's fused vocab-parallel cross-entropy
   (cross_entropy_loss_fusion): no fp32 copy of the logits; it keeps exp(logits) in the
   logits' dtype, the labels and a per-token target mask.
@@ -372,8 +373,11 @@ def _outside(sizes: Sizes, model: Model, dropout: bool = False) -> tuple[SavedTe
                                placement="embedding", weights=lookup, weights_only=True))
     shared = []
     if model.position_embedding == "rope":
-        width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
-        assert width is not None
+        # the rotated channels: Megatron-Core's RotaryEmbedding.__init__ takes
+        # int(kv_channels x rotary_percent) below 1
+        # (megatron/core/models/common/embeddings/rotary_pos_embedding.py); MLA's
+        # qk_rope_head_dim
+        width = model.rotary_dim
         shared.append(saved("RoPE frequencies (fp32)", "one table for every layer of a stage",
                             (sizes.s, ("d_rope", width)), FP32_BYTES, TOKENS_ONLY))
     head = _norm(sizes, model, "final norm") if model.final_norm else []

@@ -56,13 +56,33 @@ def kernel(ctx: Context) -> str:
     return "flash"
 
 
-def sdpa_mask_kept(ctx: Context) -> bool:
-    """Whether SDPA gets a materialized mask: transformers skips it (is_causal) unless a
-    sliding window is shorter than the sequence (masking_utils._ignore_causal_mask_sdpa)
-    or the model always builds one (`Family.mask_always`)."""
+def windowed_share(ctx: Context, moe: bool | None) -> float:
+    """The share of a group's layers that attend within the sliding window (Llama 4: its
+    chunk), of its MoE layers, its dense ones, or all layers (`moe` None), in closed form
+    (Model.layer_kinds_in): 1 where every layer is windowed, 0 without a window."""
+    model = ctx.model
+    kinds = model.layer_kinds_in(0, model.num_layers or 0)
+    chosen = {kind: n for kind, n in kinds.items() if moe is None or kind[0] == moe}
+    total = sum(chosen.values())
+    if not total:
+        return 1.0 if model.sliding_window is not None else 0.0
+    return sum(n for (_, windowed), n in chosen.items() if windowed) / total
+
+
+def sdpa_mask_share(ctx: Context, moe: bool | None) -> float:
+    """The share of a group's layers whose SDPA call gets a materialized mask: a windowed
+    (or chunked) layer once the sequence reaches its window, where masking_utils'
+    _ignore_causal_mask_sdpa refuses the is_causal skip (kv_length >= local_attention_size);
+    a global layer's create_causal_mask returns None without padding, and SDPA runs
+    is_causal (transformers 5.24.0; measured with Gemma 3's and Llama 4's windowed and
+    global layers side by side, validation/data/gemma-3-1b.json and llama-4-scout.json);
+    every layer of a model that always builds one (`Family.mask_always`)."""
     window = ctx.model.sliding_window
-    return ctx.run.attention == "sdpa" and (ctx.family.mask_always or (
-        window is not None and ctx.sequence >= window))
+    if ctx.run.attention == "sdpa" and ctx.family.mask_always:
+        return 1.0
+    if ctx.run.attention != "sdpa" or window is None or ctx.sequence < window:
+        return 0.0
+    return windowed_share(ctx, moe)
 
 
 def _heads(ctx: Context) -> tuple[int, int]:
@@ -167,50 +187,65 @@ def _probabilities_eager(ctx: Context) -> list[SavedTensor]:
     return tensors
 
 
-def _flash(ctx: Context) -> list[SavedTensor]:
-    """SDPA's fused kernel keeps Q, K, V as passed (views keep their whole storage), the
-    output and the fp32 log-sum-exp per head and query."""
+def _flash_keys_values(ctx: Context, masked: bool) -> list[SavedTensor]:
+    """K and V as SDPA gets them, with a mask (`masked`: repeated to every head by
+    repeat_kv) or without one (GQA passed to SDPA, enable_gqa, up to transformers'
+    MAX_GQA_HEAD_DIM: integrations/sdpa_attention.py's use_gqa_in_sdpa)."""
     model = ctx.model
     heads, kv_heads = _heads(ctx)
-    gqa = heads != kv_heads and not sdpa_mask_kept(ctx) and (
+    gqa = heads != kv_heads and not masked and (
         model.qk_head_dim == model.value_head_dim <= MAX_GQA_HEAD_DIM)
     expanded = heads != kv_heads and not gqa
-    fused = ("(a+2kv)*d_head", _fused_width(ctx))
     # repeat_kv of one kv head is a view (stride 0 over the heads), which SDPA keeps as
     # passed: its storage is the unexpanded one
     kv_symbol, kv_width = (("a*d_head", model.query_width) if expanded and kv_heads > 1
                            else ("kv*d_head", model.kv_width))
-    if ctx.family.fused_qkv and not ctx.family.rope:
-        tensors = [_width(ctx, "fused q/k/v output", "Q, K and V are views of it", *fused)]
+    tensors = [_width(ctx, "key" + (" expanded by repeat_kv" if expanded else ""),
+                      "SDPA input", kv_symbol, kv_width)]
+    if ctx.family.fused_qkv and not expanded:
+        tensors.append(_width(ctx, "fused q/k/v output", "kept whole by the value view",
+                              "(a+2kv)*d_head", _fused_width(ctx)))
+    elif model.mla is not None:
+        # MLA's V is a view of kv_b_proj's output (mla.py), which SDPA keeps whole
+        mla = model.mla
+        tensors.append(_width(ctx, "kv_b_proj output", "kept whole by the value view",
+                              "a*(d_nope+d_v)", heads * (mla.qk_nope_head_dim + mla.v_head_dim)))
     else:
-        tensors = [_width(ctx, "query", "SDPA input", "a*d_head", model.query_width),
-                   _width(ctx, "key" + (" expanded by repeat_kv" if expanded else ""),
-                          "SDPA input", kv_symbol, kv_width)]
-        if ctx.family.fused_qkv and not expanded:
-            tensors.append(_width(ctx, "fused q/k/v output", "kept whole by the value view",
-                                  *fused))
-        elif model.mla is not None:
-            # MLA's V is a view of kv_b_proj's output (mla.py), which SDPA keeps whole
-            mla = model.mla
-            tensors.append(_width(ctx, "kv_b_proj output", "kept whole by the value view",
-                                  "a*(d_nope+d_v)",
-                                  heads * (mla.qk_nope_head_dim + mla.v_head_dim)))
+        tensors.append(_width(ctx, "value" + (" expanded by repeat_kv" if expanded else ""),
+                              "SDPA input", kv_symbol.replace("d_head", "d_v"),
+                              kv_width // model.qk_head_dim * model.value_head_dim))
+    return tensors
+
+
+def _flash(ctx: Context, moe: bool | None) -> list[SavedTensor]:
+    """SDPA's fused kernel keeps Q, K, V as passed (views keep their whole storage), the
+    output and the fp32 log-sum-exp per head and query; where a share of the group's
+    layers gets a mask (`sdpa_mask_share`), its keys, values and mask are counted at that
+    share, the unmasked layers' at the rest."""
+    model = ctx.model
+    share = sdpa_mask_share(ctx, moe)
+    if ctx.family.fused_qkv and not ctx.family.rope:
+        tensors = [_width(ctx, "fused q/k/v output", "Q, K and V are views of it",
+                          "(a+2kv)*d_head", _fused_width(ctx))]
+    else:
+        tensors = [_width(ctx, "query", "SDPA input", "a*d_head", model.query_width)]
+        masked, unmasked = _flash_keys_values(ctx, True), _flash_keys_values(ctx, False)
+        if share >= 1 or masked == unmasked:
+            tensors += masked if share >= 1 else unmasked
         else:
-            tensors.append(_width(ctx, "value" + (" expanded by repeat_kv" if expanded else ""),
-                                  "SDPA input", kv_symbol.replace("d_head", "d_v"),
-                                  kv_width // model.qk_head_dim * model.value_head_dim))
+            tensors += (_on_share(masked, share, "windowed layers")
+                        + _on_share(unmasked, 1 - share, "global layers"))
     lse = (ctx.sizes.b, ctx.sizes.a, ctx.sizes.s)
     copied = (ctx.family.fused_qkv and ctx.family.rope or ctx.family.rope_concat
               or model.mla is not None)
-    if sdpa_mask_kept(ctx):
-        # SDPA converts the boolean mask to an additive one in the query's dtype
-        # (convert_boolean_attn_mask, aten/src/ATen/native/transformers/attention.cpp) in
-        # every call, and the CPU flash kernel keeps it: b x 1 x s x s per layer
-        kind = "sparse attention" if ctx.family.mask_always else "sliding-window"
-        tensors.append(saved(f"{kind} mask (additive)", "the boolean mask converted "
-                             "by SDPA, kept by its kernel", (ctx.sizes.b, ctx.sizes.s,
-                                                             ("s", ctx.sequence)),
-                             ctx.d, TOKENS_ONLY, attention_score=True))
+    # SDPA converts the boolean mask to an additive one in the query's dtype
+    # (convert_boolean_attn_mask, aten/src/ATen/native/transformers/attention.cpp) in
+    # every call, and the CPU flash kernel keeps it: b x 1 x s x s per layer
+    kind = "sparse attention" if ctx.family.mask_always else "sliding-window"
+    tensors += _on_share([saved(f"{kind} mask (additive)", "the boolean mask "
+                                "converted by SDPA, kept by its kernel",
+                                (ctx.sizes.b, ctx.sizes.s, ("s", ctx.sequence)), ctx.d,
+                                TOKENS_ONLY, attention_score=True)], share, "windowed layers")
     tensors += [
         saved("log-sum-exp (fp32)", "per head and query, for the backward", lse, FP32_BYTES,
               INSIDE_TP),
@@ -255,11 +290,13 @@ def _math(ctx: Context) -> list[SavedTensor]:
     ]
 
 
-def core_tensors(ctx: Context, operands_eager: list[SavedTensor]) -> list[SavedTensor]:
-    """From Q, K, V to the output projection's input, by kernel."""
+def core_tensors(ctx: Context, operands_eager: list[SavedTensor],
+                 moe: bool | None = None) -> list[SavedTensor]:
+    """From Q, K, V to the output projection's input, by kernel (`moe` as for
+    `attention_tensors`)."""
     found = kernel(ctx)
     if found == "flash":
-        return _flash(ctx)
+        return _flash(ctx, moe)
     if found == "math":
         return _math(ctx)
     return operands_eager + _probabilities_eager(ctx) + [
@@ -309,13 +346,12 @@ def query_scale(ctx: Context) -> list[SavedTensor]:
 
 def rope_per_layer(ctx: Context) -> list[SavedTensor]:
     """ERNIE 4.5's apply_rotary_pos_emb (modeling_ernie4_5_moe.py, transformers 5.24.0):
-    each layer repeats the fp32 cos and sin halves into its own s x d_head copies
+    each layer repeats the fp32 cos and sin halves into its own s x rotary_dim copies
     (cos[..., :d/2].repeat_interleave(2)), kept by the products with q.float() and
     k.float()."""
     if not ctx.family.rope_per_layer_fp32 or ctx.model.position_embedding != "rope":
         return []
-    width = ctx.model.head_dim
-    assert width is not None
+    width = ctx.model.rotary_dim
     return [saved(f"RoPE {name} (fp32, this layer's copy)", "kept by the products with "
                   "q.float() and k.float()", (ctx.sizes.s, ("d_rope", width)), FP32_BYTES,
                   TOKENS_ONLY) for name in ("cos", "sin")]
@@ -338,15 +374,11 @@ def rope_share(ctx: Context, moe: bool | None) -> float:
     """The share of a group's layers that rotate (Llama 4: the chunked layers; the
     global ones, every sliding_window_pattern-th, are NoPE layers), of its MoE layers,
     its dense ones, or all layers (`moe` None), in closed form (Model.layer_kinds_in)."""
-    model = ctx.model
-    if model.sliding_window is None:
+    if ctx.model.sliding_window is None:
         raise ActivationUnavailable(
             "Llama 4's NoPE layers are its global ones: without a chunk size "
             "(attention_chunk_size) they are not told apart; use 'fused' or 'korthikanti'")
-    kinds = model.layer_kinds_in(0, model.num_layers or 0)
-    chosen = {kind: n for kind, n in kinds.items() if moe is None or kind[0] == moe}
-    total = sum(chosen.values())
-    return sum(n for (_, windowed), n in chosen.items() if windowed) / total if total else 1.0
+    return windowed_share(ctx, moe)
 
 
 def nope_tensors(ctx: Context, moe: bool | None) -> list[SavedTensor]:
@@ -385,7 +417,7 @@ def attention_tensors(ctx: Context, moe: bool | None = None) -> list[SavedTensor
                             ctx.sizes.h[1], ctx.d, OUTSIDE_TP, QKV_WEIGHTS, True),
               *query_scale(ctx)]
     return (inputs + rope_per_layer(ctx) + _qk_norms(ctx) + nope_tensors(ctx, moe)
-            + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx)))
+            + output_gate(ctx, core_tensors(ctx, _operands_eager(ctx), moe))
             + residual_dropout(ctx, "attention"))
 
 

@@ -65,7 +65,7 @@ def embedding_tensors(ctx: Context) -> list[SavedTensor]:
 
 def shared_tensors(ctx: Context) -> list[SavedTensor]:
     """Built once per forward and used by every layer (every pipeline stage keeps its
-    own): RoPE's cos and sin, s x head_dim each for position_ids of shape 1 x s (a set
+    own): RoPE's cos and sin, s x rotary_dim each for position_ids of shape 1 x s (a set
     per attention kind where the family says so, Gemma 3's local and global); SDPA's
     mask is kept in the layers. RoPE's are kept only where a layer attends: the rotary
     embedding of a model whose layers are all recurrent (Qwen3-Next's gated DeltaNets alone) is
@@ -74,9 +74,10 @@ def shared_tensors(ctx: Context) -> list[SavedTensor]:
     tensors = []
     if (model.position_embedding == "rope" and model.num_attention_layers
             and not ctx.family.rope_per_layer_fp32):
-        width = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
-        assert width is not None
-        width //= 2 if ctx.family.rope_half else 1
+        # the rotated channels of a head (its rotary_fraction; MLA's qk_rope_head_dim):
+        # transformers' rotary embeddings compute inv_freq over int(head_dim x
+        # partial_rotary_factor) channels (compute_default_rope_parameters)
+        width = model.rotary_dim // (2 if ctx.family.rope_half else 1)
         size = FP32_BYTES if ctx.family.rope_fp32 else ctx.d
         if ctx.family.rope_complex:
             # Llama 4's freqs_cis (torch.polar), complex64 over head_dim / 2 pairs; a model
