@@ -81,13 +81,17 @@ def rates_of(gpu: Gpu) -> Rates:
 
 
 def compute_seconds(op: Operation, rates: Rates) -> float:
+    # `rates.peak`, its lookup in line: asked for every operation of every decode step tried
+    peak = rates.peaks.get(op.dtype) or rates.peak(op.dtype)
     return op.fixed_seconds + op.flops / (
-        rates.peak(op.dtype) * (op.matmul_efficiency or rates.matmul_efficiency))
+        peak * (op.matmul_efficiency or rates.matmul_efficiency))
 
 
 def memory_seconds(op: Operation, rates: Rates) -> float:
+    # `rates.bandwidth`, read in line (as the peak in `compute_seconds`)
+    bandwidth = rates.gpu.hbm_bandwidth_bytes_per_s or rates.bandwidth
     return op.fixed_seconds + op.bytes / (
-        rates.bandwidth * (op.memory_efficiency or rates.memory_efficiency))
+        bandwidth * (op.memory_efficiency or rates.memory_efficiency))
 
 
 def seconds(op: Operation, rates: Rates) -> float:

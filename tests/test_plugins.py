@@ -9,7 +9,8 @@ import pytest
 
 import llmpar
 from llmpar import PluginError, Shard, Strategy, Transform
-from llmpar.strategies import BUILTIN_PLUGINS
+from llmpar.strategies import BUILTIN_PLUGINS, CHECKED_STRATEGY_MODULES
+from llmpar.strategies.data import DataParallel
 
 SPEC = {"model": "llama-2-7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
         "training": {"sequence_length": 1024}}
@@ -266,3 +267,24 @@ def test_a_strategy_that_crashes_is_named_at_evaluation():
     session = llmpar.Session(load_entry_points=False, plugins=[CrashPlugin()])
     with pytest.raises(PluginError, match="strategy 'halves' failed"):
         session.evaluate({**SPEC, "parallel": {"halves": {"degree": 2}}})
+
+
+def test_a_subclass_of_a_built_in_strategy_is_checked_as_a_plugin_is():
+    # Only llmpar's own strategy classes, which the contract suite checks, skip the check
+    # of every transform; a plugin's subclass of one is checked on every evaluation.
+
+    class Negative(DataParallel):
+        def transform(self, config, ctx):
+            return attrs.evolve(super().transform(config, ctx), buffer_bytes=-1.0)
+
+    class NegativePlugin:
+        @llmpar.hookimpl
+        def llmpar_register_strategies(self, register):
+            register(Negative())
+
+    assert type(llmpar.Session(load_entry_points=False).strategies["data"]).__module__ \
+        in CHECKED_STRATEGY_MODULES
+    session = llmpar.Session(load_entry_points=False, plugins=[NegativePlugin()],
+                             blocked=["data"])
+    with pytest.raises(PluginError, match="buffer_bytes -1.0 is not a finite number >= 0"):
+        session.evaluate({**SPEC, "parallel": {"data": {"degree": 8}}})

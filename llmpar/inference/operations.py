@@ -410,8 +410,8 @@ def _absorbed_inputs(model: Model, tensor: int) -> float:
 
 def constants_of(serving: Serving) -> OperationConstants:
     """The serving's operation constants, computed once (`Serving.constants`)."""
-    found = serving.constants
-    return found if isinstance(found, OperationConstants) else operation_constants(serving)
+    found: OperationConstants | None = serving.constants  # set by `serving_of`, or None
+    return found if found is not None else operation_constants(serving)
 
 
 def _act(serving: Serving) -> float:

@@ -244,8 +244,8 @@ def _memory_bound(parts: list[tuple[float, float]]) -> bool:
 
 def _compute_lead(parts: list[tuple[float, float]]) -> float:
     """Seconds by which the compute-bound operations outlast the memory-bound ones."""
-    compute = sum(c for c, m in parts if c > m)
-    memory = sum(m for c, m in parts if not c > m)
+    compute = sum([c for c, m in parts if c > m])
+    memory = sum([m for c, m in parts if not c > m])
     return compute - memory
 
 

@@ -39,10 +39,12 @@ class Serving:
     (`llmpar.inference.operations.OperationConstants`): computed once; None: computed
     where needed."""
 
-    @property
-    def inference(self) -> Inference:
+    inference: Inference = attrs.field(init=False, eq=False, repr=False)
+    """The spec's `[inference]` table (set from `spec`: every formula reads it)."""
+
+    def __attrs_post_init__(self) -> None:
         assert self.spec.inference is not None
-        return self.spec.inference
+        object.__setattr__(self, "inference", self.spec.inference)
 
     def degree(self, strategy: str) -> int:
         return self.layout.degrees.get(strategy, 1)

@@ -16,3 +16,9 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("launch", "llmpar.launch.builtin"),
 )
 """(entry-point name, module) of llmpar's own plugins, as in pyproject.toml."""
+
+CHECKED_STRATEGY_MODULES = frozenset(module for _, module in BUILTIN_PLUGINS
+                                      if module.startswith("llmpar.strategies."))
+"""The modules of llmpar's own strategy classes, whose transforms the contract suite checks
+(`tests/test_contract*`) on generated specs: the evaluator does not check them again on every
+evaluation (it checks every other strategy's, a subclass's of these included)."""
