@@ -69,3 +69,20 @@ def test_group_divisors_fall_back_to_the_degree_for_a_model_given_by_size():
         {"model": {"parameters": 7e9}, "hardware": {"gpu": "h100-sxm", "num_gpus": 4},
          "training": {"sequence_length": 2048}})
     assert group_divisors(spec, 4) == {"embedding": 4.0, "attention": 4.0, "mlp": 4.0}
+
+
+def test_the_legacy_profiles_split_every_tensor_group_by_the_degree():
+    """`tensor_whole_parameters = false` (megatron-core-legacy, nemo-legacy: the plans of
+    before) divides the position table and the row-parallel biases by t with the rest;
+    only the norms stay whole."""
+    legacy = {**GPT}
+
+    def weights(t: int) -> float:
+        return llmpar.evaluate({
+            "model": legacy, "hardware": {"gpu": "h100-sxm", "num_gpus": t},
+            "training": {"sequence_length": 2048, "global_batch_size": 1, "tokens": 1e9,
+                         "framework": "megatron-core-legacy"},
+            "parallel": {"tensor": {"degree": t}}}).stages[0].weights_bytes
+
+    assert weights(4) == pytest.approx(weights(1) / 4 + 2 * NORMS * (1 - 1 / 4), rel=1e-12)
+    assert weights(4) < _weights(GPT, 4)

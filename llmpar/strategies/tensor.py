@@ -223,7 +223,9 @@ class TensorParallel(Strategy[TensorConfig]):
         t = config.degree
         if t == 1:
             return Transform(strategy=self.name)
-        divisors = group_divisors(ctx.spec, t)
+        whole = ctx.spec.training.profile.tensor_whole_parameters
+        divisors = (group_divisors(ctx.spec, t) if whole
+                    else {"attention": attention_divisor(ctx.spec, t)})
         shards = []
         experts = expert_tensor_degree(ctx.layout)
         adapters = adapter_divisors(ctx, t, experts)
@@ -233,8 +235,9 @@ class TensorParallel(Strategy[TensorConfig]):
                                         groups=TENSOR_SPLIT_GROUPS - set(divisors) - {"mamba"}
                                         - EXPERT_GROUPS))
             shards.append(checked_shard(component=component, divisor=divisors["attention"],
-                                        reason="heads split over tensor ranks (the output "
-                                               "projection's bias whole)",
+                                        reason="heads split over tensor ranks" + (
+                                            " (the output projection's bias whole)"
+                                            if whole else ""),
                                         groups=frozenset({"attention"})))
             shards += [checked_shard(component=component, divisor=divisors[group],
                                      reason=reason, groups=frozenset({group}))
@@ -242,7 +245,7 @@ class TensorParallel(Strategy[TensorConfig]):
                            ("embedding", "vocabulary split over tensor ranks (learned position "
                                          "and token-type tables whole)"),
                            ("mlp", "inner width split over tensor ranks (the down "
-                                   "projection's bias whole)"))]
+                                   "projection's bias whole)")) if group in divisors]
             if ctx.spec.model.mamba is not None:
                 shards.append(checked_shard(component=component, divisor=mamba_divisor(ctx.spec, t),
                                             reason="SSM heads split over tensor ranks",
