@@ -136,3 +136,20 @@ def test_megatron_launch_states_hidden_dropout_and_import_reads_it():
         read_arguments(launch.files[0].text.replace("--hidden-dropout 0.1",
                                                     "--hidden-dropout 1.5"), "x")
     assert "--hidden-dropout" in str(raised.value)
+
+
+def test_import_without_hidden_dropout_states_megatron_s_default():
+    """Megatron-LM's --hidden-dropout defaults to 0.1 (TransformerConfig.hidden_dropout,
+    megatron/core/transformer/transformer_config.py): an argument list without the flag
+    imports as 0.1 whatever the base states, so the plan keeps the masks Megatron's run
+    keeps; the flag given is read as given. (NeMo's and Megatron-Bridge's overrides leave
+    an absent value to the recipe: not this default.)"""
+    session = llmpar.Session()
+    example = "specs/examples/gpt3-175b-1024-a100.toml"
+    base = session.load_spec(example)
+    reader = session.launch_targets.find("megatron")
+    text = session.launch(example, "megatron").files[0].text
+    assert "--hidden-dropout 0.0" in text
+    assert reader.read(text, "x", base).settings["training.hidden_dropout"] == 0.0
+    plain = reader.read(text.replace("--hidden-dropout 0.0", ""), "x", base)
+    assert plain.settings["training.hidden_dropout"] == 0.1

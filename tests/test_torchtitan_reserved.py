@@ -67,3 +67,21 @@ def test_the_page_shows_the_torchtitan_section():
     assert "## Published logs: torchtitan's reserved peak" in page
     for run in _runs():
         assert f"pytorch/torchtitan #{run['pull_request']}, step {run['step']}" in page
+
+
+def test_fsdp2_side_streams_hold_too_little_to_explain_the_logs():
+    """The page's bound on FSDP2's own streams' pools (side_stream_bytes): Llama-3-8B's
+    all-gather stream holds at most the [norm, output] unit (128,256 x 4096) and one block
+    (attention 4096 x (4096 + 2 x 1024) + 4096 x 4096, SwiGLU 3 x 4096 x 14336, two norms
+    of 4096) whole in bf16; the copy-in and reduce-scatter streams shards of them (2 and 4
+    bytes over the shard degree). Below what either log holds above llmpar's reserved
+    peak."""
+    block = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+    pair = 128256 * 4096 + block
+    for row in REPORT.torchtitan_rows():
+        found = REPORT.side_stream_bytes(row["run"])
+        n = row["run"]["num_gpus"]
+        assert found["all-gather outputs"] == pytest.approx(2 * pair, rel=1e-4)
+        assert found["all-gather inputs"] == pytest.approx(2 * pair / n, rel=1e-4)
+        assert found["reduce-scatter outputs"] == pytest.approx(4 * pair / n, rel=1e-4)
+        assert sum(found.values()) < 0.3 * (row["measured"] - row["reserved"])

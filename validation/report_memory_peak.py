@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import llmpar
+from llmpar.footprint.baseline import baseline_footprint
 
 HERE = Path(__file__).resolve().parent
 MEASURED = HERE / "data" / "memory_peak.json"
@@ -289,6 +290,27 @@ def torchtitan_rows() -> list[dict[str, Any]]:
                       "error": peak.reserved_bytes / logged - 1})
     return found
 
+def side_stream_bytes(run: Mapping[str, Any]) -> dict[str, float]:
+    """What FSDP2 keeps in its own streams' pools at most (torch/distributed/fsdp/
+    _fully_shard/_fsdp_param_group.py, _fsdp_collectives.py): the all-gather stream holds
+    the flat all-gather outputs of the units in flight, at most two neighbours (the one
+    running and the one prefetched: the [norm, output] unit or the embeddings beside a
+    block), whole in bf16; the copy-in stream their inputs, one shard each; the
+    reduce-scatter stream the new fp32 gradient shards of two units. Under expandable
+    segments each stream's pool is a segment of its own that keeps its high-water mark
+    (c10/cuda/CUDACachingAllocator.cpp: one expandable segment per pool and stream), so
+    reserved can exceed the allocated peak by at most these, less what is alive in them
+    at the peak."""
+    spec = SESSION.load_spec(torchtitan_spec(run))
+    groups = baseline_footprint(spec).parameters.by_group
+    layers = spec.model.num_layers or 1
+    block = sum(v for k, v in groups.items() if k not in ("embedding", "head")) / layers
+    pair = max(groups.get("embedding", 0), groups.get("head", 0)) + block
+    shard = run["num_gpus"]  # torchtitan shards over data x context (dp_shard_cp)
+    return {"all-gather outputs": 2 * pair, "all-gather inputs": 2 * pair / shard,
+            "reduce-scatter outputs": 4 * pair / shard}
+
+
 def percent(value: float) -> str:
     return f"{value * 100:+.2f}%"
 
@@ -403,12 +425,33 @@ def main() -> int:
           "`get_pp_rank_microbatches`), but the output layer's tensors of one micro-batch "
           "only. What stays between steps is the weights (bf16), the fp32 gradient buffer "
           "and the distributed optimizer's fp32 shards (12 bytes per parameter at data "
-          "parallelism 2); the logs hold "
-          + ", ".join(f"{(r['measured'] - r['predicted']) / GIB:.2f} GiB "
+          "parallelism 2), with what tensor parallelism keeps whole on every rank: the "
+          "learned position table (torch.nn.Embedding beside the vocabulary-parallel token "
+          "table, megatron/core/models/common/embeddings/language_model_embedding.py) and "
+          "the biases of the row-parallel projections (RowParallelLinear, "
+          "megatron/core/tensor_parallel/layers.py), 25.4 M parameters of each TP4 rank "
+          "(290 MiB of states; counting them split was 1.5 points of the TP4 rows' error). "
+          "The logs hold "
+          + ", ".join(f"{(r['measured'] - r['predicted']) / MIB:,.0f} MiB "
                       f"({r['run']['gpu']}, {r['run']['test']})"
                       for r in logged if r["quantity"] == "allocated between steps")
-          + " more, which no mechanism here explains (the cuBLAS and Transformer Engine "
-          "workspaces are tens of MiB).")
+          + " more. On the TP4 runs the H100's log is 28.05 MiB above the A100's: "
+          "Transformer Engine's cuBLAS workspace, a torch.empty kept from the first GEMM on "
+          "(transformer_engine/pytorch/module/base.py get_workspace, "
+          "get_cublas_workspace_size_bytes: 32 MiB from compute capability 9.0, 4 MiB "
+          "below); PyTorch's own cuBLAS workspace, 32 MiB under the tests' "
+          "CUBLAS_WORKSPACE_CONFIG=:4096:8, is allocated by the caching allocator too "
+          "(aten/src/ATen/cuda/CublasHandlePool.cpp). llmpar counts one cuBLAS workspace in "
+          "device memory only (the profile's blas_workspace_bytes), not in allocated "
+          "memory; with both workspaces about 35 MiB of the TP4 rows is unexplained. The "
+          "PP4 rows' last rank holds about 1 GiB more than that "
+          "(0.28 GiB more on the H100 than on the A100), which no mechanism found "
+          "explains: not Transformer Engine's dummy weight gradients (off without "
+          "gradient-accumulation fusion), not the position table (on the first stage), not "
+          "the distributed optimizer's padding (megatron/core/optimizer/param_layout.py: "
+          "each parameter's start to 64 elements, each bucket's end to lcm(data-parallel "
+          "size, 128): kilobytes), not a cached rotary table "
+          "(learned positions).")
     print("\n## Published logs: torchtitan's reserved peak\n")
     print("torchtitan logs `memory: X GiB(Y%)` every few steps: `max_memory_reserved()` "
           "since the last log line (torchtitan/components/metrics.py, "
@@ -438,23 +481,40 @@ def main() -> int:
               f"{row['reserved'] / GIB:.2f} GiB | {percent(row['error'])} | "
               f"{row['allocated'] / GIB:.2f} GiB | {row['device'] / GIB:.2f} GiB | "
               f"{row['moment']} |")
+    bounds = [(row, side_stream_bytes(row["run"])) for row in titan]
     print("\nllmpar is low on both: its reserved peak is its allocated peak rounded to "
-          "expandable segments' 2 MiB pages, so what the logs hold above it is either "
+          "expandable segments' 20 MiB pages, so what the logs hold above it is either "
           "allocated memory llmpar does not count or memory the caching allocator holds "
           "unused (torchtitan's reset_peak_memory_stats() after each log line keeps the "
           "segments cached in earlier steps in the count; it calls empty_cache() only "
           "once, before training), and without the allocated peak the logs cannot tell "
-          "which. Candidates "
-          "not modelled: FSDP2 allocates its all-gather outputs and reduce-scatter inputs "
-          "on its own streams, and the caching allocator reuses a freed block only for the "
-          "stream it was allocated on (c10/cuda/CUDACachingAllocator.cpp: a block "
-          "records its stream and get_free_block matches it), so those streams keep "
-          "their own cached blocks; for the FlexAttention run, PyTorch's context "
-          "parallelism of FlexAttention gathers the keys and values over the context "
-          "group (torch/distributed/tensor/experimental/_context_parallel/_attention.py, "
-          "not checked against the run's version), where llmpar's context strategy "
-          "counts ring attention's blocks. The rows stay as measured; a GPU run that logs both "
-          "`max_memory_allocated()` and `max_memory_reserved()` would separate the two.")
+          "which. Ruled out as the explanation, per row: FSDP2's own streams. The caching "
+          "allocator reuses a block only on the stream it was allocated on, and under "
+          "expandable segments each stream's pool is one segment that keeps its "
+          "high-water mark (c10/cuda/CUDACachingAllocator.cpp), so the all-gather "
+          "stream's flat outputs (the running and the prefetched unit, whole in bf16), "
+          "the copy-in stream's inputs and the reduce-scatter stream's fp32 shards are "
+          "reserved beside the compute stream's pool; but at most "
+          + "; ".join(f"{sum(b.values()) / GIB:.2f} GiB for #{row['run']['pull_request']} "
+                      f"(all-gather outputs {b['all-gather outputs'] / GIB:.2f} GiB) of its "
+                      f"{(row['measured'] - row['reserved']) / GIB:.2f} GiB"
+                      for row, b in bounds)
+          + " (`side_stream_bytes`), and the prefetched block's gather is already in "
+          "llmpar's peak. The loss is counted: both peaks are the loss backward's, with "
+          "torchtitan's cross_entropy of pred.float() (fp32 logits, their softmax and its "
+          "gradient). #1287 saves its checkpoints asynchronously through pinned host "
+          "memory (async_with_pinned_mem), not through the GPU's allocator. #1884's "
+          "FlexAttention under context parallelism gathers each layer's keys and values "
+          "over the context group (torch/distributed/tensor/experimental/"
+          "_context_parallel/_attention.py), at most 8192 tokens x 4096 x 2 in bf16 "
+          "(128 MiB, keys and values repeated to the query heads) for the one layer "
+          "running under full checkpointing, and its block mask is 64 x 64 blocks of "
+          "128 tokens: kilobytes. So neither row is explained by a mechanism llmpar "
+          "leaves out; what remains is memory the allocator keeps mapped but unused "
+          "(fragmentation inside the segments, high-water marks of earlier steps), which "
+          "the logs cannot separate from allocated memory. The rows stay as measured; a "
+          "GPU run that logs both `max_memory_allocated()` and `max_memory_reserved()` "
+          "would separate the two.")
     print("\n## Not measured here\n")
     print("Training's device memory (`nvidia-smi`: the CUDA context, cuBLAS workspace, "
           "NCCL buffers) needs a GPU, and no published training log found states it with "

@@ -98,7 +98,12 @@ class MegatronTarget:
 
         if is_namespace(text):  # a dump of the args a checkpoint stores
             return read_namespace(text, source, base)
-        return read_arguments(text, source, base)
+        read = read_arguments(text, source, base)
+        if "training.hidden_dropout" in read.settings:
+            return read
+        # an argument list without the flag runs at Megatron-LM's default, not the base's
+        return attrs.evolve(read, settings={**read.settings,
+                                            "training.hidden_dropout": MEGATRON_HIDDEN_DROPOUT})
 
 
 def _parallel_arguments(spec: Spec, layout: Layout, ledger: Ledger) -> list[Argument]:
@@ -642,6 +647,12 @@ def _read_parallel(reader: Words, settings: dict[str, Any]) -> None:
     settings["parallel.data.overlap_param_gather"] = gather or not (zero or fsdp)
     settings["parallel.data.reduce_dtype"] = ("bf16" if reader.switch("--grad-reduce-in-bf16")
                                               else "gradients")
+
+
+MEGATRON_HIDDEN_DROPOUT = 0.1
+"""--hidden-dropout's default: TransformerConfig.hidden_dropout = 0.1
+(megatron/core/transformer/transformer_config.py at d98e8a64, whose fields are
+pretrain_gpt.py's arguments)."""
 
 
 def _read_training(reader: Words, settings: dict[str, Any], base: Spec | None) -> None:

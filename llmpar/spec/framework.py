@@ -185,6 +185,14 @@ class Framework:
     logits' gradient in their dtype: no fp32 tensor of tokens x vocabulary. With
     `cross_entropy_chunks`, each chunk's gradient appears as its backward frees that
     chunk's logits. Read by the memory peak only, where `fused_cross_entropy = false`."""
+    tensor_whole_parameters: bool = True
+    """Tensor parallelism keeps the biases of the row-parallel projections (attention's
+    output, the MLP's down projection: added after the reduction) and the learned position
+    and token-type tables whole on every rank, as Megatron-Core builds them
+    (RowParallelLinear, megatron/core/tensor_parallel/layers.py; LanguageModelEmbedding,
+    megatron/core/models/common/embeddings/language_model_embedding.py) and vLLM does;
+    false: those groups divide by the degree whole, as llmpar counted them before (the
+    legacy profiles, which redo those plans)."""
     dummy_weight_gradients: bool = False
     """Transformer Engine's linear modules with `fuse_wgrad_accumulation` (Megatron-Core's
     gradient_accumulation_fusion) hand autograd a cached weight-sized tensor per distinct

@@ -21,6 +21,7 @@ import attrs
 from llmpar.arrays import logical_and
 from llmpar.dtypes import bytes_per_element
 from llmpar.footprint.inventory import SPLIT_TENSOR
+from llmpar.footprint.parameters import attention_parameters, embedding_parameters, mlp_parameters
 from llmpar.hookspecs import hookimpl
 from llmpar.placement import Axis
 from llmpar.search.dimension import SearchDimension
@@ -82,6 +83,45 @@ def attention_divisor(spec: Spec, t: int) -> float:
     kv_heads_per_rank = max(1.0, model.num_kv_heads / t)
     per_rank = 2 * h * qw / t + 2 * h * model.head_dim * kv_heads_per_rank
     return (2 * h * qw + 2 * h * kvw) / per_rank
+
+
+REPLICATED_SOURCE = ("Megatron-Core: RowParallelLinear keeps its bias whole on every rank, added "
+                     "after the reduction (megatron/core/tensor_parallel/layers.py; Transformer "
+                     "Engine's Linear with parallel_mode='row' the same); the learned position "
+                     "and token-type tables are torch.nn.Embedding, not vocabulary-parallel "
+                     "(megatron/core/models/common/embeddings/language_model_embedding.py); "
+                     "vLLM's RowParallelLinear and its GPT-2/OPT position tables likewise")
+
+
+def _kept_whole(total: float, whole: float, divisor: float) -> float:
+    """A group's divisor when `whole` of its `total` parameters stay on every rank and the
+    rest split `divisor` ways: total / ((total - whole) / divisor + whole)."""
+    if total <= 0 or whole <= 0:
+        return divisor
+    return total / ((total - whole) / divisor + whole)
+
+
+def group_divisors(spec: Spec, t: int) -> dict[str, float]:
+    """What tensor parallelism divides the embedding, attention and dense MLP groups by on
+    one GPU: the token table by t (vocabulary-parallel) but the learned position and
+    token-type tables whole; the attention projections by heads (`attention_divisor`) but
+    the output projection's bias whole; the MLP's matrices and column-parallel biases by t
+    but the down projection's bias whole (REPLICATED_SOURCE). A model given by its size
+    alone: every group by t (the attention by heads)."""
+    model = spec.model
+    attention = attention_divisor(spec, t)
+    if model.hidden_size is None or model.vocab_size is None:
+        return {"embedding": float(t), "attention": attention, "mlp": float(t)}
+    h = model.hidden_size
+    found = {"embedding": _kept_whole(embedding_parameters(model),
+                                      embedding_parameters(model) - model.vocab_size * h, t)}
+    output_bias = h if model.attention_output_bias or model.linear_bias else 0
+    found["attention"] = (_kept_whole(attention_parameters(model), output_bias, attention)
+                          if model.num_attention_heads else attention)
+    down_bias = h if model.linear_bias or model.mlp_bias else 0
+    found["mlp"] = (_kept_whole(mlp_parameters(model, model.ffn_hidden_size), down_bias, t)
+                    if model.ffn_hidden_size else float(t))
+    return found
 
 
 EXPERT_ADAPTERS = "expert_adapters"
@@ -183,18 +223,29 @@ class TensorParallel(Strategy[TensorConfig]):
         t = config.degree
         if t == 1:
             return Transform(strategy=self.name)
-        attention = attention_divisor(ctx.spec, t)
+        whole = ctx.spec.training.profile.tensor_whole_parameters
+        divisors = (group_divisors(ctx.spec, t) if whole
+                    else {"attention": attention_divisor(ctx.spec, t)})
         shards = []
         experts = expert_tensor_degree(ctx.layout)
         adapters = adapter_divisors(ctx, t, experts)
         for component in COMPONENTS:
             shards.append(checked_shard(component=component, divisor=t,
                                         reason="split over tensor ranks",
-                                        groups=TENSOR_SPLIT_GROUPS - {"attention", "mamba"}
+                                        groups=TENSOR_SPLIT_GROUPS - set(divisors) - {"mamba"}
                                         - EXPERT_GROUPS))
-            shards.append(checked_shard(component=component, divisor=attention,
-                                        reason="heads split over tensor ranks", groups=frozenset(
-                                            {"attention"})))
+            shards.append(checked_shard(component=component, divisor=divisors["attention"],
+                                        reason="heads split over tensor ranks" + (
+                                            " (the output projection's bias whole)"
+                                            if whole else ""),
+                                        groups=frozenset({"attention"})))
+            shards += [checked_shard(component=component, divisor=divisors[group],
+                                     reason=reason, groups=frozenset({group}))
+                       for group, reason in (
+                           ("embedding", "vocabulary split over tensor ranks (learned position "
+                                         "and token-type tables whole)"),
+                           ("mlp", "inner width split over tensor ranks (the down "
+                                   "projection's bias whole)")) if group in divisors]
             if ctx.spec.model.mamba is not None:
                 shards.append(checked_shard(component=component, divisor=mamba_divisor(ctx.spec, t),
                                             reason="SSM heads split over tensor ranks",
