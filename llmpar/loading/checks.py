@@ -43,6 +43,13 @@ def model_problems(model: Model) -> list[Problem]:
     if model.position_embedding == "learned" and model.max_position_embeddings is None:
         problems.append(Problem("$.model.max_position_embeddings",
                                 "required with position_embedding = 'learned'"))
+    if model.mtp_layers and not model.has_architecture:
+        problems.append(Problem("$.model.mtp_layers", "a multi-token-prediction module is "
+                                "a block of the model's own kind: give the architecture"))
+    if model.mtp_table_copies and not model.mtp_layers:
+        problems.append(Problem("$.model.mtp_table_copies", "copies of the embedding and "
+                                "head come with multi-token-prediction modules: give "
+                                "mtp_layers >= 1"))
     return problems + moe_problems(model) + mixer_problems(model)
 
 

@@ -1,0 +1,153 @@
+"""Multi-token-prediction modules (`[model] mtp_layers`): read from every config spelling,
+counted in the checkpoint beside the main model, checked against DeepSeek-V3's stated
+figures (README and README_WEIGHTS.md of deepseek-ai/DeepSeek-V3; arXiv:2412.19437,
+Sec. 2.2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import llmpar
+from llmpar.footprint.mtp import (
+    MTP_NORMS,
+    checkpoint_parameters,
+    mtp_block_model,
+    mtp_parameter_groups,
+    mtp_stored_copies,
+)
+from llmpar.footprint.parameters import count_parameters, idle_expert_parameters
+from llmpar.hf import model_table_from_hf
+
+CONFIGS = Path(__file__).resolve().parent.parent / "validation" / "configs"
+SESSION = llmpar.Session(load_entry_points=False)
+GPU = {"gpu": "h100-sxm"}
+B = 1e9
+
+
+def preset(name: str) -> llmpar.Model:
+    return SESSION.load_spec({"model": name, "hardware": GPU}).model
+
+
+def test_deepseek_v3_checkpoint_is_685b_and_its_main_model_671b():
+    # README of deepseek-ai/DeepSeek-V3: "The total size of DeepSeek-V3 models on Hugging
+    # Face is 685B, which includes 671B of the Main Model weights and 14B of the
+    # Multi-Token Prediction (MTP) Module weights": each within one unit of its last digit
+    # (the catalogue's convention, tests/test_model_catalogue.py). The 685B holds the
+    # embedding and head copies stored in model.layers.61 (without them: 682.6B).
+    model = preset("deepseek-v3")
+    main = count_parameters(model).total
+    module = sum(mtp_parameter_groups(model).values()) + mtp_stored_copies(model)
+    assert abs(main - 671 * B) < 1 * B
+    assert abs(module - 14 * B) < 1 * B
+    assert abs(checkpoint_parameters(model, main) - 685 * B) < 1 * B
+    assert checkpoint_parameters(model, main) == main + module
+
+
+def test_deepseek_v3_module_by_hand_against_readme_weights():
+    # README_WEIGHTS.md: the MTP module has "11.5B unique parameters (excluding the shared
+    # 0.9B Embedding and 0.9B output Head)", "Activation parameters: 1.5B (including 0.9B
+    # for the output Head)"; its hidden layer model.layers.61 is "structure identical to
+    # the Main Model hidden layers" (an MoE layer). Those figures match the block alone;
+    # the projection M_k (arXiv:2412.19437, Eq. 21: h x 2h) adds 2 x 7168^2 = 102.8M and
+    # enorm, hnorm and shared_head.norm 3 x 7168.
+    model = preset("deepseek-v3")
+    h = 7168
+    groups = mtp_parameter_groups(model)
+    assert groups["projection"] == 2 * h * h
+    block = mtp_block_model(model)
+    assert block.num_layers == 1 and block.num_moe_layers == 1
+    main_layer = count_parameters(model).by_group
+    assert groups["experts"] == main_layer["experts"] // 58  # one of the 58 MoE layers
+    assert groups["attention"] == main_layer["attention"] // 61
+    block_total = sum(groups.values()) - groups["projection"] - MTP_NORMS * h
+    assert abs(block_total - 11.5 * B) < 0.1 * B
+    active = block_total - idle_expert_parameters(block) + 129280 * h  # + the output head
+    assert abs(active - 1.5 * B) < 0.1 * B
+    assert mtp_stored_copies(model) == 2 * 129280 * h
+
+
+@pytest.mark.parametrize(("config", "layers", "copies"), [
+    ("deepseek-v3", 1, True), ("deepseek-r1", 1, True), ("deepseek-v3.2-exp", 1, True),
+    ("glm-4.5", 1, False), ("glm-4.5-air", 1, False), ("qwen3.5-27b", 1, False),
+    ("qwen3.5-397b-a17b", 1, False), ("kimi-k2", 0, False)])
+def test_import_reads_every_spelling(config, layers, copies):
+    # num_nextn_predict_layers (DeepSeek, GLM-4.5; Kimi K2 writes 0), mtp_num_hidden_layers
+    # (Qwen3.5, inside text_config).
+    model = llmpar.model_from_hf(CONFIGS / f"{config}.json")
+    assert model.mtp_layers == layers
+    assert model.mtp_table_copies is copies
+    assert ("mtp_layers" in model.source) is bool(layers)
+
+
+def test_qwen3_next_mtp_layer_is_an_attention_layer_with_experts():
+    # Qwen3-Next's mtp.layers.0 is a full-attention layer with its experts (vLLM's
+    # qwen3_next_mtp.py), the kind of its last layer (layer_types end in full_attention).
+    config = json.loads((CONFIGS / "qwen3-next-80b-a3b.json").read_text(encoding="utf-8"))
+    model = llmpar.model_from_hf({**config, "mtp_num_hidden_layers": 1,
+                                  "mtp_use_dedicated_embeddings": False})
+    assert model.mtp_layers == 1 and not model.mtp_table_copies
+    block = mtp_block_model(model)
+    assert block.mixer_pattern == "A" and block.num_moe_layers == 1
+    groups = mtp_parameter_groups(model)
+    assert "linear_attention" not in groups and groups["attention"] > 0
+    assert groups["projection"] == 2 * 2048 * 2048
+
+
+def test_import_refuses_what_it_cannot_count():
+    config = json.loads((CONFIGS / "deepseek-v3.json").read_text(encoding="utf-8"))
+    with pytest.raises(llmpar.SpecError) as caught:
+        model_table_from_hf({**config, "mtp_num_hidden_layers": 2})
+    [problem] = caught.value.problems
+    assert problem.path == "$.mtp_num_hidden_layers" and "disagrees" in problem.message
+    qwen = json.loads((CONFIGS / "qwen3.5-27b.json").read_text(encoding="utf-8"))
+    text = {**qwen["text_config"], "mtp_use_dedicated_embeddings": True}
+    with pytest.raises(llmpar.SpecError) as caught:
+        model_table_from_hf({**qwen, "text_config": text})
+    [problem] = caught.value.problems
+    assert problem.path.endswith("mtp_use_dedicated_embeddings")
+
+
+@pytest.mark.parametrize(("override", "path"), [
+    ({"model.mtp_layers": -1}, "$.model.mtp_layers"),
+    ({"model.mtp_layers": 0}, "$.model.mtp_table_copies"),
+])
+def test_bad_mtp_keys_are_spec_errors(override, path):
+    with pytest.raises(llmpar.SpecError) as caught:
+        SESSION.load_spec({"model": "deepseek-v3", "hardware": GPU}, override)
+    assert path in [problem.path for problem in caught.value.problems]
+
+
+def test_a_model_given_by_size_has_no_modules_to_count():
+    with pytest.raises(llmpar.SpecError) as caught:
+        SESSION.load_spec({"model": {"parameters": 7e9, "mtp_layers": 1}, "hardware": GPU})
+    assert "$.model.mtp_layers" in [problem.path for problem in caught.value.problems]
+
+
+MODELS = ("deepseek-v3", "glm-4.5-air", "qwen3.5-27b", "llama-3.1-8b", "nemotron-h-8b")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_no_modules_changes_nothing(name):
+    model = attrs.evolve(preset(name), mtp_layers=0, mtp_table_copies=False)
+    main = count_parameters(model).total
+    assert mtp_parameter_groups(model) == {}
+    assert checkpoint_parameters(model, main) == main
+    assert count_parameters(model) == count_parameters(preset(name))
+
+
+@given(name=st.sampled_from(MODELS), depth=st.integers(1, 4))
+def test_module_parameters_grow_with_depth(name, depth):
+    # Each depth is one more module of the same parts (arXiv:2412.19437, Sec. 2.2).
+    model = attrs.evolve(preset(name), mtp_layers=depth)
+    one = mtp_parameter_groups(model, 1)
+    many = mtp_parameter_groups(model)
+    assert many == {group: depth * count for group, count in one.items()}
+    main = count_parameters(model).total
+    fewer = attrs.evolve(model, mtp_layers=depth - 1, mtp_table_copies=False)
+    assert checkpoint_parameters(model, main) > checkpoint_parameters(fewer, main)
