@@ -151,3 +151,25 @@ def test_module_parameters_grow_with_depth(name, depth):
     main = count_parameters(model).total
     fewer = attrs.evolve(model, mtp_layers=depth - 1, mtp_table_copies=False)
     assert checkpoint_parameters(model, main) > checkpoint_parameters(fewer, main)
+
+
+@pytest.mark.parametrize(("name", "ships"), [
+    ("deepseek-v3", True), ("deepseek-r1", True), ("glm-4.5-air", True),
+    ("qwen3.5-27b", True), ("kimi-k2", False), ("llama-3.1-8b", False)])
+def test_serving_drafts_with_the_modules_the_model_ships(name, ships):
+    # The engines run a shipped MTP module as the draft (vLLM "mtp", SGLang NEXTN,
+    # TensorRT-LLM MTP), any other model an EAGLE head: read from mtp_layers, not the
+    # preset's name (DeepSeek-R1 ships the module too).
+    from llmpar.launch.serving import ships_draft_module
+
+    spec = SESSION.load_spec({"model": name, "hardware": GPU})
+    assert ships_draft_module(spec) is ships
+
+
+def test_a_hybrid_models_draft_head_is_its_last_layers_kind():
+    # The draft head of Qwen3.5 is an attention layer (its last layer's and its MTP
+    # module's kind), not the first letter of its pattern (a gated DeltaNet layer).
+    model = preset("qwen3.5-27b")
+    head = mtp_block_model(model, 2)
+    assert head.mixer_pattern == "A" and head.num_layers == 2
+    assert head.num_attention_layers == 2
