@@ -1,7 +1,8 @@
 """Multi-token-prediction modules (`[model] mtp_layers`): read from every config spelling,
 counted in the checkpoint beside the main model, checked against DeepSeek-V3's stated
 figures (README and README_WEIGHTS.md of deepseek-ai/DeepSeek-V3; arXiv:2412.19437,
-Sec. 2.2)."""
+Sec. 2.2), drafted with in serving, and trained on the last pipeline stage with
+`[training] multi_token_prediction`."""
 
 from __future__ import annotations
 
@@ -12,16 +13,23 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from search_specs import MOE_MODEL, agreeing_pairs, small_spec
 
 import llmpar
+from llmpar.footprint.baseline import baseline_footprint
 from llmpar.footprint.mtp import (
     MTP_NORMS,
     checkpoint_parameters,
     mtp_block_model,
+    mtp_forward_flops,
     mtp_parameter_groups,
     mtp_stored_copies,
 )
-from llmpar.footprint.parameters import count_parameters, idle_expert_parameters
+from llmpar.footprint.parameters import (
+    attention_matmul_weights,
+    count_parameters,
+    idle_expert_parameters,
+)
 from llmpar.hf import model_table_from_hf
 
 CONFIGS = Path(__file__).resolve().parent.parent / "validation" / "configs"
@@ -173,3 +181,95 @@ def test_a_hybrid_models_draft_head_is_its_last_layers_kind():
     head = mtp_block_model(model, 2)
     assert head.mixer_pattern == "A" and head.num_layers == 2
     assert head.num_attention_layers == 2
+
+
+# Training with the modules (`[training] multi_token_prediction`).
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
+DEEPSEEK = str(EXAMPLES / "deepseek-v3-2048-h800.toml")
+MTP_ON = {"training.multi_token_prediction": True}
+
+
+def test_off_by_default_and_refused_without_modules():
+    spec = SESSION.load_spec({"model": "deepseek-v3", "hardware": GPU})
+    assert spec.training.multi_token_prediction is False
+    assert baseline_footprint(spec).mtp_by_group == {}
+    with pytest.raises(llmpar.SpecError) as caught:
+        SESSION.load_spec({"model": "llama-3.1-8b", "hardware": GPU,
+                           "training": {"multi_token_prediction": True}})
+    [problem] = caught.value.problems
+    assert problem.path == "$.training.multi_token_prediction"
+    assert "mtp_layers = 0" in problem.message
+
+
+def test_the_last_stage_holds_the_modules_states_and_tensors():
+    # DeepSeek-V3's layout (PP16, EP64, ZeRO-1): only the last stage changes; its weights
+    # grow by the module's non-expert parameters (671.6M, replicated: no tensor
+    # parallelism) and a 64th of its experts, in bf16, its gradients alike.
+    plain, trained = llmpar.evaluate(DEEPSEEK), llmpar.evaluate(DEEPSEEK, MTP_ON)
+    *firsts, last = zip(plain.stages, trained.stages)
+    assert all(a == b for a, b in firsts)
+    before, after = last
+    groups = mtp_parameter_groups(preset("deepseek-v3"))
+    own = sum(groups.values()) - groups["experts"]
+    assert after.weights_bytes - before.weights_bytes == 2 * own + 2 * groups["experts"] // 64
+    assert after.gradients_bytes - before.gradients_bytes == (after.weights_bytes
+                                                              - before.weights_bytes)
+    assert after.optimizer_bytes > before.optimizer_bytes
+    assert after.activations_bytes > before.activations_bytes
+    assert trained.step_seconds > plain.step_seconds
+
+
+def test_model_flops_add_the_modules_forward_and_backward():
+    # By hand, per token and depth, forward (Megatron-LM's num_floating_point_operations,
+    # megatron/training/training.py, counts the same terms): 2 x the MoE block's active
+    # weights (MLA's matrices, 8 routed + 1 shared expert of 3 x h x 2048, the router's
+    # h x 256), 2 x 2h x h for eh_proj and 2 x h x V for one more output layer, plus the
+    # block's Q.K^T and scores.V over the full s x s square; 3x forward for training.
+    plain, trained = llmpar.evaluate(DEEPSEEK), llmpar.evaluate(DEEPSEEK, MTP_ON)
+    model, s = preset("deepseek-v3"), 4096
+    h, vocab, heads = 7168, 129280, 128
+    weights = attention_matmul_weights(model) + 9 * 3 * h * 2048 + h * 256
+    scores = 2 * s * s * heads * (192 + 128)  # qk_head_dim 128 + 64, v_head_dim 128
+    by_hand = 2 * s * (weights + 2 * h * h + h * vocab) + scores
+    extra = mtp_forward_flops(model, s, False, "fused")
+    assert extra.total == pytest.approx(by_hand, rel=1e-12)
+    assert trained.flops_per_step - plain.flops_per_step == pytest.approx(
+        3 * extra.total * 15360, rel=1e-9)
+
+
+@given(depth=st.integers(1, 3))
+def test_flops_and_parameters_grow_with_depth(depth):
+    spec = SESSION.load_spec({"model": "deepseek-v3", "hardware": GPU,
+                              "training": {"multi_token_prediction": True}},
+                             {"model.mtp_layers": depth})
+    deeper = attrs.evolve(spec, model=attrs.evolve(spec.model, mtp_layers=depth + 1))
+    one, two = baseline_footprint(spec), baseline_footprint(deeper)
+    assert two.train_flops_per_sequence() > one.train_flops_per_sequence()
+    assert sum(two.mtp_by_group.values()) > sum(one.mtp_by_group.values())
+
+
+def test_the_search_agrees_with_each_layout_alone():
+    model = {**MOE_MODEL, "mtp_layers": 1}
+    spec = small_spec(model=model, training={"sequence_length": 512, "global_batch_size": 24,
+                                             "multi_token_prediction": True})
+    assert agreeing_pairs(SESSION, spec, every=2)
+
+
+def test_the_flops_derivation_says_the_modules_are_counted():
+    plan = llmpar.evaluate(DEEPSEEK, MTP_ON)
+    assert "multi-token-prediction" in plan.derivation("flops_per_step").source
+    assert "multi-token-prediction" not in llmpar.evaluate(DEEPSEEK).derivation(
+        "flops_per_step").source
+
+
+def test_serving_never_trains_the_modules():
+    # A serving spec has no [training] table (a SpecError); its default one never trains
+    # the modules, which serving drafts with instead.
+    with pytest.raises(llmpar.SpecError):
+        SESSION.load_spec(str(EXAMPLES / "inference-deepseek-v3-h200.toml"),
+                          {"training.multi_token_prediction": True})
+    spec = SESSION.load_spec(str(EXAMPLES / "inference-deepseek-v3-h200.toml"))
+    forced = attrs.evolve(spec, training=attrs.evolve(spec.training,
+                                                      multi_token_prediction=True))
+    assert baseline_footprint(forced).mtp_by_group == {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmpar.footprint.flops import AttentionKernel, ForwardFlops, forward_flops_per_sequence
 from llmpar.footprint.parameters import (
     embedding_parameters,
     head_parameters,
@@ -26,7 +27,7 @@ from llmpar.footprint.parameters import (
     outer_norm_parameters,
     parameter_groups,
 )
-from llmpar.spec import Model
+from llmpar.spec import Model, Spec
 
 MTP_NORMS = 3
 """RMSNorms per depth outside its block: enorm, hnorm and shared_head.norm (DeepSeek-V3's
@@ -93,3 +94,56 @@ def checkpoint_parameters(model: Model, main_total: float) -> float:
     if not model.mtp_layers or not model.has_architecture:
         return main_total
     return main_total + sum(mtp_parameter_groups(model).values()) + mtp_stored_copies(model)
+
+
+HELD_AS = {"projection": "attention"}
+"""The group a trained module's part is held in: its projection is split like the
+attention's projections (Megatron-Core's eh_proj is a column-parallel linear,
+megatron/core/transformer/multi_token_prediction.py)."""
+
+
+def trained_depth(spec: Spec) -> int:
+    """The MTP depths a training run trains (`[training] multi_token_prediction`); 0
+    without it, and in serving (which drafts with them: `llmpar.inference.speculative`)."""
+    if not spec.training.multi_token_prediction or spec.inference is not None:
+        return 0
+    return spec.model.mtp_layers
+
+
+def trained_mtp_groups(spec: Spec) -> dict[str, int]:
+    """The trained modules' parameters by the main model's groups they are held in
+    (`HELD_AS`); empty unless the run trains them."""
+    if not trained_depth(spec):
+        return {}
+    held: dict[str, int] = {}
+    for group, count in mtp_parameter_groups(spec.model).items():
+        name = HELD_AS.get(group, group)
+        held[name] = held.get(name, 0) + count
+    return held
+
+
+def mtp_forward_flops(model: Model, sequence_length: int, causal: bool,
+                      kernel: AttentionKernel) -> ForwardFlops:
+    """Forward FLOPs of one sequence through every MTP depth (arXiv:2412.19437, Sec. 2.2):
+    its block (`mtp_block_model`, the main model's rules), the projection M_k of the
+    concatenated 2h-wide input (2 x s x 2h x h) and one more pass of the output layer
+    (2 x s x h x V), as Megatron-LM counts them (megatron/training/training.py,
+    num_floating_point_operations: "MTP eh proj" and logits x (mtp_num_layers + 1)); the
+    norms' elementwise work is not counted, as elsewhere."""
+    depth = model.mtp_layers
+    assert model.hidden_size is not None
+    block = forward_flops_per_sequence(mtp_block_model(model, depth), sequence_length,
+                                       causal, kernel)
+    h = model.hidden_size
+    return ForwardFlops(projections=block.projections + depth * 2.0 * sequence_length
+                        * 2 * h * h, attention=block.attention,
+                        executed_attention=block.executed_attention,
+                        logits=depth * block.logits)
+
+
+def plus_flops(main: ForwardFlops, extra: ForwardFlops) -> ForwardFlops:
+    """Two counts of forward FLOPs together, operation by operation."""
+    return ForwardFlops(projections=main.projections + extra.projections,
+                        attention=main.attention + extra.attention,
+                        executed_attention=main.executed_attention + extra.executed_attention,
+                        logits=main.logits + extra.logits)
