@@ -12,7 +12,8 @@ from llmpar.hf.common import attention_biases, decoder_table
 from llmpar.hf.config import HfConfig
 from llmpar.hf.decoders import routed_experts
 
-QWEN3_NEXT_NOTE = ""
+QWEN3_NEXT_NOTE = ("; the checkpoint's multi-token-prediction layer is counted (as mtp_layers) "
+                   "where the config gives mtp_num_hidden_layers")
 """Its multi-token-prediction layer (mtp_num_hidden_layers), which transformers does not
 build, is mtp_layers (hf.common.mtp_table)."""
 
