@@ -95,7 +95,8 @@ def test_qwen3_5_reads_its_language_model_in_either_config():
     alone = llmpar.model_from_hf(config["text_config"])
     assert count_parameters(wrapped) == count_parameters(alone)
     assert "without the vision tower" in wrapped.source
-    assert "multi-token-prediction layer" in alone.source
+    assert "multi-token-prediction modules" in alone.source
+    assert alone.mtp_layers == wrapped.mtp_layers == 1
     text = {k: v for k, v in config["text_config"].items() if k != "moe_intermediate_size"}
     with pytest.raises(llmpar.SpecError) as caught:
         llmpar.model_from_hf({**config, "text_config": text})

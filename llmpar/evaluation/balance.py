@@ -19,6 +19,7 @@ from llmpar.footprint.flops import (
     module_rerun_weights,
     moe_matmul_weights,
 )
+from llmpar.footprint.mtp import mtp_block_model, trained_depth
 from llmpar.footprint.op_checkpoint import rerun_weights as op_rerun_weights
 from llmpar.footprint.parameters import attention_matmul_weights
 from llmpar.spec import Spec
@@ -66,6 +67,11 @@ def stage_flops(spec: Spec, stages: Sequence[Stage], recomputed_fraction: float,
                    if model.ffn_hidden_size is not None else 0.0)
     moe_layer = (_layer_flops(spec, True, rerun, attention_rerun, attention_share)
                  if model.moe else 0.0)
+    depth = trained_depth(spec)
+    if depth:  # the trained MTP modules on the last stage: blocks, projections, heads
+        block = mtp_block_model(model, depth)
+        head += (block.num_dense_layers * dense_layer + block.num_moe_layers * moe_layer
+                 + depth * (2 * model.hidden_size ** 2 * TRAINING_PASSES + head))
     found = []
     for stage in stages:
         moe = model.moe_layers_in(stage.first_layer, stage.num_layers)

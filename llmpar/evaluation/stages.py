@@ -17,6 +17,7 @@ from llmpar.footprint.inventory import (
     drop_recomputed_modules,
     keep_layer_inputs,
 )
+from llmpar.footprint.mtp import mtp_block_model
 from llmpar.footprint.op_checkpoint import SOURCE as OP_SOURCE
 from llmpar.footprint.op_checkpoint import op_checkpointed
 from llmpar.spec import Spec
@@ -83,9 +84,13 @@ def stage_parameters(spec: Spec, footprint: Footprint, stage: Stage) -> dict[str
                           / model.norms_in(0, layers))
     # Adapters and trained copies sit where their base group does (llmpar.finetune).
     default = stage.num_layers / layers
-    return {group: count * (share[group] if group in share else
-                            share.get(beside(group), default))
-            for group, count in by_group.items()}
+    stage_held = {group: count * (share[group] if group in share else
+                                  share.get(beside(group), default))
+                  for group, count in by_group.items()}
+    if stage.has_head and footprint.mtp_by_group:  # trained MTP modules: the last stage's
+        for group, count in footprint.mtp_by_group.items():
+            stage_held[group] = stage_held.get(group, 0.0) + count
+    return stage_held
 
 
 def recomputed(inventory: ActivationInventory, spec: Spec) -> ActivationInventory:
@@ -169,10 +174,34 @@ def stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> Activatio
     keep only their inputs and the others keep everything; blocks no backward pass runs
     through (`[finetune]`, llmpar.finetune.activations) keep nothing."""
     inventory = _stage_inventory(spec, footprint, stage)
+    if stage.has_head and footprint.mtp_by_group:
+        inventory = _with_mtp_tensors(spec, footprint, inventory)
     tuned = footprint.finetune
     if tuned is None:
         return inventory
     return without_backward(spec, tuned, stage, inventory)
+
+
+def _with_mtp_tensors(spec: Spec, footprint: Footprint,
+                      inventory: ActivationInventory) -> ActivationInventory:
+    """The last stage's tensors with the trained MTP modules' (`[training]
+    multi_token_prediction`): each depth's block, saved as a layer of its kind is (under
+    the run's recomputation), and a second copy of the output layer's and loss's tensors
+    per depth (each depth's logits and cross entropy, arXiv:2412.19437, Eq. 24)."""
+    assert footprint.activations is not None
+    whole, depth = footprint.activations, spec.model.mtp_layers
+    block = mtp_block_model(spec.model, depth)
+    dense, moe = block.num_dense_layers, block.num_moe_layers
+    counts: dict[str, int] = {"dense": dense, "moe": moe, "layer": dense + moe}
+    if spec.model.layer_kinds_vary:
+        counts.update(block.hybrid_kinds_in(0, depth))
+    layers = tuple(attrs.evolve(g, count=counts[g.kind]) for g in whole.groups
+                   if counts.get(g.kind))
+    saved = recomputed(attrs.evolve(whole, groups=layers, fixed=()), spec)
+    heads = tuple(attrs.evolve(t, name=f"MTP depth {k} {t.name}") for k in range(1, depth + 1)
+                  for t in whole.fixed if t.placement == "head")
+    return attrs.evolve(inventory, groups=inventory.groups + saved.groups,
+                        fixed=inventory.fixed + heads)
 
 
 def _stage_inventory(spec: Spec, footprint: Footprint, stage: Stage) -> ActivationInventory:

@@ -101,6 +101,10 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
             f"hardware FLOPs execute it as a {footprint.attention_kernel} kernel does",
             inputs={"projections": fwd.projections, "attention": fwd.attention,
                     "logits": fwd.logits, "global_batch": global_batch})
+        if footprint.mtp_by_group:
+            derivation = attrs.evolve(derivation, source=derivation.source + (
+                "; with the trained multi-token-prediction modules: each depth's block, "
+                "2h x h projection and output-layer pass (llmpar.footprint.mtp)"))
     rerun = recompute_flops_per_sequence(spec, footprint, full_fraction)
     executed = footprint.executed_train_flops_per_sequence()
     hardware = ((flops if executed is None else executed * global_batch)

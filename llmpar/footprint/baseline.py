@@ -19,6 +19,7 @@ from llmpar.footprint.flops import (
     forward_flops_per_sequence,
 )
 from llmpar.footprint.inventory import ActivationInventory
+from llmpar.footprint.mtp import mtp_forward_flops, plus_flops, trained_mtp_groups
 from llmpar.footprint.parameters import ParameterCount, count_parameters
 from llmpar.spec import Spec
 
@@ -37,6 +38,10 @@ class Footprint:
     """How attention runs, as the activation model has it (`attention_kernel_of`)."""
     finetune: FinetuneFootprint | None = None
     """What `[finetune]` adds, trains and skips (None: full training)."""
+    mtp_by_group: dict[str, int] = attrs.field(factory=dict, hash=False)
+    """The trained multi-token-prediction modules' parameters, by the group they are held
+    in, all on the last pipeline stage (`[training] multi_token_prediction`,
+    `llmpar.footprint.mtp`); empty without them. Not in `parameters`, the main model's."""
 
     @property
     def parameters_by_group(self) -> dict[str, float]:
@@ -130,6 +135,10 @@ def baseline_footprint(spec: Spec,
     if model.has_architecture:
         causal = training.attention_flops == "causal"
         flops = forward_flops_per_sequence(model, training.sequence_length, causal, kernel)
+    mtp = trained_mtp_groups(spec)
+    if mtp and flops is not None:  # the modules' forward joins the model's (model FLOPs)
+        flops = plus_flops(flops, mtp_forward_flops(model, training.sequence_length, causal,
+                                                    kernel))
     parameters = count_parameters(model)
     return Footprint(
         parameters=parameters,
@@ -137,6 +146,7 @@ def baseline_footprint(spec: Spec,
         activations=activations,
         activations_unavailable=unavailable,
         attention_kernel=kernel,
+        mtp_by_group=mtp,
         finetune=None if spec.tuning is None else tuned_footprint(
             spec, parameters.by_group, 0.0 if flops is None else flops.executed_attention),
     )

@@ -145,3 +145,39 @@ def rotary_fraction(config: HfConfig, head_dim: int | None) -> float | None:
     fraction = _fraction_at(config, *found)
     return None if fraction == 1 else fraction
 
+
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+"""The config keys of the multi-token-prediction modules a checkpoint holds (`Model.mtp_layers`):
+DeepSeek-V3/R1/V3.2, GLM-4.5 and MiMo write num_nextn_predict_layers, Qwen3-Next and Qwen3.5
+mtp_num_hidden_layers (their config.json; transformers builds neither)."""
+
+
+def mtp_table(config: HfConfig, copies: bool) -> dict[str, Any]:
+    """`mtp_layers` from whichever MTP key the config gives (nothing without modules) and, when the
+    family's checkpoint stores them, `mtp_table_copies`. Two keys that disagree, or
+    Qwen's mtp_use_dedicated_embeddings (an embedding of the module's own, not modelled),
+    are errors."""
+    given = {key: config.integer(key) for key in MTP_KEYS if config.get(key) is not None}
+    counts = set(given.values())
+    if len(counts) > 1:
+        raise config.error(MTP_KEYS[1], f"disagrees with {MTP_KEYS[0]} ({given})")
+    layers = counts.pop() if counts else 0
+    assert layers is not None
+    if layers < 0:
+        raise config.error(next(iter(given)), f"expected an integer >= 0, got {layers}")
+    if layers and config.flag("mtp_use_dedicated_embeddings"):
+        raise config.error("mtp_use_dedicated_embeddings", "only false is supported (the "
+                                                           "modules share the embedding)")
+    if not layers:
+        return {}
+    return {"mtp_layers": layers, "mtp_table_copies": copies}
+
+
+def mtp_note(config: HfConfig, table: dict[str, Any]) -> str:
+    """What a source says about the MTP modules it counts as mtp_layers."""
+    key = next(key for key in MTP_KEYS if config.get(key) is not None)
+    copies = (", stored with a copy of the embedding and of the output head each"
+              if table["mtp_table_copies"] else "")
+    return (f"; its multi-token-prediction modules ({key}), which transformers does not "
+            f"build, as mtp_layers{copies}: in the checkpoint, not in the main model's "
+            f"count")

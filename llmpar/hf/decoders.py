@@ -22,8 +22,7 @@ LLAMA4_NOTE = ("; its chunked attention (attention_chunk_size) is held as a slid
                "weightless L2 q/k norms and NoPE layers add no parameter")
 MINIMAX_NOTE = ("; without the multi-token-prediction modules, which transformers does not "
                 "build, and with e_score_correction_bias a buffer")
-MTP_NOTE = ("; without the multi-token-prediction layers (num_nextn_predict_layers), which "
-            "transformers does not build, and with e_score_correction_bias a buffer")
+MTP_NOTE = "; with e_score_correction_bias a buffer"
 
 DECODER_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads",
                 "intermediate_size", "vocab_size")
@@ -228,8 +227,8 @@ def glm4_moe(config: HfConfig) -> dict[str, Any]:
     parameters); the first first_k_dense_replace layers dense, the others
     n_routed_experts experts and n_shared_experts shared ones of moe_intermediate_size
     (one MLP n_shared_experts times as wide: the same weights), a router whose
-    e_score_correction_bias is a buffer; the MTP layers (num_nextn_predict_layers) are not
-    built by transformers."""
+    e_score_correction_bias is a buffer; the MTP layers (num_nextn_predict_layers), which
+    transformers does not build, are mtp_layers (hf.common.mtp_table)."""
     moe = {"num_experts": config.integer("n_routed_experts"),
            "experts_per_token": config.integer("num_experts_per_tok"),
            "expert_ffn_hidden_size": config.integer("moe_intermediate_size"),

@@ -5,7 +5,8 @@ modeling_deepseek_v3.py): the first first_k_dense_replace layers keep a dense
 MLP of intermediate_size, the others have n_routed_experts experts of
 moe_intermediate_size and n_shared_experts shared ones; V3's router keeps its
 e_score_correction_bias as a buffer, not a parameter; the multi-token-prediction
-layers (num_nextn_predict_layers) are not part of the model.
+layers (num_nextn_predict_layers), which transformers does not build, are the model's
+mtp_layers (hf.common.mtp_table), outside the main model's count.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ DEEPSEEK_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads",
                  "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "num_experts_per_tok",
                  "moe_intermediate_size")
 
-V3_NOTE = ("; without the multi-token-prediction layer (num_nextn_predict_layers), which "
-           "transformers does not build, and with e_score_correction_bias a buffer, not a "
-           "parameter")
+V3_NOTE = "; with e_score_correction_bias a buffer, not a parameter"
 
 
 def _mla(config: HfConfig) -> dict[str, Any]:

@@ -23,6 +23,10 @@ class Family:
     read: Callable[[HfConfig], dict[str, Any]]
     note: str = ""
     """What the count leaves out or assumes, for the model's source."""
+    mtp_table_copies: bool = False
+    """The checkpoint stores a copy of the embedding and output head with each MTP module
+    (`Model.mtp_table_copies`: DeepSeek-V3's model.layers.61.embed_tokens and
+    shared_head.head, README_WEIGHTS.md of deepseek-ai/DeepSeek-V3)."""
 
 
 def _decoder(hf_class: str, read: Callable[[HfConfig], dict[str, Any]],
@@ -47,13 +51,16 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({
     "deepseek_v2": Family(hf_class="DeepseekV2ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
                           read=deepseek.deepseek),
     "deepseek_v3": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
-                          read=deepseek.deepseek, note=deepseek.V3_NOTE),
+                          read=deepseek.deepseek, note=deepseek.V3_NOTE,
+                          mtp_table_copies=True),
     "deepseek_v32": Family(hf_class="DeepseekV32ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
-                           read=deepseek.deepseek_v32, note=deepseek.V32_NOTE),
+                           read=deepseek.deepseek_v32, note=deepseek.V32_NOTE,
+                           mtp_table_copies=True),
     # Kimi K2 ships DeepSeek-V3's modeling code under its own model_type (the config's
     # architectures: DeepseekV3ForCausalLM; moonshotai/Kimi-K2-Instruct's config.json).
     "kimi_k2": Family(hf_class="DeepseekV3ForCausalLM", required=deepseek.DEEPSEEK_KEYS,
-                      read=deepseek.deepseek, note=deepseek.V3_NOTE),
+                      read=deepseek.deepseek, note=deepseek.V3_NOTE,
+                      mtp_table_copies=True),
     "gemma2": _decoder("Gemma2ForCausalLM", decoders.gemma2),
     "gemma3_text": Family(hf_class="Gemma3ForCausalLM",
                           required=("num_hidden_layers", "hidden_size", "intermediate_size"),

@@ -12,12 +12,14 @@ from llmpar.hf.common import attention_biases, decoder_table
 from llmpar.hf.config import HfConfig
 from llmpar.hf.decoders import routed_experts
 
-QWEN3_NEXT_NOTE = ("; without the multi-token-prediction layer (mtp_num_hidden_layers), which "
-                   "transformers does not build")
+QWEN3_NEXT_NOTE = ("; the checkpoint's multi-token-prediction layer is counted (as mtp_layers) "
+                   "where the config gives mtp_num_hidden_layers")
+"""Its multi-token-prediction layer (mtp_num_hidden_layers), which transformers does not
+build, is mtp_layers (hf.common.mtp_table)."""
 
-QWEN3_5_NOTE = ("; without the multi-token-prediction layer (mtp_num_hidden_layers), which "
-                "transformers does not build (its Qwen3.5 classes skip the checkpoint's mtp.* "
-                "weights)")
+QWEN3_5_NOTE = "; transformers' Qwen3.5 classes skip the checkpoint's mtp.* weights"
+"""Its multi-token-prediction layer (mtp_num_hidden_layers) is mtp_layers
+(hf.common.mtp_table)."""
 
 QWEN3_NEXT_KINDS = {"full_attention": "A", "linear_attention": "L"}
 """Qwen3-Next's layer_types and their mixer letters (`Model.mixer_pattern`)."""

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
-from llmpar.hf.common import rotary_fraction
+from llmpar.hf.common import mtp_note, mtp_table, rotary_fraction
 from llmpar.hf.config import HfConfig, HfSource, missing_problems, read_config
 from llmpar.hf.families import (
     FAMILIES,
@@ -99,7 +99,10 @@ def _table(config: HfConfig) -> dict[str, Any]:
     problems = missing_problems(config, family.required)
     if problems:
         raise SpecError(problems, config.label)
-    table = _with_rotary_fraction(config, family.read(config))
+    table = _with_rotary_fraction(config, {**family.read(config),
+                                           **mtp_table(config, family.mtp_table_copies)})
+    if table.get("mtp_layers"):
+        note += mtp_note(config, table)
     return {"source": _source(config, family, note), **_clean(table)}
 
 

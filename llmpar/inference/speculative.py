@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import attrs
 
+from llmpar.footprint.mtp import mtp_block_model
 from llmpar.inference.serving import Serving
 from llmpar.spec import Spec
 from llmpar.spec.inference import Speculative
@@ -42,18 +43,13 @@ def expected_tokens(speculative: Speculative) -> float:
 
 
 def draft_spec(spec: Spec, layout: Layout) -> tuple[Spec, Layout]:
-    """The draft head as a spec of its own: the target's last layer draft_layers times,
-    on the target's ranks but its pipeline (the head runs on the last stage)."""
+    """The draft head as a spec of its own: the target's last layer draft_layers times
+    (its kind: experts or a dense MLP, its token mixer, its window; `mtp_block_model`,
+    the block of a shipped multi-token-prediction module), on the target's ranks but its
+    pipeline (the head runs on the last stage)."""
     inference = spec.inference
     assert inference is not None and inference.speculative is not None
-    model = spec.model
-    last = (model.num_layers or 1) - 1
-    layers = inference.speculative.draft_layers
-    moe = model.moe
-    if moe is not None:
-        moe = (attrs.evolve(moe, dense_layers=0, layer_frequency=1)
-               if model.is_moe_layer(last) else None)
-    head = attrs.evolve(model, num_layers=layers, moe=moe)
+    head = mtp_block_model(spec.model, inference.speculative.draft_layers)
     engine = inference.engine
     if engine is not None:  # the engine's host time is the verify step's, once a step
         engine = attrs.evolve(engine, step_overhead_seconds=Seconds(0.0),

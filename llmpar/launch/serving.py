@@ -32,10 +32,11 @@ for the plan that no server flag sets."""
 
 
 def ships_draft_module(spec: Spec) -> bool:
-    """Whether the model ships its own multi-token prediction module, which the engines
-    run as its draft (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2); any other model drafts
-    with an EAGLE head (Li et al. 2024, arXiv:2401.15077)."""
-    return spec.model.name.startswith("deepseek-v3")
+    """Whether the model ships its own multi-token prediction modules (`[model]
+    mtp_layers`), which the engines run as its draft (DeepSeek-V3, arXiv:2412.19437
+    Sec. 2.2); any other model drafts with an EAGLE head (Li et al. 2024,
+    arXiv:2401.15077)."""
+    return spec.model.mtp_layers > 0
 
 
 def serving_only(spec: Spec, target: str) -> Any:

@@ -44,6 +44,13 @@ def model_problems(model: Model) -> list[Problem]:
         problems.append(Problem("$.model.max_position_embeddings",
                                 "required with position_embedding = 'learned'"))
     problems += rotary_problems(model)
+    if model.mtp_layers and not model.has_architecture:
+        problems.append(Problem("$.model.mtp_layers", "a multi-token-prediction module is "
+                                "a block of the model's own kind: give the architecture"))
+    if model.mtp_table_copies and not model.mtp_layers:
+        problems.append(Problem("$.model.mtp_table_copies", "copies of the embedding and "
+                                "head come with multi-token-prediction modules: give "
+                                "mtp_layers >= 1"))
     return problems + moe_problems(model) + mixer_problems(model)
 
 
@@ -213,11 +220,28 @@ def training_problems(spec: Spec) -> list[Problem]:
         problems.append(Problem("$.training.goodput.asynchronous", (
             "an asynchronous checkpoint copies each GPU's states to host memory first: "
             "give [hardware] host_bandwidth_bytes_per_s (or a cluster preset that has it)")))
+    if training.multi_token_prediction:
+        problems += _mtp_problems(spec)
     positions = position_limit_problem(model, training.sequence_length,
                                        "$.training.sequence_length", TRAINED_POSITIONS)
     if positions is not None:
         problems.append(positions)
     return problems + finetune_problems(spec) + workload_problems(spec)
+
+
+def _mtp_problems(spec: Spec) -> list[Problem]:
+    """Multi-token prediction trains modules the model has, in full training."""
+    path = "$.training.multi_token_prediction"
+    if not spec.model.mtp_layers:
+        return [Problem(path, f"model {spec.model.name!r} has no multi-token-prediction "
+                              "modules (mtp_layers = 0): give [model] mtp_layers >= 1 or "
+                              "leave it off")]
+    if spec.tuning is not None:
+        return [Problem(path, "training the modules beside [finetune] is not modelled")]
+    if spec.training.activation_offload_layers is not None:
+        return [Problem(path, "offloading activations beside the modules' is not modelled "
+                              "(leave activation_offload_layers out)")]
+    return []
 
 
 def _product_format_problems(spec: Spec) -> list[Problem]:

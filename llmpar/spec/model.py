@@ -380,6 +380,22 @@ class Model:
     """The Mamba-2 layers' sizes, with "M" layers in mixer_pattern."""
     sparse_attention: SparseAttention | None = None
     """DeepSeek sparse attention on every attention layer (DeepSeek-V3.2); None: dense."""
+    mtp_layers: int = attrs.field(default=0, validator=v.non_negative)
+    """Multi-token-prediction modules the checkpoint holds after the num_layers blocks
+    (DeepSeek-V3, GLM-4.5: num_nextn_predict_layers; Qwen3-Next, Qwen3.5:
+    mtp_num_hidden_layers). Each depth (DeepSeek-AI 2024, arXiv:2412.19437, Sec. 2.2) is one
+    block of the kind of the model's last layer, two RMSNorms (of the embedding and of the
+    previous depth's hidden state: enorm, hnorm), the projection M of the two concatenated
+    (2h x h, eh_proj) and a norm before the output head (shared_head.norm); the embedding
+    and output head are the main model's. Not in the main model's parameter count (671B
+    for DeepSeek-V3) nor trained unless `[training] multi_token_prediction`; counted in the
+    checkpoint (685B). 0: none."""
+    mtp_table_copies: bool = False
+    """The checkpoint stores a copy of the embedding and of the output head with each
+    multi-token-prediction module (DeepSeek-V3's model.layers.61.embed_tokens and
+    shared_head.head, README_WEIGHTS.md of deepseek-ai/DeepSeek-V3: "shares parameters"
+    with the main model's, stored again): counted in the checkpoint's size, neither
+    trained nor held twice."""
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer `index` (from 0) has experts instead of a dense MLP: an "E" layer

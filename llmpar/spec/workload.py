@@ -246,6 +246,19 @@ class Training:
     model's code. Attention dropout needs no mask under a fused attention kernel, which
     regenerates it from the random generator's state in the backward (Dao et al. 2022,
     FlashAttention, arXiv:2205.14135, Sec. 3.1). Default 0."""
+    multi_token_prediction: bool = False
+    """Train the model's multi-token-prediction modules beside it (`[model] mtp_layers`
+    depths; DeepSeek-AI 2024, arXiv:2412.19437, Sec. 2.2: DeepSeek-V3 trained with depth 1;
+    Megatron-Core's --mtp-num-layers). Each depth's block, projection and norms are
+    parameters, gradients and optimizer states of the last pipeline stage, where
+    Megatron-Core builds them (megatron/core/models/gpt/gpt_model.py: the MTP block on the
+    post-process stage, megatron/core/transformer/multi_token_prediction.py); each depth
+    adds a block of the last layer's kind, the projection (2h x h) and one more pass of the
+    output layer with its loss to the FLOPs (counted as model FLOPs, as Megatron-LM's
+    num_floating_point_operations does: MTP eh proj and logits x (mtp_num_layers + 1)),
+    and its block's saved tensors with a second copy of the output layer's (logits and
+    loss) to the last stage's activations. Needs a model with mtp_layers >= 1; not with
+    [finetune]. Default: off (the main model alone, as the modules were not trained)."""
     framework: Framework | None = None
     """The software stack: a framework profile's name (`specs/frameworks/`, `llmpar
     presets frameworks`), or a table (`preset = "..."` or `file = "x.toml"` plus fields
