@@ -332,9 +332,9 @@ class MemoryPeak:
     is alive, each block rounded as PyTorch's caching allocator rounds it (no
     fragmentation allowance)."""
     device_bytes: int
-    """Predicted device memory in use (`nvidia-smi`): reserved plus NCCL's buffers of
-    each communicator, the cuBLAS workspace's segment and the CUDA context. `fits` is
-    decided on it (schema 2)."""
+    """Predicted device memory in use (`nvidia-smi`): reserved (the cuBLAS workspaces'
+    segments included) plus NCCL's buffers of each communicator and the CUDA context.
+    `fits` is decided on it (schema 2)."""
     nccl_bytes: int
     """NCCL's buffers of the process groups one GPU belongs to."""
     moment: str
@@ -351,9 +351,11 @@ class MemoryPeak:
     """The framework profile's CUDA context (`cuda_context_bytes`), in `device_bytes`; 0
     in plans written before it was counted."""
     workspace_bytes: int = 0
-    """The caching-allocator segment of the cuBLAS workspace (the profile's
-    `blas_workspace_bytes` for the GPU's architecture), in `device_bytes`; 0 in plans
-    written before it was counted."""
+    """The caching-allocator segments of the cuBLAS workspaces: PyTorch's (the profile's
+    `blas_workspace_bytes` for the GPU's architecture) and, under a profile with
+    `transformer_engine_workspace`, Transformer Engine's; taken at the first GEMM and
+    kept, so counted in `allocated_bytes` (their bytes) and `reserved_bytes` (these
+    segments), and so in `device_bytes`; 0 in plans written before it was counted."""
     fp8_weight_copies_bytes: int = 0
     """The fp8 copies of the layers' linear weights (as they are and transposed) that the
     peak stage's GPUs keep through the step beside the weights, in `allocated_bytes`:

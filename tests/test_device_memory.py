@@ -65,21 +65,48 @@ def test_device_memory_never_falls_as_the_batch_grows(key, values, profile):
 def test_device_adds_the_profiles_context_and_workspace():
     """PyTorch's cuBLAS workspace (aten/src/ATen/cuda/CublasHandlePool.cpp): 32 MiB on a
     Hopper GPU, a segment of its own; ":4096:2:16:8" = 8,519,680 B elsewhere, which the
-    caching allocator places in a 20 MiB segment (kLargeBuffer). The CUDA context: 400
-    MiB by default (pytorch/pytorch #109888); a profile may state either."""
+    caching allocator places in a 20 MiB segment (kLargeBuffer). Under the megatron-core
+    profile Transformer Engine keeps a workspace of its own, 32 MiB from compute
+    capability 9.0, 4 MiB below (get_cublas_workspace_size_bytes, TE 2.x). Both come from
+    the caching allocator: in the reserved peak, and so not added again for the device.
+    The CUDA context: 400 MiB by default (pytorch/pytorch #109888); a profile may state
+    either."""
     h100 = llmpar.evaluate("specs/examples/llama-3-8b-fsdp-8-h100.toml").training.memory_peak
-    assert h100.workspace_bytes == 32 * MiB
+    assert h100.workspace_bytes == 32 * MiB + 32 * MiB
     assert h100.cuda_context_bytes == CUDA_CONTEXT_BYTES == 400 * MiB
-    assert h100.device_bytes == (h100.reserved_bytes + h100.nccl_bytes + 32 * MiB
-                                 + 400 * MiB)
+    assert h100.device_bytes == h100.reserved_bytes + h100.nccl_bytes + 400 * MiB
     a100 = llmpar.evaluate("specs/examples/llama-3-8b-pp8-a100.toml").training.memory_peak
     assert BLAS_WORKSPACE_DEFAULT_BYTES == 8_519_680
-    assert a100.workspace_bytes == segment_bytes(8_519_680) == 20 * MiB
+    # 8,519,680 B and 4 MiB are both below kMinLargeAlloc: each in a 20 MiB segment
+    assert a100.workspace_bytes == segment_bytes(8_519_680) + segment_bytes(4 * MiB) == 40 * MiB
     stated = llmpar.evaluate("specs/examples/llama-3-8b-fsdp-8-h100.toml", {
         "training.framework": {"preset": "megatron-core", "cuda_context_bytes": "1 GiB",
-                               "blas_workspace_bytes": 0}}).training.memory_peak
+                               "blas_workspace_bytes": 0,
+                               "transformer_engine_workspace": False}}).training.memory_peak
     assert stated.workspace_bytes == 0
     assert stated.device_bytes == stated.reserved_bytes + stated.nccl_bytes + 2**30
+
+
+def test_workspaces_are_allocated_from_the_start():
+    """The workspaces are taken at the first GEMM and kept: every moment of the step holds
+    them, so the allocated peak and the memory between steps (the start) both grow by
+    exactly their bytes, and reserved by their segments."""
+    spec = "specs/examples/llama-3-8b-fsdp-8-h100.toml"
+    none = {"training.framework": {"preset": "megatron-core", "blas_workspace_bytes": 0,
+                                   "transformer_engine_workspace": False}}
+    session = llmpar.Session(load_entry_points=False)
+    with_them = session.memory_timeline(spec)
+    without = session.memory_timeline(spec, none)
+    assert [(m.stage, m.moment) for m in with_them] == [(m.stage, m.moment) for m in without]
+    for a, b in zip(with_them, without):
+        assert a.allocated_bytes - b.allocated_bytes == 64 * MiB
+    kept = llmpar.evaluate(spec).training.memory_peak
+    bare = llmpar.evaluate(spec, none).training.memory_peak
+    assert kept.allocated_bytes - bare.allocated_bytes == 64 * MiB
+    names = {b.name for b in kept.alive}
+    assert {"cuBLAS workspace (PyTorch)", "cuBLAS workspace (Transformer Engine)"} <= names
+    torchtitan = llmpar.evaluate(spec, {"training.framework": "torchtitan"}).training
+    assert torchtitan.memory_peak.workspace_bytes == 32 * MiB  # no Transformer Engine
 
 
 def test_fits_is_decided_on_the_device_peak():

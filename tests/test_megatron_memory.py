@@ -56,6 +56,29 @@ def test_between_steps_is_twelve_bytes_per_parameter_at_data_parallel_2():
     assert states == pytest.approx(6 * stage.weights_bytes, rel=1e-9)
 
 
+def test_tp4_rows_differ_by_transformer_engine_s_workspace():
+    """The TP4 test on the H100 and on the A100 keeps the same tensors but for the
+    workspaces: PyTorch's cuBLAS workspace is 32 MiB on both (CUBLAS_WORKSPACE_CONFIG=
+    :4096:8 in the test's ENV_VARS), Transformer Engine's is 32 MiB from compute capability
+    9.0 and 4 MiB below (get_cublas_workspace_size_bytes, TE 2.x). llmpar's memory between
+    steps differs by those 28 MiB, each in allocated memory from the step's start; the
+    golden values differ by 28.05 MiB (20,663,519,232 - 20,634,103,808 B)."""
+    rows = {(r["run"]["gpu"], r["quantity"]): r for r in REPORT.megatron_rows()
+            if r["run"]["test"] == TP4}
+    between = "allocated between steps"
+    predicted = rows["h100-sxm", between]["predicted"] - rows["a100-sxm-80gb", between][
+        "predicted"]
+    measured = rows["h100-sxm", between]["measured"] - rows["a100-sxm-80gb", between][
+        "measured"]
+    assert predicted == 28 * 2**20
+    assert measured == pytest.approx(predicted, abs=2**20)
+    peak = llmpar.evaluate(REPORT.megatron_spec(_row(TP4))).training.memory_peak
+    assert peak is not None
+    alive = {b.name: b.bytes for b in peak.alive}
+    assert alive["cuBLAS workspace (PyTorch)"] == 32 * 2**20
+    assert alive["cuBLAS workspace (Transformer Engine)"] == 32 * 2**20
+
+
 def test_the_interleaved_row_s_last_rank_holds_29_of_32_chunk_micro_batches():
     """p = 4, v = 8, m = 4 (gpt3_7b_tp1_pp4_memory_speed): the last rank's (v-1)p = 28
     warm-up forwards and one more, 29/8 micro-batches of its layers."""

@@ -64,7 +64,9 @@ def measured_spec(data: dict, run: dict) -> dict:
             "training": {"sequence_length": run["sequence_length"],
                          "micro_batch_size": run["micro_batch_size"],
                          "global_batch_size": run["micro_batch_size"], "recompute": "none",
-                         "framework": "hf-trainer", "tokens": 1e9},
+                         # the CPU keeps no cuBLAS workspace (PyTorch's is a GPU's)
+                         "framework": {"preset": "hf-trainer", "blas_workspace_bytes": 0},
+                         "tokens": 1e9},
             "finetune": finetune}
 
 

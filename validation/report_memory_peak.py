@@ -38,6 +38,12 @@ MEDIAN_TARGET, WORST_TARGET = 0.03, 0.08
 STATE_FORMATS = {"bf16": "bf16", "fp32": "fp32"}
 
 
+CPU_FRAMEWORK = {"blas_workspace_bytes": 0}
+"""The measured steps ran on the CPU, where PyTorch keeps no cuBLAS workspace (the GPU's
+is aten/src/ATen/cuda/CublasHandlePool.cpp's): the profile's, counted in allocated memory
+on a GPU, is left out of these specs."""
+
+
 def profile_of(run: Mapping[str, Any]) -> str:
     """The framework profile a run stands for, with its attention implementation."""
     return f"{run.get('profile', 'hf-trainer')} ({run.get('attention', 'sdpa')})"
@@ -47,13 +53,12 @@ def framework(run: Mapping[str, Any]) -> str | dict[str, Any]:
     """The run's framework table: the hf-trainer preset (transformers' SDPA attention, its
     loss, torch.optim.AdamW foreach), with eager attention (the scores kept: the hf-eager
     activation model) or a fused optimizer step where the run has them."""
-    table: dict[str, Any] = {}
+    table: dict[str, Any] = dict(CPU_FRAMEWORK)
     if run.get("attention", "sdpa") == "eager":
         table.update(attention_kernel="eager", activation_model="hf-eager")
     if run.get("optimizer", "foreach") == "fused":
         table.update(optimizer_kernel="fused")
-    preset = run.get("profile", "hf-trainer")
-    return {"preset": preset, **table} if table else preset
+    return {"preset": run.get("profile", "hf-trainer"), **table}
 
 
 def measured_spec(config: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,7 +105,7 @@ def measured_fsdp_spec(config: Mapping[str, Any], run: Mapping[str, Any]) -> dic
                                                * ranks),
                          "recompute": run["recompute"], "tokens": 1e9,
                          "framework": {"preset": run["profile"],
-                                       "activation_model": "hf-sdpa"}}}
+                                       "activation_model": "hf-sdpa", **CPU_FRAMEWORK}}}
 
 
 def fsdp_label(run: Mapping[str, Any]) -> str:
@@ -194,6 +199,11 @@ mem-allocated-bytes and mem-max-allocated-bytes (its header states the source an
 assumptions)."""
 
 
+MEGATRON_BLAS_WORKSPACE_BYTES = 4096 * 1024 * 8
+"""PyTorch's cuBLAS workspace under the tests' CUBLAS_WORKSPACE_CONFIG=:4096:8 (their
+model_config.yaml ENV_VARS): 8 chunks of 4096 KiB, 32 MiB on either GPU."""
+
+
 def megatron_spec(run: Mapping[str, Any]) -> dict[str, Any]:
     """A Megatron-Core functional test as an llmpar spec: the test's arguments, Megatron's
     defaults for what they leave out (GPT: 4h GeLU MLP, LayerNorm, biases, learned
@@ -219,8 +229,9 @@ def megatron_spec(run: Mapping[str, Any]) -> dict[str, Any]:
                          "micro_batch_size": run["micro_batch_size"],
                          "global_batch_size": run["global_batch_size"], "recompute": "none",
                          "hidden_dropout": run["hidden_dropout"],
-                         "tokens": 1e9, "framework": {"preset": "megatron-core",
-                                                      "dummy_weight_gradients": False}},
+                         "tokens": 1e9, "framework": {
+                             "preset": "megatron-core", "dummy_weight_gradients": False,
+                             "blas_workspace_bytes": MEGATRON_BLAS_WORKSPACE_BYTES}},
             "parallel": parallel}
 
 
@@ -435,23 +446,50 @@ def main() -> int:
           + ", ".join(f"{(r['measured'] - r['predicted']) / MIB:,.0f} MiB "
                       f"({r['run']['gpu']}, {r['run']['test']})"
                       for r in logged if r["quantity"] == "allocated between steps")
-          + " more. On the TP4 runs the H100's log is 28.05 MiB above the A100's: "
-          "Transformer Engine's cuBLAS workspace, a torch.empty kept from the first GEMM on "
+          + " more. Both stacks' cuBLAS workspaces are counted in allocated memory from "
+          "the step's start: PyTorch's, 32 MiB under the tests' "
+          "CUBLAS_WORKSPACE_CONFIG=:4096:8, taken from the caching allocator at the first "
+          "GEMM and kept (aten/src/ATen/cuda/CublasHandlePool.cpp), and Transformer "
+          "Engine's, a torch.empty kept from its first GEMM on "
           "(transformer_engine/pytorch/module/base.py get_workspace, "
           "get_cublas_workspace_size_bytes: 32 MiB from compute capability 9.0, 4 MiB "
-          "below); PyTorch's own cuBLAS workspace, 32 MiB under the tests' "
-          "CUBLAS_WORKSPACE_CONFIG=:4096:8, is allocated by the caching allocator too "
-          "(aten/src/ATen/cuda/CublasHandlePool.cpp). llmpar counts one cuBLAS workspace in "
-          "device memory only (the profile's blas_workspace_bytes), not in allocated "
-          "memory; with both workspaces about 35 MiB of the TP4 rows is unexplained. The "
-          "PP4 rows' last rank holds about 1 GiB more than that "
-          "(0.28 GiB more on the H100 than on the A100), which no mechanism found "
-          "explains: not Transformer Engine's dummy weight gradients (off without "
-          "gradient-accumulation fusion), not the position table (on the first stage), not "
-          "the distributed optimizer's padding (megatron/core/optimizer/param_layout.py: "
-          "each parameter's start to 64 elements, each bucket's end to lcm(data-parallel "
-          "size, 128): kilobytes), not a cached rotary table "
-          "(learned positions).")
+          "below). They make the H100's TP4 log 28 MiB above the A100's, as logged (28.05 "
+          "MiB); about 35 MiB of both TP4 rows is unexplained. The PP4 rows' last rank "
+          "holds about 1 GiB more than that, and the H100's 256 MiB more than the A100's: "
+          "the H100's golden value was 24,540,168,192 B, the A100's plus the 28 MiB of "
+          "Transformer Engine's workspace, until the commit that moved the tests to "
+          "Transformer Engine 2.16 (6e091e1b) raised it by 268,828,672 B, on the PP4 test "
+          "only. The rest, 1,070,481,408 B above the TP4 rows' unexplained 35 MiB with "
+          "each run's parameters counted from the log (the Adam moments, 4 B per parameter "
+          "at data parallelism 2, are the rise of the peak from iteration 1 to 2), is "
+          "alive when the memory is read but at neither iteration's peak: the two peaks "
+          "exceed llmpar's by the same bytes (290 MiB on the A100, 482 MiB on the H100, "
+          "within 1.5 MiB), so it is made after the loss forward and "
+          "gone before the next one (train_step begins with optimizer.zero_grad(), which "
+          "sets the parameters' and the main shards' `.grad` to None, "
+          "megatron/core/optimizer/distrib_optimizer.py). Its size is the output layer's "
+          "bf16 weight gradient (131,200 x 4096 x 2 B = 1,074,790,400 B; as many bytes as "
+          "that layer's fp32 data-parallel shard) or 16 of the stage's 64 MiB activation "
+          "messages, to within 5 MiB (the A100 run). No mechanism found holds either: "
+          "without gradient-accumulation fusion the output layer's "
+          "backward returns its weight gradient and Megatron-Core's gradient hook adds "
+          "it to the fp32 buffer and sets `param.grad = None` "
+          "(megatron/core/tensor_parallel/layers.py, "
+          "megatron/core/distributed/distributed_data_parallel.py "
+          "_make_backward_post_hook); the interleaved schedule pops every input and output "
+          "tensor and the receive buffers are new `torch.empty`s per message "
+          "(megatron/core/pipeline_parallel/schedules.py, p2p_communication.py); "
+          "untied embeddings leave no word-embedding copy on the last stage "
+          "(setup_embeddings_and_output_layer returns early, "
+          "megatron/core/models/common/language_module/language_module.py); the loss keeps "
+          "a per-token fp32 loss only (pretrain_gpt.py loss_func); `--log-params-norm` "
+          "reads the fp32 main shards in place (megatron/training/utils/common_utils.py); "
+          "the memory is read after optimizer.step() and the parameters' norm "
+          "(megatron/training/training.py training_log); nor Transformer Engine's dummy "
+          "weight gradients (off without gradient-accumulation fusion), the position "
+          "table (on the first stage), the distributed optimizer's padding "
+          "(megatron/core/optimizer/param_layout.py: kilobytes) or a cached rotary table "
+          "(learned positions). Megatron-LM read at commits 6e091e1b and d98e8a64.")
     print("\n## Published logs: torchtitan's reserved peak\n")
     print("torchtitan logs `memory: X GiB(Y%)` every few steps: `max_memory_reserved()` "
           "since the last log line (torchtitan/components/metrics.py, "

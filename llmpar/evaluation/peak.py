@@ -3,8 +3,9 @@ kind of stage, in closed form, each the stage's steady state (its `total_bytes`,
 model states and buffers where no activations are alive) plus the transient buffers
 alive then (`llmpar.evaluation.transients`).
 
-    start                 states + buffers (+ persistent stack buffers: Transformer
-                          Engine's dummy weight gradients and fp8 weight copies)
+    start                 states + buffers (+ persistent stack buffers: the cuBLAS
+                          workspaces, Transformer Engine's dummy weight gradients and
+                          fp8 weight copies)
     warm-up end           states + buffers + activations of the micro-batches in flight
     loss forward          ... + the logits and their fp32 copies (last stage)
     loss backward         ... + the loss's gradients (last stage)
@@ -23,8 +24,11 @@ their gathered weights at the moments the stack keeps them (`edge_unit_blocks`).
 allocated = max over stages and moments (`torch.cuda.max_memory_allocated()`);
 reserved  = max over stages and moments of what is alive, each block rounded as
             PyTorch's caching allocator rounds it (`max_memory_reserved()`);
-device    = reserved + NCCL's buffers per communicator + the cuBLAS workspace's segment
-            + the CUDA context (`nvidia-smi`): what `fits` is decided on.
+device    = reserved + NCCL's buffers per communicator + the CUDA context
+            (`nvidia-smi`): what `fits` is decided on. The cuBLAS workspaces (PyTorch's,
+            and Transformer Engine's under a profile that runs its GEMMs) are taken from
+            the caching allocator and kept: counted in allocated and reserved, each in
+            the segment it gets (`workspace_blocks`).
 
 Steady state <= allocated <= steady state + every transient of the stage (tests hold
 it). Every number may be an array over a search node (`peak_core`, the search's
@@ -84,9 +88,17 @@ NCCL_SOURCE = ("NCCL User Guide, Environment Variables: NCCL_BUFFSIZE (default 4
                "channel and peer; one communicator per strategy's process group, two ring "
                "peers, one channel (a lower bound)")
 DEVICE_SOURCE = ("the framework profile's cuda_context_bytes (CUDA context under lazy module "
-                 "loading, pytorch/pytorch #109888) and blas_workspace_bytes (PyTorch "
-                 "aten/src/ATen/cuda/CublasHandlePool.cpp; CUBLAS_WORKSPACE_CONFIG), the "
-                 "workspace in the caching-allocator segment it gets")
+                 "loading, pytorch/pytorch #109888); the cuBLAS workspaces are in the "
+                 "reserved peak (workspace_blocks)")
+WORKSPACE_SOURCE = ("PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: getCurrentCUDABlasHandle "
+                    "takes the handle's workspace of getChosenWorkspaceSize() "
+                    "(CUBLAS_WORKSPACE_CONFIG; the profile's blas_workspace_bytes) from "
+                    "c10::cuda::CUDACachingAllocator at the first GEMM and keeps it per "
+                    "handle and stream")
+TE_WORKSPACE_SOURCE = ("Transformer Engine transformer_engine/pytorch/module/base.py "
+                       "get_workspace: a torch.empty of get_cublas_workspace_size_bytes() "
+                       "(cpp_extensions/gemm.py, TE 2.x: 32 MiB from compute capability 9.0, "
+                       "4 MiB below) made at the first GEMM and kept in a module global")
 STATE_SOURCE = "model states (ZeRO, Rajbhandari et al. 2020, Sec. 3.1)"
 BUFFER_SOURCE = "the strategies' communication buffers (gathered weights in flight included)"
 STATE_NAMES = (("weights", "weights"), ("gradients", "gradients"),
@@ -279,6 +291,26 @@ def unsharded_blocks(spec: Spec, composition: Composition, parameters: Mapping[s
 
 
 FP8_COPIES_NAME = "fp8 weight copies"
+WORKSPACE_NAMES = ("cuBLAS workspace (PyTorch)", "cuBLAS workspace (Transformer Engine)")
+
+
+def workspace_blocks(spec: Spec) -> list[Block]:
+    """The cuBLAS workspaces a training process keeps from its first GEMM on, as
+    persistent blocks of allocated memory, each reserved in the segment a lone early
+    request gets (`segment_bytes`): PyTorch's (`Framework.blas_workspace_for`) and, under
+    a profile whose linears run Transformer Engine's GEMMs, Transformer Engine's
+    (`Framework.te_workspace_for`); none of a size 0."""
+    profile = spec.training.profile
+    architecture = spec.hardware.gpu.architecture
+    found = []
+    blas = profile.blas_workspace_for(architecture) if profile.blas_workspace_allocated else 0
+    for name, size, source in (
+            (WORKSPACE_NAMES[0], blas, WORKSPACE_SOURCE),
+            (WORKSPACE_NAMES[1], profile.te_workspace_for(architecture), TE_WORKSPACE_SOURCE)):
+        if size:
+            found.append(Block(name=name, size=size, source=source, transient=True,
+                               reserved=segment_bytes(size)))
+    return found
 
 
 def fp8_copy_blocks(spec: Spec, composition: Composition,
@@ -609,11 +641,16 @@ def communicators(composition: Composition) -> Value:
     return total
 
 
-def device_extras(spec: Spec) -> tuple[int, int]:
-    """(CUDA context, cuBLAS workspace segment) of one GPU, from the framework profile."""
+def device_extras(spec: Spec) -> tuple[int, int, int]:
+    """(CUDA context, the cuBLAS workspaces' segments, the part of those segments outside
+    the reserved peak) of one GPU, from the framework profile: the workspaces' segments
+    are in the reserved peak (`workspace_blocks`) but under a profile that counts
+    PyTorch's in device memory only (`Framework.blas_workspace_allocated` false)."""
     profile = spec.training.profile
-    workspace = profile.blas_workspace_for(spec.hardware.gpu.architecture)
-    return int(profile.cuda_context_bytes), segment_bytes(workspace)
+    segments = sum(int(b.reserved) for b in workspace_blocks(spec))
+    outside = 0 if profile.blas_workspace_allocated else segment_bytes(
+        profile.blas_workspace_for(spec.hardware.gpu.architecture))
+    return int(profile.cuda_context_bytes), segments + outside, outside
 
 
 def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
@@ -624,6 +661,7 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
     `parameters`: each kind's parameters by group; `pipelined`: more than one stage."""
     share = foreach_share(spec)
     freed = gradients_freed(spec, composition)
+    workspaces = workspace_blocks(spec)
     allocated: Value = None
     reserved: Value = None
     for position, kind in enumerate(memory.kinds):
@@ -631,7 +669,8 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                               memory.buffers, _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
                                                pipelined),
-                              fp8_copy_blocks(spec, composition, parameters[position]), freed,
+                              fp8_copy_blocks(spec, composition, parameters[position])
+                              + workspaces, freed,
                               edge_unit_blocks(spec, composition, parameters[position],
                                                _kind_parts(facts, position), pipelined),
                               reduce_scatter_blocks(spec, composition, parameters[position],
@@ -644,9 +683,9 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
         reserved = expandable_reserved(allocated)
     groups = communicators(composition)
     nccl = groups * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
-    context, workspace = device_extras(spec)
+    context, workspace, outside = device_extras(spec)
     return PeakCore(allocated=allocated, reserved=reserved,
-                    device=reserved + nccl + workspace + context, nccl=nccl,
+                    device=reserved + nccl + context + outside, nccl=nccl,
                     communicators=groups, context=context, workspace=workspace)
 
 
@@ -663,6 +702,7 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                   parameters: Sequence[Mapping[str, float]]) -> tuple[MemoryMoment, ...]:
     """Every stage's allocated memory at each modelled moment of a step (one layout)."""
     share = foreach_share(spec)
+    workspaces = workspace_blocks(spec)
     found = []
     for stage, position in zip(stages, kinds.kind_of):
         kind = memory.kinds[position]
@@ -671,8 +711,8 @@ def step_timeline(stages: Sequence[Stage], kinds: StageKinds, memory: MemoryCore
                               _kind_parts(facts, position), share, "",
                               unsharded_blocks(spec, composition, parameters[position],
                                                len(stages) > 1),
-                              fp8_copy_blocks(spec, composition, parameters[position]),
-                              gradients_freed(spec, composition),
+                              fp8_copy_blocks(spec, composition, parameters[position])
+                              + workspaces, gradients_freed(spec, composition),
                               edge_unit_blocks(spec, composition, parameters[position],
                                                _kind_parts(facts, position), len(stages) > 1),
                               reduce_scatter_blocks(spec, composition, parameters[position],
@@ -693,6 +733,7 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
     what is alive then; its numbers are `peak_core`'s."""
     share = foreach_share(spec)
     freed = gradients_freed(spec, composition)
+    workspaces = workspace_blocks(spec)
     best = None
     reserved = 0
     for position, index in enumerate(peak_candidates(kinds, records)):
@@ -701,10 +742,10 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                               memory.buffers, _kind_parts(facts, position), share,
                               activation_source, unsharded_blocks(
                                   spec, composition, parameters[position], len(records) > 1),
-                              fp8_copy_blocks(spec, composition, parameters[position]),
-                              freed, edge_unit_blocks(spec, composition, parameters[position],
-                                                      _kind_parts(facts, position),
-                                                      len(records) > 1),
+                              fp8_copy_blocks(spec, composition, parameters[position])
+                              + workspaces, freed,
+                              edge_unit_blocks(spec, composition, parameters[position],
+                                               _kind_parts(facts, position), len(records) > 1),
                               reduce_scatter_blocks(spec, composition, parameters[position],
                                                     _kind_parts(facts, position),
                                                     len(records) > 1, freed),
@@ -723,10 +764,10 @@ def memory_peak(spec: Spec, composition: Composition, kinds: StageKinds,
                   for b in chosen.blocks if b.size or not b.transient)
     groups = communicators(composition)
     nccl = int(groups) * NCCL_BUFFSIZE_BYTES * NCCL_RING_PEERS * NCCL_MIN_CHANNELS
-    context, workspace = device_extras(spec)
+    context, workspace, outside = device_extras(spec)
     copies = sum(int(b.size) for b in chosen.blocks if b.name == FP8_COPIES_NAME)
     peak = MemoryPeak(allocated_bytes=allocated, reserved_bytes=reserved,
-                      device_bytes=reserved + nccl + workspace + context, nccl_bytes=nccl,
+                      device_bytes=reserved + nccl + context + outside, nccl_bytes=nccl,
                       moment=chosen.name, stage=record.stage, steady_bytes=record.total_bytes,
                       alive=alive, cuda_context_bytes=context, workspace_bytes=workspace,
                       fp8_weight_copies_bytes=copies)
@@ -771,9 +812,10 @@ def _derivations(peak: MemoryPeak, groups: int,
                    source=EXPANDABLE_SOURCE if expandable else ALLOCATOR_SOURCE,
                    inputs={"allocated_bytes": peak.allocated_bytes}),
         Derivation(quantity="device_bytes", value=peak.device_bytes, unit="bytes",
-                   rule="peak_reserved_bytes + communicators * NCCL_BUFFSIZE * ring peers * "
-                        "channels + cuBLAS workspace segment + CUDA context; fits = "
-                        "device_bytes <= capacity_bytes",
+                   rule="peak_reserved_bytes (the cuBLAS workspaces' segments included; "
+                        "PyTorch's added here where the profile counts it in device memory "
+                        "only) + communicators * NCCL_BUFFSIZE * ring peers * channels + CUDA "
+                        "context; fits = device_bytes <= capacity_bytes",
                    source=f"{NCCL_SOURCE}; {DEVICE_SOURCE}",
                    inputs={"communicators": groups, "nccl_bytes": peak.nccl_bytes,
                            "workspace_bytes": peak.workspace_bytes,
@@ -783,4 +825,4 @@ def _derivations(peak: MemoryPeak, groups: int,
 
 __all__ = ["EDGE_GROUPS", "MemoryMoment", "PeakCore", "activation_bytes", "allocator_rounded",
            "edge_unit_blocks", "kind_moments", "memory_peak", "peak_candidates", "peak_core",
-           "step_timeline"]
+           "step_timeline", "workspace_blocks"]

@@ -69,6 +69,15 @@ BLAS_WORKSPACE_BY_ARCHITECTURE: Mapping[str, int] = MappingProxyType({
     "hopper": 32 * MiB,
     "blackwell": 32 * MiB,
 })
+TE_WORKSPACE_BY_ARCHITECTURE: Mapping[str, int] = MappingProxyType({
+    # Transformer Engine, transformer_engine/pytorch/cpp_extensions/gemm.py
+    # get_cublas_workspace_size_bytes (TE 2.x): 33,554,432 bytes where the device's compute
+    # capability major is 9 or more (Hopper, Blackwell), else 4,194,304.
+    "hopper": 32 * MiB,
+    "blackwell": 32 * MiB,
+})
+TE_WORKSPACE_DEFAULT_BYTES = 4 * MiB
+"""Transformer Engine's cuBLAS workspace below compute capability 9.0 (A100, L40S)."""
 BLAS_WORKSPACE_DEFAULT_BYTES = (2 * 4096 + 8 * 16) * 1024
 """8,519,680 bytes: CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8" where
 `BLAS_WORKSPACE_BY_ARCHITECTURE` names no other size."""
@@ -392,6 +401,21 @@ class Framework:
     architecture, 32 MiB on Hopper and Blackwell, else 8,519,680 bytes (":4096:2:16:8";
     aten/src/ATen/cuda/CublasHandlePool.cpp). cuDNN's workspaces are taken per call from
     the same allocator and given back, so no persistent buffer is counted for them."""
+    blas_workspace_allocated: bool = True
+    """PyTorch's cuBLAS workspace (`blas_workspace_bytes`) is counted as what it is, a
+    block of the caching allocator alive from the first GEMM on: in the allocated,
+    reserved and device numbers of `training.memory_peak`. False: in device memory only,
+    its segment added on top of the reserved peak, as llmpar counted it before (the
+    legacy profiles, which redo those plans)."""
+    transformer_engine_workspace: bool = False
+    """The stack's linear layers run their products through Transformer Engine, which
+    takes one cuBLAS workspace of its own from PyTorch's caching allocator at its first
+    GEMM and keeps it (`get_workspace`: a `torch.empty` of
+    `get_cublas_workspace_size_bytes()`, transformer_engine/pytorch/module/base.py and
+    cpp_extensions/gemm.py, TE 2.x): 32 MiB on Hopper and Blackwell (compute capability
+    9.0 and later), 4 MiB on the others. Counted, with PyTorch's own workspace
+    (`blas_workspace_bytes`), in the allocated, reserved and device numbers of
+    `training.memory_peak` from the step's start. False: no Transformer Engine GEMMs."""
 
     matmul_efficiency: dict[str, float] = attrs.field(factory=dict, hash=False,
                                                       validator=_efficiencies_by_gpu)
@@ -417,6 +441,13 @@ class Framework:
         if self.blas_workspace_bytes is not None:
             return int(self.blas_workspace_bytes)
         return BLAS_WORKSPACE_BY_ARCHITECTURE.get(architecture, BLAS_WORKSPACE_DEFAULT_BYTES)
+
+    def te_workspace_for(self, architecture: str) -> int:
+        """Transformer Engine's cuBLAS workspace on a GPU of `architecture`; 0 where the
+        stack runs no Transformer Engine GEMMs (`transformer_engine_workspace`)."""
+        if not self.transformer_engine_workspace:
+            return 0
+        return TE_WORKSPACE_BY_ARCHITECTURE.get(architecture, TE_WORKSPACE_DEFAULT_BYTES)
 
     @property
     def default_activation_model(self) -> str:
@@ -447,6 +478,7 @@ def profile_gpu(framework: Framework, gpu: Gpu) -> Gpu:
 DEFAULT_FRAMEWORK = Framework(
     name="megatron-core", attention_kernel="cudnn", attention_timing="kernel",
     loss_kernel="vocab-parallel", dummy_weight_gradients=True, optimizer_kernel="fused",
+    transformer_engine_workspace=True,
     fp8_weight_cache=True, fp8_output_layer=False, host_seconds_per_kernel=Seconds(8e-6),
     attention_kernel_by_architecture={"ampere": "flash-attention-2", "ada": "flash-attention-2",
                                       "cdna2": "aiter", "cdna3": "aiter", "cdna4": "aiter"},
