@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from llmpar.deferred import deferring
 from llmpar.plan_records import (
     CollectiveCost,
     ContinuousBatching,
@@ -459,3 +460,6 @@ class Plan:
             text += "\n\nstrategies:\n" + "\n".join(f"  {n.strategy}: {n.text}"
                                                    for n in self.notes)
         return text
+
+
+deferring(Plan, "derivations")  # built on first read (`llmpar.deferred`)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from llmpar.deferred import deferred
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
 from llmpar.evaluation.attention import kernel_fallback_warning
@@ -48,7 +49,7 @@ from llmpar.evaluation.peak import (
 )
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
 from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
-from llmpar.evaluation.time_records import StepTime, step_time_record
+from llmpar.evaluation.time_records import StepTime, step_time_derivations, step_time_record
 from llmpar.evaluation.timing import StepFlops, run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
@@ -258,16 +259,30 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                        core.facts.recomputed_fraction,
                        core.composition.sum_of("model_flops_per_step"))
     collectives, link_warnings = cost_records(core.time.costs, spec.hardware)
-    time = step_time_record(spec, core, collectives, link_warnings, flops)
-    source = time.derivations[0].source if time.derivations else ""
-    run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
+    time = step_time_record(spec, core, collectives, link_warnings, flops, explain=False)
+    run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, "",
+                     explain=False)
     goodput, goodput_derivations = run_goodput(spec, footprint, peak, run.train_seconds)
     capacity = spec.hardware.capacity_bytes
-    tokens_per_second, mfu, hfu, throughput = _utilization(spec, flops, time.step_seconds)
+    tokens_per_second, mfu, hfu, _ = _utilization(spec, flops, time.step_seconds, False)
     host_bytes = max(stage.host_bytes for stage in records)
     tuned = finetune_part(footprint, flops.global_batch_size)
     peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records, cache)
     fits = peak_memory.device_bytes <= capacity
+
+    def derivations() -> tuple[Derivation, ...]:
+        # what `explain` shows, from this evaluation's values, on the first read
+        timed = step_time_derivations(spec, core, collectives, flops)
+        source = timed[0].source if timed else ""
+        run_rules = run_length(spec, footprint.parameters.total, flops, time.step_seconds,
+                               source).derivations
+        return (memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
+                                   None if tuned is None else tuned.trainable_parameters)
+                + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
+                + _host_rules(spec, host_bytes, transforms)
+                + flops.derivations + timed + _utilization(spec, flops, time.step_seconds)[3]
+                + run_rules + goodput_derivations + finetune_derivations(spec, tuned))
+
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -312,12 +327,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         peak_stage=peak.stage, stages=records, training=training,
         warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
-        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
-                                        None if tuned is None else tuned.trainable_parameters)
-                     + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
-                     + _host_rules(spec, host_bytes, transforms)
-                     + flops.derivations + time.derivations + throughput + run.derivations
-                     + goodput_derivations + finetune_derivations(spec, tuned)),
+        derivations=deferred(derivations),
     )
 
 
@@ -414,14 +424,22 @@ def strategy_notes(transforms: Sequence[Transform]) -> tuple[StrategyNote, ...]:
                  for t in transforms for text in t.notes)
 
 
-def _utilization(spec: Spec, flops: StepFlops, step_seconds: float | None
+def _utilization(spec: Spec, flops: StepFlops, step_seconds: float | None,
+                 explain: bool = True
                  ) -> tuple[float | None, float | None, float | None, tuple[Derivation, ...]]:
-    """Tokens per second, MFU and HFU of a step, with their derivations
+    """Tokens per second, MFU and HFU of a step, with their derivations when `explain`
     (MFU as in Chowdhery et al. 2022, arXiv:2204.02311, App. B; HFU as in Korthikanti
     et al. 2022, arXiv:2205.05198, Sec. 6)."""
     if step_seconds is None:
         return None, None, None, ()
     tokens_per_second = flops.tokens_per_step / step_seconds
+    if not explain:
+        peak_flops = spec.hardware.gpu.peak_flops_per_s(spec.precision.compute)
+        if peak_flops is None:
+            return tokens_per_second, None, None, ()
+        total = spec.hardware.num_gpus * peak_flops * step_seconds
+        return (tokens_per_second, flops.flops_per_step / total,
+                flops.hardware_flops_per_step / total, ())
     per_second = Derivation(
         quantity="tokens_per_second", value=tokens_per_second,
         unit="tokens/s", rule="tokens_per_step / step_seconds", source="one step's tokens",

@@ -207,14 +207,21 @@ def train_tokens(spec: Spec, parameters: float) -> tuple[float, str] | None:
 
 
 def run_length(spec: Spec, parameters: float, flops: StepFlops,
-               step_seconds: float | None, time_source: str) -> RunLength:
-    """Tokens, steps, FLOPs, time and GPU-hours of the whole run."""
+               step_seconds: float | None, time_source: str,
+               explain: bool = True) -> RunLength:
+    """Tokens, steps, FLOPs, time and GPU-hours of the whole run; their derivations only
+    when `explain`."""
     found = train_tokens(spec, parameters)
     if found is None:
         return RunLength()
     tokens, rule = found
     steps = tokens / flops.tokens_per_step
     train_flops = flops.flops_per_step * steps
+    if not explain:
+        seconds = None if step_seconds is None else steps * step_seconds
+        return RunLength(train_tokens=tokens, train_steps=steps, train_flops=train_flops,
+                         train_seconds=seconds, gpu_hours=None if seconds is None
+                         else seconds * spec.hardware.num_gpus / 3600)
     derivations = [Derivation(
         quantity="train_tokens", value=tokens, unit="tokens", rule=rule,
         source="the spec", inputs={"N": parameters}), Derivation(
