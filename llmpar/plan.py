@@ -462,4 +462,4 @@ class Plan:
         return text
 
 
-deferring(Plan, "derivations")  # built on first read (`llmpar.deferred`)
+deferring(Plan, "stages", "derivations")  # built on first read (`llmpar.deferred`)

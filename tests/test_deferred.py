@@ -97,3 +97,31 @@ def test_a_deferred_field_read_from_threads_gives_one_value():
 def test_only_a_slot_can_defer():
     with pytest.raises(TypeError):
         deferring(_Record, "built")
+
+
+def test_a_pipelined_plan_lists_every_stage_and_its_peak_stage_holds_its_numbers():
+    plan = fresh("gpt3-175b-1024-a100")
+    assert isinstance(plan.stages, tuple)
+    assert len(plan.stages) == plan.layout["pipeline"] > 1
+    assert [s.stage for s in plan.stages] == list(range(len(plan.stages)))
+    peak = plan.stages[plan.peak_stage]
+    assert (peak.weights_bytes, peak.total_bytes, peak.activations_bytes) == (
+        plan.weights_bytes, plan.total_bytes, plan.activations_bytes)
+    assert plan.host_bytes == max(s.host_bytes for s in plan.stages)
+    assert sum(s.layers for s in plan.stages) >= 96  # GPT-3 175B: 96 layers
+
+
+def test_stage_records_are_made_when_indexed_and_equal_in_any_order():
+    from llmpar.evaluation.evaluate import evaluate_core, transforms_of
+    from llmpar.evaluation.memory import stage_records
+
+    session = llmpar.Session(load_entry_points=False)
+    spec = session.load_spec(EXAMPLES / "gpt3-175b-1024-a100.toml")
+    footprint = session.cache.footprint(spec)
+    layout = session._layout_of(spec)
+    transforms = transforms_of(spec, footprint, layout, session.strategies)
+    core = evaluate_core(spec, footprint, layout, transforms)
+    forward, _ = stage_records(core.memory, core.stages, core.kinds)
+    backward, _ = stage_records(core.memory, core.stages, core.kinds)
+    assert [backward[i] for i in reversed(range(len(backward)))][::-1] == list(forward)
+    assert forward[2:5] == tuple(forward)[2:5] and forward[-1] == tuple(forward)[-1]

@@ -265,7 +265,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     goodput, goodput_derivations = run_goodput(spec, footprint, peak, run.train_seconds)
     capacity = spec.hardware.capacity_bytes
     tokens_per_second, mfu, hfu, _ = _utilization(spec, flops, time.step_seconds, False)
-    host_bytes = max(stage.host_bytes for stage in records)
+    host_bytes = records.host_bytes
     tuned = finetune_part(footprint, flops.global_batch_size)
     peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records, cache)
     fits = peak_memory.device_bytes <= capacity
@@ -324,7 +324,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         parameters=round(footprint.parameters.total),
         active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
-        peak_stage=peak.stage, stages=records, training=training,
+        peak_stage=peak.stage, stages=deferred(lambda: tuple(records)), training=training,
         warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time)
                        + host_memory_warning(spec, host_bytes)),
         derivations=deferred(derivations),
@@ -364,7 +364,7 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
     # what memory_peak reads of the stages: each kind's peak candidate
     key = (cache.footprint_key(spec), spec.optimizer, spec.hardware.gpu.architecture,
            cache.layers_key(core.stages),
-           tuple(records[i] for i in peak_candidates(core.kinds, records)),
+           tuple(records[i] for i in peak_candidates(core.kinds, core.stages)),
            # the transients follow from the footprint, the stages and the splits
            core.composition.tag_key(), communicator_key(core.composition),
            # the fp8 weight copies follow the model-parallel splits alone
