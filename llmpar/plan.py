@@ -162,6 +162,9 @@ class TrainingPart:
     were not read from schema 1."""
 
 
+deferring(TrainingPart, "collectives", "notes", "step_time_trust")  # `llmpar.deferred`
+
+
 @attrs.frozen(kw_only=True)
 class ServingPool:
     """GPUs that serve requests under one layout: replicas that prefill and decode (a

@@ -125,3 +125,16 @@ def test_stage_records_are_made_when_indexed_and_equal_in_any_order():
     backward, _ = stage_records(core.memory, core.stages, core.kinds)
     assert [backward[i] for i in reversed(range(len(backward)))][::-1] == list(forward)
     assert forward[2:5] == tuple(forward)[2:5] and forward[-1] == tuple(forward)[-1]
+
+
+@pytest.mark.parametrize("name", NAMES[:-1])
+def test_the_training_parts_deferred_records_are_those_stored_at_once(name):
+    plan = fresh(name)
+    part = plan.training
+    assert part is not None
+    eager = attrs.evolve(fresh(name).training, collectives=tuple(part.collectives),
+                         notes=tuple(part.notes), step_time_trust=str(part.step_time_trust))
+    assert eager == fresh(name).training == part
+    # the step's communication is its collectives' seconds, summed in their order
+    assert part.communication_seconds == float(sum(c.seconds for c in part.collectives))
+    assert plan.collectives == part.collectives and plan.notes == part.notes

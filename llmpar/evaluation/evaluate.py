@@ -48,7 +48,7 @@ from llmpar.evaluation.peak import (
     step_timeline,
 )
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
-from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
+from llmpar.evaluation.step_time import TimeCore, cost_records, time_core, uncosted_links
 from llmpar.evaluation.time_records import StepTime, step_time_derivations, step_time_record
 from llmpar.evaluation.timing import StepFlops, run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
@@ -258,8 +258,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
                        core.facts.recomputed_fraction,
                        core.composition.sum_of("model_flops_per_step"))
-    collectives, link_warnings = cost_records(core.time.costs, spec.hardware)
-    time = step_time_record(spec, core, collectives, link_warnings, flops, explain=False)
+    time = step_time_record(spec, core, uncosted_links(core.time.costs), flops)
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, "",
                      explain=False)
     goodput, goodput_derivations = run_goodput(spec, footprint, peak, run.train_seconds)
@@ -269,10 +268,11 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
     tuned = finetune_part(footprint, flops.global_batch_size)
     peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records, cache)
     fits = peak_memory.device_bytes <= capacity
+    families = load_families() if cache is None else cache.validation_families()
 
     def derivations() -> tuple[Derivation, ...]:
         # what `explain` shows, from this evaluation's values, on the first read
-        timed = step_time_derivations(spec, core, collectives, flops)
+        timed = step_time_derivations(spec, core, training.collectives, flops)
         source = timed[0].source if timed else ""
         run_rules = run_length(spec, footprint.parameters.total, flops, time.step_seconds,
                                source).derivations
@@ -303,14 +303,15 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         exposed_communication_seconds=time.exposed_communication_seconds,
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
         optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
-        exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
-        notes=strategy_notes(transforms), framework=spec.training.profile.name,
+        exposed_offload_seconds=time.exposed_offload_seconds,
+        collectives=deferred(lambda: cost_records(core.time.costs, spec.hardware)[0]),
+        notes=deferred(lambda: strategy_notes(transforms)), framework=spec.training.profile.name,
         host_overhead_seconds=time.host_overhead_seconds,
         issue_seconds=time.issue_seconds, launch_bound_seconds=time.launch_bound_seconds,
-        step_time_trust=step_time_trust(spec, time.time_model, (
-            load_families() if cache is None else cache.validation_families()),
+        step_time_trust=deferred(lambda: step_time_trust(
+            spec, time.time_model, families,
             tuple(name for transform in transforms for name in transform.mechanisms)
-            + offload_mechanisms(core.facts)),
+            + offload_mechanisms(core.facts))),
         goodput=goodput,
         memory_peak=None if footprint.activations is None else peak_memory,
         finetune=tuned, steady_state_fits=peak.total_bytes <= capacity)

@@ -14,6 +14,7 @@ from llmpar.evaluation.step_time import (
     MODELLED_SOURCE,
     OFFLOAD_SOURCE,
     TimeCore,
+    communication_seconds,
 )
 from llmpar.evaluation.timing import StepFlops
 from llmpar.plan import CollectiveCost, Derivation
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 @attrs.frozen(kw_only=True)
 class StepTime:
+    """The step-time fields of a training plan (`step_time_record`); its collectives'
+    records are the plan's own (`cost_records`)."""
+
     time_model: str
     step_seconds: float | None
     compute_seconds: float | None = None
@@ -38,7 +42,6 @@ class StepTime:
     host_overhead_seconds: float = 0.0
     issue_seconds: float = 0.0
     launch_bound_seconds: float = 0.0
-    collectives: tuple[CollectiveCost, ...] = ()
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
 
@@ -46,25 +49,24 @@ class StepTime:
 class _CommonFields(TypedDict):
     """The StepTime fields every time model fills the same way."""
 
-    collectives: tuple[CollectiveCost, ...]
     communication_seconds: float
     offload_seconds: float
     bubble_fraction: float
 
 
-def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[CollectiveCost, ...],
-                     warnings: list[str], flops: StepFlops, explain: bool = True) -> StepTime:
+def step_time_record(spec: Spec, core: Evaluation, warnings: list[str], flops: StepFlops,
+                     collectives: tuple[CollectiveCost, ...] | None = None) -> StepTime:
     """The plan's step-time fields of one evaluated layout; their derivations
-    (`step_time_derivations`) only when `explain`."""
+    (`step_time_derivations`) only when given the collectives' records (`cost_records`)."""
     time: TimeCore = core.time
     host = time.host
-    common = _CommonFields(collectives=collectives,
-                           communication_seconds=float(sum(c.seconds for c in collectives)),
+    common = _CommonFields(communication_seconds=communication_seconds(time.costs),
                            offload_seconds=float(host.seconds),
                            bubble_fraction=float(time.bubble_fraction))
     gpu = spec.hardware.gpu
     warnings = list(warnings)
-    derivations = step_time_derivations(spec, core, collectives, flops) if explain else ()
+    derivations = (() if collectives is None
+                   else step_time_derivations(spec, core, collectives, flops))
     if time.time_model == "none":
         if gpu.peak_flops_per_s(spec.precision.compute) is None:
             warnings.append(f"GPU {gpu.name!r} states no {spec.precision.compute} peak; "
