@@ -67,6 +67,7 @@ from llmpar.plan import (
 )
 from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
+from llmpar.spec.hardware import AttentionKernelRate
 from llmpar.strategies import CHECKED_STRATEGY_MODULES
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 from llmpar.trust import load_families, step_time_trust
@@ -208,7 +209,11 @@ def product_format_warnings(spec: Spec) -> list[str]:
 
 
 def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
-              peak: MemoryPeak, capacity: int, time: StepTime) -> list[str]:
+              peak: MemoryPeak, capacity: int, time: StepTime,
+              attention_rates: tuple[AttentionKernelRate, AttentionKernelRate] | None = None
+              ) -> list[str]:
+    """`attention_rates`: the kernel rates the time model timed attention at (None: at
+    matmul_efficiency)."""
     warnings = list(time.warnings)
     positions = position_limit_warning(spec.model, spec.training.sequence_length,
                                        TRAINED_POSITIONS)
@@ -227,10 +232,11 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
                         f"memory per GPU at its peak (steady state {peak.steady_bytes / 2**30:,.2f}"
                         f" GiB), has {capacity / 2**30:,.2f} GiB")
     warnings += product_format_warnings(spec)
-    fallback = kernel_fallback_warning(spec)
-    if (fallback is not None and time.time_model == "modelled"
-            and footprint.attention_kernel != "eager"):  # fused attention, as time_core has it
-        warnings.append(fallback)
+    if (time.time_model == "modelled" and footprint.attention_kernel != "eager"
+            and attention_rates is None):  # fused attention, as time_core has it, at no rate
+        fallback = kernel_fallback_warning(spec)
+        if fallback is not None:
+            warnings.append(fallback)
     for transform in transforms:
         warnings += [f"{transform.strategy}: {text}" for text in transform.warnings]
     return warnings
@@ -326,7 +332,8 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
         peak_stage=peak.stage, stages=deferred(lambda: tuple(records)), training=training,
-        warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time)
+        warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time,
+                                 core.time.attention_rates)
                        + host_memory_warning(spec, host_bytes)),
         derivations=deferred(derivations),
     )
