@@ -263,7 +263,7 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
              + finetune_flops_per_sequence(footprint) * global_batch_of(spec, layout))
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
                        core.facts.recomputed_fraction,
-                       core.composition.sum_of("model_flops_per_step"))
+                       core.composition.sum_of("model_flops_per_step"), explain=False)
     time = step_time_record(spec, core, uncosted_links(core.time.costs), flops)
     run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, "",
                      explain=False)
@@ -286,7 +286,10 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
                                    None if tuned is None else tuned.trainable_parameters)
                 + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
                 + _host_rules(spec, host_bytes, transforms)
-                + flops.derivations + timed + _utilization(spec, flops, time.step_seconds)[3]
+                + step_flops(spec, footprint, layout.degree("data"), extra,
+                             core.facts.recomputed_fraction,
+                             core.composition.sum_of("model_flops_per_step")).derivations
+                + timed + _utilization(spec, flops, time.step_seconds)[3]
                 + run_rules + goodput_derivations + finetune_derivations(spec, tuned))
 
     training = TrainingPart(
