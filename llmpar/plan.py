@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from llmpar.deferred import deferring
 from llmpar.plan_records import (
     CollectiveCost,
     ContinuousBatching,
@@ -159,6 +160,9 @@ class TrainingPart:
     `capacity_bytes`, without transients, the allocator's rounding, NCCL's buffers, the
     cuBLAS workspace or the CUDA context. None in plans written before schema 2 that
     were not read from schema 1."""
+
+
+deferring(TrainingPart, "collectives", "notes", "step_time_trust")  # `llmpar.deferred`
 
 
 @attrs.frozen(kw_only=True)
@@ -459,3 +463,6 @@ class Plan:
             text += "\n\nstrategies:\n" + "\n".join(f"  {n.strategy}: {n.text}"
                                                    for n in self.notes)
         return text
+
+
+deferring(Plan, "stages", "derivations")  # built on first read (`llmpar.deferred`)

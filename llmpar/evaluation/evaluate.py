@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from llmpar.deferred import deferred
 from llmpar.dtypes import bytes_per_element, math_format
 from llmpar.errors import PluginError
 from llmpar.evaluation.attention import kernel_fallback_warning
@@ -47,8 +48,8 @@ from llmpar.evaluation.peak import (
     step_timeline,
 )
 from llmpar.evaluation.stages import stage_inventory, stage_parameters, stages_of
-from llmpar.evaluation.step_time import TimeCore, cost_records, time_core
-from llmpar.evaluation.time_records import StepTime, step_time_record
+from llmpar.evaluation.step_time import TimeCore, cost_records, time_core, uncosted_links
+from llmpar.evaluation.time_records import StepTime, step_time_derivations, step_time_record
 from llmpar.evaluation.timing import StepFlops, run_length, step_flops
 from llmpar.evaluation.utilization import check_utilization
 from llmpar.evaluation.validity import transform_problems
@@ -66,6 +67,7 @@ from llmpar.plan import (
 )
 from llmpar.positions import TRAINED_POSITIONS, position_limit_warning
 from llmpar.spec import Spec
+from llmpar.spec.hardware import AttentionKernelRate
 from llmpar.strategies import CHECKED_STRATEGY_MODULES
 from llmpar.strategy import Layout, Stage, StrategyContext, Transform
 from llmpar.trust import load_families, step_time_trust
@@ -207,7 +209,11 @@ def product_format_warnings(spec: Spec) -> list[str]:
 
 
 def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
-              peak: MemoryPeak, capacity: int, time: StepTime) -> list[str]:
+              peak: MemoryPeak, capacity: int, time: StepTime,
+              attention_rates: tuple[AttentionKernelRate, AttentionKernelRate] | None = None
+              ) -> list[str]:
+    """`attention_rates`: the kernel rates the time model timed attention at (None: at
+    matmul_efficiency)."""
     warnings = list(time.warnings)
     positions = position_limit_warning(spec.model, spec.training.sequence_length,
                                        TRAINED_POSITIONS)
@@ -226,10 +232,11 @@ def _warnings(spec: Spec, footprint: Footprint, transforms: Sequence[Transform],
                         f"memory per GPU at its peak (steady state {peak.steady_bytes / 2**30:,.2f}"
                         f" GiB), has {capacity / 2**30:,.2f} GiB")
     warnings += product_format_warnings(spec)
-    fallback = kernel_fallback_warning(spec)
-    if (fallback is not None and time.time_model == "modelled"
-            and footprint.attention_kernel != "eager"):  # fused attention, as time_core has it
-        warnings.append(fallback)
+    if (time.time_model == "modelled" and footprint.attention_kernel != "eager"
+            and attention_rates is None):  # fused attention, as time_core has it, at no rate
+        fallback = kernel_fallback_warning(spec)
+        if fallback is not None:
+            warnings.append(fallback)
     for transform in transforms:
         warnings += [f"{transform.strategy}: {text}" for text in transform.warnings]
     return warnings
@@ -256,18 +263,35 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
              + finetune_flops_per_sequence(footprint) * global_batch_of(spec, layout))
     flops = step_flops(spec, footprint, layout.degree("data"), extra,
                        core.facts.recomputed_fraction,
-                       core.composition.sum_of("model_flops_per_step"))
-    collectives, link_warnings = cost_records(core.time.costs, spec.hardware)
-    time = step_time_record(spec, core, collectives, link_warnings, flops)
-    source = time.derivations[0].source if time.derivations else ""
-    run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, source)
+                       core.composition.sum_of("model_flops_per_step"), explain=False)
+    time = step_time_record(spec, core, uncosted_links(core.time.costs), flops)
+    run = run_length(spec, footprint.parameters.total, flops, time.step_seconds, "",
+                     explain=False)
     goodput, goodput_derivations = run_goodput(spec, footprint, peak, run.train_seconds)
     capacity = spec.hardware.capacity_bytes
-    tokens_per_second, mfu, hfu, throughput = _utilization(spec, flops, time.step_seconds)
-    host_bytes = max(stage.host_bytes for stage in records)
+    tokens_per_second, mfu, hfu, _ = _utilization(spec, flops, time.step_seconds, False)
+    host_bytes = records.host_bytes
     tuned = finetune_part(footprint, flops.global_batch_size)
     peak_memory, peak_derivations = _memory_peak(spec, footprint, core, records, cache)
     fits = peak_memory.device_bytes <= capacity
+    families = load_families() if cache is None else cache.validation_families()
+
+    def derivations() -> tuple[Derivation, ...]:
+        # what `explain` shows, from this evaluation's values, on the first read
+        timed = step_time_derivations(spec, core, training.collectives, flops)
+        source = timed[0].source if timed else ""
+        run_rules = run_length(spec, footprint.parameters.total, flops, time.step_seconds,
+                               source).derivations
+        return (memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
+                                   None if tuned is None else tuned.trainable_parameters)
+                + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
+                + _host_rules(spec, host_bytes, transforms)
+                + step_flops(spec, footprint, layout.degree("data"), extra,
+                             core.facts.recomputed_fraction,
+                             core.composition.sum_of("model_flops_per_step")).derivations
+                + timed + _utilization(spec, flops, time.step_seconds)[3]
+                + run_rules + goodput_derivations + finetune_derivations(spec, tuned))
+
     training = TrainingPart(
         sequence_length=spec.training.sequence_length,
         micro_batch_size=spec.training.micro_batch_size,
@@ -288,14 +312,15 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         exposed_communication_seconds=time.exposed_communication_seconds,
         bubble_fraction=time.bubble_fraction, bubble_seconds=time.bubble_seconds,
         optimizer_seconds=time.optimizer_seconds, offload_seconds=time.offload_seconds,
-        exposed_offload_seconds=time.exposed_offload_seconds, collectives=time.collectives,
-        notes=strategy_notes(transforms), framework=spec.training.profile.name,
+        exposed_offload_seconds=time.exposed_offload_seconds,
+        collectives=deferred(lambda: cost_records(core.time.costs, spec.hardware)[0]),
+        notes=deferred(lambda: strategy_notes(transforms)), framework=spec.training.profile.name,
         host_overhead_seconds=time.host_overhead_seconds,
         issue_seconds=time.issue_seconds, launch_bound_seconds=time.launch_bound_seconds,
-        step_time_trust=step_time_trust(spec, time.time_model, (
-            load_families() if cache is None else cache.validation_families()),
+        step_time_trust=deferred(lambda: step_time_trust(
+            spec, time.time_model, families,
             tuple(name for transform in transforms for name in transform.mechanisms)
-            + offload_mechanisms(core.facts)),
+            + offload_mechanisms(core.facts))),
         goodput=goodput,
         memory_peak=None if footprint.activations is None else peak_memory,
         finetune=tuned, steady_state_fits=peak.total_bytes <= capacity)
@@ -309,15 +334,11 @@ def build_plan(spec: Spec, layout: Layout, strategies: Mapping[str, Strategy[Any
         parameters=round(footprint.parameters.total),
         active_parameters=round(footprint.parameters.active),
         parameters_by_group=dict(footprint.parameters.by_group),
-        peak_stage=peak.stage, stages=records, training=training,
-        warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time)
+        peak_stage=peak.stage, stages=deferred(lambda: tuple(records)), training=training,
+        warnings=tuple(_warnings(spec, footprint, transforms, peak_memory, capacity, time,
+                                 core.time.attention_rates)
                        + host_memory_warning(spec, host_bytes)),
-        derivations=(memory_derivations(spec, footprint.parameters.total, peak, inventory, rows,
-                                        None if tuned is None else tuned.trainable_parameters)
-                     + (_total_rule(peak, capacity), capacity_rule(spec)) + peak_derivations
-                     + _host_rules(spec, host_bytes, transforms)
-                     + flops.derivations + time.derivations + throughput + run.derivations
-                     + goodput_derivations + finetune_derivations(spec, tuned)),
+        derivations=deferred(derivations),
     )
 
 
@@ -354,7 +375,7 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
     # what memory_peak reads of the stages: each kind's peak candidate
     key = (cache.footprint_key(spec), spec.optimizer, spec.hardware.gpu.architecture,
            cache.layers_key(core.stages),
-           tuple(records[i] for i in peak_candidates(core.kinds, records)),
+           tuple(records[i] for i in peak_candidates(core.kinds, core.stages)),
            # the transients follow from the footprint, the stages and the splits
            core.composition.tag_key(), communicator_key(core.composition),
            # the fp8 weight copies follow the model-parallel splits alone
@@ -414,14 +435,22 @@ def strategy_notes(transforms: Sequence[Transform]) -> tuple[StrategyNote, ...]:
                  for t in transforms for text in t.notes)
 
 
-def _utilization(spec: Spec, flops: StepFlops, step_seconds: float | None
+def _utilization(spec: Spec, flops: StepFlops, step_seconds: float | None,
+                 explain: bool = True
                  ) -> tuple[float | None, float | None, float | None, tuple[Derivation, ...]]:
-    """Tokens per second, MFU and HFU of a step, with their derivations
+    """Tokens per second, MFU and HFU of a step, with their derivations when `explain`
     (MFU as in Chowdhery et al. 2022, arXiv:2204.02311, App. B; HFU as in Korthikanti
     et al. 2022, arXiv:2205.05198, Sec. 6)."""
     if step_seconds is None:
         return None, None, None, ()
     tokens_per_second = flops.tokens_per_step / step_seconds
+    if not explain:
+        peak_flops = spec.hardware.gpu.peak_flops_per_s(spec.precision.compute)
+        if peak_flops is None:
+            return tokens_per_second, None, None, ()
+        total = spec.hardware.num_gpus * peak_flops * step_seconds
+        return (tokens_per_second, flops.flops_per_step / total,
+                flops.hardware_flops_per_step / total, ())
     per_second = Derivation(
         quantity="tokens_per_second", value=tokens_per_second,
         unit="tokens/s", rule="tokens_per_step / step_seconds", source="one step's tokens",

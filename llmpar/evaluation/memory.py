@@ -15,6 +15,7 @@ so the peak is found over kinds. Every number may be an array over a search node
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 import attrs
 
@@ -166,28 +167,64 @@ def transit_bytes(composition: Composition, facts: TrainingFacts) -> Value:
     return found
 
 
-def stage_records(core: MemoryCore, stages: Sequence[Stage],
-                  kinds: StageKinds) -> tuple[tuple[StageMemory, ...], int]:
-    """Every stage's memory (one layout), and the peak stage: the stage of the peak kind
-    with the most micro-batches in flight."""
-    buffers = int(core.buffers)
-    # What a kind's stages share, once per kind: a plan lists every stage.
-    shared = [(int(k.states["weights"] + k.frozen), int(k.states["gradients"]),
-               int(k.states["optimizer"]),
-               int(k.states_bytes) + buffers, int(k.host), k.activations) for k in core.kinds]
-    records = []
-    for stage, kind_index in zip(stages, kinds.kind_of):
-        weights, gradients, optimizer, fixed, host, per_micro_batch = shared[kind_index]
+class StageRecords(Sequence[StageMemory]):
+    """Every stage's memory of one layout, each record made when first indexed: a plan
+    needs its peak stage's and each kind's peak candidate's for its numbers, and lists
+    the others (`Plan.stages`) only when they are read. Made from one evaluation's
+    values, and never shared between evaluations."""
+
+    def __init__(self, core: MemoryCore, stages: Sequence[Stage], kinds: StageKinds):
+        self.stages, self.kinds = stages, kinds
+        buffers = int(core.buffers)
+        self.buffers = buffers
+        # What a kind's stages share, once per kind: a plan lists every stage.
+        self.shared = [(int(k.states["weights"] + k.frozen), int(k.states["gradients"]),
+                        int(k.states["optimizer"]), int(k.states_bytes) + buffers,
+                        int(k.host), k.activations) for k in core.kinds]
+        self.made: list[StageMemory | None] = [None] * len(stages)
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    @overload
+    def __getitem__(self, index: int) -> StageMemory: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[StageMemory]: ...
+
+    def __getitem__(self, index: int | slice) -> StageMemory | Sequence[StageMemory]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
+        found = self.made[index]
+        if found is None:
+            found = self.made[index] = self._record(index)
+        return found
+
+    def _record(self, index: int) -> StageMemory:
+        stage = self.stages[index]
+        weights, gradients, optimizer, fixed, host, per_micro_batch = self.shared[
+            self.kinds.kind_of[index]]
         in_flight = stage.micro_batches_in_flight
         # one layout: Python's round, as `rounded` takes for a plain number
         activations = None if per_micro_batch is None else int(round(per_micro_batch
                                                                       * in_flight))
-        records.append(StageMemory(
+        return StageMemory(
             stage=stage.index, layers=stage.num_layers, weights_bytes=weights,
             gradients_bytes=gradients, optimizer_bytes=optimizer,
-            activations_bytes=activations, buffers_bytes=buffers,
+            activations_bytes=activations, buffers_bytes=self.buffers,
             total_bytes=fixed + (activations or 0), micro_batches_in_flight=float(in_flight),
-            host_bytes=host))
+            host_bytes=host)
+
+    @property
+    def host_bytes(self) -> int:
+        """The most any stage keeps in host memory (every kind has a stage)."""
+        return max(shared[4] for shared in self.shared)
+
+
+def stage_records(core: MemoryCore, stages: Sequence[Stage],
+                  kinds: StageKinds) -> tuple[StageRecords, int]:
+    """Every stage's memory (one layout), and the peak stage: the stage of the peak kind
+    with the most micro-batches in flight."""
     peak_kind = core.at_peak(list(range(len(core.kinds))))
     members = kinds.members[int(peak_kind)]
     peak = members[0]  # the most micro-batches in flight, the first stage of those
@@ -195,7 +232,7 @@ def stage_records(core: MemoryCore, stages: Sequence[Stage],
         if ((stages[i].micro_batches_in_flight, -i)
                 > (stages[peak].micro_batches_in_flight, -peak)):
             peak = i
-    return tuple(records), peak
+    return StageRecords(core, stages, kinds), peak
 
 
 def memory_derivations(spec: Spec, parameters_total: float, peak: StageMemory,

@@ -689,7 +689,8 @@ def peak_core(spec: Spec, composition: Composition, memory: MemoryCore,
                     communicators=groups, context=context, workspace=workspace)
 
 
-def peak_candidates(kinds: StageKinds, records: Sequence[StageMemory]) -> tuple[int, ...]:
+def peak_candidates(kinds: StageKinds, records: Sequence[StageMemory] | Sequence[Stage]
+                    ) -> tuple[int, ...]:
     """Per kind of stage, the stage with the most micro-batches in flight (the first of
     them): it reaches the kind's largest moments (the moments without activations are
     the same on every stage of a kind)."""

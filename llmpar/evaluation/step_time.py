@@ -640,12 +640,9 @@ def _share(part: Value, whole: Value) -> Value:
 def cost_records(costs: Sequence[Cost], hardware: Hardware | None = None
                  ) -> tuple[tuple[CollectiveCost, ...], list[str]]:
     """The plan's collective records (one layout) and warnings for uncosted links."""
-    records, warnings = [], []
+    records = []
     for cost in costs:
         collective = cost.collective
-        if not cost.costed:
-            warnings.append(f"{collective.name}: no {cost.tier} bandwidth in [hardware]; "
-                            "not costed")
         if cost.calls == 0:
             continue
         records.append(CollectiveCost(
@@ -657,5 +654,17 @@ def cost_records(costs: Sequence[Cost], hardware: Hardware | None = None
             pieces=None if not cost.piece else 1 / float(cost.piece),
             algorithm="" if hardware is None or not cost.costed
             else algorithm_of(collective, hardware, float(cost.buffer_bytes))))
-    return tuple(records), warnings
+    return tuple(records), uncosted_links(costs)
+
+
+def uncosted_links(costs: Sequence[Cost]) -> list[str]:
+    """Warnings for the collectives on a link [hardware] gives no bandwidth (one layout)."""
+    return [f"{cost.collective.name}: no {cost.tier} bandwidth in [hardware]; not costed"
+            for cost in costs if not cost.costed]
+
+
+def communication_seconds(costs: Sequence[Cost]) -> float:
+    """All communication of one step on one GPU (one layout): the sum of the seconds of
+    `cost_records`' collectives, in their order."""
+    return float(sum(float(cost.seconds) for cost in costs if cost.calls != 0))
 

@@ -14,6 +14,7 @@ from llmpar.evaluation.step_time import (
     MODELLED_SOURCE,
     OFFLOAD_SOURCE,
     TimeCore,
+    communication_seconds,
 )
 from llmpar.evaluation.timing import StepFlops
 from llmpar.plan import CollectiveCost, Derivation
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 @attrs.frozen(kw_only=True)
 class StepTime:
+    """The step-time fields of a training plan (`step_time_record`); its collectives'
+    records are the plan's own (`cost_records`)."""
+
     time_model: str
     step_seconds: float | None
     compute_seconds: float | None = None
@@ -38,7 +42,6 @@ class StepTime:
     host_overhead_seconds: float = 0.0
     issue_seconds: float = 0.0
     launch_bound_seconds: float = 0.0
-    collectives: tuple[CollectiveCost, ...] = ()
     warnings: tuple[str, ...] = ()
     derivations: tuple[Derivation, ...] = ()
 
@@ -46,24 +49,24 @@ class StepTime:
 class _CommonFields(TypedDict):
     """The StepTime fields every time model fills the same way."""
 
-    collectives: tuple[CollectiveCost, ...]
     communication_seconds: float
     offload_seconds: float
     bubble_fraction: float
 
 
-def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[CollectiveCost, ...],
-                     warnings: list[str], flops: StepFlops) -> StepTime:
-    """The plan's step-time fields of one evaluated layout."""
+def step_time_record(spec: Spec, core: Evaluation, warnings: list[str], flops: StepFlops,
+                     collectives: tuple[CollectiveCost, ...] | None = None) -> StepTime:
+    """The plan's step-time fields of one evaluated layout; their derivations
+    (`step_time_derivations`) only when given the collectives' records (`cost_records`)."""
     time: TimeCore = core.time
     host = time.host
-    offload = _offload_derivation(core) if host.by_work else ()
-    common = _CommonFields(collectives=collectives,
-                           communication_seconds=float(sum(c.seconds for c in collectives)),
+    common = _CommonFields(communication_seconds=communication_seconds(time.costs),
                            offload_seconds=float(host.seconds),
                            bubble_fraction=float(time.bubble_fraction))
     gpu = spec.hardware.gpu
     warnings = list(warnings)
+    derivations = (() if collectives is None
+                   else step_time_derivations(spec, core, collectives, flops))
     if time.time_model == "none":
         if gpu.peak_flops_per_s(spec.precision.compute) is None:
             warnings.append(f"GPU {gpu.name!r} states no {spec.precision.compute} peak; "
@@ -72,7 +75,38 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
             warnings.append("no utilization known: set [training] mfu, or use a GPU preset "
                             "with achievable_mfu or efficiencies; no step time")
         return StepTime(time_model="none", step_seconds=None, warnings=tuple(warnings),
-                        derivations=offload, **common)
+                        derivations=derivations, **common)
+    assert time.step is not None
+    step = float(time.step)
+    if time.time_model == "assumed-mfu":
+        return StepTime(time_model="assumed-mfu", step_seconds=step,
+                        exposed_offload_seconds=float(time.exposed_host),
+                        warnings=tuple(warnings), derivations=derivations, **common)
+    assert time.compute is not None
+    exposed, compute = float(time.exposed), float(time.compute)
+    if exposed > compute:
+        warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
+                        f"({compute:.3g} s)")
+    return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
+                    exposed_communication_seconds=exposed,
+                    bubble_seconds=float(time.bubble), optimizer_seconds=float(time.optimizer),
+                    exposed_offload_seconds=float(time.exposed_host),
+                    host_overhead_seconds=float(time.overhead),
+                    issue_seconds=float(time.issue), launch_bound_seconds=float(time.launch_bound),
+                    warnings=tuple(warnings), derivations=derivations, **common)
+
+
+def step_time_derivations(spec: Spec, core: Evaluation,
+                          collectives: tuple[CollectiveCost, ...],
+                          flops: StepFlops) -> tuple[Derivation, ...]:
+    """How the step time of `step_time_record` was derived: the step, the exposed
+    communication, the offloaded work and the host overheads."""
+    time: TimeCore = core.time
+    host = time.host
+    offload = _offload_derivation(core) if host.by_work else ()
+    gpu = spec.hardware.gpu
+    if time.time_model == "none":
+        return offload
     assert time.step is not None
     step = float(time.step)
     if time.time_model == "assumed-mfu":
@@ -88,15 +122,9 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
         derivation = Derivation(quantity="step_seconds", value=step, unit="s", rule=rule,
                                 source=f"{ASSUMED_SOURCE}; mfu from {time.mfu_source}",
                                 inputs=inputs)
-        return StepTime(time_model="assumed-mfu", step_seconds=step,
-                        exposed_offload_seconds=float(time.exposed_host),
-                        warnings=tuple(warnings),
-                        derivations=(derivation,) + offload, **common)
+        return (derivation,) + offload
     assert time.compute is not None
     exposed, compute = float(time.exposed), float(time.compute)
-    if exposed > compute:
-        warnings.append(f"exposed communication ({exposed:.3g} s) exceeds compute "
-                        f"({compute:.3g} s)")
     rule = "compute + exposed communication + bubble * compute + optimizer step"
     inputs = {"matmul_seconds": float(time.matmul), "matmul_shape_seconds": float(time.shape_loss),
               "slowest_stage_factor": float(time.slowest),
@@ -130,14 +158,7 @@ def step_time_record(spec: Spec, core: Evaluation, collectives: tuple[Collective
                             source=f"{MODELLED_SOURCE}; efficiencies: {efficiencies}",
                             inputs=inputs)
     hidden = _exposed_derivation(time, collectives) if collectives else ()
-    return StepTime(time_model="modelled", step_seconds=step, compute_seconds=compute,
-                    exposed_communication_seconds=exposed,
-                    bubble_seconds=float(time.bubble), optimizer_seconds=float(time.optimizer),
-                    exposed_offload_seconds=float(time.exposed_host),
-                    host_overhead_seconds=float(time.overhead),
-                    issue_seconds=float(time.issue), launch_bound_seconds=float(time.launch_bound),
-                    warnings=tuple(warnings),
-                    derivations=(derivation,) + hidden + offload + overhead, **common)
+    return (derivation,) + hidden + offload + overhead
 
 
 def _overhead_derivation(spec: Spec, time: TimeCore) -> tuple[Derivation, ...]:

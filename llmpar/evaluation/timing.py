@@ -74,10 +74,11 @@ def recompute_flops_per_sequence(spec: Spec, footprint: Footprint,
 
 def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
                extra_flops: float = 0.0, full_fraction: float = 1.0,
-               workload_flops: float = 0.0) -> StepFlops:
+               workload_flops: float = 0.0, explain: bool = True) -> StepFlops:
     """FLOPs of one optimizer step: exact from the architecture, or 6ND from a size;
     `workload_flops` are a workload's other models' (a frozen reference's forward),
-    counted in both the model and the hardware FLOPs."""
+    counted in both the model and the hardware FLOPs. Their derivations only when
+    `explain`."""
     training = spec.training
     global_batch = training.global_batch_size or training.micro_batch_size * data_degree
     tokens = global_batch * training.sequence_length
@@ -86,12 +87,38 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
     per_sequence = footprint.train_flops_per_sequence()
     if per_sequence is None:
         flops, method = flops_6nd, "6nd"
+    else:
+        flops, method = per_sequence * global_batch, "exact"
+    rerun = recompute_flops_per_sequence(spec, footprint, full_fraction)
+    executed = footprint.executed_train_flops_per_sequence()
+    hardware = ((flops if executed is None else executed * global_batch)
+                + rerun * global_batch + extra_flops + workload_flops)
+    derivations = (_flops_derivations(spec, footprint, flops, hardware, rerun, global_batch,
+                                      extra_flops, workload_flops) if explain else ())
+    flops += workload_flops
+    return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
+                     flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
+                     hardware_flops_per_step=hardware,
+                     attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
+                         spec, footprint, full_fraction) * global_batch,
+                     derivations=derivations)
+
+
+def _flops_derivations(spec: Spec, footprint: Footprint, flops: float, hardware: float,
+                       rerun: float, global_batch: int, extra_flops: float,
+                       workload_flops: float) -> tuple[Derivation, ...]:
+    """How `step_flops` counted the model's FLOPs (`flops`, before the workload's),
+    their 6ND estimate and the executed FLOPs."""
+    training = spec.training
+    tokens = global_batch * training.sequence_length
+    active = footprint.parameters.active
+    flops_6nd = six_nd_flops(active, tokens)
+    if footprint.train_flops_per_sequence() is None:
         derivation = Derivation(
             quantity="flops_per_step", value=flops, unit="FLOP",
             rule="6 * N_active * tokens_per_step", source=SIX_ND_SOURCE,
             inputs={"N_active": active, "tokens_per_step": tokens})
     else:
-        flops, method = per_sequence * global_batch, "exact"
         fwd = footprint.forward_flops_per_sequence
         assert fwd is not None
         derivation = Derivation(
@@ -105,16 +132,12 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
             derivation = attrs.evolve(derivation, source=derivation.source + (
                 "; with the trained multi-token-prediction modules: each depth's block, "
                 "2h x h projection and output-layer pass (llmpar.footprint.mtp)"))
-    rerun = recompute_flops_per_sequence(spec, footprint, full_fraction)
     executed = footprint.executed_train_flops_per_sequence()
-    hardware = ((flops if executed is None else executed * global_batch)
-                + rerun * global_batch + extra_flops + workload_flops)
     if workload_flops:
         derivation = attrs.evolve(
             derivation, value=flops + workload_flops,
             rule=derivation.rule + " + the workload's other models' FLOPs",
             inputs={**derivation.inputs, "workload_flops_per_step": workload_flops})
-        flops += workload_flops
     six_nd = Derivation(quantity="flops_per_step_6nd", value=flops_6nd, unit="FLOP",
                         rule="6 * N_active * tokens_per_step", source=SIX_ND_SOURCE,
                         inputs={"N_active": active, "tokens_per_step": tokens})
@@ -138,13 +161,7 @@ def step_flops(spec: Spec, footprint: Footprint, data_degree: int,
             f"({', '.join(rerun_products(spec.model, training.recompute_policy))}), once "
             f"per layer; attention and the saved products are not rerun"),
             source=executing.source + "; " + OP_SOURCE)
-    return StepFlops(global_batch_size=global_batch, tokens_per_step=tokens,
-                     flops_per_step=flops, flops_per_step_6nd=flops_6nd, flops_method=method,
-                     hardware_flops_per_step=hardware,
-                     attention_hardware_flops_per_step=attention_hardware_flops_per_sequence(
-                         spec, footprint, full_fraction) * global_batch,
-                     derivations=(derivation, six_nd, executing))
-
+    return derivation, six_nd, executing
 
 
 def module_rerun_derivation(spec: Spec, footprint: Footprint, hardware: float,
@@ -211,14 +228,21 @@ def train_tokens(spec: Spec, parameters: float) -> tuple[float, str] | None:
 
 
 def run_length(spec: Spec, parameters: float, flops: StepFlops,
-               step_seconds: float | None, time_source: str) -> RunLength:
-    """Tokens, steps, FLOPs, time and GPU-hours of the whole run."""
+               step_seconds: float | None, time_source: str,
+               explain: bool = True) -> RunLength:
+    """Tokens, steps, FLOPs, time and GPU-hours of the whole run; their derivations only
+    when `explain`."""
     found = train_tokens(spec, parameters)
     if found is None:
         return RunLength()
     tokens, rule = found
     steps = tokens / flops.tokens_per_step
     train_flops = flops.flops_per_step * steps
+    if not explain:
+        seconds = None if step_seconds is None else steps * step_seconds
+        return RunLength(train_tokens=tokens, train_steps=steps, train_flops=train_flops,
+                         train_seconds=seconds, gpu_hours=None if seconds is None
+                         else seconds * spec.hardware.num_gpus / 3600)
     derivations = [Derivation(
         quantity="train_tokens", value=tokens, unit="tokens", rule=rule,
         source="the spec", inputs={"N": parameters}), Derivation(
