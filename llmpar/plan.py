@@ -286,6 +286,9 @@ class _V1(Generic[T]):
         return None if part is None else getattr(part, spelled)
 
 
+deferring(ServingPool, "decode_compute_bound_batch_size", "notes")  # `llmpar.deferred`
+
+
 @attrs.frozen(kw_only=True)
 class Plan:
     """Per-GPU memory, compute and time of one spec under its layout.

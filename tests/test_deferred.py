@@ -14,17 +14,21 @@ import pytest
 
 import llmpar
 from llmpar.deferred import deferred, deferring
+from llmpar.plan import ServingPool
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "specs" / "examples"
 NAMES = ["gpt3-175b-1024-a100", "llama-3-70b-goodput-1024-h100", "llama-3-8b-lora-rtx-4090",
          "llama-3.2-3b-offload-a100", "inference-llama-2-70b-h100"]
+SERVING = ["inference-llama-2-70b-h100", "inference-deepseek-v3-h200",
+           "serve-deepseek-v3-mtp-h200", "serve-llama-3.1-70b-10-rps-h100",
+           "serve-llama-3.1-70b-1p1d-h100", "inference-qwen3-4b-int4-l40s"]
 
 
 def fresh(name: str) -> llmpar.Plan:
     return llmpar.Session(load_entry_points=False).evaluate(EXAMPLES / f"{name}.toml")
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", sorted(set(NAMES + SERVING)))
 def test_a_plan_equals_its_re_evaluation_and_reads_back(name):
     plan, again = fresh(name), fresh(name)
     assert plan == again and hash(plan) == hash(again)
@@ -32,7 +36,7 @@ def test_a_plan_equals_its_re_evaluation_and_reads_back(name):
     assert llmpar.Plan.from_dict(json.loads(json.dumps(fresh(name).to_dict()))) == plan
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", sorted(set(NAMES + SERVING)))
 def test_the_deferred_derivations_are_those_stored_at_once(name):
     plan = fresh(name)
     eager = attrs.evolve(fresh(name), derivations=tuple(plan.derivations))
@@ -138,3 +142,37 @@ def test_the_training_parts_deferred_records_are_those_stored_at_once(name):
     # the step's communication is its collectives' seconds, summed in their order
     assert part.communication_seconds == float(sum(c.seconds for c in part.collectives))
     assert plan.collectives == part.collectives and plan.notes == part.notes
+
+
+def _eager_pools(plan: llmpar.Plan) -> tuple[ServingPool, ...]:
+    return tuple(attrs.evolve(pool, notes=tuple(pool.notes),
+                              decode_compute_bound_batch_size=pool.decode_compute_bound_batch_size)
+                 for pool in plan.serving)
+
+
+@pytest.mark.parametrize("name", SERVING)
+def test_the_serving_pools_deferred_records_are_those_stored_at_once(name):
+    plan = fresh(name)
+    assert plan.serving
+    eager = attrs.evolve(fresh(name), serving=_eager_pools(fresh(name)),
+                         derivations=tuple(fresh(name).derivations))
+    assert eager == plan == fresh(name) and hash(eager) == hash(fresh(name))
+    assert fresh(name).explain() == eager.explain()
+    assert json.dumps(fresh(name).to_dict()) == json.dumps(eager.to_dict())
+    assert pickle.loads(pickle.dumps(fresh(name))).to_dict() == eager.to_dict()
+    assert plan.decode_compute_bound_batch_size == plan.serving[0].decode_compute_bound_batch_size
+
+
+def test_the_compute_bound_batch_read_late_is_the_search_on_the_plans_serving():
+    from llmpar.inference.evaluate import serving_of, timing_of
+    from llmpar.inference.phases import compute_bound_batch
+
+    session = llmpar.Session(load_entry_points=False)
+    spec = session.load_spec(EXAMPLES / "inference-deepseek-v3-h200.toml")
+    plan = session.evaluate(spec)
+    serving = serving_of(spec, session._layout_of(spec), session.strategies)
+    timing = timing_of(serving)
+    assert timing.compute_bound_batch == compute_bound_batch(serving, timing.rates)
+    assert plan.decode_compute_bound_batch_size == timing.compute_bound_batch
+    derivation = plan.derivation("decode_compute_bound_batch_size")
+    assert derivation.value == timing.compute_bound_batch

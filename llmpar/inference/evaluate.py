@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from llmpar.deferred import deferred
 from llmpar.evaluation.evaluate import strategy_notes, transforms_of
 from llmpar.evaluation.stages import stages_of
 from llmpar.footprint.baseline import Footprint
@@ -96,8 +97,18 @@ def untimed(serving: Serving) -> str | None:
 class Timing:
     prefill: PhaseResult
     decode: PhaseResult
-    compute_bound_batch: int | None
     rates: Rates
+    serving: Serving
+    found: dict[str, int | None] = attrs.field(factory=dict, eq=False, repr=False)
+    """What `compute_bound_batch` found, searched once on first read (this evaluation's)."""
+
+    @property
+    def compute_bound_batch(self) -> int | None:
+        """The decode step's compute-bound batch (`phases.compute_bound_batch`), searched
+        on first read: only the plan's report and explanation read it."""
+        if "batch" not in self.found:
+            self.found["batch"] = compute_bound_batch(self.serving, self.rates)
+        return self.found["batch"]
 
     def latency(self, generated: int) -> float:
         return self.prefill.phase.seconds + (generated - 1) * self.decode.phase.seconds
@@ -112,8 +123,8 @@ class Timing:
 
 def timing_of(serving: Serving) -> Timing:
     rates = rates_of(serving.spec.hardware.gpu)
-    return Timing(prefill=prefill(serving, rates), decode=decode(serving, rates),
-                  compute_bound_batch=compute_bound_batch(serving, rates), rates=rates)
+    return Timing(prefill=prefill(serving, rates), decode=decode(serving, rates), rates=rates,
+                  serving=serving)
 
 
 def _warnings(serving: Serving, memory: ServingMemory, timing: Timing | None,
@@ -171,7 +182,7 @@ def _time_fields(serving: Serving, timing: Timing) -> dict[str, object]:
         prefill_seconds=prefill_phase.seconds, tpot_seconds=decode_phase.seconds,
         latency_seconds=latency, tokens_per_second_per_gpu=output_tokens / latency / gpus,
         tokens_per_second_per_user=generated / latency,
-        decode_compute_bound_batch_size=timing.compute_bound_batch,
+        decode_compute_bound_batch_size=deferred(lambda: timing.compute_bound_batch),
         phases=(prefill_phase, decode_phase))
 
 
@@ -214,8 +225,9 @@ def _workload_fields(serving: Serving) -> dict[str, object]:
         parameters_by_group=dict(parameters.by_group), workload="inference",
         context_tokens=inference.context_tokens, batch_size=inference.batch_size,
         global_batch_size=global_batch, tokens_per_step=global_batch * inference.generated_tokens,
-        flops_per_step_6nd=2 * parameters.active * processed, notes=strategy_notes(
-            [t for t in serving.transforms if t.strategy in WARNED_STRATEGIES]))
+        flops_per_step_6nd=2 * parameters.active * processed, notes=deferred(
+            lambda: strategy_notes([t for t in serving.transforms
+                                    if t.strategy in WARNED_STRATEGIES])))
 
 
 def _trust(serving: Serving) -> str:
@@ -251,15 +263,21 @@ def build_inference_plan(spec: Spec, layout: Layout,
     context = max_context_tokens(serving)
     prompt = max_prompt_tokens(serving)
     timing = timing_of(serving) if why_untimed is None else None
-    derivations = (d.memory_derivations(serving, memory, runtime_overhead(spec, layout))
-                   + d.limit_derivations(serving, batch, context, prompt))
     fields = {**_workload_fields(serving),
               **_memory_fields(serving, memory, batch, context, prompt)}
     if timing is not None:
         fields.update(_time_fields(serving, timing))
-        derivations += _time_derivations(serving, timing)
-    if continuous is not None:
-        derivations += d.continuous_derivations(serving, continuous)
+    final = serving
+
+    def derivations() -> tuple[Derivation, ...]:
+        # what `explain` shows, from this evaluation's values, on the first read
+        built = (d.memory_derivations(final, memory, runtime_overhead(spec, layout))
+                 + d.limit_derivations(final, batch, context, prompt))
+        if timing is not None:
+            built += _time_derivations(final, timing)
+        if continuous is not None:
+            built += d.continuous_derivations(final, continuous)
+        return tuple(built)
     # The Plan's own fields go on the plan; the rest are the serving pool's.
     top = {f.name: fields.pop(f.name) for f in attrs.fields(Plan) if f.name in fields}
     pool = ServingPool(num_gpus=spec.hardware.num_gpus, layout=dict(serving.layout.degrees),
@@ -268,4 +286,4 @@ def build_inference_plan(spec: Spec, layout: Layout,
                        **fields)  # type: ignore[arg-type]
     return Plan(**top, serving=(pool,),  # type: ignore[arg-type]
                 warnings=tuple(_warnings(serving, memory, timing, why_untimed)),
-                derivations=tuple(derivations))
+                derivations=deferred(derivations))
