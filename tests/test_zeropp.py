@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from search_specs import agreeing_pairs, small_spec
 
 import llmpar
 
@@ -157,6 +158,22 @@ def test_hpz_needs_the_backward_gather_and_no_hybrid_sharding():
     found = problems(zero=3, hpz_partition_size=8, shard_degree=8)
     assert [path for path, _ in found] == ["$.parallel.data.hpz_partition_size"]
     assert "shard_degree" in found[0][1]
+
+
+def test_the_search_keeps_hpz_and_refuses_only_the_shard_degrees_beside_it():
+    """A search node's shard degrees are an array with unset entries: hpZ is refused only
+    where one is set (the rule once read the array itself as set and refused every
+    layout of the shipped ZeRO++ example)."""
+    spec = small_spec(parallel={"data": {"zero": 3, "hpz_partition_size": 2}})
+    hpz = "$.parallel.data.hpz_partition_size"
+    pairs = list(agreeing_pairs(llmpar.default_session(), spec))
+    assert any(p.choice.get("data.shard_degree") is None for p in pairs)
+    fast = llmpar.search(spec, top=8)
+    slow = llmpar.search(spec, top=8, exact=True)
+    assert fast.results and [r.choices for r in fast.results] == [
+        r.choices for r in slow.results]
+    assert all(r.choices.get("data.shard_degree") is None for r in fast.results)
+    assert fast.rejected[hpz] == slow.rejected[hpz] > 0  # the shard degrees beside it
 
 
 def test_hpz_below_1_is_refused_as_the_field_says():

@@ -379,7 +379,8 @@ def _zeropp_rules(config: DataConfig, layout: Layout) -> list[Rule]:
                  lambda: f"hpz_partition_size ({h}) needs reshard_after_forward = true: hpZ "
                          "serves the backward pass's gather, which keeping the weights "
                          "gathered removes"),
-            Rule(HPZ_PATH, config.shard_degree is not None,
+            # (a search node's shard degrees: where one is set)
+            Rule(HPZ_PATH, logical_not(is_unset(config.shard_degree)),
                  lambda: f"hpz_partition_size ({h}) with shard_degree "
                          f"({config.shard_degree}): hybrid sharding and ZeRO++'s secondary "
                          "partition are two mechanisms; choose one"),
