@@ -217,6 +217,17 @@ def test_import_without_a_base_takes_the_model_and_layout_from_the_flags(
     ("--num-layers 2 --swiglu yes", r"\$\.--swiglu: is a switch"),
     ("stray --num-layers 2", r"\$: 'stray' is not an argument"),
     ("--num-layers 4 --num-experts 8 --moe-layer-freq [1,0]", r"\$\.--moe-layer-freq"),
+    # worked out without eval, and bounded: a mistyped count is an error, not the memory
+    ("--num-layers 4 --num-experts 8 --moe-layer-freq [0]*999999999",
+     r"\$\.--moe-layer-freq: .*more than 100,000 entries"),
+    ("--num-layers 4 --num-experts 8 --moe-layer-freq 0",
+     r"\$\.--moe-layer-freq: expected an integer of at least 1"),
+    ("--num-layers 4 --num-experts 8 --moe-layer-freq 1.5",
+     r"\$\.--moe-layer-freq: expected an integer or a list"),
+    ("--num-layers 4 --num-experts 8 --moe-layer-freq __import__('os')",
+     r"\$\.--moe-layer-freq: expected an integer or a list"),
+    ("--num-layers 999999999 --num-experts 8 --moe-layer-freq 2",
+     r"\$\.--moe-layer-freq: read for at most 100,000 layers"),
     ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
      r"\$\.--recompute-num-layers"),
 ])

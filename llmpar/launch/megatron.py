@@ -462,20 +462,73 @@ def split_arguments(text: str, source: str) -> dict[str, list[str]]:
     return found
 
 
+LAYER_PATTERN_MOST = 100_000
+"""The longest `--moe-layer-freq` list read: far beyond any model's layers, small enough
+that a mistyped repeat count cannot fill the memory."""
+
+
+def layer_pattern(text: str) -> int | list[int]:
+    """A `--moe-layer-freq` value as Megatron-LM's `moe_freq_type` takes it (an integer,
+    or a Python list expression such as `([0]*3+[1]*58)`), worked out without `eval`:
+    integers, lists of them, lists joined by `+` and repeated by `*` an integer, at most
+    `LAYER_PATTERN_MOST` entries. ValueError for anything else."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an expression: {exc.msg}") from None
+    return _pattern_value(tree.body)
+
+
+def _pattern_value(node: ast.expr) -> int | list[int]:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.List):
+        items = [_pattern_value(item) for item in node.elts]
+        numbers = [item for item in items if isinstance(item, int)]
+        if len(numbers) != len(items):
+            raise ValueError("a list of integers is read")
+        return _bounded(numbers)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+        left, right = _pattern_value(node.left), _pattern_value(node.right)
+        if isinstance(left, int) and isinstance(right, int):
+            if max(abs(left), abs(right)) > LAYER_PATTERN_MOST:
+                raise ValueError(f"numbers above {LAYER_PATTERN_MOST:,} are not read")
+            return left + right if isinstance(node.op, ast.Add) else left * right
+        add, mult = isinstance(node.op, ast.Add), isinstance(node.op, ast.Mult)
+        if add and isinstance(left, list) and isinstance(right, list):
+            return _bounded(left + right)
+        if mult and isinstance(left, list) and isinstance(right, int):
+            return _bounded(left, right)
+        if mult and isinstance(left, int) and isinstance(right, list):
+            return _bounded(right, left)
+        raise ValueError("a list joins a list (+) and repeats by an integer (*)")
+    raise ValueError("only a number or a list of 0 and 1 is read")
+
+
+def _bounded(items: list[int], count: int = 1) -> list[int]:
+    """`items` repeated `count` times, refused past `LAYER_PATTERN_MOST` entries."""
+    if len(items) * max(count, 0) > LAYER_PATTERN_MOST:
+        raise ValueError(f"more than {LAYER_PATTERN_MOST:,} entries")
+    return items * count
+
+
 def _moe_layers(pattern: str, layers: int, reader: Words) -> tuple[int, int] | None:
     """(dense_layers, layer_frequency) of a `--moe-layer-freq`: an integer N (layer i has
     experts when i % N == 0) or a list of 0/1 (Megatron's `moe_freq_type`)."""
     where = "$.--moe-layer-freq"
     try:
-        tree = ast.parse(pattern, mode="eval")
-        allowed = (ast.Expression, ast.List, ast.Constant, ast.BinOp, ast.Add, ast.Mult,
-                   ast.Load)
-        if not all(isinstance(node, allowed) for node in ast.walk(tree)):
-            raise ValueError("only a number or a list of 0 and 1 is read")
-        value = eval(compile(tree, "<moe-layer-freq>", "eval"), {"__builtins__": {}})
-    except (SyntaxError, ValueError, TypeError) as exc:
+        value = layer_pattern(pattern)
+    except ValueError as exc:
         reader.problems.append(Problem(where, f"expected an integer or a list of 0/1, got "
                                               f"{pattern!r} ({exc})"))
+        return None
+    if isinstance(value, int) and value < 1:
+        reader.problems.append(Problem(where, f"expected an integer of at least 1 (every "
+                                              f"N-th layer has experts), got {pattern!r}"))
+        return None
+    if layers > LAYER_PATTERN_MOST:
+        reader.problems.append(Problem(where, f"read for at most {LAYER_PATTERN_MOST:,} "
+                                              f"layers (--num-layers is {layers:,})"))
         return None
     flags = ([1 if i % value == 0 else 0 for i in range(layers)] if isinstance(value, int)
              else list(value))
@@ -483,11 +536,15 @@ def _moe_layers(pattern: str, layers: int, reader: Words) -> tuple[int, int] | N
         reader.problems.append(Problem(where, f"expected {layers} entries of 0/1 with at "
                                               f"least one 1, got {pattern!r}"))
         return None
-    for dense in range(layers):
-        for frequency in range(1, layers + 1):
-            if all(f == (1 if i >= dense and (i + 1) % frequency == 0 else 0)
-                   for i, f in enumerate(flags)):
-                return dense, frequency
+    # The layers i >= d with (i + 1) a multiple of f: an f that divides the first such
+    # layer's i + 1 and gives the rest, with the fewest dense layers d (just past the
+    # multiple before it), then the smallest f.
+    ones = [i for i, flag in enumerate(flags) if flag]
+    first = ones[0]
+    found = [(max(0, first - frequency + 1), frequency) for frequency in range(1, first + 2)
+             if (first + 1) % frequency == 0 and ones == list(range(first, layers, frequency))]
+    if found:
+        return min(found)
     reader.problems.append(Problem(where, f"llmpar's MoE layers are the layers i >= "
                                           f"dense_layers with (i + 1) a multiple of "
                                           f"layer_frequency; {pattern!r} is not such a set"))

@@ -45,6 +45,7 @@ from llmpar.launch.megatron import (
     _model_arguments,
     _parallel_arguments,
     _training_arguments,
+    layer_pattern,
     read_arguments,
 )
 from llmpar.launch.settings import Ledger
@@ -228,11 +229,9 @@ def _literal(value: Any, dialect: Dialect) -> str:
 def _pattern(text: str) -> list[int]:
     """A --moe-layer-freq list llmpar writes (`([0]*k+[1]*n)` or `[0,1,...]`) written
     out, as the config field holds it."""
-    tree = ast.parse(text, mode="eval")
-    allowed = (ast.Expression, ast.List, ast.Constant, ast.BinOp, ast.Add, ast.Mult,
-               ast.Load)
-    assert all(isinstance(node, allowed) for node in ast.walk(tree))
-    return list(eval(compile(tree, "<moe-layer-freq>", "eval"), {"__builtins__": {}}))
+    value = layer_pattern(text)
+    assert isinstance(value, list)
+    return value
 
 
 def overrides_of(arguments: list[Argument], dialect: Dialect, layers: int,
@@ -380,7 +379,9 @@ def _parse(text: str) -> Any:
         pass
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        # (TypeError: an unhashable key such as {[1]: 2}; the others: a text nested
+        # deeper than the parser goes)
         return text.strip().strip("'\"")
 
 
