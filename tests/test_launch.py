@@ -391,6 +391,7 @@ def test_search_emits_the_launch_of_its_best_layout(capsys: pytest.CaptureFixtur
      r"\$\.activation_checkpoint\.mode"),
     ("torchtitan", "[model]\nname = \"llama3\"\nflavor = \"7B\"\n", r"\$\.model: llama3/7B"),
     ("deepspeed", '{"zero_optimization": {"stage": 5}}', r"\$\.zero_optimization\.stage"),
+    ("deepspeed", '{"zero_optimization": 3}', r"\$\.zero_optimization: expected an object"),
     ("deepspeed", '{"train_batch_size": "64"}', r"\$\.train_batch_size: expected an integer"),
     ("deepspeed", "{not json", r"\$: not JSON"),
 ])

@@ -170,6 +170,10 @@ def read_config(text: str, source: str, base: Spec | None = None) -> ReadSetting
         return value
 
     zero = config.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        problems.append(Problem("$.zero_optimization", f"expected an object (its stage and "
+                                                       f"settings), got {zero!r}"))
+        zero = {}
     stage = integer(zero.get("stage", 0), "$.zero_optimization.stage", 0)
     if stage is not None and stage > 3:
         problems.append(Problem("$.zero_optimization.stage", f"must be 0 to 3, got {stage}"))
