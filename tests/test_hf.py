@@ -214,6 +214,7 @@ def test_bad_values_name_the_key(change, path, fragment):
     assert fragment in message and "qwen2_moe" in message
 
 
+
 def test_bert_without_a_language_model_head_is_refused():
     [(path, message)] = problems_of({"model_type": "bert", "architectures": ["BertModel"],
                                      "hidden_size": 8, "num_hidden_layers": 1,
@@ -339,3 +340,29 @@ def test_bad_rotary_fractions_name_the_key(change, path, fragment):
 def test_minimax_rotary_dim_past_the_head_names_the_key():
     [(where, message)] = problems_of({**published("minimax-m2"), "rotary_dim": 256})
     assert where == "$.rotary_dim" and "head_dim (128)" in message
+
+
+def with_layer(values: dict, at: int, kind: object) -> dict:
+    """`values` with one entry of its (text config's) layer_types replaced."""
+    text = values.get("text_config", values)
+    kinds = list(text["layer_types"])
+    kinds[at] = kind
+    changed = {**text, "layer_types": kinds}
+    return {**values, "text_config": changed} if "text_config" in values else changed
+
+
+@pytest.mark.parametrize(("config", "path", "fragment"), [
+    # a count the importer divides by or builds per-layer lists from
+    ({**published("olmo-2-7b"), "num_attention_heads": 0}, "$.num_attention_heads",
+     "expected an integer of at least 1, got 0"),
+    ({**published("llama-3-8b"), "num_hidden_layers": 10**12}, "$.num_hidden_layers",
+     "at most 100,000"),
+    # a layer kind that is not a name (a list or a table cannot be hashed)
+    (with_layer(published("qwen3.5-35b-a3b"), 3, {"a": 1}), "$.text_config.layer_types",
+     "expected layer kinds among"),
+    (with_layer(published("gpt-oss-120b"), 2, ["full_attention"]), "$.layer_types",
+     "expected sliding_attention layers"),
+])
+def test_malformed_published_configs_name_the_key(config, path, fragment):
+    [(where, message)] = problems_of(config)
+    assert where == path and fragment in message

@@ -105,7 +105,8 @@ def _rope_table_fraction(config: HfConfig) -> tuple[str, Any] | None:
             found = table.get("partial_rotary_factor")
             return None if found is None else (f"{table_key}.partial_rotary_factor", found)
         values = {kind: part.get("partial_rotary_factor", 1.0) for kind, part in nested.items()}
-        if len(set(values.values())) > 1:
+        first = next(iter(values.values()))
+        if any(value != first for value in values.values()):  # (values need not hash)
             raise config.error(table_key, f"expected one partial_rotary_factor for every "
                                           f"layer type, got {values}")
         kind, value = next(iter(values.items()))

@@ -16,6 +16,17 @@ HfSource = str | PathLike[str] | Mapping[str, Any]
 """A path to a config.json, or its contents as a mapping."""
 
 
+LAYERS_MOST = 100_000
+"""The most layers a config.json is read with: far beyond any published model, few enough
+that the per-layer lists the importer checks stay small."""
+COUNTS = {key: LAYERS_MOST if key == "num_hidden_layers" else None for key in (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "interleave_moe_layer_step", "no_rope_layer_interval",
+    "full_attention_interval", "sliding_window_pattern", "mamba_n_heads", "mamba_expand")}
+"""Values the importer divides by or counts layers with: at least 1 (and at most this,
+where one is given), or a SpecError naming the key."""
+
+
 @attrs.frozen(kw_only=True)
 class HfConfig:
     """The values of one config.json (or of its `text_config`), and where they came from."""
@@ -45,8 +56,16 @@ class HfConfig:
     def integer(self, key: str, default: int | None = None) -> int | None:
         """An integer value; a SpecError naming `key` for anything else."""
         value = self.get(key, default)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(key, f"expected an integer, got {value!r}")
+        if key in COUNTS:
+            most = COUNTS[key]
+            if value < 1 or (most is not None and value > most):
+                limit = "" if most is None else f" and at most {most:,}"
+                raise self.error(key, f"expected an integer of at least 1{limit}, "
+                                      f"got {value!r}")
         return value
 
     def flag(self, key: str, default: bool = False) -> bool:

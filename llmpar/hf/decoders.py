@@ -160,7 +160,7 @@ def window_pattern(config: HfConfig) -> int | None:
 def _windows(config: HfConfig) -> dict[str, Any]:
     """sliding_window and its pattern from layer_types; none when every layer is full."""
     types = config.get("layer_types")
-    if isinstance(types, list) and types and set(types) == {"full_attention"}:
+    if isinstance(types, list) and types and all(kind == "full_attention" for kind in types):
         return {}
     return {"sliding_window": config.integer("sliding_window"),
             "sliding_window_pattern": window_pattern(config)}

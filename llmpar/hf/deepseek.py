@@ -60,8 +60,8 @@ def deepseek_v32(config: HfConfig) -> dict[str, Any]:
     layer (layer_types all indexed_attention): a lightning indexer of index_n_heads heads of
     index_head_dim that keeps index_topk keys per query."""
     kinds = config.get("layer_types")
-    if kinds is not None and (not isinstance(kinds, list) or set(kinds) - {
-            "indexed_attention", "deepseek_sparse_attention"}):
+    if kinds is not None and (not isinstance(kinds, list) or not all(
+            kind in ("indexed_attention", "deepseek_sparse_attention") for kind in kinds)):
         raise config.error("layer_types", "expected every layer indexed_attention (DeepSeek "
                                           "sparse attention on every layer)")
     sparse = {"index_heads": config.integer("index_n_heads", 64),

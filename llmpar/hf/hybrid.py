@@ -33,10 +33,11 @@ def mixer_pattern(config: HfConfig, key: str, kinds: list[str],
                   letters: dict[str, str]) -> str:
     """The shortest repeating pattern of a per-layer list (`kinds`, read from `key`), in
     the mixer letters that `letters` gives each kind."""
-    unknown = sorted({kind for kind in kinds if kind not in letters})
+    unknown = sorted({repr(kind) for kind in kinds
+                      if not isinstance(kind, str) or kind not in letters})
     if unknown:
         raise config.error(key, f"expected layer kinds among {', '.join(sorted(letters))}, "
-                                f"got {', '.join(repr(k) for k in unknown)}")
+                                f"got {', '.join(unknown)}")
     written = "".join(letters[kind] for kind in kinds)
     period = next(p for p in range(1, len(written) + 1)
                   if len(written) % p == 0 and written == written[:p] * (len(written) // p))
@@ -197,7 +198,8 @@ def falcon_h1(config: HfConfig) -> dict[str, Any]:
                                            f"({head_dim}) must be the inner width {inner} "
                                            "(mamba_d_ssm)")
     kinds = config.get("layers_block_type") or config.get("layer_types")
-    if kinds is not None and (not isinstance(kinds, list) or set(kinds) != {"hybrid"}):
+    if kinds is not None and (not isinstance(kinds, list) or not kinds
+                              or not all(kind == "hybrid" for kind in kinds)):
         key = "layers_block_type" if config.get("layers_block_type") else "layer_types"
         raise config.error(key, f"expected \"hybrid\" for every layer (attention and Mamba-2 "
                                 f"in parallel, FalconH1DecoderLayer), got {kinds!r}")
