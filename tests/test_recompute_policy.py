@@ -381,3 +381,21 @@ def test_torchtitan_job_over_an_moe_base_reads_the_op_policy():
     read = read_job("[activation_checkpoint]\nmode = \"selective\"\n"
                     "selective_ac_option = \"op\"\n", "job.toml", base)
     assert read.settings["training.recompute_policy"] == "op"
+
+
+def test_the_search_tries_every_mode_beside_a_layer_interval_as_each_layout_alone():
+    """A search node's recomputation modes are an array: the stages' kinds count the
+    interval's layers whatever the mode (they raised an ambiguous-truth error), and the
+    fast path ranks what evaluating each layout alone ranks."""
+    from search_specs import small_spec
+
+    spec = small_spec(training={"sequence_length": 512, "global_batch_size": 24,
+                                "recompute": "full", "recompute_layer_interval": 2})
+    fast = llmpar.search(spec, top=8)
+    slow = llmpar.search(spec, top=8, exact=True)
+    assert [r.choices for r in fast.results] == [r.choices for r in slow.results]
+    assert [r.plan.step_seconds for r in fast.results] == pytest.approx(
+        [r.plan.step_seconds for r in slow.results], rel=1e-9)
+    assert (fast.ranked, dict(fast.rejected)) == (slow.ranked, dict(slow.rejected))
+    modes = {r.choices["training.recompute"] for r in llmpar.search(spec, top=10_000).results}
+    assert {"none", "full"} <= modes

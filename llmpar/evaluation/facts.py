@@ -15,7 +15,7 @@ import attrs
 
 from llmpar.evaluation.balance import slowest_stage_factor
 from llmpar.evaluation.stages import (
-    interval_layers,
+    every_interval_layer,
     layer_kinds,
     recomputed_fraction,
     recomputed_layers,
@@ -117,7 +117,7 @@ def stage_kind(spec: Spec, stage: Stage) -> StageKind:
     rest_moe = model.moe_layers_in(stage.first_layer + head, stage.num_layers - head)
     kind: StageKind = (stage.num_layers, first_moe, rest_moe, stage.has_embedding,
                        stage.has_head)
-    chosen = interval_layers(spec, stage)
+    chosen = every_interval_layer(spec, stage)
     if chosen is not None:  # every N-th layer recomputed: how many of them have experts
         kind = kind + (len(chosen), sum(model.is_moe_layer(index) for index in chosen))
     if stage.mirror is not None:  # DualPipe: what the mirror adds, and at what share

@@ -148,9 +148,18 @@ def recomputed_layers(spec: Spec, stage: Stage) -> int:
 def interval_layers(spec: Spec, stage: Stage) -> tuple[int, ...] | None:
     """The layers (model indices) `recompute_layer_interval` recomputes on `stage`: the
     N-th, 2N-th... of its layers (torchtitan counts its blocks from 1 and checkpoints
-    those whose count is a multiple of N); None without the interval."""
+    those whose count is a multiple of N); None without the interval or full
+    recomputation."""
+    if spec.training.recompute != "full":
+        return None
+    return every_interval_layer(spec, stage)
+
+
+def every_interval_layer(spec: Spec, stage: Stage) -> tuple[int, ...] | None:
+    """`interval_layers` whatever the recomputation mode (a search node's modes are an
+    array; the stages' kinds must not depend on them); None without the interval."""
     interval = spec.training.recompute_layer_interval
-    if interval is None or spec.training.recompute != "full":
+    if interval is None:
         return None
     return tuple(range(stage.first_layer + interval - 1, stage.first_layer + stage.num_layers,
                        interval))
