@@ -185,7 +185,10 @@ def _run(table: Any, path: str, folder: Path, session: Session,
     seconds = (float(value) if measured[0] == "step_seconds"
                else plan.tokens_per_step / float(value))
     name = table.get("name", f"run {path.removeprefix('$.runs')}")
-    return MeasuredRun(name=str(name), spec=spec, step_seconds=seconds)
+    if not isinstance(name, str):
+        problems.append(Problem(f"{path}.name", f"expected a label (a string), got {name!r}"))
+        return None
+    return MeasuredRun(name=name, spec=spec, step_seconds=seconds)
 
 
 def _spec(given: Any, overrides: Any, path: str, folder: Path, session: Session,

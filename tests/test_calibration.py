@@ -153,7 +153,8 @@ def test_bad_runs_files_name_the_key_path():
         {"spec": spec, "step_seconds": -1},
         {"spec": spec, "step_seconds": 1, "stepseconds": 2},
         {"spec": "missing.toml", "step_seconds": 1},
-        {"spec": spec, "set": {"training.micro_batch_size": 0}, "step_seconds": 1}]})
+        {"spec": spec, "set": {"training.micro_batch_size": 0}, "step_seconds": 1},
+        {"spec": spec, "step_seconds": 1, "name": 7}]})
     joined = "\n".join(problems)
     assert "$.fit: cannot fit 'matmul_eficiency' (did you mean 'matmul_efficiency'?)" in joined
     assert "$.runs[0]: give step_seconds or tokens_per_second" in joined
@@ -162,6 +163,7 @@ def test_bad_runs_files_name_the_key_path():
     assert "$.runs[3].spec:" in joined and "missing.toml" in joined
     assert ("$.runs[4].spec: " in joined and "llama-3-8b-fsdp-8-h100.toml: "
             "$.training.micro_batch_size: must be a finite number > 0" in joined)
+    assert "$.runs[5].name: expected a label (a string), got 7" in joined
 
 
 def test_runs_on_two_gpus_are_refused():
