@@ -170,3 +170,40 @@ def test_layouts_right_at_the_memory_limit_are_kept():
     assert [r.choices for r in found.results] == [r.choices for r in exact.results]
     assert found.results and all(r.plan.training.memory_peak.device_bytes <= limit
                                  for r in found.results)
+
+
+DATA_TABLES = [{}, {"zero": 1}, {"zero": 2}, {"zero": 3}, {"fsdp": True},
+               {"zero": 3, "hpz_partition_size": 2}, {"zero": 3, "quantized_weights": True},
+               {"zero": 3, "shard_degree": 2}, {"zero": 3, "reshard_after_forward": False}]
+"""`[parallel.data]` tables whose settings a search node holds as arrays beside them (the
+shard degrees, the ZeRO stages)."""
+TRAINING_TABLES = [{}, {"recompute": "full", "recompute_layers": 2},
+                   {"recompute": "full", "recompute_layer_interval": 2},
+                   {"recompute": "selective"}, {"framework": "torchtitan"},
+                   {"framework": "deepspeed"}]
+
+
+@settings(max_examples=12)
+@given(moe=st.booleans(), num_gpus=st.sampled_from([4, 8]),
+       data=st.sampled_from(DATA_TABLES), training=st.sampled_from(TRAINING_TABLES),
+       modes=st.sampled_from([["none", "full"], ["none", "selective", "full"]]))
+def test_fast_search_ranks_what_exact_search_ranks_on_drawn_tables(moe, num_gpus, data,
+                                                                   training, modes):
+    """Pinned settings beside the searched ones: the fast path judges and ranks every
+    layout as evaluating it alone does (it once refused every layout beside hpZ, and
+    raised beside a recompute_layer_interval)."""
+    spec = small_spec(num_gpus, model=MOE_MODEL if moe else SMALL_MODEL,
+                      training={"sequence_length": 512, "global_batch_size": 24, **training},
+                      search={"micro_batch_sizes": [1, 2], "recompute": modes},
+                      **({"parallel": {"data": data}} if data else {}))
+    try:
+        fast = llmpar.search(spec, top=5)
+    except llmpar.SpecError:
+        return  # a table the spec refuses (e.g. hpZ that does not divide the data ranks)
+    exact = llmpar.search(spec, top=5, exact=True)
+    assert [(r.choices, r.plan.total_bytes) for r in fast.results] == [
+        (r.choices, r.plan.total_bytes) for r in exact.results]
+    assert [r.plan.step_seconds for r in fast.results] == pytest.approx(
+        [r.plan.step_seconds for r in exact.results], rel=1e-9)
+    assert (fast.ranked, dict(fast.rejected)) == (exact.ranked, dict(exact.rejected))
+    assert not [w for w in fast.warnings if "fast path" in w]
