@@ -214,7 +214,6 @@ def test_bad_values_name_the_key(change, path, fragment):
     assert fragment in message and "qwen2_moe" in message
 
 
-
 def test_bert_without_a_language_model_head_is_refused():
     [(path, message)] = problems_of({"model_type": "bert", "architectures": ["BertModel"],
                                      "hidden_size": 8, "num_hidden_layers": 1,

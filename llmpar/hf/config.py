@@ -10,19 +10,16 @@ from typing import Any
 import attrs
 
 from llmpar.errors import Problem, SpecError
-from llmpar.loading.limits import load_json, plain_table, read_text
+from llmpar.loading.limits import MAX_LAYERS, load_json, plain_table, read_text
 
 HfSource = str | PathLike[str] | Mapping[str, Any]
 """A path to a config.json, or its contents as a mapping."""
 
 
-LAYERS_MOST = 100_000
-"""The most layers a config.json is read with: far beyond any published model, few enough
-that the per-layer lists the importer checks stay small."""
-COUNTS = {key: LAYERS_MOST if key == "num_hidden_layers" else None for key in (
-    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "interleave_moe_layer_step", "no_rope_layer_interval",
-    "full_attention_interval", "sliding_window_pattern", "mamba_n_heads", "mamba_expand")}
+COUNTS: dict[str, int | None] = {"num_hidden_layers": MAX_LAYERS, **dict.fromkeys((
+    "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "interleave_moe_layer_step", "no_rope_layer_interval", "full_attention_interval",
+    "sliding_window_pattern", "mamba_n_heads", "mamba_expand"), None)}
 """Values the importer divides by or counts layers with: at least 1 (and at most this,
 where one is given), or a SpecError naming the key."""
 

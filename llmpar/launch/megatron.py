@@ -32,6 +32,7 @@ from llmpar.launch.common import (
 from llmpar.launch.flags import Words
 from llmpar.launch.settings import Ledger
 from llmpar.launch.target import Launch, LaunchFile, ReadSettings
+from llmpar.loading.limits import MAX_LAYERS
 from llmpar.placement import RANK_ORDER
 from llmpar.spec import Spec
 from llmpar.strategy import Layout
@@ -462,16 +463,11 @@ def split_arguments(text: str, source: str) -> dict[str, list[str]]:
     return found
 
 
-LAYER_PATTERN_MOST = 100_000
-"""The longest `--moe-layer-freq` list read: far beyond any model's layers, small enough
-that a mistyped repeat count cannot fill the memory."""
-
-
 def layer_pattern(text: str) -> int | list[int]:
     """A `--moe-layer-freq` value as Megatron-LM's `moe_freq_type` takes it (an integer,
     or a Python list expression such as `([0]*3+[1]*58)`), worked out without `eval`:
     integers, lists of them, lists joined by `+` and repeated by `*` an integer, at most
-    `LAYER_PATTERN_MOST` entries. ValueError for anything else."""
+    `MAX_LAYERS` entries. ValueError for anything else."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
@@ -491,8 +487,8 @@ def _pattern_value(node: ast.expr) -> int | list[int]:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
         left, right = _pattern_value(node.left), _pattern_value(node.right)
         if isinstance(left, int) and isinstance(right, int):
-            if max(abs(left), abs(right)) > LAYER_PATTERN_MOST:
-                raise ValueError(f"numbers above {LAYER_PATTERN_MOST:,} are not read")
+            if max(abs(left), abs(right)) > MAX_LAYERS:
+                raise ValueError(f"numbers above {MAX_LAYERS:,} are not read")
             return left + right if isinstance(node.op, ast.Add) else left * right
         add, mult = isinstance(node.op, ast.Add), isinstance(node.op, ast.Mult)
         if add and isinstance(left, list) and isinstance(right, list):
@@ -506,9 +502,9 @@ def _pattern_value(node: ast.expr) -> int | list[int]:
 
 
 def _bounded(items: list[int], count: int = 1) -> list[int]:
-    """`items` repeated `count` times, refused past `LAYER_PATTERN_MOST` entries."""
-    if len(items) * max(count, 0) > LAYER_PATTERN_MOST:
-        raise ValueError(f"more than {LAYER_PATTERN_MOST:,} entries")
+    """`items` repeated `count` times, refused past `MAX_LAYERS` entries."""
+    if len(items) * max(count, 0) > MAX_LAYERS:
+        raise ValueError(f"more than {MAX_LAYERS:,} entries")
     return items * count
 
 
@@ -526,8 +522,8 @@ def _moe_layers(pattern: str, layers: int, reader: Words) -> tuple[int, int] | N
         reader.problems.append(Problem(where, f"expected an integer of at least 1 (every "
                                               f"N-th layer has experts), got {pattern!r}"))
         return None
-    if layers > LAYER_PATTERN_MOST:
-        reader.problems.append(Problem(where, f"read for at most {LAYER_PATTERN_MOST:,} "
+    if layers > MAX_LAYERS:
+        reader.problems.append(Problem(where, f"read for at most {MAX_LAYERS:,} "
                                               f"layers (--num-layers is {layers:,})"))
         return None
     flags = ([1 if i % value == 0 else 0 for i in range(layers)] if isinstance(value, int)

@@ -28,6 +28,10 @@ MAX_KEY_CHARS = 200
 MAX_STAGES = 10_000
 """Pipeline stages in one plan: `Plan.stages` lists each, so its length is bounded (the
 deepest published pipelines have 64 to 128)."""
+MAX_LAYERS = 100_000
+"""The most layers an imported configuration is read with (a config.json's
+num_hidden_layers, a Megatron `--moe-layer-freq` list): far beyond any published model, few
+enough that the per-layer lists the importers build and check stay small."""
 MAX_MAGNITUDE = 1e30
 """The largest magnitude of a number in base units (bytes, FLOP/s, seconds, tokens...).
 With every input within [1e-30, 1e30], a product of a handful of them stays far inside
