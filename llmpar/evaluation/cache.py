@@ -9,6 +9,7 @@ cache holds at most `size` of each, dropping the oldest.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -86,6 +87,9 @@ class EvaluationCache:
         self._checked = Bounded(size)
         self._rates = Bounded(size)
         self._last_layers: tuple[Sequence[Stage], tuple[tuple[object, ...], ...]] | None = None
+        self._footprint_tokens = Bounded(size)
+        self._tokens = itertools.count()  # never reused: a dropped token keys nothing again
+        self._last_footprint_key: tuple[Spec, Hashable] | None = None
 
     def checked(self, spec: Spec, compute: Callable[[], T]) -> T:
         """What checking `spec` gave (its layout), kept for the very object checked: a
@@ -100,11 +104,24 @@ class EvaluationCache:
         self._checked.put(key, (weakref.ref(spec), result))
         return result
 
-    @staticmethod
-    def footprint_key(spec: Spec) -> Hashable:
-        """What the footprint depends on; hashed for several caches per evaluation, so
-        these frozen parts of a spec keep their hash once computed (`cache_hash`)."""
-        return spec.model, spec.precision, spec.training, spec.finetune
+    def footprint_key(self, spec: Spec) -> Hashable:
+        """What the footprint depends on (the model, formats, training and fine-tuning),
+        as a token that hashes at once: every cache of an evaluation keys on it, so the
+        token of the spec object asked for last is kept (a frozen spec keys the same), and
+        equal parts get the same token while it is kept. Parts a search node fills with
+        arrays are their own key, which no cache keeps (`Bounded.get`)."""
+        last = self._last_footprint_key
+        if last is not None and last[0] is spec:
+            return last[1]
+        parts = (spec.model, spec.precision, spec.training, spec.finetune)
+        try:
+            hash(parts)
+        except TypeError:  # an array inside the parts
+            token: Hashable = parts
+        else:
+            token = self._footprint_tokens.get(parts, self._tokens.__next__)
+        self._last_footprint_key = (spec, token)
+        return token
 
     def validation_families(self) -> tuple[Family, ...]:
         """llmpar's validation families (`llmpar.trust`), read on first use."""

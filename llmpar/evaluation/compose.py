@@ -12,7 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from llmpar.arrays import Value, logical_or, where
 from llmpar.finetune.footprint import beside
-from llmpar.strategy import COMPONENTS, Collective, ProductSplit, Shard, Transform
+from llmpar.strategy import COMPONENTS, Collective, ProductSplit, Transform
+
+_ShardEntry = tuple[str, Value, frozenset[str] | None, frozenset[str]]
+"""(strategy, divisor, groups, excluded) of one shard (`Shard`)."""
 
 
 class Composition:
@@ -28,9 +31,12 @@ class Composition:
         self.host_work = [w for t in self.transforms for w in t.host_work]
         self.frozen_weights = [w for t in self.transforms for w in t.frozen_weights]
         # Each component's shards, in order: a divisor multiplies only its component's.
-        self._shards_of: dict[str, list[tuple[str, Shard]]] = {c: [] for c in COMPONENTS}
+        # Kept as (strategy, divisor, groups, excluded): asked for every group of every
+        # kind of stage, the selection is read without a method call.
+        self._shards_of: dict[str, list[_ShardEntry]] = {c: [] for c in COMPONENTS}
         for strategy, shard in self.shards:
-            self._shards_of[shard.component].append((strategy, shard))
+            self._shards_of[shard.component].append(
+                (strategy, shard.divisor, shard.groups, shard.excluded))
         self._divisors: dict[tuple[str, str | None], dict[str, Value]] = {}
         self._sums: dict[str, Value] = {}
         self._tag_divisors: dict[frozenset[str], Value] = {}
@@ -44,10 +50,10 @@ class Composition:
     def divisor(self, component: str, group: str, without: str | None = None) -> Value:
         """What `component` of `group` is divided by on one GPU: the product of the
         divisors of every shard that applies (but those of strategy `without`)."""
-        try:
-            return self._divisors[(component, without)][group]
-        except KeyError:
-            return self._compute(component, group, without)
+        found = self._divisors.get((component, without))
+        if found is not None and group in found:
+            return found[group]
+        return self._compute(component, group, without)
 
     def _group_divisors(self, component: str, without: str | None = None) -> dict[str, Value]:
         """`divisor` by group, of the groups asked for so far (asked many times per
@@ -59,9 +65,11 @@ class Composition:
 
     def _compute(self, component: str, group: str, without: str | None) -> Value:
         found: Value = 1
-        for strategy, shard in self._shards_of[component]:
-            if strategy != without and shard.applies_to(group):
-                found = found * shard.divisor
+        for strategy, divisor, groups, excluded in self._shards_of[component]:
+            # `Shard.applies_to`, in line
+            if strategy != without and (groups is None or group in groups) \
+                    and group not in excluded:
+                found = found * divisor
         key = (component, without)
         if key not in self._divisors:
             self._divisors[key] = {}
@@ -89,13 +97,13 @@ class Composition:
             for copy in copies:
                 if copy.applies_to(group):
                     size = size * copy.copies
-            if group in divisors:
-                divisor = divisors[group]
-            else:  # `_compute`, in line: asked for every group of every kind
+            divisor = divisors.get(group)
+            if divisor is None:  # `_compute`, in line: asked for every group of every kind
                 divisor = 1
-                for strategy, shard in shards:
-                    if strategy != without and shard.applies_to(group):
-                        divisor = divisor * shard.divisor
+                for strategy, by, groups, excluded in shards:
+                    if strategy != without and (groups is None or group in groups) \
+                            and group not in excluded:
+                        divisor = divisor * by
                 divisors[group] = divisor
             total = total + size / divisor
         return total

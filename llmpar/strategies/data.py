@@ -545,7 +545,8 @@ class DataParallel(Strategy[DataConfig]):
         return Transform(
             strategy=self.name,
             micro_batches_per_step=micro_batches_per_step(ctx.spec, ctx.layout),
-            shards=_shards(stage, dense, expert, persistent_groups(config, ctx)),
+            shards=_shards(stage, dense, expert, persistent_groups(config, ctx),
+                           has_expert_groups(ctx)),
             collectives=_collectives(config, ctx, stage, copies, (dense, expert)),
             buffer_bytes=_buffer_bytes(config, ctx, stage, dense, expert),
             notes=notes, mechanisms=_mechanisms(config, stage, copies, dense),
@@ -578,10 +579,12 @@ def _mechanisms(config: DataConfig, stage: Any, copies: Any,
 
 
 def _shards(stage: Any, dense: Any, expert: Any,
-            persistent: frozenset[str] = frozenset()) -> tuple[Shard, ...]:
+            persistent: frozenset[str] = frozenset(), experts: bool = True
+            ) -> tuple[Shard, ...]:
     """ZeRO's shards; the weights of `persistent` groups stay whole (DeepSpeed's
-    persistence threshold)."""
-    if not anywhere(logical_or(dense != 1, expert != 1)):
+    persistence threshold); the expert groups' only where the model has them
+    (`experts`)."""
+    if not anywhere(logical_or(dense != 1, logical_and(experts, expert != 1))):
         return ()
     shards = []
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
@@ -589,9 +592,17 @@ def _shards(stage: Any, dense: Any, expert: Any,
         whole = persistent if component == "weights" else frozenset()
         shards.append(checked_shard(component=component, divisor=where(stage >= level, dense, 1),
                                     reason=reason, excluded=EXPERT_GROUPS | whole))
-        shards.append(checked_shard(component=component, divisor=where(stage >= level, expert, 1),
-                                    reason=reason, groups=EXPERT_GROUPS))
+        if experts:
+            shards.append(checked_shard(component=component,
+                                        divisor=where(stage >= level, expert, 1),
+                                        reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
+
+
+def has_expert_groups(ctx: StrategyContext) -> bool:
+    """Whether the model has parameters on expert-parallel ranks (routed experts, or
+    their adapters): only then do the expert groups' shards and collectives exist."""
+    return not EXPERT_GROUPS.isdisjoint(ctx.footprint.parameters_by_group)
 
 
 def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, copies: Any,
@@ -625,8 +636,7 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies
     # steps over the expert ranks (folded into the tensor ranks when experts split over
     # fewer of them).
     dense_stride = data_context_stride(layout)
-    has_experts = not EXPERT_GROUPS.isdisjoint(ctx.footprint.parameters_by_group)
-    # (only a model with experts has expert-data collectives)
+    has_experts = has_expert_groups(ctx)  # only a model with experts has their collectives
     expert_stride = expert_group_stride(layout) * layout.degree("expert") if has_experts else 1
     layers = layers_per_stage(spec, layout)
     windows = _Windows(bucket_parameters=bucket_parameters(dense),
