@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from llmpar.arrays import Value, logical_or, where
 from llmpar.finetune.footprint import beside
-from llmpar.strategy import COMPONENTS, Collective, ProductSplit, Transform
+from llmpar.strategy import COMPONENTS, Collective, GroupSelection, ProductSplit, Transform
 
 _ShardEntry = tuple[str, Value, frozenset[str] | None, frozenset[str]]
 """(strategy, divisor, groups, excluded) of one shard (`Shard`)."""
@@ -55,6 +55,11 @@ class Composition:
             return found[group]
         return self._compute(component, group, without)
 
+    def shard_key(self, component: str) -> tuple[_ShardEntry, ...]:
+        """`component`'s shards (one layout: hashable): every `divisor` of it follows from
+        them and the group."""
+        return tuple(self._shards_of[component])
+
     def _group_divisors(self, component: str, without: str | None = None) -> dict[str, Value]:
         """`divisor` by group, of the groups asked for so far (asked many times per
         evaluation: each computed once)."""
@@ -85,14 +90,18 @@ class Composition:
         return found
 
     def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
-             component: str, without: str | None = None) -> Value:
-        """Bytes of `component` one GPU holds of `parameters`, each group under its
-        shards and copies."""
+             component: str, without: str | None = None,
+             selection: GroupSelection | None = None) -> Value:
+        """Bytes of `component` one GPU holds of `parameters` (of the groups in
+        `selection`, None: all), each group under its shards and copies (but those of
+        strategy `without`)."""
         copies = [c for c in self.copies if c.component == component] if self.copies else ()
         divisors = self._group_divisors(component, without)
         shards = self._shards_of[component]
         total: Value = 0.0
         for group, count in parameters.items():
+            if selection is not None and not selection.applies_to(group):
+                continue
             size = count * bytes_per_parameter
             for copy in copies:
                 if copy.applies_to(group):

@@ -382,9 +382,7 @@ def _memory_peak(spec: Spec, footprint: Footprint, core: Evaluation,
            tuple(weight_copy_bytes(spec, core.composition, p) for p in core.parameters),
            gradients_freed(spec, core.composition),
            # the gathered embeddings, output layer and blocks follow the weights' shards
-           tuple([(core.composition.divisor("weights", g),
-                   core.composition.divisor("weights", g, "data"))
-                  for g in sorted({g for p in core.parameters for g in p})]))
+           core.composition.shard_key("weights"))
     return cache.memory_peak(key, compute)
 
 

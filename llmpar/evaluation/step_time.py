@@ -173,24 +173,11 @@ def parameters_per_gpu(composition: Composition, kinds: StageKinds,
     assert collective.component is not None
     if collective.busiest_stage:
         return _busiest_stage_parameters(composition, parameters, collective)
-    selection = collective.parameter_groups
     total: Value = 0.0
-    copies = composition.copies
-    component, strategy = collective.component, collective.strategy
-    # Each group's divisor (None: not selected), once for all the kinds of stage.
-    divisors: dict[str, Value] = {}
     for members, held in zip(kinds.members, parameters):
-        stages = len(members)
-        for group, count in held.items():
-            divisor = divisors.get(group, divisors)
-            if divisor is divisors:
-                divisor = divisors[group] = (composition.divisor(
-                    component, group, without=strategy) if selection.applies_to(group)
-                    else None)
-            if divisor is not None:
-                if copies:
-                    count = count * composition.copied(component, group)
-                total = total + stages * count / divisor
+        # each of the kind's stages: one "byte" per parameter
+        total = total + composition.held(held, len(members), collective.component,
+                                         collective.strategy, collective.parameter_groups)
     return total / len(kinds.kind_of)
 
 
@@ -199,17 +186,10 @@ def _busiest_stage_parameters(composition: Composition,
                               collective: Collective) -> Value:
     """`parameters_per_gpu` on the stage kind that holds the most of the groups."""
     assert collective.component is not None
-    selection, component = collective.parameter_groups, collective.component
     most: Value = 0.0
     for held in parameters:
-        total: Value = 0.0
-        for group, count in held.items():
-            if selection.applies_to(group):
-                if composition.copies:
-                    count = count * composition.copied(component, group)
-                total = total + count / composition.divisor(component, group,
-                                                            without=collective.strategy)
-        most = maximum(most, total)
+        most = maximum(most, composition.held(held, 1.0, collective.component,
+                                              collective.strategy, collective.parameter_groups))
     return most
 
 
