@@ -447,10 +447,10 @@ def time_core(spec: Spec, composition: Composition, facts: TrainingFacts, memory
     return _modelled(spec, composition, facts, memory, stages, costs, host, bubble,
                      _shape_loss(spec, shape, facts, materialized_scores, cache),
                      dequantized_bytes_per_pass(composition, counts),
-                     _casts(spec, composition, facts, costs),
+                     _casts(spec, shape, facts, costs),
                      _issue(spec, shape, facts, materialized_scores, cache, stages),
                      None if materialized_scores else kernel_rates(spec),
-                     rates=None if cache is None else cache.rates(gpu))
+                     rates=None if cache is None else cache.rates(gpu), shape=shape)
 
 
 def _issue(spec: Spec, shape: RankShape, facts: TrainingFacts,
@@ -488,7 +488,7 @@ def _shape_loss(spec: Spec, shape: RankShape, facts: TrainingFacts,
     return cache.shape_loss(key, compute)
 
 
-def _casts(spec: Spec, composition: Composition, facts: TrainingFacts,
+def _casts(spec: Spec, shape: RankShape, facts: TrainingFacts,
            costs: Sequence[Cost]) -> tuple[Value, Value, Value]:
     """The fp8 casts' bytes per micro-batch and the weights' per step, along the pipeline,
     and the shard casts before fp8 weight all-gathers on one GPU per step
@@ -497,7 +497,7 @@ def _casts(spec: Spec, composition: Composition, facts: TrainingFacts,
         return 0.0, 0.0, 0.0
     gathered, weight_casts = gather_casts(spec, [(c.collective, c.buffer_bytes, c.calls)
                                                  for c in costs])
-    return (*cast_bytes(spec, rank_shape(spec, composition), spec.training.recompute,
+    return (*cast_bytes(spec, shape, spec.training.recompute,
                         facts.recomputed_fraction, weight_casts), gathered)
 
 
@@ -507,9 +507,10 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
               casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0),
               issue_per_micro_batch: Value = 0.0,
               kernel: tuple[AttentionKernelRate, AttentionKernelRate] | None = None,
-              rates: Rates | None = None) -> TimeCore:
+              rates: Rates | None = None, shape: RankShape | None = None) -> TimeCore:
     """`kernel`: attention's (forward, backward) rates where it runs at its kernel's;
-    `rates`: the GPU's (`rates_of`), where a session keeps them."""
+    `rates`: the GPU's (`rates_of`), where a session keeps them; `shape`: the rank's
+    (`rank_shape`), where the caller has it."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -527,7 +528,8 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                     else (hardware - attention) / linear_rate + attention / attention_rate)
     else:  # fused attention at its kernel's measured rates (llmpar.evaluation.attention)
         attention_time = attention_seconds(
-            spec, rank_shape(spec, composition), facts.attention_forward_flops_per_step,
+            spec, rank_shape(spec, composition) if shape is None else shape,
+            facts.attention_forward_flops_per_step,
             attention, rates.peak(spec.precision.attention_format), kernel)
         attention_window = attention_time / n
         products = (hardware - attention) / linear_rate + attention_time
