@@ -643,8 +643,8 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies
                        layers=layers if layers >= 1 else None)
     found: list[dict[str, Any]] = []
     for label, selection, size, stride in (
-            ("dense", GroupSelection(excluded=EXPERT_GROUPS), dense, dense_stride),
-            ("expert", GroupSelection(groups=EXPERT_GROUPS), expert, expert_stride)):
+            ("dense", DENSE_GROUPS, dense, dense_stride),
+            ("expert", EXPERT_SELECTION, expert, expert_stride)):
         if label == "expert" and not has_experts:
             continue
         common: dict[str, Any] = dict(strategy="data", group_size=size, group_stride=stride,
@@ -663,6 +663,12 @@ def _collectives_of(config: DataConfig, ctx: StrategyContext, stage: Any, copies
     # wherever it may run (calls 0 elsewhere), and none that runs nowhere in it.
     return tuple([checked_collective(**fields) for fields in found
                   if anywhere(fields["calls_per_step"] != 0)])
+
+
+DENSE_GROUPS = GroupSelection(excluded=EXPERT_GROUPS)
+"""The dense data-parallel group's parameters: all but those on expert-parallel ranks."""
+EXPERT_SELECTION = GroupSelection(groups=EXPERT_GROUPS)
+"""The expert-data group's parameters."""
 
 
 @attrs.frozen

@@ -226,39 +226,31 @@ class TensorParallel(Strategy[TensorConfig]):
         whole = ctx.spec.training.profile.tensor_whole_parameters
         divisors = (group_divisors(ctx.spec, t) if whole
                     else {"attention": attention_divisor(ctx.spec, t)})
-        shards = []
         experts = expert_tensor_degree(ctx.layout)
-        adapters = adapter_divisors(ctx, t, experts)
-        for component in COMPONENTS:
-            shards.append(checked_shard(component=component, divisor=t,
-                                        reason="split over tensor ranks",
-                                        groups=TENSOR_SPLIT_GROUPS - set(divisors) - {"mamba"}
-                                        - EXPERT_GROUPS))
-            shards.append(checked_shard(component=component, divisor=divisors["attention"],
-                                        reason="heads split over tensor ranks" + (
-                                            " (the output projection's bias whole)"
-                                            if whole else ""),
-                                        groups=frozenset({"attention"})))
-            shards += [checked_shard(component=component, divisor=divisors[group],
-                                     reason=reason, groups=frozenset({group}))
-                       for group, reason in (
-                           ("embedding", "vocabulary split over tensor ranks (learned position "
-                                         "and token-type tables whole)"),
-                           ("mlp", "inner width split over tensor ranks (the down "
-                                   "projection's bias whole)")) if group in divisors]
-            if ctx.spec.model.mamba is not None:
-                shards.append(checked_shard(component=component, divisor=mamba_divisor(ctx.spec, t),
-                                            reason="SSM heads split over tensor ranks",
-                                            groups=frozenset({"mamba"})))
-            if experts > 1:
-                shards.append(checked_shard(component=component, divisor=experts,
-                                            reason="routed experts split over expert tensor ranks",
-                                            groups=EXPERT_GROUPS - {EXPERT_ADAPTERS}))
-            shards += [checked_shard(component=component, divisor=divisor,
-                                     groups=frozenset({group}),
-                                     reason="LoRA's split factor: B of column-parallel layers, "
-                                            "A of row-parallel ones (PEFT's LoraParallelLinear)")
-                       for group, divisor in adapters.items()]
+        # Each split once, (divisor, reason, groups); every model-state component alike.
+        splits: list[tuple[Any, str, frozenset[str]]] = [
+            (t, "split over tensor ranks",
+             TENSOR_SPLIT_GROUPS - set(divisors) - {"mamba"} - EXPERT_GROUPS),
+            (divisors["attention"], "heads split over tensor ranks" + (
+                " (the output projection's bias whole)" if whole else ""),
+             frozenset({"attention"}))]
+        splits += [(divisors[group], reason, frozenset({group})) for group, reason in (
+            ("embedding", "vocabulary split over tensor ranks (learned position and "
+                          "token-type tables whole)"),
+            ("mlp", "inner width split over tensor ranks (the down projection's bias "
+                    "whole)")) if group in divisors]
+        if ctx.spec.model.mamba is not None:
+            splits.append((mamba_divisor(ctx.spec, t), "SSM heads split over tensor ranks",
+                           frozenset({"mamba"})))
+        if experts > 1:
+            splits.append((experts, "routed experts split over expert tensor ranks",
+                           EXPERT_GROUPS - {EXPERT_ADAPTERS}))
+        splits += [(divisor, "LoRA's split factor: B of column-parallel layers, A of "
+                             "row-parallel ones (PEFT's LoraParallelLinear)", frozenset({group}))
+                   for group, divisor in adapter_divisors(ctx, t, experts).items()]
+        shards = [checked_shard(component=component, divisor=divisor, reason=reason,
+                                groups=groups)
+                  for component in COMPONENTS for divisor, reason, groups in splits]
         warnings = []
         kv = ctx.spec.model.num_kv_heads
         if kv is not None and t > kv:
