@@ -231,16 +231,24 @@ def _fields_setter(cls: type) -> Callable[..., None]:
     return init
 
 
-_SET_SHARD = _fields_setter(Shard)
 _SET_COLLECTIVE = _fields_setter(Collective)
 
 
-def checked_shard(**fields: Any) -> Shard:
-    """`Shard(**fields)` for fields the caller has checked already (a built-in strategy's,
+def checked_shard(*, component: str, divisor: Any, reason: str,
+                  groups: frozenset[str] | None = None,
+                  excluded: frozenset[str] = frozenset()) -> Shard:
+    """`Shard(...)` for fields the caller has checked already (a built-in strategy's,
     in the evaluation's hot path): the same record, without running the validators,
-    which stay for the values of third-party strategies."""
+    which stay for the values of third-party strategies. Its parameters are the
+    class's fields (tests/test_contract.py holds them equal), set one by one: the
+    commonest record of an evaluation, made without a mapping of its fields."""
     shard: Shard = object.__new__(Shard)
-    _SET_SHARD(shard, **fields)
+    _set = object.__setattr__
+    _set(shard, "groups", groups)
+    _set(shard, "excluded", excluded)
+    _set(shard, "component", component)
+    _set(shard, "divisor", divisor)
+    _set(shard, "reason", reason)
     return shard
 
 

@@ -3,6 +3,7 @@ built-in or installed, and it catches strategies that break it."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import attrs
@@ -426,5 +427,10 @@ def test_the_built_in_strategies_records_are_the_checked_constructors_records():
         checked_shard(component="weights", reason="toy")
     with pytest.raises(ValueError):
         Shard(component="weights", divisor=0.5, reason="toy")
+    # checked_shard states Shard's fields one by one: the same names and defaults
+    parameters = inspect.signature(checked_shard).parameters
+    assert {name: p.default for name, p in parameters.items()} == {
+        a.name: (inspect.Parameter.empty if a.default is attrs.NOTHING else a.default)
+        for a in attrs.fields(Shard)}
     with pytest.raises(ValueError):
         Collective(**{**fields, "operation": "broadcast"})
