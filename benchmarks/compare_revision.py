@@ -53,7 +53,10 @@ def revision_copy(revision: str, into: Path) -> None:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision,
                               "llmpar", "specs"], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
+        try:
+            tar.extractall(into, filter="data")
+        except TypeError:  # Python before 3.11.4: no filters (the archive is this repository's)
+            tar.extractall(into)
     (into / "llmpar").rename(into / RENAMED)
     for path in (into / RENAMED).rglob("*.py"):
         path.write_text(NAME.sub(RENAMED, path.read_text()))
