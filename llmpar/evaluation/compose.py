@@ -69,24 +69,19 @@ class Composition:
         return found
 
     def _compute(self, component: str, group: str, without: str | None) -> Value:
+        found = self._product(component, group, without)
+        self._group_divisors(component, without)[group] = found
+        return found
+
+    def _product(self, component: str, group: str, without: str | None) -> Value:
+        """The product of the divisors of `component`'s shards that apply to `group`, in
+        order, but those of strategy `without` (`divisor` before it is kept)."""
         found: Value = 1
         for strategy, divisor, groups, excluded in self._shards_of[component]:
-            # `Shard.applies_to`, in line
+            # `Shard.applies_to`, in line: asked for every group of every kind of stage
             if strategy != without and (groups is None or group in groups) \
                     and group not in excluded:
                 found = found * divisor
-        key = (component, without)
-        if key not in self._divisors:
-            self._divisors[key] = {}
-        self._divisors[key][group] = found
-        return found
-
-    def copied(self, component: str, group: str) -> Value:
-        """How many copies of `component` of `group` one GPU holds (`Copy`; 1: one)."""
-        found: Value = 1
-        for copy in self.copies:
-            if copy.component == component and copy.applies_to(group):
-                found = found * copy.copies
         return found
 
     def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
@@ -97,7 +92,6 @@ class Composition:
         strategy `without`)."""
         copies = [c for c in self.copies if c.component == component] if self.copies else ()
         divisors = self._group_divisors(component, without)
-        shards = self._shards_of[component]
         total: Value = 0.0
         for group, count in parameters.items():
             if selection is not None and not selection.applies_to(group):
@@ -107,13 +101,8 @@ class Composition:
                 if copy.applies_to(group):
                     size = size * copy.copies
             divisor = divisors.get(group)
-            if divisor is None:  # `_compute`, in line: asked for every group of every kind
-                divisor = 1
-                for strategy, by, groups, excluded in shards:
-                    if strategy != without and (groups is None or group in groups) \
-                            and group not in excluded:
-                        divisor = divisor * by
-                divisors[group] = divisor
+            if divisor is None:
+                divisor = divisors[group] = self._product(component, group, without)
             total = total + size / divisor
         return total
 

@@ -507,10 +507,10 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
               casts: tuple[Value, Value, Value] = (0.0, 0.0, 0.0),
               issue_per_micro_batch: Value = 0.0,
               kernel: tuple[AttentionKernelRate, AttentionKernelRate] | None = None,
-              rates: Rates | None = None, shape: RankShape | None = None) -> TimeCore:
+              rates: Rates | None = None, *, shape: RankShape) -> TimeCore:
     """`kernel`: attention's (forward, backward) rates where it runs at its kernel's;
     `rates`: the GPU's (`rates_of`), where a session keeps them; `shape`: the rank's
-    (`rank_shape`), where the caller has it."""
+    (`rank_shape`)."""
     gpu, n = spec.hardware.gpu, spec.hardware.num_gpus
     assert gpu.matmul_efficiency and gpu.memory_efficiency and gpu.hbm_bandwidth_bytes_per_s
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
@@ -528,8 +528,7 @@ def _modelled(spec: Spec, composition: Composition, facts: TrainingFacts, memory
                     else (hardware - attention) / linear_rate + attention / attention_rate)
     else:  # fused attention at its kernel's measured rates (llmpar.evaluation.attention)
         attention_time = attention_seconds(
-            spec, rank_shape(spec, composition) if shape is None else shape,
-            facts.attention_forward_flops_per_step,
+            spec, shape, facts.attention_forward_flops_per_step,
             attention, rates.peak(spec.precision.attention_format), kernel)
         attention_window = attention_time / n
         products = (hardware - attention) / linear_rate + attention_time
