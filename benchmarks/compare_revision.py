@@ -16,6 +16,13 @@ median of the runs' ratios, with its quartiles. The same code against itself (`H
 a clean tree) reads a median within about 2% of 1 and quartiles within about 8% on a
 shared machine: a smaller difference is not a measurement. Not a test: times depend on
 the machine.
+
+    python benchmarks/compare_revision.py HEAD --work     # bytecodes, not times
+
+With `--work` it counts instead of timing: the bytecodes and Python calls one
+evaluation of each case runs in either copy (`benchmarks/work.py`), the same on every run
+of one Python version, so a change of 1% shows; `--top N` adds the N functions whose
+bytecodes changed most.
 """
 
 from __future__ import annotations
@@ -32,9 +39,12 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from work import work_of
 
 import llmpar
 
@@ -79,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("revision", help="a git revision of this repository (HEAD~1, main...)")
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--work", action="store_true",
+                        help="count bytecodes and Python calls instead of timing")
+    parser.add_argument("--top", type=int, default=0,
+                        help="with --work: the functions whose bytecodes changed most")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         revision_copy(args.revision, Path(folder))
@@ -95,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
                 plans[label] = plan_text(session.evaluate(spec))
             if plans["revision"] != plans["this tree"]:
                 print(f"{case.stem}: the plans differ (the times compare different numbers)")
-        samples: dict[tuple[str, str], list[float]] = {key: [] for key in timed}
         for function in timed.values():
             timed_calls(function, args.calls // 4)  # warm up: first-call caches
+        if args.work:
+            print_work(timed, folder, args.revision, args.top)
+            return 0
+        samples: dict[tuple[str, str], list[float]] = {key: [] for key in timed}
         gc.collect()
         gc.disable()  # collections land in either copy's blocks at random
         try:
@@ -119,6 +136,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{case.stem:<36} {statistics.median(before) * 1e6:8.1f} "
               f"{statistics.median(after) * 1e6:8.1f}  {middle:.3f} [{low:.3f}, {high:.3f}]")
     return 0
+
+
+def print_work(evaluations: dict[tuple[str, str], Callable[[], Any]], folder: str,
+               revision: str, top: int) -> None:
+    """Bytecodes and Python calls of one evaluation of each case, in either copy."""
+    print(f"bytecodes and Python calls of one evaluation, revision {revision} against this "
+          f"tree, Python {sys.version.split()[0]}")
+    print(f"{'case':<36} {'revision':>9} {'tree':>9} {'ratio':>6} {'calls':>6} {'calls':>6}")
+    for case in CASES:
+        roots = (f"{folder}/", f"{ROOT}/")
+        before = work_of(evaluations[(case.stem, "revision")], roots)
+        after = work_of(evaluations[(case.stem, "this tree")], roots)
+        print(f"{case.stem:<36} {before.bytecodes:9,d} {after.bytecodes:9,d} "
+              f"{after.bytecodes / before.bytecodes:6.3f} {before.calls:6,d} {after.calls:6,d}")
+        if top:
+            # the revision's functions under llmpar's name: changed ones differ in line too
+            old = Counter({key.replace(RENAMED, "llmpar"): count
+                           for key, count in before.by_function.items()})
+            changes = Counter(after.by_function)
+            changes.subtract(old)
+            for key, change in sorted(changes.items(), key=lambda item: -abs(item[1]))[:top]:
+                if change:
+                    print(f"    {change:+7,d}  {key}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ outside CI:
     python3 -m venv /tmp/bench && . /tmp/bench/bin/activate
     pip install . 'llm-analysis==0.2.2'
     python benchmarks/evaluate_speed.py            # 7 interleaved runs of 200 calls each
+    python benchmarks/evaluate_speed.py --work     # bytecodes of one call, not times
 
 Without llm-analysis installed it reports llmpar alone. "llmpar" is a session that has
 evaluated the model and training table before (a sweep, a search, an embedder: it keeps
@@ -28,6 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from work import work_of
 
 import llmpar
 from llmpar.evaluation.cache import EvaluationCache
@@ -88,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--work", action="store_true",
+                        help="count bytecodes and Python calls of one call instead of timing "
+                             "(benchmarks/work.py)")
     args = parser.parse_args(argv)
     session = llmpar.Session(load_entry_points=False)
     cold = llmpar.Session(load_entry_points=False)
@@ -104,9 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, path in SERVING.items():
         spec = session.load_spec(path)
         timed[f"llmpar serving {name}"] = lambda spec=spec: session.evaluate(spec)
-    samples: dict[str, list[float]] = {label: [] for label in timed}
     for function in timed.values():
         function()  # warm up: imports, first-call caches
+    if args.work:
+        print_work(timed)
+        return 0
+    samples: dict[str, list[float]] = {label: [] for label in timed}
     for _ in range(args.runs):
         for label, function in timed.items():
             samples[label].append(per_call(function, args.calls))
@@ -125,6 +134,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serving {name} / slowest training = "
               f"{medians[f'llmpar serving {name}'] / training:.2f}")
     return 0
+
+
+def print_work(timed: dict[str, Callable[[], Any]]) -> None:
+    """Bytecodes and Python calls of one call of each (`benchmarks/work.py`), and each
+    training case's llmpar / llm-analysis ratio of bytecodes."""
+    print(f"bytecodes and Python calls of one call, Python {sys.version.split()[0]}")
+    counts = {label: work_of(function) for label, function in timed.items()}
+    for label, work in counts.items():
+        print(f"{label:<48} {work.bytecodes:8,d} {work.calls:6,d}")
+    for name in TRAINING:
+        other = counts.get(f"llm-analysis {name}")
+        if other is not None:
+            print(f"{name}: llmpar / llm-analysis = "
+                  f"{counts[f'llmpar {name}'].bytecodes / other.bytecodes:.2f} of the bytecodes")
 
 
 if __name__ == "__main__":
