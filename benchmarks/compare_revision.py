@@ -151,14 +151,21 @@ def print_work(evaluations: dict[tuple[str, str], Callable[[], Any]], folder: st
         print(f"{case.stem:<36} {before.bytecodes:9,d} {after.bytecodes:9,d} "
               f"{after.bytecodes / before.bytecodes:6.3f} {before.calls:6,d} {after.calls:6,d}")
         if top:
-            # the revision's functions under llmpar's name: changed ones differ in line too
-            old = Counter({key.replace(RENAMED, "llmpar"): count
-                           for key, count in before.by_function.items()})
-            changes = Counter(after.by_function)
-            changes.subtract(old)
+            # by file and name (a changed function's first line moves), the revision's
+            # under llmpar's name
+            changes = _by_name(after.by_function)
+            changes.subtract(_by_name(before.by_function))
             for key, change in sorted(changes.items(), key=lambda item: -abs(item[1]))[:top]:
                 if change:
                     print(f"    {change:+7,d}  {key}")
+
+
+def _by_name(by_function: Counter[str]) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for key, count in by_function.items():
+        path, _, rest = key.replace(RENAMED, "llmpar").partition(":")
+        found[f"{path} {rest.partition('(')[2].rstrip(')')}"] += count
+    return found
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from llmpar.arrays import Value, logical_or, where
 from llmpar.finetune.footprint import beside
@@ -50,38 +51,38 @@ class Composition:
     def divisor(self, component: str, group: str, without: str | None = None) -> Value:
         """What `component` of `group` is divided by on one GPU: the product of the
         divisors of every shard that applies (but those of strategy `without`)."""
-        found = self._divisors.get((component, without))
-        if found is not None and group in found:
-            return found[group]
-        return self._compute(component, group, without)
+        return self._divisors_for(component, {group}, without)[group]
 
     def shard_key(self, component: str) -> tuple[_ShardEntry, ...]:
         """`component`'s shards (one layout: hashable): every `divisor` of it follows from
         them and the group."""
         return tuple(self._shards_of[component])
 
-    def _group_divisors(self, component: str, without: str | None = None) -> dict[str, Value]:
-        """`divisor` by group, of the groups asked for so far (asked many times per
-        evaluation: each computed once)."""
+    def _divisors_for(self, component: str, groups: AbstractSet[str],
+                      without: str | None) -> dict[str, Value]:
+        """`divisor` of each of `groups` and of those asked for before, each computed once
+        per evaluation (asked for every group of every kind of stage)."""
         found = self._divisors.get((component, without))
         if found is None:
-            found = self._divisors[(component, without)] = {}
+            found = self._divisors[(component, without)] = self._products(
+                component, groups, without)
+        elif not found.keys() >= groups:
+            found.update(self._products(component, groups - found.keys(), without))
         return found
 
-    def _compute(self, component: str, group: str, without: str | None) -> Value:
-        found = self._product(component, group, without)
-        self._group_divisors(component, without)[group] = found
-        return found
-
-    def _product(self, component: str, group: str, without: str | None) -> Value:
-        """The product of the divisors of `component`'s shards that apply to `group`, in
-        order, but those of strategy `without` (`divisor` before it is kept)."""
-        found: Value = 1
-        for strategy, divisor, groups, excluded in self._shards_of[component]:
-            # `Shard.applies_to`, in line: asked for every group of every kind of stage
-            if strategy != without and (groups is None or group in groups) \
-                    and group not in excluded:
-                found = found * divisor
+    def _products(self, component: str, groups: Iterable[str],
+                  without: str | None) -> dict[str, Value]:
+        """For each of `groups`, the product of the divisors of `component`'s shards that
+        apply to it, in the shards' order, but those of strategy `without`: one pass over
+        the shards for all the groups."""
+        found: dict[str, Value] = dict.fromkeys(groups, 1)
+        for strategy, divisor, named, excluded in self._shards_of[component]:
+            if strategy == without:
+                continue
+            # `Shard.applies_to`, in line: a shard that names its groups reaches only those
+            for group in found if named is None else named:
+                if group in found and group not in excluded:
+                    found[group] = found[group] * divisor
         return found
 
     def held(self, parameters: Mapping[str, float], bytes_per_parameter: float,
@@ -91,7 +92,7 @@ class Composition:
         `selection`, None: all), each group under its shards and copies (but those of
         strategy `without`)."""
         copies = [c for c in self.copies if c.component == component] if self.copies else ()
-        divisors = self._group_divisors(component, without)
+        divisors = self._divisors_for(component, parameters.keys(), without)
         total: Value = 0.0
         for group, count in parameters.items():
             if selection is not None and not selection.applies_to(group):
@@ -100,10 +101,7 @@ class Composition:
             for copy in copies:
                 if copy.applies_to(group):
                     size = size * copy.copies
-            divisor = divisors.get(group)
-            if divisor is None:
-                divisor = divisors[group] = self._product(component, group, without)
-            total = total + size / divisor
+            total = total + size / divisors[group]
         return total
 
     def frozen_held(self, parameters: Mapping[str, float]) -> Value:
