@@ -13,7 +13,18 @@ from collections.abc import Set as AbstractSet
 
 from llmpar.arrays import Value, logical_or, where
 from llmpar.finetune.footprint import beside
-from llmpar.strategy import COMPONENTS, Collective, GroupSelection, ProductSplit, Transform
+from llmpar.strategy import (
+    COMPONENTS,
+    Collective,
+    Copy,
+    FrozenWeights,
+    GroupSelection,
+    HostWork,
+    Offload,
+    ProductSplit,
+    Shard,
+    Transform,
+)
 
 _ShardEntry = tuple[str, Value, frozenset[str] | None, frozenset[str]]
 """(strategy, divisor, groups, excluded) of one shard (`Shard`)."""
@@ -24,29 +35,39 @@ class Composition:
 
     def __init__(self, transforms: Sequence[Transform]):
         self.transforms = tuple(transforms)
-        # A shard by 1 (the fast form states its shards everywhere) changes nothing.
-        self.shards = [(t.strategy, s) for t in self.transforms for s in t.shards
-                       if not (isinstance(s.divisor, (int, float)) and s.divisor == 1)]
-        self.copies = [c for t in self.transforms for c in t.copies]
-        self.offloads = [o for t in self.transforms for o in t.offloads]
-        self.host_work = [w for t in self.transforms for w in t.host_work]
-        self.frozen_weights = [w for t in self.transforms for w in t.frozen_weights]
+        self.shards: list[tuple[str, Shard]] = []
+        self.copies: list[Copy] = []
+        self.offloads: list[Offload] = []
+        self.host_work: list[HostWork] = []
+        self.frozen_weights: list[FrozenWeights] = []
         # Each component's shards, in order: a divisor multiplies only its component's.
         # Kept as (strategy, divisor, groups, excluded): asked for every group of every
         # kind of stage, the selection is read without a method call.
         self._shards_of: dict[str, list[_ShardEntry]] = {c: [] for c in COMPONENTS}
-        for strategy, shard in self.shards:
-            self._shards_of[shard.component].append(
-                (strategy, shard.divisor, shard.groups, shard.excluded))
+        self._tags: dict[str, Value] = {}
+        for transform in self.transforms:  # one pass: most of a transform's fields are empty
+            for shard in transform.shards:
+                # A shard by 1 (the fast form states its shards everywhere) changes nothing.
+                if isinstance(shard.divisor, (int, float)) and shard.divisor == 1:
+                    continue
+                self.shards.append((transform.strategy, shard))
+                self._shards_of[shard.component].append(
+                    (transform.strategy, shard.divisor, shard.groups, shard.excluded))
+            if transform.copies:
+                self.copies += transform.copies
+            if transform.offloads:
+                self.offloads += transform.offloads
+            if transform.host_work:
+                self.host_work += transform.host_work
+            if transform.frozen_weights:
+                self.frozen_weights += transform.frozen_weights
+            for split in transform.activation_splits:
+                self._tags[split.tag] = self._tags.get(split.tag, 1) * split.divisor
         self._divisors: dict[tuple[str, str | None], dict[str, Value]] = {}
         self._sums: dict[str, Value] = {}
         self._tag_divisors: dict[frozenset[str], Value] = {}
         self._active: tuple[tuple[Collective, Value], ...] | None = None
         self._split: ProductSplit | None = None
-        self._tags: dict[str, Value] = {}
-        for transform in self.transforms:
-            for split in transform.activation_splits:
-                self._tags[split.tag] = self._tags.get(split.tag, 1) * split.divisor
 
     def divisor(self, component: str, group: str, without: str | None = None) -> Value:
         """What `component` of `group` is divided by on one GPU: the product of the

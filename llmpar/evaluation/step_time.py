@@ -289,32 +289,30 @@ def _smallest_piece(chosen: Sequence[Cost]) -> Value:
     return found
 
 
-def _windowed(costs: Sequence[Cost], kind: str, work: Value) -> tuple[Cost, ...]:
-    """Hide the collectives that hide behind `kind` in its `work`, together: each one's
-    unhidden part (what cannot overlap, and one piece) stays exposed; the rest hides
-    while the window lasts (after the first piece is ready), and what exceeds it is
-    exposed in proportion to each one's hideable part."""
-    chosen = [c for c in costs if c.collective.hides_behind == kind]
-    if not chosen:
-        return tuple(costs)
-    window = work * (1 - _smallest_piece(chosen))
-    hideable = {c: (c.seconds - c.exposed) * (1 - c.piece) for c in chosen}  # by identity
+def _windowed(costs: list[Cost], chosen: Sequence[int], kind: str, work: Value) -> None:
+    """Hide the collectives at `chosen` positions of `costs`, those that hide behind
+    `kind`, in its `work`, together (in place): each one's unhidden part (what cannot
+    overlap, and one piece) stays exposed; the rest hides while the window lasts (after
+    the first piece is ready), and what exceeds it is exposed in proportion to each one's
+    hideable part."""
+    window = work * (1 - _smallest_piece([costs[i] for i in chosen]))
+    hideable = [(costs[i].seconds - costs[i].exposed) * (1 - costs[i].piece) for i in chosen]
     scale: Value = 0.0
     if kind != "compute":  # the step's compute caps all hiding together (`hide_costs`)
-        total = sum(hideable.values(), start=0.0)
+        total = sum(hideable, start=0.0)
         excess = maximum(total - window, 0.0)
         over = total > 0
         scale = where(over, excess / where(over, total, 1.0), 0.0)
     # A collective that cannot overlap at all has no window; behind a window of its own
     # kind none hides more than the work after its own first piece, whatever the others
     # sharing the window would allow (the step's compute is shared in proportion instead).
-    def hidden(c: Cost) -> Value:
-        share = hideable[c] * (1 - scale)
-        return share if kind == "compute" else minimum(share, work * (1 - c.piece))
-
-    return tuple([c.with_exposed(c.seconds - hidden(c),
-                                 where(c.collective.overlap > 0, window, 0.0))
-                  if c in hideable else c for c in costs])
+    for i, share in zip(chosen, hideable):
+        cost = costs[i]
+        hidden = share * (1 - scale)
+        if kind != "compute":
+            hidden = minimum(hidden, work * (1 - cost.piece))
+        costs[i] = cost.with_exposed(cost.seconds - hidden,
+                                     where(cost.collective.overlap > 0, window, 0.0))
 
 
 def _capped(costs: Sequence[Cost], work: Value) -> tuple[Cost, ...]:
@@ -332,11 +330,15 @@ def hide_costs(costs: Sequence[Cost], windows: Mapping[str, Value]) -> tuple[Cos
     """Hide what overlaps behind the work it can overlap (`overlap_windows`): each window
     shared by the collectives that hide behind it, and all of them together at most
     the compute; then charge what hiding takes from the work (`contended`)."""
-    behind = {c.collective.hides_behind for c in costs}
+    behind: dict[str, list[int]] = {}  # the positions of the collectives behind each
+    for index, cost in enumerate(costs):
+        behind.setdefault(cost.collective.hides_behind, []).append(index)
+    hidden = list(costs)
     for kind, work in windows.items():
-        if kind in behind:  # a window nothing hides behind changes nothing
-            costs = _windowed(costs, kind, work)
-    return contended(_capped(costs, windows["compute"]))
+        chosen = behind.get(kind)
+        if chosen:  # a window nothing hides behind changes nothing
+            _windowed(hidden, chosen, kind, work)
+    return contended(_capped(hidden, windows["compute"]))
 
 
 def contended(costs: Sequence[Cost]) -> tuple[Cost, ...]:

@@ -13,7 +13,7 @@ from typing import Any
 from llmpar.arrays import logical_and, maximum, where
 from llmpar.dtypes import bytes_per_element
 from llmpar.spec import Spec
-from llmpar.strategy import Layout
+from llmpar.strategy import Layout, StrategyContext
 
 TENSOR_SPLIT_GROUPS = frozenset({"embedding", "attention", "linear_attention", "mamba", "mlp",
                                  "experts", "shared_experts", "head"})
@@ -28,11 +28,18 @@ EXPERT_TENSOR = "expert_tensor"
 
 __all__ = ["EXPERT_GROUPS", "EXPERT_TENSOR", "TENSOR_SPLIT_GROUPS", "backward_input_gradient_calls",
            "bytes_per_element", "data_context_stride", "expert_group_stride",
-           "expert_tensor_degree", "forward_passes_per_micro_batch", "hidden_state_bytes",
+           "expert_tensor_degree", "forward_passes_per_micro_batch", "has_expert_groups",
+           "hidden_state_bytes",
            "layer_collective_calls", "layers_per_stage", "micro_batches_per_step",
            "blocks_per_stage",
            "op_checkpoint_collective_reruns",
            "recomputed_block_forwards", "sequence_parallel"]
+
+
+def has_expert_groups(ctx: StrategyContext) -> bool:
+    """Whether the model has parameters on expert-parallel ranks (routed experts, or
+    their adapters): only then do shards and collectives of the expert groups exist."""
+    return not EXPERT_GROUPS.isdisjoint(ctx.footprint.parameters_by_group)
 
 
 def micro_batches_per_step(spec: Spec, layout: Layout) -> Any:

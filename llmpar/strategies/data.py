@@ -84,6 +84,7 @@ from llmpar.strategies.common import (
     data_context_stride,
     expert_group_stride,
     expert_tensor_degree,
+    has_expert_groups,
     layers_per_stage,
     micro_batches_per_step,
 )
@@ -597,12 +598,6 @@ def _shards(stage: Any, dense: Any, expert: Any,
                                         divisor=where(stage >= level, expert, 1),
                                         reason=reason, groups=EXPERT_GROUPS))
     return tuple(shards)
-
-
-def has_expert_groups(ctx: StrategyContext) -> bool:
-    """Whether the model has parameters on expert-parallel ranks (routed experts, or
-    their adapters): only then do the expert groups' shards and collectives exist."""
-    return not EXPERT_GROUPS.isdisjoint(ctx.footprint.parameters_by_group)
 
 
 def _collectives(config: DataConfig, ctx: StrategyContext, stage: Any, copies: Any,

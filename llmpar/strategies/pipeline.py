@@ -361,8 +361,9 @@ class PipelineParallel(Strategy[PipelineConfig]):
         counts = stage_layer_counts(config, spec.model.num_layers or p)
         held = stages_in_flight(config, m, range(len(counts)))
         head = head_in_flight(config, m, held[-1])
+        head_stage = 0 if v_shape else p - 1  # the stage that holds the output layer
         for index, count in enumerate(counts):
-            last = index == (0 if v_shape else p - 1)
+            last = index == head_stage
             stages.append(Stage(index=index, first_layer=first, num_layers=count,
                                 has_embedding=index == 0 or (last and tied), has_head=last,
                                 micro_batches_in_flight=held[index],
@@ -440,11 +441,13 @@ class PipelineParallel(Strategy[PipelineConfig]):
         t = ctx.layout.degree("tensor")
         if t == 1 or not config.scatter_gather:
             return ()
+        calls = where(sequence_parallel(ctx.layout), 0.0, calls)
+        if not anywhere(calls != 0):  # stated only where it runs, as the data strategy's
+            return ()
         return (checked_collective(
             strategy=self.name, name=BOUNDARY_ALL_GATHER, operation="all-gather",
             buffer_bytes=hidden_state_bytes(ctx.spec, ctx.layout), group_size=t,
-            group_stride=ctx.layout.stride("tensor"),
-            calls_per_step=where(sequence_parallel(ctx.layout), 0.0, calls),
+            group_stride=ctx.layout.stride("tensor"), calls_per_step=calls,
             reason="rebuild the received boundary tensor from its slices"),)
 
 

@@ -32,6 +32,7 @@ from llmpar.strategies.common import (
     TENSOR_SPLIT_GROUPS,
     backward_input_gradient_calls,
     expert_tensor_degree,
+    has_expert_groups,
     hidden_state_bytes,
     layer_collective_calls,
 )
@@ -242,7 +243,7 @@ class TensorParallel(Strategy[TensorConfig]):
         if ctx.spec.model.mamba is not None:
             splits.append((mamba_divisor(ctx.spec, t), "SSM heads split over tensor ranks",
                            frozenset({"mamba"})))
-        if experts > 1:
+        if experts > 1 and has_expert_groups(ctx):  # a dense model has no experts to split
             splits.append((experts, "routed experts split over expert tensor ranks",
                            EXPERT_GROUPS - {EXPERT_ADAPTERS}))
         splits += [(divisor, "LoRA's split factor: B of column-parallel layers, A of "
