@@ -98,8 +98,14 @@ class MemoryCore:
 
 def kind_memory(composition: Composition, parameters: Mapping[str, float],
                 per_parameter: Mapping[str, float], tags: Mapping[frozenset[str], Value] | None,
-                in_flight: Value, counts: StateCounts | None = None) -> KindMemory:
-    """`counts`: the parameters each component counts (fine-tuning), else `parameters`."""
+                in_flight: Value, counts: StateCounts | None = None, *,
+                head: Value | None = None,
+                head_tags: Mapping[frozenset[str], Value] | None = None,
+                offloaded_tags: Mapping[frozenset[str], Value] | None = None) -> KindMemory:
+    """`counts`: the parameters each component counts (fine-tuning), else `parameters`;
+    `head`: the micro-batches whose output-layer and loss tensors (`head_tags`) the kind
+    holds where the schedule holds fewer of them than `in_flight`; `offloaded_tags`: the
+    activations it keeps in host memory."""
     held, offloaded, states, host = {}, {}, {}, 0.0
     for component in COMPONENTS:
         size = per_parameter[component]
@@ -112,13 +118,20 @@ def kind_memory(composition: Composition, parameters: Mapping[str, float],
             offloaded[component], moved = 0.0, 0
         states[component] = rounded(held[component]) - moved
         host = host + moved
-    activations = None
+    activations, correction = None, 0.0
     if tags is not None:
         activations = composition.split_bytes(tags) + composition.sum_of(
             "added_activation_bytes")
+        if head is not None and head_tags:
+            # the output layer's tensors held for `head` micro-batches, not `in_flight`
+            correction = composition.split_bytes(head_tags) * (head - in_flight)
+            activations = activations + correction / in_flight
+    if offloaded_tags is not None:
+        host = host + rounded(composition.split_bytes(offloaded_tags) * in_flight)
     frozen = rounded(composition.frozen_held(parameters)) if composition.frozen_weights else 0.0
     return KindMemory(states=states, held=held, offloaded=offloaded, host=host,
-                      activations=activations, in_flight=in_flight, frozen=frozen)
+                      activations=activations, in_flight=in_flight, frozen=frozen,
+                      head_correction=correction)
 
 
 def activation_bytes(kind: KindMemory, in_flight: Value) -> Value:
@@ -137,20 +150,12 @@ def memory_core(spec: Spec, composition: Composition, facts: TrainingFacts, stag
     for position, members in enumerate(kinds.members):
         tags = facts.stage_tags[position] if facts.stage_tags else None
         in_flight = largest([stages[i].micro_batches_in_flight for i in members])
-        kind = kind_memory(composition, parameters[position], per_parameter, tags,
-                           in_flight, None if counts is None else counts[position])
-        head = stages[members[0]].head_micro_batches_in_flight
-        if head is not None and kind.activations is not None and facts.head_tags and (
-                facts.head_tags[position]):
-            # the output layer's tensors held for `head` micro-batches, not `in_flight`
-            correction = composition.split_bytes(facts.head_tags[position]) * (
-                head - in_flight)
-            kind = attrs.evolve(kind, activations=kind.activations + correction / in_flight,
-                                head_correction=correction)
-        if facts.offloaded_tags:
-            kind = attrs.evolve(kind, host=kind.host + rounded(
-                composition.split_bytes(facts.offloaded_tags[position]) * in_flight))
-        found.append(kind)
+        found.append(kind_memory(
+            composition, parameters[position], per_parameter, tags, in_flight,
+            None if counts is None else counts[position],
+            head=stages[members[0]].head_micro_batches_in_flight,
+            head_tags=facts.head_tags[position] if facts.head_tags else None,
+            offloaded_tags=facts.offloaded_tags[position] if facts.offloaded_tags else None))
     buffers = rounded(composition.sum_of("buffer_bytes") + transient_bytes
                       + transit_bytes(composition, facts))
     totals = tuple(k.states_bytes + activation_bytes(k, k.in_flight) + buffers for k in found)

@@ -589,6 +589,8 @@ def _shards(stage: Any, dense: Any, expert: Any,
         return ()
     shards = []
     for component, level in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
+        if not is_array(stage) and stage < level:  # one layout: no shard below its stage
+            continue
         reason = f"ZeRO-{level} and above shard {component} across data ranks"
         whole = persistent if component == "weights" else frozenset()
         shards.append(checked_shard(component=component, divisor=where(stage >= level, dense, 1),
