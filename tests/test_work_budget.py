@@ -25,9 +25,10 @@ import llmpar
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_PARENT = f"{Path(llmpar.__file__).resolve().parent.parent}/"
 BUDGETS = {
-    # llmpar's own bytecodes of one evaluation, CPython 3.11.7 (attrs 26.1, numpy 2.4);
-    # llm-analysis 0.2.2's `training()` runs 15,243 and 15,197 of its own and attrs' on
-    # the two training cases (`evaluate_speed.py --work`)
+    # llmpar's own bytecodes of one evaluation, CPython 3.11.7 (attrs 26.1, numpy 2.4).
+    # In all, with the records' attrs methods, the training cases run 31,030 and 15,111,
+    # where llm-analysis 0.2.2's `training()` runs 15,243 and 15,197 on the same cases
+    # (`evaluate_speed.py --work`)
     "specs/examples/gpt3-175b-1024-a100.toml": 25_866,
     "benchmarks/specs/llama-2-7b-fsdp-8-h100.toml": 12_902,
     "specs/examples/inference-llama-2-70b-h100.toml": 24_349,
@@ -45,8 +46,10 @@ pytestmark = pytest.mark.skipif(
 
 def _work() -> ModuleType:
     """benchmarks/work.py (a script folder, not a package)."""
-    found = importlib.util.spec_from_file_location("llmpar_benchmark_work",
-                                                   ROOT / "benchmarks" / "work.py")
+    path = ROOT / "benchmarks" / "work.py"
+    if not path.exists():  # the tests of a tree without its benchmarks
+        pytest.skip("benchmarks/work.py is not in this tree")
+    found = importlib.util.spec_from_file_location("llmpar_benchmark_work", path)
     assert found is not None and found.loader is not None
     module = importlib.util.module_from_spec(found)
     found.loader.exec_module(module)
