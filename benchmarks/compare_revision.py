@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 timed[(case.stem, label)] = lambda s=session, spec=spec: s.evaluate(spec)
                 plans[label] = plan_text(session.evaluate(spec))
             if plans["revision"] != plans["this tree"]:
-                print(f"{case.stem}: the plans differ (the times compare different numbers)")
+                print(f"{case.stem}: the plans differ (the copies compute different numbers, "
+                      "so their times and counts compare different work)")
         for function in timed.values():
             timed_calls(function, args.calls // 4)  # warm up: first-call caches
         if args.work:
